@@ -1,0 +1,28 @@
+"""Shared dependencies of the routes, as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from conf.boards import BoardsConfig
+from conf.settings import Settings
+from speed.store import SpeedLayer
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def get_boards(request: Request) -> BoardsConfig:
+    return request.app.state.boards  # type: ignore[no-any-return]
+
+
+def get_speed(request: Request) -> SpeedLayer:
+    return request.app.state.speed  # type: ignore[no-any-return]
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+BoardsDep = Annotated[BoardsConfig, Depends(get_boards)]
+SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]

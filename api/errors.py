@@ -1,0 +1,99 @@
+"""Named failures and their one mapping to HTTP: ``{"error": code, "detail": ...}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from api.responses import FastJSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+        self.headers: dict[str, str] = {}
+
+
+class InvalidRequest(ApiError):
+    status, code = 422, "invalid_request"
+
+
+class Unauthorized(ApiError):
+    status, code = 401, "unauthorized"
+
+
+class BodyTooLarge(ApiError):
+    status, code = 413, "payload_too_large"
+
+
+class Conflict(ApiError):
+    status, code = 409, "event_conflict"
+
+
+class TooManyRequests(ApiError):
+    status, code = 429, "rate_limited"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+class BoardNotFound(ApiError):
+    status, code = 404, "board_not_found"
+
+
+class PlayerNotFound(ApiError):
+    status, code = 404, "player_not_found"
+
+
+class GenerationExpired(ApiError):
+    status, code = 410, "generation_expired"
+
+
+class NotReady(ApiError):
+    status, code = 503, "not_ready"
+
+
+def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return {"error": code, "detail": detail, **extra}
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    # Drop FastAPI's "body"/"query" prefix: clients know where they sent the field.
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> FastJSONResponse:
+        return FastJSONResponse(
+            error_body(exc.code, exc.detail, **exc.extra),
+            status_code=exc.status,
+            headers=exc.headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> FastJSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
+        field = _location(tuple(first.get("loc", ())))
+        return FastJSONResponse(
+            error_body("invalid_request", f"{field}: {first.get('msg')}", field=field),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> FastJSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return FastJSONResponse(
+            error_body(codes.get(exc.status_code, "http_error"), str(exc.detail)),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )

@@ -1,0 +1,135 @@
+"""Writes: signed score events, one at a time or in batches of up to 1000."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from api.deps import BoardsDep, SettingsDep, SpeedDep
+from api.errors import (
+    BodyTooLarge,
+    Conflict,
+    InvalidRequest,
+    TooManyRequests,
+    error_body,
+)
+from api.responses import FastJSONResponse
+from api.security import verify
+from conf.boards import BoardsConfig
+from conf.settings import Settings
+from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
+from speed.store import EventConflict, RateLimited
+
+router = APIRouter(prefix="/v1", tags=["score-events"])
+
+
+async def read_signed_body(request: Request, settings: Settings) -> bytes:
+    """The raw body, at most ``max_body_bytes``, after checking its signature."""
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"body larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    verify(
+        settings.signing_keys,
+        request.headers.get("x-key-id"),
+        request.headers.get("x-signature"),
+        body,
+        settings.signature_window_seconds,
+    )
+    return body
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"body is not valid JSON: {exc}", field="body") from None
+
+
+def validate_event(
+    raw: Any, settings: Settings, boards: BoardsConfig, now: datetime
+) -> NormalizedEvent:
+    """Schema and semantic checks; raises InvalidRequest naming the field."""
+    if not isinstance(raw, dict):
+        raise InvalidRequest("an event must be a JSON object", field="body")
+    try:
+        event = ScoreEventIn.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
+    try:
+        return normalize(
+            event,
+            regions=boards.regions,
+            points_min=settings.points_min,
+            points_max=settings.points_max,
+            now=now,
+            max_future=timedelta(seconds=settings.max_future_seconds),
+        )
+    except EventInvalid as exc:
+        raise InvalidRequest(str(exc), field=exc.field) from None
+
+
+@router.post("/score-events")
+async def submit_score_event(
+    request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
+) -> FastJSONResponse:
+    """Accept one match result exactly once; answers after Redis made it durable."""
+    body = await read_signed_body(request, settings)
+    event = validate_event(_parse_json(body), settings, boards, datetime.now(UTC))
+    (outcome,) = await speed.apply([event])
+    if isinstance(outcome.error, EventConflict):
+        raise Conflict(str(outcome.error))
+    if isinstance(outcome.error, RateLimited):
+        raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
+    return FastJSONResponse(outcome.body)
+
+
+@router.post("/score-events:batch")
+async def submit_score_event_batch(
+    request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
+) -> FastJSONResponse:
+    """Accept up to 1000 events; one result per event, in order."""
+    body = await read_signed_body(request, settings)
+    payload = _parse_json(body)
+    if not isinstance(payload, dict) or set(payload) != {"events"}:
+        raise InvalidRequest("body must be {\"events\": [...]}", field="events")
+    raw_events = payload["events"]
+    if not isinstance(raw_events, list) or not raw_events:
+        raise InvalidRequest("events must be a non-empty list", field="events")
+    if len(raw_events) > settings.max_batch_events:
+        raise InvalidRequest(
+            f"at most {settings.max_batch_events} events per batch", field="events"
+        )
+    now = datetime.now(UTC)
+    results: list[dict[str, Any] | None] = [None] * len(raw_events)
+    valid: list[tuple[int, NormalizedEvent]] = []
+    for index, raw in enumerate(raw_events):
+        try:
+            valid.append((index, validate_event(raw, settings, boards, now)))
+        except InvalidRequest as exc:
+            results[index] = error_body(exc.code, exc.detail, **exc.extra)
+    outcomes = await speed.apply([event for _, event in valid])
+    for (index, _), outcome in zip(valid, outcomes, strict=True):
+        if outcome.body is not None:
+            results[index] = outcome.body
+        elif isinstance(outcome.error, EventConflict):
+            results[index] = error_body("event_conflict", str(outcome.error))
+        elif isinstance(outcome.error, RateLimited):
+            results[index] = error_body(
+                "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after
+            )
+    return FastJSONResponse({"results": results})

@@ -1,0 +1,202 @@
+-- apply_event.lua: the owner transaction for one score event, atomic in Redis.
+--
+-- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>"
+-- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>
+-- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
+-- KEYS[4] position counter     last position handed out on this partition
+-- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
+-- then per board i (3 keys each, from KEYS[6]):
+--   totals hash (playerId -> "total|version"), changed hash (playerId -> position),
+--   best-of zset (matchId -> points; only used by aggregation "max")
+--
+-- ARGV: playerId, eventId, matchId, revision, points, fingerprint, nowMs,
+--       retentionSeconds, rateCapacity (0 = off), rateRefillMs, partition,
+--       eventJson (normalized event, embedded verbatim in the log record),
+--       isCorrection (1/0), nBoards,
+--       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0)
+--
+-- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
+--         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId}
+local player = ARGV[1]
+local event_id = ARGV[2]
+local match_id = ARGV[3]
+local revision = tonumber(ARGV[4])
+local points = tonumber(ARGV[5])
+local fingerprint = ARGV[6]
+local now_ms = tonumber(ARGV[7])
+local retention = tonumber(ARGV[8])
+local rate_capacity = tonumber(ARGV[9])
+local rate_refill_ms = tonumber(ARGV[10])
+local partition = tonumber(ARGV[11])
+local event_json = ARGV[12]
+local is_correction = ARGV[13] == "1"
+local n_boards = tonumber(ARGV[14])
+
+-- (a) dedupe: same identity and content returns the saved result unchanged.
+local saved = redis.call("GET", KEYS[1])
+if saved then
+  local sep = string.find(saved, "|", 1, true)
+  if string.sub(saved, 1, sep - 1) == fingerprint then
+    return {"duplicate", string.sub(saved, sep + 1)}
+  end
+  return {"conflict", ""}
+end
+
+local boards = {}
+local given = {}
+for i = 1, n_boards do
+  local a = 14 + (i - 1) * 4
+  local k = 5 + (i - 1) * 3
+  local b = {
+    id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
+    feeds = ARGV[a + 4] == "1",
+    totals = KEYS[k + 1], changed = KEYS[k + 2], best = KEYS[k + 3],
+  }
+  boards[i] = b
+  given[b.id] = true
+end
+
+-- (b) contribution: a revision not above the stored one changes nothing.
+local stored = redis.call("HGETALL", KEYS[2])
+local stored_rev = 0
+local applied = {}
+for i = 1, #stored, 2 do
+  local f = stored[i]
+  if f == "r" then
+    stored_rev = tonumber(stored[i + 1])
+  elseif string.sub(f, 1, 2) == "b:" then
+    local board = string.sub(f, 3)
+    applied[board] = tonumber(stored[i + 1])
+    -- A correction that moves a match out of a board must touch that board's keys:
+    -- the caller resolves this and calls again with the board included.
+    if not given[board] then
+      return {"retry", board}
+    end
+  end
+end
+local is_new_match = #stored == 0
+
+-- Per-player token bucket for new match results only: redeliveries (caught above)
+-- and corrections never spend tokens.
+if rate_capacity > 0 and is_new_match and not is_correction then
+  local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
+  local tokens = tonumber(bucket[1]) or rate_capacity
+  local last = tonumber(bucket[2]) or now_ms
+  local per_ms = rate_capacity / rate_refill_ms
+  tokens = math.min(rate_capacity, tokens + math.max(0, now_ms - last) * per_ms)
+  if tokens < 1 then
+    return {"rate_limited", tostring(math.ceil((1 - tokens) / per_ms / 1000))}
+  end
+  redis.call("HSET", KEYS[5], "t", tostring(tokens - 1), "ts", tostring(now_ms))
+  redis.call("PEXPIRE", KEYS[5], rate_refill_ms * 2)
+end
+
+local position = redis.call("INCR", KEYS[4])
+
+local function read_total(b)
+  local cur = redis.call("HGET", b.totals, player)
+  if not cur then
+    return nil, 0
+  end
+  local sep = string.find(cur, "|", 1, true)
+  return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))
+end
+
+local function write_total(b, total, version)
+  redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
+  redis.call("HSET", b.changed, player, position)
+end
+
+-- Largest contribution left in a best-of board, 0 when none.
+local function best_of(b)
+  local top = redis.call("ZREVRANGE", b.best, 0, 0, "WITHSCORES")
+  if #top == 0 then
+    return 0
+  end
+  return tonumber(top[2])
+end
+
+local status
+local items = {}
+local any_applied = false
+local any_late = false
+
+if stored_rev > 0 and revision <= stored_rev then
+  -- Superseded: report the current totals of the boards this event would feed.
+  status = "superseded"
+  for _, b in ipairs(boards) do
+    if b.feeds then
+      local total, version = read_total(b)
+      if total then
+        items[#items + 1] = {board = b.id, total = total, version = version}
+      end
+    end
+  end
+else
+  -- (c) delta = new - stored contribution, on every board the event feeds; a board
+  -- the previous revision fed and this one does not gets its contribution removed.
+  for _, b in ipairs(boards) do
+    local late = b.cutoff > 0 and now_ms > b.cutoff
+    local old = applied[b.id]
+    local total, version = read_total(b)
+    if late and (b.feeds or old ~= nil) then
+      -- (d) past a season's end + allowedLateness: recorded, not applied.
+      any_late = true
+      items[#items + 1] = {
+        board = b.id, total = total or 0, version = version, status = "late-review",
+      }
+    elseif b.feeds or old ~= nil then
+      local new = 0
+      if b.feeds then
+        new = points
+      end
+      local base = total or 0
+      if b.agg == "max" then
+        if b.feeds then
+          redis.call("ZADD", b.best, new, match_id)
+        else
+          redis.call("ZREM", b.best, match_id)
+        end
+        redis.call("EXPIRE", b.best, retention)
+        total = best_of(b)
+      else
+        total = base + new - (old or 0)
+      end
+      version = version + 1
+      write_total(b, total, version)
+      redis.call("HSET", KEYS[2], "b:" .. b.id, new)
+      any_applied = true
+      items[#items + 1] = {board = b.id, total = total, version = version}
+    end
+  end
+  redis.call("HSET", KEYS[2], "r", revision)
+  if any_applied then
+    status = "accepted"
+  elseif any_late then
+    status = "late-review"
+  else
+    status = "accepted"
+  end
+  -- A board whose outcome equals the event's carries no status of its own.
+  for _, item in ipairs(items) do
+    if item.status == status then
+      item.status = nil
+    end
+  end
+end
+redis.call("EXPIRE", KEYS[2], retention)
+
+local result = cjson.encode({
+  eventId = event_id, playerId = player, status = status, boards = items,
+  partition = partition, position = position,
+})
+
+-- (e) the log record carries everything the batch layer needs on its own.
+local record = string.format(
+  '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s}',
+  partition, position, now_ms, status, event_json, result)
+redis.call("XADD", KEYS[3], string.format("%d-0", position), "r", record)
+
+-- (f) save the result for redeliveries.
+redis.call("SET", KEYS[1], fingerprint .. "|" .. result, "EX", retention)
+return {"ok", result}

@@ -1,0 +1,89 @@
+"""Shared fixtures: a real redis-server per test session, signed-request helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from api.security import sign
+from conf.settings import Settings
+from speed.server import RedisServer
+
+DEV_SECRET = b"dev-secret"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendfsync="always").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path) -> Settings:
+    return Settings(
+        redis_url=redis_server.url,
+        data_dir=tmp_path / "lb",
+        partitions=4,
+        rate_limit="off",
+    )
+
+
+class SignedClient:
+    """A TestClient that signs every write like a trusted game server."""
+
+    def __init__(self, client: TestClient, key_id: str = "dev", secret: bytes = DEV_SECRET):
+        self.client = client
+        self.key_id = key_id
+        self.secret = secret
+
+    def post(self, path: str, payload: Any, **headers: str) -> Any:
+        body = orjson.dumps(payload)
+        signed = {
+            "X-Key-Id": self.key_id,
+            "X-Signature": sign(self.secret, body),
+            "Content-Type": "application/json",
+        }
+        signed.update(headers)
+        return self.client.post(path, content=body, headers=signed)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.client.get(path, **kwargs)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[SignedClient]:
+    with TestClient(create_app(settings)) as client:
+        yield SignedClient(client)
+
+
+def event(**overrides: Any) -> dict[str, Any]:
+    """A valid score event (the seed scenario's E77) with fields overridden."""
+    body: dict[str, Any] = {
+        "eventId": "E77",
+        "playerId": "P2",
+        "matchId": "M91",
+        "sourceRevision": 1,
+        "occurredAt": "2026-11-20T10:00:00Z",
+        "region": "eu",
+        "result": {"points": 30},
+        "kind": "result",
+        "reason": None,
+    }
+    body.update(overrides)
+    return body
