@@ -16,20 +16,11 @@ from api.responses import FastJSONResponse
 from api.routes import health, score_events
 from conf.boards import load_boards
 from conf.settings import Settings
+from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
 REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
-
-
-def redis_url(settings: Settings) -> str:
-    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR, else the default."""
-    if settings.redis_url:
-        return settings.redis_url
-    try:
-        return (settings.run_dir / "redis.url").read_text().strip()
-    except OSError:
-        return "redis://127.0.0.1:6379/0"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -38,7 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = aioredis.from_url(redis_url(settings), max_connections=256)
+        client = aioredis.from_url(resolve_redis_url(settings), max_connections=256)
         app.state.speed = SpeedLayer(
             client,
             boards,

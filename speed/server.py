@@ -14,6 +14,8 @@ from pathlib import Path
 
 import redis
 
+from conf.settings import Settings
+
 
 class RedisServerError(RuntimeError):
     pass
@@ -123,3 +125,13 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+
+def resolve_redis_url(settings: Settings) -> str:
+    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR, else the default."""
+    if settings.redis_url:
+        return settings.redis_url
+    try:
+        return (settings.run_dir / "redis.url").read_text().strip()
+    except OSError:
+        return "redis://127.0.0.1:6379/0"

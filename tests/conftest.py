@@ -16,6 +16,8 @@ from api.security import sign
 from conf.settings import Settings
 from speed.server import RedisServer
 
+pytest_plugins = ["tests.fixtures_spark"]
+
 DEV_SECRET = b"dev-secret"
 
 
