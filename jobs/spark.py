@@ -1,0 +1,64 @@
+"""The local SparkSession with Delta Lake, started from the cached jars (offline)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from jobs.jars import JARS_DIR, jar_paths
+
+JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+# Small shuffles: local[2] has two cores, and most jobs here shuffle modest data.
+DEFAULT_SHUFFLE_PARTITIONS = int(os.environ.get("LB_SPARK_SHUFFLE_PARTITIONS", "4"))
+
+
+def get_spark(
+    app_name: str = "leaderboard",
+    *,
+    master: str | None = None,
+    shuffle_partitions: int | None = None,
+    driver_memory: str | None = None,
+    jars_dir: Path = JARS_DIR,
+) -> SparkSession:
+    """Build (or return the running) local SparkSession with Delta configured.
+
+    :raises jobs.jars.JarsMissing: when the jar cache is empty (run ``make jars``).
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    jars = jar_paths(jars_dir)
+    if "JAVA_HOME" not in os.environ and JAVA_17.is_dir():
+        os.environ["JAVA_HOME"] = str(JAVA_17)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("LB_SPARK_MASTER", "local[2]"))
+        .config("spark.jars", ",".join(str(p) for p in jars))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog",
+            "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        )
+        .config(
+            "spark.sql.shuffle.partitions",
+            str(shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS),
+        )
+        .config("spark.default.parallelism", "2")
+        .config(
+            "spark.driver.memory",
+            driver_memory or os.environ.get("LB_SPARK_DRIVER_MEMORY", "4g"),
+        )
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.adaptive.enabled", "true")
+        # Delta's own retention checks and stats are not needed for local tables.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
