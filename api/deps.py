@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from speed.store import SpeedLayer
@@ -23,6 +24,11 @@ def get_speed(request: Request) -> SpeedLayer:
     return request.app.state.speed  # type: ignore[no-any-return]
 
 
+def get_generations(request: Request) -> GenerationRegistry:
+    return request.app.state.generations  # type: ignore[no-any-return]
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BoardsDep = Annotated[BoardsConfig, Depends(get_boards)]
 SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
+GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]

@@ -53,6 +53,10 @@ class PlayerNotFound(ApiError):
     status, code = 404, "player_not_found"
 
 
+class GenerationNotFound(ApiError):
+    status, code = 404, "generation_not_found"
+
+
 class GenerationExpired(ApiError):
     status, code = 410, "generation_expired"
 

@@ -13,7 +13,9 @@ from redis.exceptions import RedisError
 
 from api.errors import error_body, install_error_handlers
 from api.responses import FastJSONResponse
+from api.routes import boards as boards_routes
 from api.routes import health, score_events
+from api.segments import GenerationRegistry
 from conf.boards import load_boards
 from conf.settings import Settings
 from speed.server import resolve_redis_url
@@ -50,6 +52,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.boards = boards
+    app.state.generations = GenerationRegistry(
+        settings.segments_dir, settings.retained_generations
+    )
     install_error_handlers(app)
 
     @app.middleware("http")
@@ -73,4 +78,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(health.router)
     app.include_router(score_events.router)
+    app.include_router(boards_routes.router)
     return app

@@ -1,0 +1,251 @@
+"""Reads: boards, top, player rank, nearby, entries pages."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Query
+
+from api.deps import BoardsDep, GenerationsDep
+from api.errors import (
+    BoardNotFound,
+    GenerationExpired,
+    GenerationNotFound,
+    InvalidRequest,
+    PlayerNotFound,
+)
+from api.responses import FastJSONResponse
+from api.segments import (
+    BoardSegment,
+    Generation,
+    GenerationExpiredError,
+    GenerationNotFoundError,
+    GenerationRegistry,
+)
+from conf.boards import BoardsConfig, describe_board, season_cutoffs_ms
+
+router = APIRouter(prefix="/v1/boards", tags=["boards"])
+
+Mode = Literal["live", "snapshot", "approx"]
+ModeQuery = Annotated[Mode, Query()]
+GenerationQuery = Annotated[str | None, Query(max_length=32)]
+
+
+def _check_board(config: BoardsConfig, board: str) -> dict[str, str]:
+    described = describe_board(config, board)
+    if described is None:
+        raise BoardNotFound(f"no board {board!r}")
+    return described
+
+
+def _pin(registry: GenerationRegistry, generation_id: str | None) -> Generation:
+    try:
+        return registry.get(generation_id)
+    except GenerationExpiredError as exc:
+        raise GenerationExpired(
+            f"generation {exc.generation_id} is no longer retained",
+            latestGeneration=exc.latest,
+        ) from None
+    except GenerationNotFoundError as exc:
+        raise GenerationNotFound(str(exc)) from None
+
+
+def _header(board: str, mode: Mode, generation: Generation, population: int) -> dict[str, Any]:
+    """Labels of a snapshot answer: exactly generation ``g``, as of its boundary."""
+    return {
+        "board": board,
+        "mode": mode,
+        "exactness": "exact",
+        "basis": "snapshot",
+        "errorBound": 0,
+        "generation": generation.header,
+        "asOf": generation.header["boundary"],
+        "population": population,
+    }
+
+
+def _snapshot(
+    config: BoardsConfig, registry: GenerationRegistry, board: str, generation_id: str | None
+) -> tuple[Generation, BoardSegment | None]:
+    _check_board(config, board)
+    generation = _pin(registry, generation_id)
+    return generation, generation.board(board)
+
+
+# Cursors are keyset positions on the ordering tuple (score, playerId), pinned to the
+# generation they came from; opaque to clients (base64url JSON).
+def encode_cursor(generation: str, board: str, score: int, player_id: str, way: str) -> str:
+    raw = orjson.dumps({"g": generation, "b": board, "s": score, "p": player_id, "d": way})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = orjson.loads(raw)
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("g"), str)
+            and data.get("b") == board
+            and isinstance(data.get("s"), int)
+            and isinstance(data.get("p"), str)
+            and data.get("d") in ("after", "before")
+        ):
+            raise ValueError
+        return data
+    except (ValueError, binascii.Error, orjson.JSONDecodeError):
+        raise InvalidRequest("cursor is malformed or belongs to another board",
+                             field="cursor") from None
+
+
+def _cursors(
+    generation: Generation, board: str, segment: BoardSegment | None, start: int, stop: int
+) -> dict[str, str | None]:
+    """Cursors to the page before ``start`` and after ``stop`` (null at either end)."""
+    if segment is None:
+        return {"before": None, "after": None}
+    before = after = None
+    if start > 0:
+        row = start
+        before = encode_cursor(generation.id, board, int(segment.scores[row]),
+                               segment.players.str_at(row), "before")
+    if stop < segment.population:
+        row = stop - 1
+        after = encode_cursor(generation.id, board, int(segment.scores[row]),
+                              segment.players.str_at(row), "after")
+    return {"before": before, "after": after}
+
+
+@router.get("")
+async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONResponse:
+    """Boards with window, scope, aggregation, tie-break, state and latest generation."""
+    latest = registry.latest()
+    names = set(latest.board_names()) if latest else set()
+    cutoffs = season_cutoffs_ms(config)
+    names.update(cutoffs)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    boards = []
+    for name in sorted(names):
+        described = describe_board(config, name)
+        if described is None:
+            continue
+        closed = name in cutoffs and now_ms > cutoffs[name]
+        boards.append({
+            "board": name,
+            "window": described["window"],
+            "period": described["period"],
+            "scope": described["scope"],
+            "aggregation": described["aggregation"],
+            "tieBreak": described["tieBreak"],
+            "state": "closed" if closed else "open",
+            "latestGeneration": latest.id if latest and name in latest.manifest.get(
+                "boards", {}) else None,
+        })
+    return FastJSONResponse({"boards": boards})
+
+
+@router.get("/{board}/top")
+async def read_top(
+    board: str,
+    config: BoardsDep,
+    registry: GenerationsDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    mode: ModeQuery = "live",
+    generation: GenerationQuery = None,
+) -> FastJSONResponse:
+    """The first ``limit`` display positions."""
+    gen, segment = _snapshot(config, registry, board, generation)
+    population = segment.population if segment else 0
+    entries = segment.entries(0, limit) if segment else []
+    return FastJSONResponse({**_header(board, mode, gen, population), "entries": entries})
+
+
+@router.get("/{board}/players/{player_id}")
+async def read_player_rank(
+    board: str,
+    player_id: str,
+    config: BoardsDep,
+    registry: GenerationsDep,
+    mode: ModeQuery = "live",
+    generation: GenerationQuery = None,
+) -> FastJSONResponse:
+    """A player's score, competition rank, display position and top percent."""
+    gen, segment = _snapshot(config, registry, board, generation)
+    row = segment.row_of(player_id) if segment else None
+    if segment is None or row is None:
+        raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
+    entry = segment.entry(row)
+    return FastJSONResponse({
+        **_header(board, mode, gen, segment.population),
+        "playerId": player_id,
+        "score": entry["score"],
+        "rank": entry["rank"],
+        "position": entry["position"],
+        "topPercent": round(100 * entry["rank"] / segment.population, 6),
+    })
+
+
+@router.get("/{board}/players/{player_id}/nearby")
+async def read_nearby(
+    board: str,
+    player_id: str,
+    config: BoardsDep,
+    registry: GenerationsDep,
+    radius: Annotated[int, Query(ge=0, le=100)] = 5,
+    mode: ModeQuery = "live",
+    generation: GenerationQuery = None,
+) -> FastJSONResponse:
+    """Up to ``radius`` positions on each side of the player, in display order."""
+    gen, segment = _snapshot(config, registry, board, generation)
+    row = segment.row_of(player_id) if segment else None
+    if segment is None or row is None:
+        raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
+    start, stop = max(0, row - radius), min(segment.population, row + radius + 1)
+    return FastJSONResponse({
+        **_header(board, mode, gen, segment.population),
+        "playerId": player_id,
+        "entries": segment.entries(start, stop),
+        "cursors": _cursors(gen, board, segment, start, stop),
+    })
+
+
+@router.get("/{board}/entries")
+async def read_entries(
+    board: str,
+    config: BoardsDep,
+    registry: GenerationsDep,
+    cursor: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    generation: GenerationQuery = None,
+) -> FastJSONResponse:
+    """One page in display order; a cursor pins the generation it came from."""
+    _check_board(config, board)
+    if cursor is not None:
+        data = decode_cursor(cursor, board)
+        if generation is not None and generation != data["g"]:
+            raise InvalidRequest("cursor belongs to another generation", field="cursor")
+        gen = _pin(registry, data["g"])
+    else:
+        gen = _pin(registry, generation)
+    segment = gen.board(board)
+    population = segment.population if segment else 0
+    if segment is None:
+        start = stop = 0
+    elif cursor is None:
+        start, stop = 0, min(limit, population)
+    elif data["d"] == "after":
+        start = segment.first_row_after(data["s"], data["p"])
+        stop = min(population, start + limit)
+    else:
+        stop = segment.first_row_at_or_after(data["s"], data["p"])
+        start = max(0, stop - limit)
+    entries = segment.entries(start, stop) if segment else []
+    return FastJSONResponse({
+        **_header(board, "snapshot", gen, population),
+        "entries": entries,
+        "cursors": _cursors(gen, board, segment, start, stop),
+    })
