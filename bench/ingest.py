@@ -1,0 +1,560 @@
+"""Ingest benchmark: the real stack (`lb up`) on loopback, measured from outside.
+
+    python -m bench.ingest [--batch-events N] [--concurrency C] [--single-rate R]
+                           [--single-seconds S] [--players P] [--out DIR]
+
+Starts `lb up --port <free port>` in a fresh temporary LB_DATA_DIR (LB_RATE_LIMIT=off,
+the default ``appendfsync always``), always runs `lb down` at the end, then reports:
+
+a. accepted events/s through ``POST /v1/score-events:batch`` (batches of 1000 signed
+   events, C concurrent connections), p50/p99 latency per batch request;
+b. single ``POST /v1/score-events`` at a fixed offered rate (open loop), p50/p99/max
+   latency measured from each request's scheduled send time, achieved rate, errors;
+c. Redis bytes per dedupe record and per contribution record (``MEMORY USAGE`` on
+   sampled keys) and ``used_memory`` growth per accepted event.
+
+The load generator runs on the same machine as the API and Redis and competes with
+them for the CPU; the results say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+
+from api.security import sign
+
+KEY_ID = "dev"
+SECRET = b"dev-secret"
+REGIONS = ("eu", "na")
+BOARDS_PER_EVENT = 10  # season S4, daily, weekly, monthly, all-time; global + region
+NOV_START = datetime(2026, 11, 1, tzinfo=UTC)
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+# --------------------------------------------------------------------------- stack
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def lb_command() -> list[str]:
+    """The `lb` console script next to this interpreter, else the module."""
+    script = Path(sys.executable).parent / "lb"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("lb")
+    return [found] if found else [sys.executable, "-m", "cli.main"]
+
+
+def stack_env(data_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("LB_REDIS_URL", "LB_APPENDFSYNC", "LB_BOARDS_FILE", "LB_PARTITIONS"):
+        env.pop(name, None)  # the defaults a user gets: local Redis, fsync always
+    env["LB_DATA_DIR"] = str(data_dir)
+    env["LB_RATE_LIMIT"] = "off"
+    env["LB_HMAC_KEYS"] = f"{KEY_ID}:{SECRET.decode()}"
+    return env
+
+
+def lb(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
+    proc = subprocess.run(
+        lb_command() + args, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"lb {' '.join(args)} failed ({proc.returncode}): "
+                           f"{proc.stdout}{proc.stderr}")
+    return proc.stdout.strip()
+
+
+# --------------------------------------------------------------------------- events
+
+
+class EventFactory:
+    """Unique events (new eventId and matchId each) for a pool of players."""
+
+    def __init__(self, players: int, seed: int, now: datetime) -> None:
+        self.players = players
+        self.rng = random.Random(seed)
+        self.counter = 0
+        # occurredAt in November 2026, before now (events > 5 min ahead are rejected).
+        self.span = max(1, int((min(now, NOV_START + timedelta(days=30)) - NOV_START)
+                               .total_seconds()) - 3600)
+
+    def event(self, tag: str) -> dict[str, Any]:
+        self.counter += 1
+        n = self.counter
+        moment = NOV_START + timedelta(seconds=self.rng.randrange(self.span))
+        return {
+            "eventId": f"{tag}-e{n}",
+            "playerId": f"P{self.rng.randrange(self.players)}",
+            "matchId": f"{tag}-m{n}",
+            "sourceRevision": 1,
+            "occurredAt": moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": REGIONS[n % len(REGIONS)],
+            "result": {"points": self.rng.randrange(0, 1000)},
+            "kind": "result",
+            "reason": None,
+        }
+
+
+def signed(body: bytes) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        "x-key-id": KEY_ID,
+        "x-signature": sign(SECRET, body),
+    }
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def summarize_ms(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(values, 50) * 1000, 2),
+        "p99_ms": round(percentile(values, 99) * 1000, 2),
+        "max_ms": round(max(values) * 1000, 2) if values else float("nan"),
+        "mean_ms": round(sum(values) / len(values) * 1000, 2) if values else float("nan"),
+    }
+
+
+@dataclass
+class Verify:
+    accepted: int = 0
+    other_status: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    bad: list[str] = field(default_factory=list)
+
+    def check(self, sent: dict[str, Any], result: dict[str, Any]) -> None:
+        if "error" in result:
+            self.errors[result["error"]] = self.errors.get(result["error"], 0) + 1
+            return
+        status = result.get("status")
+        if status != "accepted":
+            self.other_status[str(status)] = self.other_status.get(str(status), 0) + 1
+            return
+        problems = []
+        if result.get("eventId") != sent["eventId"]:
+            problems.append("eventId")
+        if result.get("playerId") != sent["playerId"]:
+            problems.append("playerId")
+        boards = result.get("boards") or []
+        if len(boards) != BOARDS_PER_EVENT:
+            problems.append(f"{len(boards)} boards")
+        day = sent["occurredAt"][:10]
+        names = {b["board"] for b in boards}
+        for expected in ("season:S4:global", f"season:S4:{sent['region']}",
+                         f"daily:{day}:global", "alltime:all:global"):
+            if expected not in names:
+                problems.append(f"missing {expected}")
+        if not isinstance(result.get("position"), int) or result["position"] < 1:
+            problems.append("position")
+        if problems:
+            if len(self.bad) < 10:
+                self.bad.append(f"{sent['eventId']}: {', '.join(problems)}")
+            return
+        self.accepted += 1
+
+
+# --------------------------------------------------------------------------- a. batch
+
+
+async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_size: int,
+                      concurrency: int, max_seconds: float) -> dict[str, Any]:
+    batches = []
+    for b in range((total_events + batch_size - 1) // batch_size):
+        events = [factory.event(f"b{b}") for _ in range(min(batch_size,
+                                                            total_events - b * batch_size))]
+        batches.append((events, orjson.dumps({"events": events})))
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(batches)):
+        queue.put_nowait(i)
+    latencies: list[float] = []
+    verify = Verify()
+    http_errors: dict[str, int] = {}
+    sent_counts: list[int] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    deadline = 0.0
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.perf_counter() < deadline:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            events, body = batches[i]
+            sent_counts.append(len(events))
+            started = time.perf_counter()
+            try:
+                reply = await client.post(f"{url}/v1/score-events:batch", content=body,
+                                          headers=signed(body))
+            except httpx.HTTPError as exc:
+                name = type(exc).__name__
+                http_errors[name] = http_errors.get(name, 0) + 1
+                continue
+            latencies.append(time.perf_counter() - started)
+            if reply.status_code != 200:
+                key = str(reply.status_code)
+                http_errors[key] = http_errors.get(key, 0) + 1
+                continue
+            results = orjson.loads(reply.content)["results"]
+            if len(results) != len(events):
+                http_errors["result_count"] = http_errors.get("result_count", 0) + 1
+                continue
+            for sent, result in zip(events, results, strict=True):
+                verify.check(sent, result)
+
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        # Warm up the connections (and the server) with a tiny batch outside the clock.
+        warm = [factory.event("warm") for _ in range(10)]
+        wbody = orjson.dumps({"events": warm})
+        await asyncio.gather(*[client.post(f"{url}/v1/score-events:batch", content=wbody,
+                                           headers=signed(wbody)) for _ in range(1)])
+        started = time.perf_counter()
+        deadline = started + max_seconds
+        await asyncio.gather(*[worker(client) for _ in range(concurrency)])
+        elapsed = time.perf_counter() - started
+    return {
+        "batch_size": batch_size,
+        "concurrency": concurrency,
+        "batches_sent": len(latencies),
+        "events_planned": total_events,
+        "events_sent": sum(sent_counts),
+        "elapsed_s": round(elapsed, 3),
+        "accepted": verify.accepted,
+        "accepted_per_s": round(verify.accepted / elapsed, 1),
+        "other_status": verify.other_status,
+        "event_errors": verify.errors,
+        "http_errors": http_errors,
+        "verification_failures": verify.bad,
+        "latency_per_batch": summarize_ms(latencies),
+    }
+
+
+# --------------------------------------------------------------------------- b. single
+
+
+async def bench_single(url: str, factory: EventFactory, rate: float, seconds: float,
+                       connections: int) -> dict[str, Any]:
+    n = int(rate * seconds)
+    # Pre-build and pre-sign every request so the generator spends its time sending.
+    requests = []
+    for _ in range(n):
+        ev = factory.event("s")
+        body = orjson.dumps(ev)
+        requests.append((ev, body, signed(body)))
+    from_schedule: list[float] = []
+    service: list[float] = []
+    verify = Verify()
+    errors: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        warm = factory.event("warm1")
+        wbody = orjson.dumps(warm)
+        for _ in range(3):
+            await client.post(f"{url}/v1/score-events", content=wbody, headers=signed(wbody))
+
+        async def one(scheduled: float, ev: dict[str, Any], body: bytes,
+                      headers: dict[str, str]) -> None:
+            sent = time.perf_counter()
+            try:
+                reply = await client.post(f"{url}/v1/score-events", content=body,
+                                          headers=headers)
+            except httpx.HTTPError as exc:
+                name = type(exc).__name__
+                errors[name] = errors.get(name, 0) + 1
+                return
+            done = time.perf_counter()
+            from_schedule.append(done - scheduled)
+            service.append(done - sent)
+            if reply.status_code != 200:
+                errors[str(reply.status_code)] = errors.get(str(reply.status_code), 0) + 1
+                return
+            verify.check(ev, orjson.loads(reply.content))
+
+        tasks = []
+        started = time.perf_counter()
+        for i, (ev, body, headers) in enumerate(requests):
+            scheduled = started + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(scheduled, ev, body, headers)))
+        send_done = time.perf_counter()
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - started
+    return {
+        "offered_rate_per_s": rate,
+        "duration_s": seconds,
+        "requests": n,
+        "connections": connections,
+        "completed": len(from_schedule),
+        "achieved_rate_per_s": round(len(from_schedule) / elapsed, 1),
+        "send_phase_s": round(send_done - started, 3),
+        "elapsed_s": round(elapsed, 3),
+        "accepted": verify.accepted,
+        "other_status": verify.other_status,
+        "errors": errors,
+        "verification_failures": verify.bad,
+        "latency_from_schedule": summarize_ms(from_schedule),
+        "latency_service": summarize_ms(service),
+    }
+
+
+# --------------------------------------------------------------------------- c. memory
+
+
+def memory_usage(client: redis.Redis, pattern: str, samples: int) -> dict[str, Any]:
+    keys: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        keys.append(key)
+        if len(keys) >= samples:
+            break
+    sizes = [client.memory_usage(k, samples=0) or 0 for k in keys]
+    return {
+        "pattern": pattern,
+        "sampled_keys": len(sizes),
+        "avg_bytes": round(sum(sizes) / len(sizes), 1) if sizes else None,
+    }
+
+
+def redis_facts(client: redis.Redis) -> dict[str, Any]:
+    info = client.info()
+    return {
+        "used_memory": info["used_memory"],
+        "keys": client.dbsize(),
+        "aof_enabled": info.get("aof_enabled"),
+        "appendfsync": client.config_get("appendfsync").get("appendfsync"),
+    }
+
+
+def commandstats(client: redis.Redis) -> dict[str, Any]:
+    stats = client.info("commandstats")
+    return {k: {"calls": v["calls"], "usec_per_call": v["usec_per_call"]}
+            for k, v in stats.items()}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    redis_version = subprocess.run(["redis-server", "--version"], capture_output=True,
+                                   text=True).stdout.strip()
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "mem_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "redis": redis_version,
+        "platform": platform.platform(),
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    a, b, c = report["batch"], report["single"], report["memory"]
+    rows = [
+        ("batch: accepted events/s", f"{a['accepted_per_s']:.0f}",
+         f"target >= 10000; {a['accepted']} accepted in {a['elapsed_s']} s, "
+         f"{a['concurrency']} connections"),
+        ("batch: latency per 1000-event request",
+         f"p50 {a['latency_per_batch']['p50_ms']} ms",
+         f"p99 {a['latency_per_batch']['p99_ms']} ms, max {a['latency_per_batch']['max_ms']} ms"),
+        ("batch: not accepted", str(sum(a["other_status"].values())
+                                    + sum(a["event_errors"].values())),
+         f"http errors {a['http_errors'] or 0}, verify failures {len(a['verification_failures'])}"),
+        ("single: offered / achieved req/s",
+         f"{b['offered_rate_per_s']:.0f} / {b['achieved_rate_per_s']:.0f}",
+         f"{b['requests']} requests, {b['accepted']} accepted, errors {b['errors'] or 0}"),
+        ("single: latency (from schedule)",
+         f"p50 {b['latency_from_schedule']['p50_ms']} ms",
+         f"p99 {b['latency_from_schedule']['p99_ms']} ms (target <= 20), "
+         f"max {b['latency_from_schedule']['max_ms']} ms"),
+        ("single: latency (service)", f"p50 {b['latency_service']['p50_ms']} ms",
+         f"p99 {b['latency_service']['p99_ms']} ms, max {b['latency_service']['max_ms']} ms"),
+        ("redis: bytes / dedupe record", f"{c['dedupe']['avg_bytes']}",
+         f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled"),
+        ("redis: bytes / contribution record", f"{c['contribution']['avg_bytes']}",
+         f"MEMORY USAGE, {c['contribution']['sampled_keys']} keys sampled"),
+        ("redis: used_memory / event", f"{c['used_memory_per_event']}",
+         f"{c['used_memory_delta']} bytes over {c['events_in_redis']} events"),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    print()
+    print(f"{'measurement'.ljust(w0)}  {'value'.ljust(w1)}  detail")
+    print(f"{'-' * w0}  {'-' * w1}  {'-' * 40}")
+    for name, value, detail in rows:
+        print(f"{name.ljust(w0)}  {value.ljust(w1)}  {detail}")
+    print()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch-events", type=int, default=200_000,
+                   help="events sent through the batch endpoint (default 200000)")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="concurrent batch connections (default 4)")
+    p.add_argument("--batch-max-seconds", type=float, default=90,
+                   help="stop sending batches after this long (default 90)")
+    p.add_argument("--single-rate", type=float, default=500,
+                   help="offered single-POST rate, requests/s (default 500)")
+    p.add_argument("--single-seconds", type=float, default=20)
+    p.add_argument("--single-connections", type=int, default=64,
+                   help="connection pool size for single POSTs (default 64)")
+    p.add_argument("--players", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--memory-samples", type=int, default=500)
+    p.add_argument("--skip-batch", action="store_true")
+    p.add_argument("--skip-single", action="store_true")
+    p.add_argument("--keep-data", action="store_true", help="keep the temp LB_DATA_DIR")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    return p.parse_args(argv)
+
+
+async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    client = redis.Redis.from_url(redis_url)
+    factory = EventFactory(args.players, args.seed, datetime.now(UTC))
+    before = redis_facts(client)
+    client.config_resetstat()
+    client.slowlog_reset()
+    report: dict[str, Any] = {}
+    empty_batch = {"accepted": 0, "accepted_per_s": 0.0, "elapsed_s": 0, "concurrency": 0,
+                   "latency_per_batch": summarize_ms([]), "other_status": {},
+                   "event_errors": {}, "http_errors": {}, "verification_failures": []}
+    if args.skip_batch:
+        report["batch"] = empty_batch
+    else:
+        print(f"a. batch: {args.batch_events} events, batches of {args.batch_size}, "
+              f"{args.concurrency} connections ...", flush=True)
+        report["batch"] = await bench_batch(url, factory, args.batch_events, args.batch_size,
+                                            args.concurrency, args.batch_max_seconds)
+        report["redis_commandstats_batch"] = commandstats(client)
+        report["redis_slowlog_batch"] = [
+            {"duration_us": e["duration"], "command": e["command"][:120].decode(
+                errors="replace") if isinstance(e["command"], bytes) else str(e["command"])[:120]}
+            for e in client.slowlog_get(10)
+        ]
+    after_batch = redis_facts(client)
+    client.config_resetstat()
+    if args.skip_single:
+        report["single"] = {"offered_rate_per_s": 0, "achieved_rate_per_s": 0, "requests": 0,
+                            "accepted": 0, "errors": {}, "latency_from_schedule":
+                            summarize_ms([]), "latency_service": summarize_ms([])}
+    else:
+        print(f"b. single: {args.single_rate:.0f} req/s for {args.single_seconds:.0f} s, "
+              "open loop ...", flush=True)
+        report["single"] = await bench_single(url, factory, args.single_rate,
+                                              args.single_seconds, args.single_connections)
+        report["redis_commandstats_single"] = commandstats(client)
+    after = redis_facts(client)
+    events_in_redis = sum(int(client.get(k) or 0) for k in client.scan_iter("lb:*:pos"))
+    delta = after["used_memory"] - before["used_memory"]
+    report["memory"] = {
+        "dedupe": memory_usage(client, "lb:*:ev:*", args.memory_samples),
+        "contribution": memory_usage(client, "lb:*:ct:*", args.memory_samples),
+        "used_memory_before": before["used_memory"],
+        "used_memory_after_batch": after_batch["used_memory"],
+        "used_memory_after": after["used_memory"],
+        "used_memory_delta": delta,
+        "events_in_redis": events_in_redis,
+        "used_memory_per_event": round(delta / events_in_redis, 1) if events_in_redis else None,
+        "keys": after["keys"],
+    }
+    report["redis"] = {"appendfsync": after["appendfsync"], "aof_enabled": after["aof_enabled"]}
+    client.close()
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-"))
+    env = stack_env(data_dir)
+    port = free_port()
+    report: dict[str, Any] = {
+        "benchmark": "ingest",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m bench.ingest", *(argv if argv is not None
+                                                          else sys.argv[1:])]),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine(),
+        "note": "load generator, API (one uvicorn process) and Redis share the same CPUs",
+    }
+    code = 0
+    try:
+        print(f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True)
+        print(lb(["up", "--port", str(port)], env), flush=True)
+        url = f"http://127.0.0.1:{port}"
+        redis_url = (data_dir / "run" / "redis.url").read_text().strip()
+        report.update(asyncio.run(run(url, redis_url, args)))
+    except BaseException as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"bench failed: {report['error']}", file=sys.stderr)
+        code = 1
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        try:
+            print(lb(["down"], env), flush=True)
+        except Exception as exc:  # noqa: BLE001 - report, still clean up the temp dir
+            print(f"lb down failed: {exc}", file=sys.stderr)
+            code = 1
+        if not args.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    if "batch" in report and "memory" in report:
+        print_table(report)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out / f"ingest-{stamp}.json"
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"results: {out}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
