@@ -1,0 +1,239 @@
+"""Land the speed layer's partition logs into the Delta bronze table.
+
+Per partition: read the last landed position from Delta (not from Redis: Delta is
+the truth, Redis' ``landed`` key is a copy), read the log after it, append it with an
+idempotent Delta write (``txnAppId = land-p<N>``, ``txnVersion`` = last position of
+the batch), then set ``landed`` and trim the log up to the committed position only.
+
+A crash between the Delta commit and the trim re-reads the same entries next time,
+but the start position comes from Delta, so they are skipped; a blind retry of the
+same batch is dropped by Delta's transaction check. Nothing is landed twice.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from conf.settings import Settings
+from speed.partitions import Keys
+from speed.server import resolve_redis_url
+
+BRONZE = "bronze_events"
+XRANGE_COUNT = 10_000
+
+RECORD_SCHEMA = T.StructType(
+    [
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("position", T.LongType()),
+        T.StructField("receivedAtMs", T.LongType()),
+        T.StructField("status", T.StringType()),
+        T.StructField(
+            "event",
+            T.StructType(
+                [
+                    T.StructField("eventId", T.StringType()),
+                    T.StructField("playerId", T.StringType()),
+                    T.StructField("matchId", T.StringType()),
+                    T.StructField("sourceRevision", T.LongType()),
+                    T.StructField("occurredAt", T.StringType()),
+                    T.StructField("region", T.StringType()),
+                    T.StructField("points", T.LongType()),
+                    T.StructField("kind", T.StringType()),
+                    T.StructField("reason", T.StringType()),
+                ]
+            ),
+        ),
+    ]
+)
+
+
+class LandingGap(RuntimeError):
+    """The log does not continue where Delta stops: entries were lost or skipped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    partition: int
+    through: int  # last position committed to Delta (0 when none)
+    rows: int  # rows appended by this run
+
+
+def bronze_path(settings: Settings) -> Path:
+    return settings.delta_dir / BRONZE
+
+
+def table_exists(path: Path) -> bool:
+    return (path / "_delta_log").is_dir()
+
+
+def extract_landed_through(spark: SparkSession, path: Path) -> dict[int, int]:
+    """Max landed position per partition according to Delta."""
+    if not table_exists(path):
+        return {}
+    rows = (
+        spark.read.format("delta")
+        .load(str(path))
+        .groupBy("partition")
+        .agg(F.max("position").alias("through"))
+        .collect()
+    )
+    return {int(r["partition"]): int(r["through"]) for r in rows}
+
+
+def transform_records(raw: DataFrame) -> DataFrame:
+    """Log records (one JSON text per row, column ``value``) -> bronze rows."""
+    rec = F.from_json(F.col("value"), RECORD_SCHEMA)
+    return raw.select(rec.alias("r"), F.col("value").alias("raw")).select(
+        F.col("r.partition").cast("int").alias("partition"),
+        F.col("r.position").alias("position"),
+        F.timestamp_millis(F.col("r.receivedAtMs")).alias("received_at"),
+        F.col("r.receivedAtMs").alias("received_at_ms"),
+        F.col("r.status").alias("status"),
+        F.col("r.event.eventId").alias("event_id"),
+        F.col("r.event.playerId").alias("player_id"),
+        F.col("r.event.matchId").alias("match_id"),
+        F.col("r.event.sourceRevision").alias("source_revision"),
+        F.col("r.event.occurredAt").cast("timestamp").alias("occurred_at"),
+        F.col("r.event.region").alias("region"),
+        F.col("r.event.points").alias("points"),
+        F.col("r.event.kind").alias("kind"),
+        F.col("r.event.reason").alias("reason"),
+        "raw",
+    )
+
+
+def _position(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+def extract_log(
+    client: redis.Redis, partition: int, after: int, out: Path
+) -> tuple[int, int]:
+    """Write log entries after position ``after`` to ``out`` (JSON lines).
+
+    Returns (first, last) positions written, (0, after) when none.
+    :raises LandingGap: when positions are not consecutive from ``after + 1``.
+    """
+    key = Keys(partition).log
+    expected = after + 1
+    first = 0
+    start = f"{after + 1}-0"
+    with out.open("wb") as fh:
+        while True:
+            entries = client.xrange(key, min=start, max="+", count=XRANGE_COUNT)
+            if not entries:
+                break
+            for entry_id, fields in entries:
+                position = _position(entry_id)
+                if position != expected:
+                    raise LandingGap(
+                        f"partition {partition}: expected position {expected}, "
+                        f"log has {position}"
+                    )
+                first = first or position
+                record = fields.get(b"r", fields.get("r"))
+                fh.write(record if isinstance(record, bytes) else record.encode())
+                fh.write(b"\n")
+                expected += 1
+            # "(" makes the next range exclusive of the last entry read.
+            start = f"({expected - 1}-0"
+    last = expected - 1
+    handed_out = int(client.get(Keys(partition).position) or 0)
+    if first == 0 and handed_out > after:
+        raise LandingGap(
+            f"partition {partition}: positions up to {handed_out} handed out but the "
+            f"log holds nothing after {after} (trimmed before landing?)"
+        )
+    return first, last
+
+
+def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None:
+    """Idempotent append: Delta skips a (land-p<N>, version) it has already seen."""
+    (
+        batch.write.format("delta")
+        .mode("append")
+        .partitionBy("partition")
+        .option("txnAppId", f"land-p{partition}")
+        .option("txnVersion", last)
+        .save(str(path))
+    )
+
+
+def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
+    """Record the landed position and trim the log up to it, never past it."""
+    keys = Keys(partition)
+    current = int(client.get(keys.landed) or 0)
+    if through > current:
+        client.set(keys.landed, through)
+    if through > 0:
+        client.xtrim(keys.log, minid=f"{through + 1}-0")
+
+
+def land_partition(
+    spark: SparkSession,
+    client: redis.Redis,
+    path: Path,
+    partition: int,
+    through: int,
+    *,
+    after_commit: Callable[[int], None] | None = None,
+) -> Landed:
+    """Land one partition whose Delta max position is ``through``."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"land-p{partition}-"))
+    try:
+        out = tmp / "log.jsonl"
+        first, last = extract_log(client, partition, through, out)
+        rows = 0
+        if first:
+            batch = transform_records(spark.read.text(str(out)))
+            load_bronze(batch, path, partition, last)
+            rows = last - first + 1
+            through = last
+            if after_commit is not None:  # test hook: crash between commit and trim
+                after_commit(partition)
+        finish_landing(client, partition, through)
+        return Landed(partition, through, rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_land(
+    settings: Settings,
+    spark: SparkSession | None = None,
+    *,
+    after_commit: Callable[[int], None] | None = None,
+) -> dict[int, int]:
+    """Land every partition; returns the landed-through position per partition."""
+    if spark is None:
+        from jobs.spark import get_spark
+
+        spark = get_spark("land")
+    path = bronze_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    landed = extract_landed_through(spark, path)
+    client = redis.Redis.from_url(resolve_redis_url(settings))
+    try:
+        result = {}
+        for partition in range(settings.partitions):
+            done = land_partition(
+                spark,
+                client,
+                path,
+                partition,
+                landed.get(partition, 0),
+                after_commit=after_commit,
+            )
+            result[partition] = done.through
+        return result
+    finally:
+        client.close()

@@ -1,0 +1,504 @@
+"""Publish one generation: land, recompute, rank, write gold + serving segments.
+
+Order of effects (a generation is visible to the API only through its
+``manifest.json``, so a crash at any step leaves no visible partial generation):
+
+1. repair: a ``gold_manifest`` row whose ``manifest.json`` is missing gets it
+   rewritten (from the exact text stored in the row); a segment directory without a
+   row (a crashed job) is deleted; then retention;
+2. land every partition; the boundary is the landed-through position per partition;
+3. recompute contributions and totals from bronze up to the boundary (silver);
+4. rank; write ``gold_snapshots`` for the generation (``replaceWhere``, so a retry of
+   a crashed generation number replaces its rows);
+5. write the segment files into a temp directory and rename it to ``<gen>/``;
+6. append the ``gold_manifest`` row (idempotent: ``txnAppId=publish``,
+   ``txnVersion`` = generation number);
+7. LAST, write ``<gen>/manifest.json`` atomically (tmp + ``os.replace``).
+
+Segment format, per board (files named after the board id; ':' is fine on Linux):
+
+* ``<board>.arrow``: Arrow IPC file, uncompressed, one record batch; columns
+  ``player_id`` (utf8), ``score`` (int64) in display order (row i = position i+1);
+* ``<board>.index.arrow``: column ``row`` (uint32), row numbers sorted by player id
+  (UTF-8 byte order), for bisecting by player;
+* ``<board>.buckets.arrow``: equi-depth Fenwick buckets, ascending: ``lower`` (int64,
+  distinct scores; bucket holds ``lower <= s < next lower``; the first is the board's
+  minimum) and ``count`` (int64 players).
+
+The same bronze and boundary give byte-identical segment files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from conf.boards import BoardsConfig, load_boards
+from conf.settings import Settings
+from jobs.land import bronze_path, run_land, table_exists, transform_records
+from jobs.rank import transform_rank
+from jobs.recompute import transform_recompute
+
+SILVER_CONTRIBUTIONS = "silver_contributions"
+SILVER_TOTALS = "silver_totals"
+GOLD_SNAPSHOTS = "gold_snapshots"
+GOLD_MANIFEST = "gold_manifest"
+MANIFEST_FILE = "manifest.json"
+DEFAULT_BUCKET_TARGET = 100
+GENERATION = re.compile(r"^g(\d+)$")
+TMP_PREFIX = ".tmp-"
+
+SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
+BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
+
+MANIFEST_SCHEMA = T.StructType(
+    [
+        T.StructField("generation", T.StringType(), False),
+        T.StructField("generation_number", T.LongType(), False),
+        T.StructField("boundary", T.MapType(T.StringType(), T.LongType()), False),
+        T.StructField("board_count", T.LongType(), False),
+        T.StructField("populations", T.MapType(T.StringType(), T.LongType()), False),
+        T.StructField("checksums", T.MapType(T.StringType(), T.StringType()), False),
+        T.StructField("published_at", T.TimestampType(), False),
+        T.StructField("complete", T.BooleanType(), False),
+        T.StructField("manifest_json", T.StringType(), False),
+    ]
+)
+
+
+class PublishAborted(RuntimeError):
+    """Raised by the test hooks that simulate a crash mid-publish."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRow:
+    generation: str
+    number: int
+    manifest_json: str
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def generation_number(generation: str) -> int | None:
+    match = GENERATION.match(generation)
+    return int(match.group(1)) if match else None
+
+
+def protected_generations(settings: Settings) -> set[str]:
+    """Generations retention must keep whatever their age (award snapshots).
+
+    Hook: awards are not built yet, so nothing is protected beyond the newest K.
+    """
+    return set()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_arrow(path: Path, table: pa.Table) -> None:
+    """One uncompressed record batch: memory-mappable and byte-reproducible."""
+    table = table.combine_chunks()
+    with pa.OSFile(str(path), "wb") as sink:
+        with ipc.new_file(sink, table.schema) as writer:
+            for batch in table.to_batches():
+                writer.write_batch(batch)
+    with path.open("rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+# ------------------------------------------------------------------ buckets/segments
+
+
+def equi_depth_buckets(scores: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, count) of buckets over ``scores``, ascending by lower.
+
+    Greedy over distinct scores in ascending order: a bucket closes once it holds at
+    least ``target`` players; a boundary is always a distinct score, so one score
+    with many ties makes a bucket larger than the target.
+    """
+    if len(scores) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    values, counts = np.unique(scores, return_counts=True)
+    lowers: list[int] = []
+    sizes: list[int] = []
+    filled = target  # forces a bucket to open at the first value
+    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+        if filled >= target:
+            lowers.append(value)
+            sizes.append(0)
+            filled = 0
+        sizes[-1] += count
+        filled += count
+    return np.asarray(lowers, np.int64), np.asarray(sizes, np.int64)
+
+
+def write_board_segment(
+    directory: Path, board: str, player_ids: pa.Array, scores: pa.Array, bucket_target: int
+) -> dict[str, str]:
+    """Write the three files of one board; returns file name -> sha256."""
+    data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
+    lowers, counts = equi_depth_buckets(
+        data.column("score").to_numpy(zero_copy_only=False), bucket_target
+    )
+    files = {
+        f"{board}.arrow": data,
+        f"{board}.index.arrow": pa.table(
+            [index.cast(pa.uint32())], schema=INDEX_SCHEMA
+        ),
+        f"{board}.buckets.arrow": pa.table(
+            [pa.array(lowers, pa.int64()), pa.array(counts, pa.int64())],
+            schema=BUCKETS_SCHEMA,
+        ),
+    }
+    sums = {}
+    for name, table in files.items():
+        _write_arrow(directory / name, table)
+        sums[name] = _sha256(directory / name)
+    return sums
+
+
+def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa.Table:
+    """The committed gold rows of one generation, read from Delta's active files."""
+    files = (
+        spark.read.format("delta")
+        .load(str(path))
+        .where(F.col("generation") == generation)
+        .inputFiles()
+    )
+    columns = ["board", "position", "player_id", "score"]
+    tables = [pq.read_table(_local_path(f), columns=columns) for f in sorted(files)]
+    if not tables:
+        return pa.table(
+            {c: pa.array([], pa.int64() if c in ("position", "score") else pa.string())
+             for c in columns}
+        )
+    table = pa.concat_tables(tables)
+    order = pc.sort_indices(
+        table, sort_keys=[("board", "ascending"), ("position", "ascending")]
+    )
+    return table.take(order)
+
+
+def write_segments(
+    table: pa.Table, directory: Path, bucket_target: int
+) -> dict[str, dict[str, Any]]:
+    """Write every board of a sorted gold table; returns the manifest's boards map."""
+    boards: dict[str, dict[str, Any]] = {}
+    if table.num_rows == 0:
+        return boards
+    board_col = table.column("board").combine_chunks()
+    # Rows are sorted by (board, position): each board is one contiguous run.
+    starts = [0]
+    values = board_col.to_pylist()
+    for i in range(1, len(values)):
+        if values[i] != values[i - 1]:
+            starts.append(i)
+    starts.append(len(values))
+    players = table.column("player_id").combine_chunks()
+    scores = table.column("score").combine_chunks().cast(pa.int64())
+    for begin, end in zip(starts[:-1], starts[1:], strict=True):
+        board = values[begin]
+        sums = write_board_segment(
+            directory,
+            board,
+            players.slice(begin, end - begin),
+            scores.slice(begin, end - begin),
+            bucket_target,
+        )
+        boards[board] = {
+            "population": end - begin,
+            "file": f"{board}.arrow",
+            "index": f"{board}.index.arrow",
+            "buckets": f"{board}.buckets.arrow",
+            "sha256": sums[f"{board}.arrow"],
+            "checksums": sums,
+        }
+    return boards
+
+
+# ------------------------------------------------------------------ manifest & repair
+
+
+def extract_published(spark: SparkSession, path: Path) -> list[PublishedRow]:
+    if not table_exists(path):
+        return []
+    rows = (
+        spark.read.format("delta")
+        .load(str(path))
+        .where(F.col("complete"))
+        .select("generation", "generation_number", "manifest_json")
+        .collect()
+    )
+    return sorted(
+        (PublishedRow(r[0], int(r[1]), r[2]) for r in rows), key=lambda r: r.number
+    )
+
+
+def repair_segments(
+    settings: Settings, published: Iterable[PublishedRow], keep: set[str] | None = None
+) -> None:
+    """Finish or undo what a crashed publish left in ``segments_dir``."""
+    root = settings.segments_dir
+    if not root.is_dir():
+        return
+    rows = {r.generation: r for r in published}
+    keep = keep or set()
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if name.startswith(TMP_PREFIX) or (name not in rows and name not in keep):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            continue
+        row = rows.get(name)
+        if row is not None and entry.is_dir() and not (entry / MANIFEST_FILE).exists():
+            _atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
+
+
+def apply_retention(
+    settings: Settings, published: Iterable[PublishedRow], protected: set[str]
+) -> list[str]:
+    """Delete segment dirs older than the newest ``retained_generations``."""
+    numbers = sorted((r.number, r.generation) for r in published)
+    keep = {g for _, g in numbers[-settings.retained_generations:]} | protected
+    deleted = []
+    for _, generation in numbers:
+        directory = settings.segments_dir / generation
+        if generation not in keep and directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            deleted.append(generation)
+    return deleted
+
+
+def load_manifest_row(
+    spark: SparkSession, path: Path, row: dict[str, Any], number: int
+) -> None:
+    df = spark.createDataFrame([row], MANIFEST_SCHEMA)
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", "publish")
+        .option("txnVersion", number)
+        .save(str(path))
+    )
+
+
+# ------------------------------------------------------------------------- the job
+
+
+def load_silver(
+    contributions: DataFrame, totals: DataFrame, delta_dir: Path, generation: str
+) -> None:
+    """Silver tables hold the latest recompute (overwritten; they carry generation)."""
+    for df, name, part in (
+        (contributions, SILVER_CONTRIBUTIONS, "partition"),
+        (totals, SILVER_TOTALS, None),
+    ):
+        writer = (
+            df.withColumn("generation", F.lit(generation))
+            .write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+        )
+        if part:
+            writer = writer.partitionBy(part)
+        writer.save(str(delta_dir / name))
+
+
+def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
+    (
+        ranked.withColumn("generation", F.lit(generation))
+        .select("board", "generation", "position", "rank", "player_id", "score")
+        .write.format("delta")
+        .mode("overwrite")
+        .partitionBy("generation")
+        .option("replaceWhere", f"generation = '{generation}'")
+        .save(str(path))
+    )
+
+
+def build_manifest(
+    generation: str,
+    published_at: datetime,
+    boundary: Mapping[int, int],
+    boards: Mapping[str, Mapping[str, Any]],
+) -> str:
+    body = {
+        "generation": generation,
+        "publishedAt": rfc3339(published_at),
+        "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
+        "complete": True,
+        "boards": {
+            board: {
+                k: boards[board][k]
+                for k in ("population", "file", "index", "buckets", "sha256")
+            }
+            for board in sorted(boards)
+        },
+    }
+    return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
+
+
+def run_publish(
+    settings: Settings,
+    *,
+    spark: SparkSession | None = None,
+    boards: BoardsConfig | None = None,
+    bucket_target: int = DEFAULT_BUCKET_TARGET,
+    fail_before_manifest: bool = False,
+    fail_at: str | None = None,
+    after_land_commit: Callable[[int], None] | None = None,
+) -> str:
+    """Land, recompute, rank and publish the next generation; returns its id.
+
+    ``fail_before_manifest`` / ``fail_at`` are test hooks that raise
+    :class:`PublishAborted` at a step: ``"before_manifest_row"`` (segments in place,
+    no manifest row; same as ``fail_before_manifest``) or ``"before_manifest_json"``
+    (row committed, ``manifest.json`` missing).
+    """
+    if fail_before_manifest:
+        fail_at = "before_manifest_row"
+    if spark is None:
+        from jobs.spark import get_spark
+
+        spark = get_spark("publish")
+    if boards is None:
+        boards = load_boards(settings.boards_file)
+    delta_dir = settings.delta_dir
+    delta_dir.mkdir(parents=True, exist_ok=True)
+    settings.segments_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = delta_dir / GOLD_MANIFEST
+    gold_path = delta_dir / GOLD_SNAPSHOTS
+
+    published = extract_published(spark, manifest_path)
+    repair_segments(settings, published)
+    apply_retention(settings, published, protected_generations(settings))
+    number = max((r.number for r in published), default=0) + 1
+    generation = f"g{number}"
+
+    landed = run_land(settings, spark, after_commit=after_land_commit)
+    boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
+
+    bronze = bronze_path(settings)
+    if table_exists(bronze):
+        events = spark.read.format("delta").load(str(bronze))
+    else:
+        # Nothing landed yet: an empty bronze frame publishes an empty generation.
+        text = T.StructType([T.StructField("value", T.StringType())])
+        events = transform_records(spark.createDataFrame([], text))
+    contributions, totals = transform_recompute(events, boundary, boards.seasons)
+    load_silver(contributions, totals, delta_dir, generation)
+
+    totals_now = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    ranked = transform_rank(totals_now, partitions)
+    load_gold_snapshot(ranked, gold_path, generation)
+
+    table = read_gold_generation(spark, gold_path, generation)
+    target = settings.segments_dir / generation
+    tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        board_files = write_segments(table, tmp, bucket_target)
+        _fsync_dir(tmp)
+        if target.exists():  # left by a crash before its manifest row: never visible
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+        _fsync_dir(settings.segments_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if fail_at == "before_manifest_row":
+        raise PublishAborted(f"{generation}: aborted before the manifest row")
+
+    published_at = datetime.now(UTC)
+    manifest_json = build_manifest(generation, published_at, boundary, board_files)
+    row = {
+        "generation": generation,
+        "generation_number": number,
+        "boundary": {str(p): int(v) for p, v in boundary.items()},
+        "board_count": len(board_files),
+        "populations": {b: int(v["population"]) for b, v in board_files.items()},
+        "checksums": {
+            name: digest
+            for v in board_files.values()
+            for name, digest in v["checksums"].items()
+        },
+        "published_at": published_at,
+        "complete": True,
+        "manifest_json": manifest_json,
+    }
+    load_manifest_row(spark, manifest_path, row, number)
+    if fail_at == "before_manifest_json":
+        raise PublishAborted(f"{generation}: aborted before manifest.json")
+    _atomic_write_text(target / MANIFEST_FILE, manifest_json)
+
+    published = extract_published(spark, manifest_path)
+    apply_retention(settings, published, protected_generations(settings))
+    return generation
+
+
+def main() -> None:
+    from conf.settings import get_settings
+
+    print(run_publish(get_settings()))
+
+
+if __name__ == "__main__":
+    main()

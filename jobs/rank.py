@@ -1,0 +1,83 @@
+"""Competition rank and display position of every player of every board.
+
+No window ordered over a whole board (that funnels a board through one task):
+
+1. range-partition and sort by (board, score desc, player asc) -- a total order,
+   since a player appears once per board; Spark compares strings by UTF-8 bytes;
+2. number the rows inside each Spark partition (``monotonically_increasing_id`` is
+   ``partition id << 33 | row index``), then count rows per (Spark partition, board)
+   and turn the counts into offsets (a small table, one row per board slice);
+3. position = offset of the slice + row index within the slice + 1;
+4. rank = 1 + players with a strictly higher score = the smallest position among
+   the players with the same (board, score); a per-(board, score) aggregate, so
+   ties that span Spark partitions get one rank.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+ROW_BITS = 33
+
+
+def transform_sorted_slices(totals: DataFrame, num_partitions: int) -> DataFrame:
+    """Totals range-partitioned and sorted by display order, with slice coordinates.
+
+    Adds ``_part`` (Spark partition id) and ``_row`` (index inside that partition).
+    Materialized with a local checkpoint: range boundaries come from sampling, so
+    the partitioning must be computed once and reused by both later steps.
+    """
+    order = [F.col("board"), F.col("score").desc(), F.col("player_id")]
+    tagged = (
+        totals.select("board", "player_id", "score")
+        .repartitionByRange(num_partitions, *order)
+        .sortWithinPartitions(*order)
+        .withColumn("_part", F.spark_partition_id())
+        .withColumn(
+            "_row",
+            F.monotonically_increasing_id()
+            - F.shiftleft(F.col("_part").cast("bigint"), ROW_BITS),
+        )
+    )
+    return tagged.localCheckpoint(eager=True)
+
+
+def transform_positions(sliced: DataFrame) -> DataFrame:
+    """Display position from slice offsets (needs ``_part`` and ``_row``)."""
+    slices = sliced.groupBy("board", "_part").agg(
+        F.count(F.lit(1)).alias("_n"), F.min("_row").alias("_first")
+    )
+    # Small: one row per (board, Spark partition) the board spans.
+    before = Window.partitionBy("board").orderBy("_part").rowsBetween(
+        Window.unboundedPreceding, -1
+    )
+    offsets = slices.withColumn(
+        "_offset", F.coalesce(F.sum("_n").over(before), F.lit(0))
+    ).drop("_n")
+    return (
+        sliced.join(F.broadcast(offsets), ["board", "_part"])
+        .withColumn(
+            "position", F.col("_offset") + F.col("_row") - F.col("_first") + F.lit(1)
+        )
+        .drop("_offset", "_first")
+    )
+
+
+def transform_ranks(positioned: DataFrame) -> DataFrame:
+    """Competition rank: smallest position sharing the (board, score)."""
+    firsts = positioned.groupBy("board", "score").agg(F.min("position").alias("rank"))
+    return positioned.join(firsts, ["board", "score"])
+
+
+def transform_rank(totals: DataFrame, num_partitions: int = 4) -> DataFrame:
+    """(board, position, rank, player_id, score) for every (board, player) total."""
+    sliced = transform_sorted_slices(totals, num_partitions)
+    ranked = transform_ranks(transform_positions(sliced))
+    return ranked.select(
+        "board",
+        F.col("position").cast("bigint").alias("position"),
+        F.col("rank").cast("bigint").alias("rank"),
+        "player_id",
+        F.col("score").cast("bigint").alias("score"),
+    )

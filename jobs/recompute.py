@@ -1,0 +1,214 @@
+"""Recompute exact contributions and totals from bronze, up to a boundary vector.
+
+Every ``transform_*`` is a pure ``DataFrame -> DataFrame`` function with its parameters
+as arguments. Together they reproduce ``speed/lua/apply_event.lua`` from the log alone,
+without trusting the statuses the speed layer wrote:
+
+* the first record per (player, eventId) by position counts (duplicates are never
+  logged; this is defensive);
+* an event is *accepted* iff its sourceRevision is strictly above every earlier
+  (position order) revision of the same (player, match) -- the Lua stores ``r`` for
+  every non-superseded event, late ones included;
+* the boards an event feeds are exactly :func:`conf.boards.boards_for_event`;
+* a season board ignores an event received after its cutoff (end + lateness);
+* contribution (player, match, board) exists iff some accepted, non-late event of the
+  match fed the board; its value is the points of the LAST accepted non-late event of
+  the match if that event feeds the board, else 0 (removed; the player stays);
+* totals: ``sum`` adds contributions, ``max`` takes the largest non-removed one (0
+  when none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from conf.boards import SCOPE_GLOBAL, Season, to_ms
+
+MS_PER_DAY = 86_400_000
+
+BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint>"
+
+
+def transform_within_boundary(events: DataFrame, boundary: Mapping[int, int]) -> DataFrame:
+    """Keep log records at or before the boundary position of their partition.
+
+    A partition missing from ``boundary`` contributes nothing.
+    """
+    if not boundary:
+        return events.where(F.lit(False))
+    # A map literal keeps the plan small even with thousands of partitions.
+    pairs: list[Column] = []
+    for partition, position in sorted(boundary.items()):
+        pairs += [F.lit(int(partition)), F.lit(int(position)).cast("bigint")]
+    limit = F.try_element_at(F.create_map(*pairs), F.col("partition"))
+    return events.where(F.col("position") <= F.coalesce(limit, F.lit(-1)))
+
+
+def transform_first_acceptance(events: DataFrame) -> DataFrame:
+    """One record per (player, eventId): the first by position."""
+    first = Window.partitionBy("player_id", "event_id").orderBy("position")
+    return (
+        events.withColumn("_n", F.row_number().over(first))
+        .where(F.col("_n") == 1)
+        .drop("_n")
+    )
+
+
+def transform_accepted(events: DataFrame) -> DataFrame:
+    """Add ``accepted``: revision strictly above every earlier one of the match.
+
+    Same player means same partition, so positions order the match's records.
+    """
+    earlier = (
+        Window.partitionBy("player_id", "match_id")
+        .orderBy("position")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    best_before = F.max("source_revision").over(earlier)
+    return events.withColumn(
+        "accepted",
+        best_before.isNull() | (F.col("source_revision") > best_before),
+    )
+
+
+def _board(name: Column, aggregation: str, cutoff_ms: int) -> Column:
+    return F.struct(
+        name.alias("board"),
+        F.lit(aggregation).alias("aggregation"),
+        F.lit(cutoff_ms).cast("bigint").alias("cutoff_ms"),
+    )
+
+
+def board_columns(occurred_ms: Column, region: Column, seasons: Iterable[Season]) -> Column:
+    """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
+
+    Computed from epoch milliseconds with date arithmetic only, so the answer does
+    not depend on the session time zone.
+    """
+    day = F.date_from_unix_date(F.floor(occurred_ms / F.lit(MS_PER_DAY)).cast("int"))
+    # ISO week: the week's Thursday decides the ISO year (weekday(): Monday = 0).
+    thursday = F.date_add(day, F.lit(3) - F.weekday(day))
+    iso_year = F.year(thursday)
+    iso_week = F.floor((F.dayofyear(thursday) - 1) / 7).cast("int") + 1
+    periods = [
+        ("daily", F.date_format(day, "yyyy-MM-dd")),
+        ("weekly", F.format_string("%04d-W%02d", iso_year, iso_week)),
+        ("monthly", F.date_format(day, "yyyy-MM")),
+        ("alltime", F.lit("all")),
+    ]
+    items: list[Column] = []
+    for season in seasons:
+        inside = (occurred_ms >= F.lit(to_ms(season.start))) & (
+            occurred_ms < F.lit(to_ms(season.end))
+        )
+        for scope in (F.lit(SCOPE_GLOBAL), region):
+            name = F.concat(F.lit(f"season:{season.id}:"), scope)
+            items.append(
+                F.when(inside, _board(name, season.aggregation, to_ms(season.cutoff)))
+            )
+    for window, period in periods:
+        for scope in (F.lit(SCOPE_GLOBAL), region):
+            name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
+            items.append(_board(name, "sum", 0))
+    return F.filter(F.array(*items), lambda b: b.isNotNull())
+
+
+def transform_event_boards(events: DataFrame, seasons: Iterable[Season]) -> DataFrame:
+    """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
+    occurred_ms = F.unix_millis(F.col("occurred_at"))
+    return events.withColumn("boards", board_columns(occurred_ms, F.col("region"), seasons))
+
+
+def _not_late(received_ms: Column, cutoff_ms: Column) -> Column:
+    return (cutoff_ms == 0) | (received_ms <= cutoff_ms)
+
+
+def transform_contributions(events: DataFrame) -> DataFrame:
+    """Contribution per (player, match, board) from events with accepted and boards.
+
+    Columns: partition, player_id, match_id, board, aggregation, points, removed,
+    position (the record that set the value), source_revision.
+    """
+    accepted = events.where(F.col("accepted")).select(
+        "partition",
+        "player_id",
+        "match_id",
+        "position",
+        "source_revision",
+        F.col("received_at_ms"),
+        "points",
+        "boards",
+    )
+    # Boards a match ever fed while not late: the only boards it can hold a value on.
+    fed = (
+        accepted.select(
+            "player_id", "match_id", "received_at_ms", F.explode("boards").alias("b")
+        )
+        .where(_not_late(F.col("received_at_ms"), F.col("b.cutoff_ms")))
+        .select(
+            "player_id",
+            "match_id",
+            F.col("b.board").alias("board"),
+            F.col("b.aggregation").alias("aggregation"),
+            F.col("b.cutoff_ms").alias("cutoff_ms"),
+        )
+        .dropDuplicates(["player_id", "match_id", "board"])
+    )
+    candidates = fed.join(accepted, ["player_id", "match_id"]).where(
+        _not_late(F.col("received_at_ms"), F.col("cutoff_ms"))
+    )
+    last = candidates.groupBy("player_id", "match_id", "board").agg(
+        F.first("aggregation").alias("aggregation"),
+        F.max_by(
+            F.struct(
+                "partition",
+                "position",
+                "source_revision",
+                "points",
+                F.exists("boards", lambda b: b["board"] == F.col("board")).alias("feeds"),
+            ),
+            F.col("position"),
+        ).alias("last"),
+    )
+    return last.select(
+        F.col("last.partition").alias("partition"),
+        "player_id",
+        "match_id",
+        "board",
+        "aggregation",
+        F.when(F.col("last.feeds"), F.col("last.points"))
+        .otherwise(F.lit(0))
+        .cast("bigint")
+        .alias("points"),
+        (~F.col("last.feeds")).alias("removed"),
+        F.col("last.position").alias("position"),
+        F.col("last.source_revision").alias("source_revision"),
+    )
+
+
+def transform_totals(contributions: DataFrame) -> DataFrame:
+    """Total per (board, player): sum of contributions, or best non-removed one."""
+    kept = F.when(~F.col("removed"), F.col("points"))
+    return contributions.groupBy("board", "player_id").agg(
+        F.first("aggregation").alias("aggregation"),
+        F.when(F.first("aggregation") == "max", F.coalesce(F.max(kept), F.lit(0)))
+        .otherwise(F.sum("points"))
+        .cast("bigint")
+        .alias("score"),
+        F.count(F.lit(1)).alias("matches"),
+    )
+
+
+def transform_recompute(
+    bronze: DataFrame, boundary: Mapping[int, int], seasons: Iterable[Season]
+) -> tuple[DataFrame, DataFrame]:
+    """(contributions, totals) of every board from bronze up to ``boundary``."""
+    events = transform_within_boundary(bronze, boundary)
+    events = transform_first_acceptance(events)
+    events = transform_accepted(events)
+    events = transform_event_boards(events, list(seasons))
+    contributions = transform_contributions(events)
+    return contributions, transform_totals(contributions)
