@@ -127,6 +127,58 @@ def signed(body: bytes) -> dict[str, str]:
     }
 
 
+# --------------------------------------------------------------------------- client
+
+
+class Client:
+    """A keep-alive HTTP client with at most ``connections`` connections: aiohttp when
+    installed and preferred (much less CPU per small request, which matters since the
+    generator shares the machine), else httpx (measured faster for 1000-event batches)."""
+
+    def __init__(self, base: str, connections: int, timeout: float, prefer: str) -> None:
+        self.base = base
+        try:
+            import aiohttp
+        except ImportError:
+            aiohttp = None  # type: ignore[assignment]
+        if prefer == "httpx":
+            aiohttp = None  # type: ignore[assignment]
+        self.kind = "aiohttp" if aiohttp is not None else "httpx"
+        if aiohttp is not None:
+            self._session: Any = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=connections, force_close=False),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            )
+            self._errors: tuple[type[BaseException], ...] = (aiohttp.ClientError,
+                                                             asyncio.TimeoutError)
+        else:
+            limits = httpx.Limits(max_connections=connections,
+                                  max_keepalive_connections=connections)
+            self._session = httpx.AsyncClient(limits=limits, timeout=timeout)
+            self._errors = (httpx.HTTPError,)
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        return self._errors
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if self.kind == "aiohttp":
+            async with self._session.post(self.base + path, data=body,
+                                          headers=headers) as reply:
+                return reply.status, await reply.read()
+        reply = await self._session.post(self.base + path, content=body, headers=headers)
+        return reply.status_code, reply.content
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.kind == "aiohttp":
+            await self._session.close()
+        else:
+            await self._session.aclose()
+
+
 # --------------------------------------------------------------------------- stats
 
 
@@ -189,7 +241,8 @@ class Verify:
 
 
 async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_size: int,
-                      concurrency: int, max_seconds: float) -> dict[str, Any]:
+                      concurrency: int, max_seconds: float, client_kind: str
+                      ) -> dict[str, Any]:
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
         events = [factory.event(f"b{b}") for _ in range(min(batch_size,
@@ -202,10 +255,10 @@ async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_
     verify = Verify()
     http_errors: dict[str, int] = {}
     sent_counts: list[int] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     deadline = 0.0
+    kind = ""
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: Client) -> None:
         while time.perf_counter() < deadline:
             try:
                 i = queue.get_nowait()
@@ -215,35 +268,36 @@ async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_
             sent_counts.append(len(events))
             started = time.perf_counter()
             try:
-                reply = await client.post(f"{url}/v1/score-events:batch", content=body,
-                                          headers=signed(body))
-            except httpx.HTTPError as exc:
+                status, content = await client.post("/v1/score-events:batch", body,
+                                                    signed(body))
+            except client.errors as exc:
                 name = type(exc).__name__
                 http_errors[name] = http_errors.get(name, 0) + 1
                 continue
             latencies.append(time.perf_counter() - started)
-            if reply.status_code != 200:
-                key = str(reply.status_code)
-                http_errors[key] = http_errors.get(key, 0) + 1
+            if status != 200:
+                http_errors[str(status)] = http_errors.get(str(status), 0) + 1
                 continue
-            results = orjson.loads(reply.content)["results"]
+            results = orjson.loads(content)["results"]
             if len(results) != len(events):
                 http_errors["result_count"] = http_errors.get("result_count", 0) + 1
                 continue
             for sent, result in zip(events, results, strict=True):
                 verify.check(sent, result)
 
-    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        # Warm up the connections (and the server) with a tiny batch outside the clock.
-        warm = [factory.event("warm") for _ in range(10)]
-        wbody = orjson.dumps({"events": warm})
-        await asyncio.gather(*[client.post(f"{url}/v1/score-events:batch", content=wbody,
-                                           headers=signed(wbody)) for _ in range(1)])
+    async with Client(url, concurrency, 120, client_kind) as client:
+        kind = client.kind
+        # Warm up the connections (and the server) with tiny batches outside the clock.
+        for w in range(concurrency):
+            warm = [factory.event(f"warm{w}") for _ in range(10)]
+            wbody = orjson.dumps({"events": warm})
+            await client.post("/v1/score-events:batch", wbody, signed(wbody))
         started = time.perf_counter()
         deadline = started + max_seconds
         await asyncio.gather(*[worker(client) for _ in range(concurrency)])
         elapsed = time.perf_counter() - started
     return {
+        "http_client": kind,
         "batch_size": batch_size,
         "concurrency": concurrency,
         "batches_sent": len(latencies),
@@ -264,7 +318,7 @@ async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_
 
 
 async def bench_single(url: str, factory: EventFactory, rate: float, seconds: float,
-                       connections: int) -> dict[str, Any]:
+                       connections: int, client_kind: str) -> dict[str, Any]:
     n = int(rate * seconds)
     # Pre-build and pre-sign every request so the generator spends its time sending.
     requests = []
@@ -276,31 +330,30 @@ async def bench_single(url: str, factory: EventFactory, rate: float, seconds: fl
     service: list[float] = []
     verify = Verify()
     errors: dict[str, int] = {}
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
 
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+    async with Client(url, connections, 30, client_kind) as client:
+        kind = client.kind
         warm = factory.event("warm1")
         wbody = orjson.dumps(warm)
         for _ in range(3):
-            await client.post(f"{url}/v1/score-events", content=wbody, headers=signed(wbody))
+            await client.post("/v1/score-events", wbody, signed(wbody))
 
         async def one(scheduled: float, ev: dict[str, Any], body: bytes,
                       headers: dict[str, str]) -> None:
             sent = time.perf_counter()
             try:
-                reply = await client.post(f"{url}/v1/score-events", content=body,
-                                          headers=headers)
-            except httpx.HTTPError as exc:
+                status, content = await client.post("/v1/score-events", body, headers)
+            except client.errors as exc:
                 name = type(exc).__name__
                 errors[name] = errors.get(name, 0) + 1
                 return
             done = time.perf_counter()
             from_schedule.append(done - scheduled)
             service.append(done - sent)
-            if reply.status_code != 200:
-                errors[str(reply.status_code)] = errors.get(str(reply.status_code), 0) + 1
+            if status != 200:
+                errors[str(status)] = errors.get(str(status), 0) + 1
                 return
-            verify.check(ev, orjson.loads(reply.content))
+            verify.check(ev, orjson.loads(content))
 
         tasks = []
         started = time.perf_counter()
@@ -314,6 +367,7 @@ async def bench_single(url: str, factory: EventFactory, rate: float, seconds: fl
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - started
     return {
+        "http_client": kind,
         "offered_rate_per_s": rate,
         "duration_s": seconds,
         "requests": n,
@@ -447,6 +501,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--single-seconds", type=float, default=20)
     p.add_argument("--single-connections", type=int, default=64,
                    help="connection pool size for single POSTs (default 64)")
+    p.add_argument("--batch-client", choices=("httpx", "aiohttp"), default="httpx")
+    p.add_argument("--single-client", choices=("httpx", "aiohttp"), default="aiohttp",
+                   help="aiohttp when installed (default), else httpx")
     p.add_argument("--players", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--memory-samples", type=int, default=500)
@@ -473,7 +530,8 @@ async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, A
         print(f"a. batch: {args.batch_events} events, batches of {args.batch_size}, "
               f"{args.concurrency} connections ...", flush=True)
         report["batch"] = await bench_batch(url, factory, args.batch_events, args.batch_size,
-                                            args.concurrency, args.batch_max_seconds)
+                                            args.concurrency, args.batch_max_seconds,
+                                            args.batch_client)
         report["redis_commandstats_batch"] = commandstats(client)
         report["redis_slowlog_batch"] = [
             {"duration_us": e["duration"], "command": e["command"][:120].decode(
@@ -490,7 +548,8 @@ async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, A
         print(f"b. single: {args.single_rate:.0f} req/s for {args.single_seconds:.0f} s, "
               "open loop ...", flush=True)
         report["single"] = await bench_single(url, factory, args.single_rate,
-                                              args.single_seconds, args.single_connections)
+                                              args.single_seconds, args.single_connections,
+                                              args.single_client)
         report["redis_commandstats_single"] = commandstats(client)
     after = redis_facts(client)
     events_in_redis = sum(int(client.get(k) or 0) for k in client.scan_iter("lb:*:pos"))
