@@ -8,9 +8,26 @@ Redis Cluster slot and the same Lua runs on one server or on a cluster.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 KEY_PREFIX = "lb"
+# Scores are encoded as 8 bytes big-endian of 2**52 - score so that byte order of
+# "enc(score) + playerId" is display order (score desc, then player id asc).
+SCORE_OFFSET = 2**52
+
+
+def encode_entry(score: int, player_id: str) -> bytes:
+    return struct.pack(">Q", SCORE_OFFSET - score) + player_id.encode("utf-8")
+
+
+def encode_score(score: int) -> bytes:
+    return struct.pack(">Q", SCORE_OFFSET - score)
+
+
+def decode_entry(member: bytes) -> tuple[int, str]:
+    (key,) = struct.unpack(">Q", member[:8])
+    return SCORE_OFFSET - key, member[8:].decode("utf-8")
 
 
 def partition_of(player_id: str, partitions: int) -> int:
@@ -58,9 +75,33 @@ class Keys:
         """Hash playerId -> "total|version" of one board."""
         return f"{self.base}:tot:{board}"
 
-    def changed(self, board: str) -> str:
-        """Hash playerId -> last position that changed it (since the base generation)."""
-        return f"{self.base}:chg:{board}"
+    def changed_live(self, board: str) -> str:
+        """Lex zset enc(live total)+playerId of players changed since the base."""
+        return f"{self.base}:chz:{board}"
+
+    def changed_snapshot(self, board: str) -> str:
+        """Lex zset enc(base score)+playerId of changed players in the base generation."""
+        return f"{self.base}:chs:{board}"
+
+    def fenwick(self, board: str) -> str:
+        """BITFIELD of i32 Fenwick counters over the board's buckets."""
+        return f"{self.base}:fw:{board}"
+
+    def buckets(self, board: str) -> str:
+        """Zset bucket index -> lower bound (ascending)."""
+        return f"{self.base}:bk:{board}"
+
+    def staged_buckets(self, board: str) -> str:
+        return f"{self.base}:bk-next:{board}"
+
+    def staged_counts(self, board: str) -> str:
+        """Base counts per bucket of the next generation (packed i32), staged for rebase."""
+        return f"{self.base}:cnt-next:{board}"
+
+    @property
+    def base_generation(self) -> str:
+        """Hash: g = number of the base generation (0 = none), pos = its boundary."""
+        return f"{self.base}:base"
 
     def best(self, board: str, player_id: str) -> str:
         """Sorted set matchId -> contribution, for ``aggregation: max`` boards."""

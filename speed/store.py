@@ -132,7 +132,10 @@ class SpeedLayer:
         for spec, feeds in feeding:
             script_keys += [
                 keys.totals(spec.board),
-                keys.changed(spec.board),
+                keys.changed_live(spec.board),
+                keys.changed_snapshot(spec.board),
+                keys.fenwick(spec.board),
+                keys.buckets(spec.board),
                 keys.best(spec.board, event.playerId),
             ]
             args += [spec.board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]

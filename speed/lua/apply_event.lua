@@ -5,9 +5,17 @@
 -- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
 -- KEYS[4] position counter     last position handed out on this partition
 -- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
--- then per board i (3 keys each, from KEYS[6]):
---   totals hash (playerId -> "total|version"), changed hash (playerId -> position),
---   best-of zset (matchId -> points; only used by aggregation "max")
+-- then per board i (6 keys each, from KEYS[6]):
+--   totals   hash playerId -> "total|version" (the authoritative live total)
+--   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
+--            player changed since the partition's base generation
+--   chs      changed-set, snapshot side: enc(base snapshot score) .. playerId for the
+--            changed players that are in the base generation
+--   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
+--   bk       bucket boundaries: zset member = bucket index, score = lower bound
+--   best     best-of zset matchId -> points (only used by aggregation "max")
+-- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
+-- order: score descending, then player id ascending (memcmp order of UTF-8).
 --
 -- ARGV: playerId, eventId, matchId, revision, points, fingerprint, nowMs,
 --       retentionSeconds, rateCapacity (0 = off), rateRefillMs, partition,
@@ -46,11 +54,12 @@ local boards = {}
 local given = {}
 for i = 1, n_boards do
   local a = 14 + (i - 1) * 4
-  local k = 5 + (i - 1) * 3
+  local k = 5 + (i - 1) * 6
   local b = {
     id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
     feeds = ARGV[a + 4] == "1",
-    totals = KEYS[k + 1], changed = KEYS[k + 2], best = KEYS[k + 3],
+    totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
+    bk = KEYS[k + 5], best = KEYS[k + 6],
   }
   boards[i] = b
   given[b.id] = true
@@ -102,9 +111,67 @@ local function read_total(b)
   return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))
 end
 
-local function write_total(b, total, version)
+local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
+
+local function enc(score)
+  return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+-- Bucket holding a score: the one with the largest lower bound <= score; scores below
+-- the lowest bound (or a board without boundaries yet) fall in bucket 1.
+local function bucket_of(b, score)
+  local hit = redis.call("ZREVRANGEBYSCORE", b.bk, score, "-inf", "LIMIT", 0, 1)
+  if #hit == 0 then
+    return 1
+  end
+  return tonumber(hit[1])
+end
+
+-- One BITFIELD call applies both Fenwick point updates (old bucket -1, new +1).
+local function fenwick_move(b, from, to)
+  local size = math.max(1, redis.call("ZCARD", b.bk))
+  local ops = {}
+  local function add(i, delta)
+    while i <= size do
+      ops[#ops + 1] = "INCRBY"
+      ops[#ops + 1] = "i32"
+      ops[#ops + 1] = "#" .. (i - 1)
+      ops[#ops + 1] = delta
+      i = i + bit.band(i, -i)
+    end
+  end
+  if from then
+    add(from, -1)
+  end
+  add(to, 1)
+  redis.call("BITFIELD", b.fw, unpack(ops))
+end
+
+-- Moves the player in the changed-set and the Fenwick tree from old (nil when new to
+-- the board) to new. A player absent from chz has not changed since the base, so its
+-- old total is its score in the base generation: that goes to chs.
+local function track(b, old, new)
+  local member_new = enc(new) .. player
+  local from = nil
+  if old then
+    local member_old = enc(old) .. player
+    if redis.call("ZSCORE", b.chz, member_old) then
+      redis.call("ZREM", b.chz, member_old)
+    else
+      redis.call("ZADD", b.chs, 0, member_old)
+    end
+    from = bucket_of(b, old)
+  end
+  redis.call("ZADD", b.chz, 0, member_new)
+  local to = bucket_of(b, new)
+  if from ~= to then
+    fenwick_move(b, from, to)
+  end
+end
+
+local function write_total(b, old, total, version)
   redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
-  redis.call("HSET", b.changed, player, position)
+  track(b, old, total)
 end
 
 -- Largest contribution left in a best-of board, 0 when none.
@@ -150,6 +217,7 @@ else
       if b.feeds then
         new = points
       end
+      local old_total = total
       local base = total or 0
       if b.agg == "max" then
         if b.feeds then
@@ -163,7 +231,7 @@ else
         total = base + new - (old or 0)
       end
       version = version + 1
-      write_total(b, total, version)
+      write_total(b, old_total, total, version)
       redis.call("HSET", KEYS[2], "b:" .. b.id, new)
       any_applied = true
       items[#items + 1] = {board = b.id, total = total, version = version}
