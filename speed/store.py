@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 
+import hiredis
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, ResponseError
 
 from conf.boards import BoardsConfig, BoardSpec, boards_for_event, season_cutoffs_ms
 from speed.events import NormalizedEvent
@@ -86,9 +89,34 @@ class SpeedLayer:
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
         self._cutoffs = season_cutoffs_ms(boards)
+        # boards_for_event depends only on the UTC date, the region and which seasons
+        # hold the moment; a batch repeats few of those, so compute each once.
+        self._boards_cache: dict[tuple[date, str, tuple[bool, ...]], list[BoardSpec]] = {}
+        # Key names and constant script arguments per (partition, board).
+        self._board_cache: dict[tuple[int, str], tuple[str, str, str, str, str, str]] = {}
+        self._keys_cache: dict[int, Keys] = {}
+        if rate_limit is not None:
+            self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
+        else:
+            self._rate_args = (0, 1)
 
     def keys(self, partition: int) -> Keys:
         return Keys(partition)
+
+    def _boards_for(self, occurred_at: datetime, region: str) -> list[BoardSpec]:
+        moment = occurred_at.astimezone(UTC)
+        key = (
+            moment.date(),
+            region,
+            tuple(s.start <= moment < s.end for s in self.boards.seasons),
+        )
+        specs = self._boards_cache.get(key)
+        if specs is None:
+            if len(self._boards_cache) > 4096:
+                self._boards_cache.clear()
+            specs = boards_for_event(self.boards, moment, region)
+            self._boards_cache[key] = specs
+        return specs
 
     def _spec_for(self, board: str) -> BoardSpec:
         aggregation = "sum"
@@ -97,24 +125,32 @@ class SpeedLayer:
             aggregation = season.aggregation if season else "sum"
         return BoardSpec(board, aggregation, self._cutoffs.get(board, 0))
 
-    def _script_args(self, call: _Call, now_ms: int) -> tuple[list[str], list[Any]]:
+    def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
+        """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
         event = call.event.event
-        keys = Keys(call.partition)
-        feeding = [(spec, True) for spec in call.specs]
-        fed = {spec.board for spec in call.specs}
-        feeding += [(self._spec_for(b), False) for b in call.extra_boards if b not in fed]
+        player = event.playerId
+        partition = call.partition
+        keys = self._keys_cache.get(partition)
+        if keys is None:
+            keys = self._keys_cache[partition] = Keys(partition)
+        if call.extra_boards:
+            feeding = [(spec, True) for spec in call.specs]
+            fed = {spec.board for spec in call.specs}
+            feeding += [
+                (self._spec_for(b), False) for b in call.extra_boards if b not in fed
+            ]
+        else:
+            feeding = [(spec, True) for spec in call.specs]
         script_keys = [
-            keys.dedupe(event.playerId, event.eventId),
-            keys.contribution(event.playerId, event.matchId),
+            keys.dedupe(player, event.eventId),
+            keys.contribution(player, event.matchId),
             keys.log,
             keys.position,
-            keys.rate(event.playerId),
+            keys.rate(player),
         ]
-        capacity, refill_ms = 0, 1
-        if self.rate_limit is not None:
-            capacity, refill_ms = self.rate_limit[0], int(self.rate_limit[1] * 1000)
+        capacity, refill_ms = self._rate_args
         args: list[Any] = [
-            event.playerId,
+            player,
             event.eventId,
             event.matchId,
             event.sourceRevision,
@@ -124,22 +160,56 @@ class SpeedLayer:
             self.retention_seconds,
             capacity,
             refill_ms,
-            call.partition,
+            partition,
             call.event.canonical,
             1 if event.kind == "correction" else 0,
             len(feeding),
         ]
+        board_cache = self._board_cache
         for spec, feeds in feeding:
-            script_keys += [
-                keys.totals(spec.board),
-                keys.changed_live(spec.board),
-                keys.changed_snapshot(spec.board),
-                keys.fenwick(spec.board),
-                keys.buckets(spec.board),
-                keys.best(spec.board, event.playerId),
-            ]
-            args += [spec.board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]
-        return script_keys, args
+            board = spec.board
+            cached = board_cache.get((partition, board))
+            if cached is None:
+                cached = board_cache[(partition, board)] = (
+                    keys.totals(board),
+                    keys.changed_live(board),
+                    keys.changed_snapshot(board),
+                    keys.fenwick(board),
+                    keys.buckets(board),
+                    keys.best(board, ""),
+                )
+            script_keys += [*cached[:5], cached[5] + player]
+            args += [board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]
+        return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
+
+    async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
+        """Send every EVALSHA in one write and read the replies in order.
+
+        What redis-py's non-transactional pipeline does, without its per-call SCRIPT
+        EXISTS round trip and its pure-Python command packing (hiredis packs here).
+        A reply that is an error is returned as the exception, like the pipeline's.
+        """
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+        packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
+
+        async def send_and_read() -> list[Any]:
+            await conn.send_packed_command(packed)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        async def on_failure(error: BaseException) -> None:
+            await conn.disconnect()
+
+        try:
+            return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
+        finally:
+            await pool.release(conn)
 
     async def apply(self, events: list[NormalizedEvent]) -> list[Outcome]:
         """Apply events in order; one pipelined round trip (plus rare retries)."""
@@ -147,7 +217,7 @@ class SpeedLayer:
             _Call(
                 e,
                 partition_of(e.event.playerId, self.partitions),
-                boards_for_event(self.boards, e.occurred_at, e.event.region),
+                self._boards_for(e.occurred_at, e.event.region),
             )
             for e in events
         ]
@@ -159,13 +229,20 @@ class SpeedLayer:
             if not pending:
                 break
             now_ms = int(time.time() * 1000)
-            pipe = self.client.pipeline(transaction=False)
-            for i in pending:
-                script_keys, args = self._script_args(calls[i], now_ms)
-                await self._apply(keys=script_keys, args=args, client=pipe)
-            replies = await pipe.execute()
+            replies = await self._evalsha_all(
+                [self._script_args(calls[i], now_ms) for i in pending]
+            )
             retry: list[int] = []
+            script_missing = False
             for i, reply in zip(pending, replies, strict=True):
+                if isinstance(reply, NoScriptError):
+                    # The server lost its script cache (restart, SCRIPT FLUSH): nothing
+                    # ran for this event; load the script and run it again.
+                    script_missing = True
+                    retry.append(i)
+                    continue
+                if isinstance(reply, Exception):
+                    raise reply
                 kind = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
                 payload = reply[1]
                 if kind in ("ok", "duplicate"):
@@ -188,6 +265,8 @@ class SpeedLayer:
             # A retried event had no side effect; running it after the rest of the
             # batch is the same as receiving it a moment later, and its log position
             # records that order for the batch layer.
+            if script_missing:
+                await self.client.script_load(self._apply.script)
             pending = retry
         if pending:
             raise RuntimeError("contribution touched more boards than retries allow")
