@@ -71,7 +71,8 @@ def jar_paths(jars_dir: Path = JARS_DIR) -> list[Path]:
 
 def _url(artifact: tuple[str, str, str]) -> str:
     group, name, version = artifact
-    return f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{name}/{version}/{jar_name(artifact)}"
+    path = f"{group.replace('.', '/')}/{name}/{version}/{jar_name(artifact)}"
+    return f"{MAVEN_CENTRAL}/{path}"
 
 
 def _get(url: str) -> bytes:

@@ -164,7 +164,9 @@ def rfc3339(moment: datetime) -> str:
 # ------------------------------------------------------------------ buckets/segments
 
 
-def equi_depth_buckets(scores: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
+def equi_depth_buckets(
+    scores: np.ndarray, target: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(lower, count) of buckets over ``scores``, ascending by lower.
 
     Greedy over distinct scores in ascending order: a bucket closes once it holds at
@@ -188,7 +190,11 @@ def equi_depth_buckets(scores: np.ndarray, target: int) -> tuple[np.ndarray, np.
 
 
 def write_board_segment(
-    directory: Path, board: str, player_ids: pa.Array, scores: pa.Array, bucket_target: int
+    directory: Path,
+    board: str,
+    player_ids: pa.Array,
+    scores: pa.Array,
+    bucket_target: int,
 ) -> dict[str, str]:
     """Write the three files of one board; returns file name -> sha256."""
     data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)

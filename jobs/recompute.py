@@ -32,7 +32,9 @@ MS_PER_DAY = 86_400_000
 BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint>"
 
 
-def transform_within_boundary(events: DataFrame, boundary: Mapping[int, int]) -> DataFrame:
+def transform_within_boundary(
+    events: DataFrame, boundary: Mapping[int, int]
+) -> DataFrame:
     """Keep log records at or before the boundary position of their partition.
 
     A partition missing from ``boundary`` contributes nothing.
@@ -82,7 +84,9 @@ def _board(name: Column, aggregation: str, cutoff_ms: int) -> Column:
     )
 
 
-def board_columns(occurred_ms: Column, region: Column, seasons: Iterable[Season]) -> Column:
+def board_columns(
+    occurred_ms: Column, region: Column, seasons: Iterable[Season]
+) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
     Computed from epoch milliseconds with date arithmetic only, so the answer does
@@ -119,7 +123,8 @@ def board_columns(occurred_ms: Column, region: Column, seasons: Iterable[Season]
 def transform_event_boards(events: DataFrame, seasons: Iterable[Season]) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
-    return events.withColumn("boards", board_columns(occurred_ms, F.col("region"), seasons))
+    boards = board_columns(occurred_ms, F.col("region"), seasons)
+    return events.withColumn("boards", boards)
 
 
 def _not_late(received_ms: Column, cutoff_ms: Column) -> Column:
@@ -168,7 +173,9 @@ def transform_contributions(events: DataFrame) -> DataFrame:
                 "position",
                 "source_revision",
                 "points",
-                F.exists("boards", lambda b: b["board"] == F.col("board")).alias("feeds"),
+                F.exists("boards", lambda b: b["board"] == F.col("board")).alias(
+                    "feeds"
+                ),
             ),
             F.col("position"),
         ).alias("last"),

@@ -1,4 +1,4 @@
-"""The one session-scoped SparkSession (with Delta) shared by every test that needs it."""
+"""The one session-scoped SparkSession (with Delta) shared by the tests needing it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ def spark() -> Iterator[SparkSession]:
     from jobs.spark import get_spark
 
     try:
-        session = get_spark("leaderboard-tests", shuffle_partitions=4, driver_memory="2g")
+        session = get_spark(
+            "leaderboard-tests", shuffle_partitions=4, driver_memory="2g"
+        )
     except JarsMissing as exc:
         pytest.fail(str(exc))
     yield session

@@ -132,7 +132,8 @@ def oracle_totals(config: BoardsConfig, records: Iterable[dict[str, Any]]) -> di
     for board, players in per_board.items():
         if aggregation[board] == "max":
             totals[board] = {
-                p: max([v for v in vs if v >= 0], default=0) for p, vs in players.items()
+                p: max([v for v in vs if v >= 0], default=0)
+                for p, vs in players.items()
             }
         else:
             totals[board] = {p: sum(max(v, 0) for v in vs) for p, vs in players.items()}

@@ -40,7 +40,7 @@ CUTOFF_MS = to_ms(S4.cutoff)
 def totals_of(spark, events, seasons=(S4,), boundary=None):
     df = bronze(spark, events)
     if boundary is None:
-        boundary = {p: 10**9 for p in range(8)}
+        boundary = dict.fromkeys(range(8), 10 ** 9)
     contributions, totals = transform_recompute(df, boundary, list(seasons))
     return contributions, totals
 
@@ -91,7 +91,8 @@ def test_first_acceptance_keeps_first_by_position(spark):
     ])
     got = transform_first_acceptance(df).select("player_id", "event_id", "position")
     expected = spark.createDataFrame(
-        [("P1", "E1", 1), ("P2", "E1", 3)], "player_id string, event_id string, position long"
+        [("P1", "E1", 1), ("P2", "E1", 3)],
+        "player_id string, event_id string, position long",
     )
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
@@ -197,7 +198,7 @@ def test_totals_equal_oracle_on_random_histories(spark):
     config = BoardsConfig(regions=["eu", "na"], seasons=[S4, BEST])
     rng = random.Random(11)
     events = []
-    for i in range(300):
+    for _ in range(300):
         player = f"P{rng.randrange(12)}"
         events.append(Ev(
             player,
