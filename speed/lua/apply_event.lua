@@ -202,6 +202,8 @@ if stored_rev > 0 and revision <= stored_rev then
 else
   -- (c) delta = new - stored contribution, on every board the event feeds; a board
   -- the previous revision fed and this one does not gets its contribution removed.
+  -- The contribution record's fields are written in one HSET, in board order, then r.
+  local contribution = {}
   for _, b in ipairs(boards) do
     local late = b.cutoff > 0 and now_ms > b.cutoff
     local old = applied[b.id]
@@ -232,12 +234,15 @@ else
       end
       version = version + 1
       write_total(b, old_total, total, version)
-      redis.call("HSET", KEYS[2], "b:" .. b.id, new)
+      contribution[#contribution + 1] = "b:" .. b.id
+      contribution[#contribution + 1] = new
       any_applied = true
       items[#items + 1] = {board = b.id, total = total, version = version}
     end
   end
-  redis.call("HSET", KEYS[2], "r", revision)
+  contribution[#contribution + 1] = "r"
+  contribution[#contribution + 1] = revision
+  redis.call("HSET", KEYS[2], unpack(contribution))
   if any_applied then
     status = "accepted"
   elseif any_late then
