@@ -56,7 +56,6 @@ def get_spark(
         .config("spark.sql.adaptive.enabled", "true")
         # Delta's own retention checks and stats are not needed for local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
     )
     spark = builder.getOrCreate()

@@ -214,7 +214,7 @@ def test_equi_depth_buckets():
     import numpy as np
 
     lowers, counts = equi_depth_buckets(np.array([5, 1, 1, 1, 2, 3, 3, 9]), 3)
-    assert lowers.tolist() == [1, 3] and counts.tolist() == [3, 5]
+    assert lowers.tolist() == [1, 2, 5] and counts.tolist() == [3, 3, 2]
     lowers, counts = equi_depth_buckets(np.array([7]), 100)
     assert lowers.tolist() == [7] and counts.tolist() == [1]
 
