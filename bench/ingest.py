@@ -418,6 +418,60 @@ def commandstats(client: redis.Redis) -> dict[str, Any]:
             for k, v in stats.items()}
 
 
+# --------------------------------------------------------------------------- cpu
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime, all threads
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot."""
+    parts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return (sum(parts[:8]) - idle) / CLK_TCK, sum(parts[:8]) / CLK_TCK
+
+
+class CpuMeter:
+    """CPU seconds used by the API, Redis, this generator and everything else."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.start = self._snap()
+
+    def _snap(self) -> dict[str, float]:
+        snap = {name: _proc_cpu(pid) for name, pid in self.pids.items()}
+        snap["machine_busy"], snap["machine_total"] = _machine_cpu()
+        snap["wall"] = time.monotonic()
+        return snap
+
+    def stop(self, events: int) -> dict[str, Any]:
+        end = self._snap()
+        d = {k: end[k] - self.start[k] for k in end}
+        ours = sum(d[name] for name in self.pids)
+        out: dict[str, Any] = {f"{name}_cpu_s": round(d[name], 2) for name in self.pids}
+        out["other_processes_cpu_s"] = round(max(0.0, d["machine_busy"] - ours), 2)
+        out["machine_idle_cpu_s"] = round(d["machine_total"] - d["machine_busy"], 2)
+        out["wall_s"] = round(d["wall"], 2)
+        if events:
+            out.update({f"{name}_cpu_us_per_event": round(d[name] / events * 1e6, 1)
+                        for name in self.pids})
+        return out
+
+
+def top_processes(n: int = 6) -> list[str]:
+    proc = subprocess.run(["ps", "-eo", "pid,pcpu,etime,comm", "--sort=-pcpu"],
+                          capture_output=True, text=True)
+    return [" ".join(line.split()) for line in proc.stdout.splitlines()[1:n + 1]]
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -448,6 +502,20 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _cpu_cell(phase: dict[str, Any]) -> str:
+    cpu = phase.get("cpu") or {}
+    return "|".join(str(cpu.get(f"{n}_cpu_us_per_event", "-"))
+                    for n in ("api", "redis", "generator"))
+
+
+def _cpu_other(phase: dict[str, Any]) -> str:
+    cpu = phase.get("cpu") or {}
+    if not cpu:
+        return ""
+    return (f"other processes {cpu['other_processes_cpu_s']} CPU-s, idle "
+            f"{cpu['machine_idle_cpu_s']} CPU-s over {cpu['wall_s']} s wall")
+
+
 def print_table(report: dict[str, Any]) -> None:
     a, b, c = report["batch"], report["single"], report["memory"]
     rows = [
@@ -460,6 +528,8 @@ def print_table(report: dict[str, Any]) -> None:
         ("batch: not accepted", str(sum(a["other_status"].values())
                                     + sum(a["event_errors"].values())),
          f"http errors {a['http_errors'] or 0}, verify failures {len(a['verification_failures'])}"),
+        ("batch: CPU us/event api|redis|generator",
+         _cpu_cell(a), _cpu_other(a)),
         ("single: offered / achieved req/s",
          f"{b['offered_rate_per_s']:.0f} / {b['achieved_rate_per_s']:.0f}",
          f"{b['requests']} requests, {b['accepted']} accepted, errors {b['errors'] or 0}"),
@@ -469,6 +539,7 @@ def print_table(report: dict[str, Any]) -> None:
          f"max {b['latency_from_schedule']['max_ms']} ms"),
         ("single: latency (service)", f"p50 {b['latency_service']['p50_ms']} ms",
          f"p99 {b['latency_service']['p99_ms']} ms, max {b['latency_service']['max_ms']} ms"),
+        ("single: CPU us/event api|redis|generator", _cpu_cell(b), _cpu_other(b)),
         ("redis: bytes / dedupe record", f"{c['dedupe']['avg_bytes']}",
          f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled"),
         ("redis: bytes / contribution record", f"{c['contribution']['avg_bytes']}",
@@ -514,7 +585,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run(url: str, redis_url: str, args: argparse.Namespace,
+              pids: dict[str, int]) -> dict[str, Any]:
     client = redis.Redis.from_url(redis_url)
     factory = EventFactory(args.players, args.seed, datetime.now(UTC))
     before = redis_facts(client)
@@ -529,9 +601,12 @@ async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, A
     else:
         print(f"a. batch: {args.batch_events} events, batches of {args.batch_size}, "
               f"{args.concurrency} connections ...", flush=True)
+        meter = CpuMeter(pids)
         report["batch"] = await bench_batch(url, factory, args.batch_events, args.batch_size,
                                             args.concurrency, args.batch_max_seconds,
                                             args.batch_client)
+        report["batch"]["cpu"] = meter.stop(report["batch"]["accepted"])
+        report["batch"]["top_processes_after"] = top_processes()
         report["redis_commandstats_batch"] = commandstats(client)
         report["redis_slowlog_batch"] = [
             {"duration_us": e["duration"], "command": e["command"][:120].decode(
@@ -547,9 +622,12 @@ async def run(url: str, redis_url: str, args: argparse.Namespace) -> dict[str, A
     else:
         print(f"b. single: {args.single_rate:.0f} req/s for {args.single_seconds:.0f} s, "
               "open loop ...", flush=True)
+        meter = CpuMeter(pids)
         report["single"] = await bench_single(url, factory, args.single_rate,
                                               args.single_seconds, args.single_connections,
                                               args.single_client)
+        report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
+        report["single"]["top_processes_after"] = top_processes()
         report["redis_commandstats_single"] = commandstats(client)
     after = redis_facts(client)
     events_in_redis = sum(int(client.get(k) or 0) for k in client.scan_iter("lb:*:pos"))
@@ -589,8 +667,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True)
         print(lb(["up", "--port", str(port)], env), flush=True)
         url = f"http://127.0.0.1:{port}"
-        redis_url = (data_dir / "run" / "redis.url").read_text().strip()
-        report.update(asyncio.run(run(url, redis_url, args)))
+        run_dir = data_dir / "run"
+        redis_url = (run_dir / "redis.url").read_text().strip()
+        pids = {"api": int((run_dir / "api.pid").read_text()),
+                "redis": int((run_dir / "redis.pid").read_text()),
+                "generator": os.getpid()}
+        report["load_before"] = {"loadavg": os.getloadavg(), "top": top_processes()}
+        report.update(asyncio.run(run(url, redis_url, args, pids)))
     except BaseException as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
         print(f"bench failed: {report['error']}", file=sys.stderr)
