@@ -52,20 +52,17 @@ def _decode_result(raw: bytes | str) -> dict[str, Any]:
     raw_body: dict[str, Any] = orjson.loads(raw)
     # cjson encodes an empty Lua table as {} and orders keys by hash; rebuild the
     # body in the contract's order with a list of boards.
-    boards = raw_body.get("boards") or []
+    boards = []
+    for b in raw_body.get("boards") or ():
+        item = {"board": b["board"], "total": int(b["total"]), "version": int(b["version"])}
+        if "status" in b:
+            item["status"] = b["status"]
+        boards.append(item)
     return {
         "eventId": raw_body["eventId"],
         "playerId": raw_body["playerId"],
         "status": raw_body["status"],
-        "boards": [
-            {
-                "board": b["board"],
-                "total": int(b["total"]),
-                "version": int(b["version"]),
-                **({"status": b["status"]} if "status" in b else {}),
-            }
-            for b in boards
-        ],
+        "boards": boards,
         "partition": int(raw_body["partition"]),
         "position": int(raw_body["position"]),
     }
@@ -92,6 +89,7 @@ class SpeedLayer:
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
         self._boards_cache: dict[tuple[date, str, tuple[bool, ...]], list[BoardSpec]] = {}
+        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[str, str, str, str, str, str]] = {}
         self._keys_cache: dict[int, Keys] = {}
@@ -104,11 +102,11 @@ class SpeedLayer:
         return Keys(partition)
 
     def _boards_for(self, occurred_at: datetime, region: str) -> list[BoardSpec]:
-        moment = occurred_at.astimezone(UTC)
+        moment = occurred_at if occurred_at.tzinfo is UTC else occurred_at.astimezone(UTC)
         key = (
             moment.date(),
             region,
-            tuple(s.start <= moment < s.end for s in self.boards.seasons),
+            tuple([start <= moment < end for start, end in self._season_bounds]),
         )
         specs = self._boards_cache.get(key)
         if specs is None:
