@@ -385,6 +385,69 @@ async def bench_single(url: str, factory: EventFactory, rate: float, seconds: fl
     }
 
 
+# --------------------------------------------------------------------------- d. ceiling
+
+
+async def bench_speed_layer(redis_url: str, factory: EventFactory, total_events: int,
+                            batch_size: int, concurrency: int) -> dict[str, Any]:
+    """The speed layer alone (no HTTP, no validation on the clock): SpeedLayer.apply on
+    pre-normalized batches against the stack's Redis. An upper bound for what the HTTP
+    path can reach with this Lua on this Redis."""
+    import redis.asyncio as aioredis
+
+    from api.routes.score_events import validate_event
+    from conf.boards import load_boards
+    from conf.settings import Settings
+    from speed.store import SpeedLayer
+
+    settings = Settings(rate_limit="off")
+    boards = load_boards(settings.boards_file)
+    now = datetime.now(UTC)
+    batches = []
+    for b in range((total_events + batch_size - 1) // batch_size):
+        raws = [factory.event(f"d{b}") for _ in range(min(batch_size,
+                                                          total_events - b * batch_size))]
+        batches.append((raws, [validate_event(r, settings, boards, now) for r in raws]))
+    client = aioredis.from_url(redis_url, max_connections=256)
+    speed = SpeedLayer(client, boards, settings.partitions, settings.retention_seconds, None)
+    verify = Verify()
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(batches)):
+        queue.put_nowait(i)
+
+    async def worker() -> None:
+        while not queue.empty():
+            raws, events = batches[queue.get_nowait()]
+            started = time.perf_counter()
+            outcomes = await speed.apply(events)
+            latencies.append(time.perf_counter() - started)
+            for raw, outcome in zip(raws, outcomes, strict=True):
+                verify.check(raw, outcome.body or {"error": type(outcome.error).__name__})
+
+    try:
+        # Load the script outside the clock, with an event of its own.
+        warm = factory.event("dwarm")
+        await speed.apply([validate_event(warm, settings, boards, now)])
+        started = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        elapsed = time.perf_counter() - started
+    finally:
+        await client.aclose()
+    return {
+        "events": total_events,
+        "batch_size": batch_size,
+        "concurrency": concurrency,
+        "elapsed_s": round(elapsed, 3),
+        "accepted": verify.accepted,
+        "accepted_per_s": round(verify.accepted / elapsed, 1),
+        "other_status": verify.other_status,
+        "event_errors": verify.errors,
+        "verification_failures": verify.bad,
+        "latency_per_batch": summarize_ms(latencies),
+    }
+
+
 # --------------------------------------------------------------------------- c. memory
 
 
@@ -502,6 +565,19 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _ceiling_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    d = report.get("speed_layer")
+    if not d:
+        return []
+    evalsha = report.get("redis_commandstats_speed_layer", {}).get("cmdstat_evalsha", {})
+    return [
+        ("speed layer alone: accepted events/s", f"{d['accepted_per_s']:.0f}",
+         f"no HTTP; {d['accepted']} accepted in {d['elapsed_s']} s; Redis EVALSHA "
+         f"{evalsha.get('usec_per_call', '-')} us/call"),
+        ("speed layer: CPU us/event api|redis|generator", _cpu_cell(d), _cpu_other(d)),
+    ]
+
+
 def _cpu_cell(phase: dict[str, Any]) -> str:
     cpu = phase.get("cpu") or {}
     return "|".join(str(cpu.get(f"{n}_cpu_us_per_event", "-"))
@@ -540,6 +616,7 @@ def print_table(report: dict[str, Any]) -> None:
         ("single: latency (service)", f"p50 {b['latency_service']['p50_ms']} ms",
          f"p99 {b['latency_service']['p99_ms']} ms, max {b['latency_service']['max_ms']} ms"),
         ("single: CPU us/event api|redis|generator", _cpu_cell(b), _cpu_other(b)),
+        *_ceiling_rows(report),
         ("redis: bytes / dedupe record", f"{c['dedupe']['avg_bytes']}",
          f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled"),
         ("redis: bytes / contribution record", f"{c['contribution']['avg_bytes']}",
@@ -560,13 +637,13 @@ def print_table(report: dict[str, Any]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch-events", type=int, default=200_000,
-                   help="events sent through the batch endpoint (default 200000)")
+    p.add_argument("--batch-events", type=int, default=100_000,
+                   help="events sent through the batch endpoint (default 100000)")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=4,
                    help="concurrent batch connections (default 4)")
-    p.add_argument("--batch-max-seconds", type=float, default=90,
-                   help="stop sending batches after this long (default 90)")
+    p.add_argument("--batch-max-seconds", type=float, default=60,
+                   help="stop sending batches after this long (default 60)")
     p.add_argument("--single-rate", type=float, default=500,
                    help="offered single-POST rate, requests/s (default 500)")
     p.add_argument("--single-seconds", type=float, default=20)
@@ -578,6 +655,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--players", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--memory-samples", type=int, default=500)
+    p.add_argument("--ceiling-events", type=int, default=30_000,
+                   help="events for the speed-layer-only run, no HTTP (0 skips; "
+                        "default 30000)")
     p.add_argument("--skip-batch", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--keep-data", action="store_true", help="keep the temp LB_DATA_DIR")
@@ -629,6 +709,14 @@ async def run(url: str, redis_url: str, args: argparse.Namespace,
         report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
         report["single"]["top_processes_after"] = top_processes()
         report["redis_commandstats_single"] = commandstats(client)
+    if args.ceiling_events > 0:
+        client.config_resetstat()
+        print(f"d. speed layer alone (no HTTP): {args.ceiling_events} events ...", flush=True)
+        meter = CpuMeter(pids)
+        report["speed_layer"] = await bench_speed_layer(
+            redis_url, factory, args.ceiling_events, args.batch_size, args.concurrency)
+        report["speed_layer"]["cpu"] = meter.stop(report["speed_layer"]["accepted"])
+        report["redis_commandstats_speed_layer"] = commandstats(client)
     after = redis_facts(client)
     events_in_redis = sum(int(client.get(k) or 0) for k in client.scan_iter("lb:*:pos"))
     delta = after["used_memory"] - before["used_memory"]
