@@ -252,8 +252,7 @@ def histories(draw: Any) -> list[dict[str, Any]]:
     return events
 
 
-@pytest.mark.slow
-@hyp_settings(max_examples=6, deadline=None,
+@hyp_settings(max_examples=5, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=histories())
 def test_published_snapshot_equals_offline_sort(spark, redis_server, history):
