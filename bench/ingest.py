@@ -468,6 +468,7 @@ def memory_usage(client: redis.Redis, pattern: str, samples: int) -> dict[str, A
 def redis_facts(client: redis.Redis) -> dict[str, Any]:
     info = client.info()
     return {
+        "aof_bytes": info.get("aof_current_size", 0),
         "used_memory": info["used_memory"],
         "keys": client.dbsize(),
         "aof_enabled": info.get("aof_enabled"),
@@ -623,6 +624,8 @@ def print_table(report: dict[str, Any]) -> None:
          f"MEMORY USAGE, {c['contribution']['sampled_keys']} keys sampled"),
         ("redis: used_memory / event", f"{c['used_memory_per_event']}",
          f"{c['used_memory_delta']} bytes over {c['events_in_redis']} events"),
+        ("redis: AOF bytes / event", f"{c['aof_bytes_per_event']}",
+         f"aof_current_size {c['aof_bytes']}"),
     ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -730,6 +733,9 @@ async def run(url: str, redis_url: str, args: argparse.Namespace,
         "events_in_redis": events_in_redis,
         "used_memory_per_event": round(delta / events_in_redis, 1) if events_in_redis else None,
         "keys": after["keys"],
+        "aof_bytes": after["aof_bytes"],
+        "aof_bytes_per_event": round(after["aof_bytes"] / events_in_redis, 1)
+        if events_in_redis and after["aof_bytes"] else None,
     }
     report["redis"] = {"appendfsync": after["appendfsync"], "aof_enabled": after["aof_enabled"]}
     client.close()
