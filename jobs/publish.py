@@ -248,18 +248,16 @@ def write_segments(
     boards: dict[str, dict[str, Any]] = {}
     if table.num_rows == 0:
         return boards
-    board_col = table.column("board").combine_chunks()
-    # Rows are sorted by (board, position): each board is one contiguous run.
-    starts = [0]
-    values = board_col.to_pylist()
-    for i in range(1, len(values)):
-        if values[i] != values[i - 1]:
-            starts.append(i)
-    starts.append(len(values))
+    # Rows are sorted by (board, position): each board is one contiguous run, found
+    # where the dictionary index changes (no per-row Python work).
+    encoded = table.column("board").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    names = encoded.dictionary.to_pylist()
+    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
     players = table.column("player_id").combine_chunks()
     scores = table.column("score").combine_chunks().cast(pa.int64())
     for begin, end in zip(starts[:-1], starts[1:], strict=True):
-        board = values[begin]
+        board = names[codes[begin]]
         sums = write_board_segment(
             directory,
             board,

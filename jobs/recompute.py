@@ -136,61 +136,61 @@ def transform_contributions(events: DataFrame) -> DataFrame:
 
     Columns: partition, player_id, match_id, board, aggregation, points, removed,
     position (the record that set the value), source_revision.
+
+    One shuffle: the accepted events of a match (usually one or two) are gathered
+    into a position-ordered array, and each board's value is picked from it with
+    higher-order functions instead of a join.
     """
-    accepted = events.where(F.col("accepted")).select(
-        "partition",
+    item = F.struct(
+        F.col("position"),
+        F.col("partition"),
+        F.col("source_revision"),
+        F.col("received_at_ms"),
+        F.col("points"),
+        F.col("boards"),
+    )
+    matches = (
+        events.where(F.col("accepted"))
+        .groupBy("player_id", "match_id")
+        .agg(F.array_sort(F.collect_list(item)).alias("evs"))
+    )
+
+    def not_late(e: Column, b: Column) -> Column:
+        return _not_late(e["received_at_ms"], b["cutoff_ms"])
+
+    # Boards the match ever fed while not late: the only boards it can hold a value on.
+    fed = F.array_distinct(
+        F.flatten(
+            F.transform(
+                "evs", lambda e: F.filter(e["boards"], lambda b: not_late(e, b))
+            )
+        )
+    )
+    per_board = matches.select(
+        "player_id", "match_id", "evs", F.explode(fed).alias("b")
+    )
+    # The last accepted event of the match that is not late for this board.
+    last = F.element_at(F.filter("evs", lambda e: not_late(e, F.col("b"))), -1)
+    picked = per_board.select(
         "player_id",
         "match_id",
-        "position",
-        "source_revision",
-        F.col("received_at_ms"),
-        "points",
-        "boards",
+        F.col("b"),
+        last.alias("last"),
+    ).withColumn(
+        "feeds",
+        F.exists("last.boards", lambda x: x["board"] == F.col("b.board")),
     )
-    # Boards a match ever fed while not late: the only boards it can hold a value on.
-    fed = (
-        accepted.select(
-            "player_id", "match_id", "received_at_ms", F.explode("boards").alias("b")
-        )
-        .where(_not_late(F.col("received_at_ms"), F.col("b.cutoff_ms")))
-        .select(
-            "player_id",
-            "match_id",
-            F.col("b.board").alias("board"),
-            F.col("b.aggregation").alias("aggregation"),
-            F.col("b.cutoff_ms").alias("cutoff_ms"),
-        )
-        .dropDuplicates(["player_id", "match_id", "board"])
-    )
-    candidates = fed.join(accepted, ["player_id", "match_id"]).where(
-        _not_late(F.col("received_at_ms"), F.col("cutoff_ms"))
-    )
-    last = candidates.groupBy("player_id", "match_id", "board").agg(
-        F.first("aggregation").alias("aggregation"),
-        F.max_by(
-            F.struct(
-                "partition",
-                "position",
-                "source_revision",
-                "points",
-                F.exists("boards", lambda b: b["board"] == F.col("board")).alias(
-                    "feeds"
-                ),
-            ),
-            F.col("position"),
-        ).alias("last"),
-    )
-    return last.select(
+    return picked.select(
         F.col("last.partition").alias("partition"),
         "player_id",
         "match_id",
-        "board",
-        "aggregation",
-        F.when(F.col("last.feeds"), F.col("last.points"))
+        F.col("b.board").alias("board"),
+        F.col("b.aggregation").alias("aggregation"),
+        F.when(F.col("feeds"), F.col("last.points"))
         .otherwise(F.lit(0))
         .cast("bigint")
         .alias("points"),
-        (~F.col("last.feeds")).alias("removed"),
+        (~F.col("feeds")).alias("removed"),
         F.col("last.position").alias("position"),
         F.col("last.source_revision").alias("source_revision"),
     )
