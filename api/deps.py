@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.live import LiveReader
 from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
 from conf.settings import Settings
@@ -28,7 +29,12 @@ def get_generations(request: Request) -> GenerationRegistry:
     return request.app.state.generations  # type: ignore[no-any-return]
 
 
+def get_live(request: Request) -> LiveReader:
+    return request.app.state.live  # type: ignore[no-any-return]
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BoardsDep = Annotated[BoardsConfig, Depends(get_boards)]
 SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
 GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
+LiveDep = Annotated[LiveReader, Depends(get_live)]

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import Counter, Histogram
 from redis.exceptions import RedisError
 
+from api.live import LiveReader
 from api.errors import error_body, install_error_handlers
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
@@ -39,6 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.retention_seconds,
             settings.rate_limit_bucket,
         )
+        app.state.live = LiveReader(app.state.speed, app.state.generations)
         try:
             yield
         finally:

@@ -263,6 +263,10 @@ class GenerationRegistry:
             return None
         return self._generations[max(self._generations)]
 
+    def by_number(self, number: int) -> Generation | None:
+        self.refresh()
+        return self._generations.get(number)
+
     def get(self, generation_id: str | None) -> Generation:
         """The pinned generation (or the latest); raises when expired or unknown."""
         self.refresh()

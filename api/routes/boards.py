@@ -10,14 +10,16 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Query
 
-from api.deps import BoardsDep, GenerationsDep
+from api.deps import BoardsDep, GenerationsDep, LiveDep
 from api.errors import (
     BoardNotFound,
+    NotReady,
     GenerationExpired,
     GenerationNotFound,
     InvalidRequest,
     PlayerNotFound,
 )
+from api.live import Base, LiveReader, NotExact, PlayerMissing
 from api.responses import FastJSONResponse
 from api.segments import (
     BoardSegment,
@@ -148,20 +150,86 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
     return FastJSONResponse({"boards": boards})
 
 
+def _live_header(
+    board: str, mode: Mode, base: Base, as_of: dict[str, int], population: int
+) -> dict[str, Any]:
+    """Labels of a live answer: base generation merged with every event up to asOf."""
+    return {
+        "board": board,
+        "mode": mode,
+        "exactness": "exact",
+        "basis": "live",
+        "errorBound": 0,
+        "generation": base.generation.header if base.generation else None,
+        "asOf": as_of,
+        "population": population,
+    }
+
+
+def _wants_snapshot(mode: Mode, generation: str | None) -> bool:
+    return mode == "snapshot" or generation is not None
+
+
+def _snapshot_fallback(
+    config: BoardsConfig, registry: GenerationRegistry, board: str
+) -> tuple[Generation, BoardSegment | None]:
+    """When exactness is impossible live: the latest generation, labelled snapshot."""
+    try:
+        return _snapshot(config, registry, board, None)
+    except GenerationNotFound:
+        raise NotReady("a rebase is in progress; retry shortly") from None
+
+
 @router.get("/{board}/top")
 async def read_top(
     board: str,
     config: BoardsDep,
     registry: GenerationsDep,
+    live: LiveDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
 ) -> FastJSONResponse:
-    """The first ``limit`` display positions."""
-    gen, segment = _snapshot(config, registry, board, generation)
+    """The first ``limit`` display positions (live, or of a generation)."""
+    _check_board(config, board)
+    if not _wants_snapshot(mode, generation):
+        # The histogram orders buckets, not players: a top list is always read live.
+        try:
+            result = await live.top(board, limit)
+        except NotExact:
+            pass
+        else:
+            header = _live_header(board, mode, result["base"], result["asOf"],
+                                  result["population"])
+            return FastJSONResponse({**header, "entries": result["entries"]})
+        gen, segment = _snapshot_fallback(config, registry, board)
+    else:
+        gen, segment = _snapshot(config, registry, board, generation)
     population = segment.population if segment else 0
     entries = segment.entries(0, limit) if segment else []
     return FastJSONResponse({**_header(board, mode, gen, population), "entries": entries})
+
+
+async def _approx_answer(
+    live: LiveReader, registry: GenerationRegistry, board: str, player_id: str, mode: Mode
+) -> dict[str, Any]:
+    result = await live.approx_rank(board, player_id)
+    latest = registry.latest()
+    population = max(1, result["population"])
+    return {
+        "board": board,
+        "mode": mode,
+        "exactness": "approximate",
+        "basis": "histogram",
+        "errorBound": result["errorBound"],
+        "generation": latest.header if latest else None,
+        "asOf": result["asOf"],
+        "population": result["population"],
+        "playerId": player_id,
+        "score": result["score"],
+        "rank": result["rank"],
+        "topPercent": round(100 * result["rank"] / population, 6),
+    }
 
 
 @router.get("/{board}/players/{player_id}")
@@ -170,10 +238,35 @@ async def read_player_rank(
     player_id: str,
     config: BoardsDep,
     registry: GenerationsDep,
+    live: LiveDep,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
 ) -> FastJSONResponse:
     """A player's score, competition rank, display position and top percent."""
+    _check_board(config, board)
+    if not _wants_snapshot(mode, generation):
+        try:
+            if mode == "approx":
+                return FastJSONResponse(
+                    await _approx_answer(live, registry, board, player_id, mode)
+                )
+            result = await live.rank(board, player_id)
+        except PlayerMissing:
+            raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
+        except NotExact:
+            return FastJSONResponse(
+                await _approx_answer(live, registry, board, player_id, mode)
+            )
+        header = _live_header(board, mode, result["base"], result["asOf"],
+                              result["population"])
+        return FastJSONResponse({
+            **header,
+            "playerId": player_id,
+            "score": result["score"],
+            "rank": result["rank"],
+            "position": result["position"],
+            "topPercent": round(100 * result["rank"] / result["population"], 6),
+        })
     gen, segment = _snapshot(config, registry, board, generation)
     row = segment.row_of(player_id) if segment else None
     if segment is None or row is None:
@@ -189,18 +282,53 @@ async def read_player_rank(
     })
 
 
+def _live_cursors(
+    base: Base, board: str, entries: list[dict[str, Any]], population: int
+) -> dict[str, str | None]:
+    """Cursors from a live window into the base generation's pages (null without one)."""
+    if base.generation is None or not entries:
+        return {"before": None, "after": None}
+    first, last = entries[0], entries[-1]
+    return {
+        "before": None if first["position"] <= 1 else encode_cursor(
+            base.generation.id, board, first["score"], first["playerId"], "before"),
+        "after": None if last["position"] >= population else encode_cursor(
+            base.generation.id, board, last["score"], last["playerId"], "after"),
+    }
+
+
 @router.get("/{board}/players/{player_id}/nearby")
 async def read_nearby(
     board: str,
     player_id: str,
     config: BoardsDep,
     registry: GenerationsDep,
+    live: LiveDep,
     radius: Annotated[int, Query(ge=0, le=100)] = 5,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
 ) -> FastJSONResponse:
     """Up to ``radius`` positions on each side of the player, in display order."""
-    gen, segment = _snapshot(config, registry, board, generation)
+    _check_board(config, board)
+    if not _wants_snapshot(mode, generation):
+        try:
+            result = await live.nearby(board, player_id, radius)
+        except PlayerMissing:
+            raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
+        except NotExact:
+            gen, segment = _snapshot_fallback(config, registry, board)
+        else:
+            header = _live_header(board, mode, result["base"], result["asOf"],
+                                  result["population"])
+            return FastJSONResponse({
+                **header,
+                "playerId": player_id,
+                "entries": result["entries"],
+                "cursors": _live_cursors(result["base"], board, result["entries"],
+                                         result["population"]),
+            })
+    else:
+        gen, segment = _snapshot(config, registry, board, generation)
     row = segment.row_of(player_id) if segment else None
     if segment is None or row is None:
         raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")

@@ -15,11 +15,27 @@ def _write(path: Path, table: pa.Table) -> None:
         writer.write_table(table)
 
 
+def equi_depth(scores: list[int], target: int) -> tuple[list[int], list[int]]:
+    """Bucket lower bounds (ascending, distinct scores) and counts, ~target per bucket."""
+    counts: dict[int, int] = {}
+    for score in scores:
+        counts[score] = counts.get(score, 0) + 1
+    lowers: list[int] = []
+    sizes: list[int] = []
+    for score in sorted(counts):
+        if not lowers or sizes[-1] >= target:
+            lowers.append(score)
+            sizes.append(0)
+        sizes[-1] += counts[score]
+    return lowers, sizes
+
+
 def write_generation(
     segments_dir: Path,
     number: int,
     boards: dict[str, dict[str, int]],
     boundary: dict[str, int] | None = None,
+    bucket_target: int | None = None,
 ) -> str:
     gen = f"g{number}"
     directory = segments_dir / gen
@@ -36,6 +52,13 @@ def write_generation(
                pa.table({"row": pa.array(rows, pa.uint32())}))
         meta[board] = {"population": len(ordered), "file": f"{board}.arrow",
                        "index": f"{board}.index.arrow"}
+        if bucket_target is not None:
+            lowers, sizes = equi_depth(list(totals.values()), bucket_target)
+            _write(directory / f"{board}.buckets.arrow", pa.table({
+                "lower": pa.array(lowers, pa.int64()),
+                "count": pa.array(sizes, pa.int64()),
+            }))
+            meta[board]["buckets"] = f"{board}.buckets.arrow"
     manifest = {
         "generation": gen,
         "publishedAt": datetime.now(UTC).isoformat().replace("+00:00", "Z"),

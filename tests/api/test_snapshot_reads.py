@@ -12,6 +12,7 @@ from tests.conftest import SignedClient
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
+SNAP = {"mode": "snapshot"}
 SEED = {"P1": 920, "P2": 900, "P3": 900, "P4": 880}
 
 
@@ -22,7 +23,7 @@ def published(api: SignedClient, settings: Any) -> SignedClient:
 
 
 def test_top_labels_and_competition_ranks(published: SignedClient) -> None:
-    body = published.get(f"/v1/boards/{BOARD}/top", params={"limit": 3}).json()
+    body = published.get(f"/v1/boards/{BOARD}/top", params={"limit": 3, "mode": "snapshot"}).json()
     assert body["exactness"] == "exact"
     assert body["basis"] == "snapshot"
     assert body["errorBound"] == 0
@@ -37,10 +38,10 @@ def test_top_labels_and_competition_ranks(published: SignedClient) -> None:
 
 
 def test_player_rank_and_top_percent(published: SignedClient) -> None:
-    body = published.get(f"/v1/boards/{BOARD}/players/P3").json()
+    body = published.get(f"/v1/boards/{BOARD}/players/P3", params=SNAP).json()
     assert (body["score"], body["rank"], body["position"]) == (900, 2, 3)
     assert body["topPercent"] == 50.0
-    missing = published.get(f"/v1/boards/{BOARD}/players/P9")
+    missing = published.get(f"/v1/boards/{BOARD}/players/P9", params=SNAP)
     assert missing.status_code == 404
     assert missing.json()["error"] == "player_not_found"
 
@@ -51,7 +52,7 @@ def test_unknown_boards_are_404(published: SignedClient) -> None:
         assert reply.status_code == 404, board
         assert reply.json()["error"] == "board_not_found"
     # A valid board nobody played on yet is empty, not an error.
-    empty = published.get("/v1/boards/daily:2026-11-02:eu/top").json()
+    empty = published.get("/v1/boards/daily:2026-11-02:eu/top", params=SNAP).json()
     assert empty["entries"] == [] and empty["population"] == 0
 
 
@@ -65,7 +66,8 @@ def test_bad_query_parameters_are_422(published: SignedClient) -> None:
 
 
 def test_nearby_and_cursors(published: SignedClient) -> None:
-    body = published.get(f"/v1/boards/{BOARD}/players/P2/nearby", params={"radius": 1}).json()
+    body = published.get(f"/v1/boards/{BOARD}/players/P2/nearby",
+                         params={"radius": 1, **SNAP}).json()
     assert [e["playerId"] for e in body["entries"]] == ["P1", "P2", "P3"]
     assert body["cursors"]["before"] is None
     after = published.get(
@@ -105,7 +107,7 @@ def test_generation_pinning_and_expiry(api: SignedClient, settings: Any) -> None
     for n in range(2, 5):
         write_generation(settings.segments_dir, n, {BOARD: {**SEED, "P4": 1000 + n}})
     app_registry.refresh(force=True)
-    latest = api.get(f"/v1/boards/{BOARD}/top").json()
+    latest = api.get(f"/v1/boards/{BOARD}/top", params=SNAP).json()
     assert latest["generation"]["id"] == "g4"
     assert latest["entries"][0] == {"position": 1, "rank": 1, "playerId": "P4", "score": 1004}
     pinned = api.get(f"/v1/boards/{BOARD}/top", params={"generation": "g2"}).json()
@@ -134,6 +136,6 @@ def test_boards_listing(published: SignedClient) -> None:
 
 
 def test_no_generation_yet(api: SignedClient) -> None:
-    reply = api.get(f"/v1/boards/{BOARD}/top")
+    reply = api.get(f"/v1/boards/{BOARD}/top", params=SNAP)
     assert reply.status_code == 404
     assert reply.json()["error"] == "generation_not_found"

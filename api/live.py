@@ -1,0 +1,328 @@
+"""Live reads: the base generation merged with the speed layer's changed players.
+
+Exact live rank of score s (DESIGN.md):
+    1 + (snapshot scores above s) - (changed players whose snapshot score is above s)
+      + (changed players whose live score is above s)
+summed over partitions. Each partition's part is read atomically by one Lua script,
+and because an event touches only its own partition, the per-partition reads compose
+into the exact state as of the position vector returned as ``asOf``.
+
+The snapshot is the partition's *base* generation (the one its changed-sets are
+relative to); while a rebase is half done the partitions disagree, exactness is not
+possible, and the answer comes from the histogram, labelled so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from api.segments import BoardSegment, Generation, GenerationRegistry
+from speed.lua import load
+from speed.partitions import Keys, decode_entry, encode_entry, encode_score, partition_of
+from speed.store import SpeedLayer
+
+ATTEMPTS = 5
+
+
+class NotExact(Exception):
+    """Exactness is impossible right now (a rebase in progress, base not mapped)."""
+
+
+class PlayerMissing(Exception):
+    pass
+
+
+@dataclass
+class Base:
+    """The snapshot side of a live read: generation G (None = nothing published)."""
+
+    generation: Generation | None
+    segment: BoardSegment | None
+
+    @property
+    def population(self) -> int:
+        return self.segment.population if self.segment else 0
+
+    def count_above(self, score: int) -> int:
+        return self.segment.count_above(score) if self.segment else 0
+
+    def rows_before(self, score: int, player_id: str) -> int:
+        return self.segment.first_row_at_or_after(score, player_id) if self.segment else 0
+
+    def encoded(self, row: int) -> bytes:
+        assert self.segment is not None
+        return encode_entry(int(self.segment.scores[row]), self.segment.players.str_at(row))
+
+
+def _int(value: Any) -> int:
+    return int(value.decode() if isinstance(value, bytes) else value)
+
+
+def _total(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    return int(raw.split(b"|", 1)[0])
+
+
+class LiveReader:
+    """Exact live and approximate reads over Redis plus the mapped generations."""
+
+    def __init__(self, speed: SpeedLayer, registry: GenerationRegistry) -> None:
+        self.speed = speed
+        self.registry = registry
+        client = speed.client
+        self._counts = client.register_script(load("live_counts"))
+        self._window_script = client.register_script(load("live_window"))
+        self._approx = client.register_script(load("approx_rank"))
+
+    @property
+    def partitions(self) -> int:
+        return self.speed.partitions
+
+    def _base(self, bases: list[int], board: str) -> Base:
+        """The common base generation of all partitions, mapped; else NotExact."""
+        if len(set(bases)) != 1:
+            raise NotExact("a rebase is in progress")
+        number = bases[0]
+        if number == 0:
+            return Base(None, None)
+        generation = self.registry.by_number(number)
+        if generation is None:
+            self.registry.refresh(force=True)
+            generation = self.registry.by_number(number)
+        if generation is None:
+            raise NotExact(f"base generation g{number} is not mapped")
+        return Base(generation, generation.board(board))
+
+    async def live_total(self, board: str, player_id: str) -> int | None:
+        keys = Keys(partition_of(player_id, self.partitions))
+        return _total(await self.speed.client.hget(keys.totals(board), player_id))
+
+    async def rank(self, board: str, player_id: str) -> dict[str, Any]:
+        """Exact live score, rank, position and population of one player."""
+        owner = partition_of(player_id, self.partitions)
+        score = await self.live_total(board, player_id)
+        for _ in range(ATTEMPTS):
+            if score is None:
+                raise PlayerMissing(player_id)
+            pipe = self.speed.client.pipeline(transaction=False)
+            for p in range(self.partitions):
+                keys = Keys(p)
+                await self._counts(
+                    keys=[keys.base_generation, keys.position, keys.changed_live(board),
+                          keys.changed_snapshot(board), keys.totals(board)],
+                    args=[encode_score(score), encode_entry(score, player_id),
+                          player_id if p == owner else ""],
+                    client=pipe,
+                )
+            replies = await pipe.execute()
+            verified = replies[owner][8]
+            current = _total(verified) if verified else None
+            if current != score:
+                # The player moved between the two reads: read again at the new score.
+                score = current
+                continue
+            base = self._base([_int(r[0]) for r in replies], board)
+            above = base.count_above(score) + sum(_int(r[2]) - _int(r[3]) for r in replies)
+            before = base.rows_before(score, player_id) + sum(
+                _int(r[4]) - _int(r[5]) for r in replies
+            )
+            population = base.population + sum(_int(r[6]) - _int(r[7]) for r in replies)
+            return {
+                "score": score,
+                "rank": above + 1,
+                "position": before + 1,
+                "population": population,
+                "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+                "base": base,
+            }
+        raise NotExact("the player's score kept changing")
+
+    async def _window(
+        self,
+        board: str,
+        forward_from: bytes | str,
+        forward_limit: int,
+        backward_from: bytes | str,
+        backward_limit: int,
+        snap_min: bytes | str,
+        snap_max: bytes | str,
+    ) -> list[list[Any]]:
+        pipe = self.speed.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            keys = Keys(p)
+            await self._window_script(
+                keys=[keys.base_generation, keys.position, keys.changed_live(board),
+                      keys.changed_snapshot(board)],
+                args=[forward_from, forward_limit, backward_from, backward_limit,
+                      snap_min, snap_max],
+                client=pipe,
+            )
+        return list(await pipe.execute())
+
+    async def top(self, board: str, limit: int) -> dict[str, Any]:
+        """The exact live first ``limit`` display positions."""
+        rows = limit + 16
+        for _ in range(ATTEMPTS * 4):
+            probe = await self._window_call(board, rows, limit)
+            if probe is not None:
+                return probe
+            rows *= 2
+        raise NotExact("could not settle the top entries")
+
+    async def _window_call(self, board: str, rows: int, limit: int) -> dict[str, Any] | None:
+        # Which base? Read it with the window; rows of the snapshot depend on it, so
+        # the first pass learns the base and a second pass (rarely) corrects the range.
+        for _ in range(ATTEMPTS):
+            base_numbers = await self._bases()
+            base = self._base(base_numbers, board)
+            take = min(rows, base.population)
+            snap_max: bytes | str = ""
+            if take > 0:
+                snap_max = b"[" + base.encoded(take - 1)
+            replies = await self._window(board, "-", limit, "+", 0,
+                                         "-" if take > 0 else "", snap_max)
+            if [_int(r[0]) for r in replies] != base_numbers:
+                continue
+            changed = {m for r in replies for m in r[6]}
+            unchanged = [
+                base.encoded(row) for row in range(take)
+                if base.encoded(row) not in changed
+            ]
+            if len(unchanged) < limit and take < base.population:
+                return None
+            live = [m for r in replies for m in r[4]]
+            merged = sorted(unchanged + live)[:limit]
+            entries = _ranked(merged, first_position=1, first_rank=None)
+            population = base.population + sum(_int(r[2]) - _int(r[3]) for r in replies)
+            return {
+                "entries": entries,
+                "population": population,
+                "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+                "base": base,
+            }
+        raise NotExact("a rebase is in progress")
+
+    async def _bases(self) -> list[int]:
+        pipe = self.speed.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.hget(Keys(p).base_generation, "g")
+        return [_int(v) if v is not None else 0 for v in await pipe.execute()]
+
+    async def nearby(self, board: str, player_id: str, radius: int) -> dict[str, Any]:
+        """Exact live entries within ``radius`` positions of the player."""
+        for _ in range(ATTEMPTS):
+            me = await self.rank(board, player_id)
+            base: Base = me["base"]
+            score, position = me["score"], me["position"]
+            center = encode_entry(score, player_id)
+            margin = radius + 16
+            for _ in range(ATTEMPTS * 2):
+                i0 = base.rows_before(score, player_id)
+                lo, hi = max(0, i0 - margin), min(base.population, i0 + margin + 1)
+                snap_min: bytes | str = ""
+                snap_max: bytes | str = ""
+                if hi > lo:
+                    snap_min, snap_max = b"[" + base.encoded(lo), b"[" + base.encoded(hi - 1)
+                replies = await self._window(
+                    board, b"(" + center, radius, b"(" + center, radius, snap_min, snap_max
+                )
+                as_of = {str(p): _int(r[1]) for p, r in enumerate(replies)}
+                if as_of != me["asOf"]:
+                    break  # something changed since the rank: start over
+                changed = {m for r in replies for m in r[6]}
+                snap_rows = [base.encoded(row) for row in range(lo, hi)]
+                after_snap = [m for m in snap_rows if m > center and m not in changed]
+                before_snap = [m for m in snap_rows if m < center and m not in changed]
+                if (len(after_snap) < radius and hi < base.population) or (
+                    len(before_snap) < radius and lo > 0
+                ):
+                    margin *= 4
+                    continue
+                after = sorted(after_snap + [m for r in replies for m in r[4]])[:radius]
+                before = sorted(before_snap + [m for r in replies for m in r[5]])[-radius:]
+                if radius == 0:
+                    before, after = [], []
+                window = [*before, center, *after]
+                first_position = position - len(before)
+                top_score = decode_entry(window[0])[0]
+                # Everything above the window's first score is outside the window: its
+                # rank needs one count, read with the same positions as the rest.
+                first_rank = None
+                if top_score != score:
+                    counted = await self._count_above(board, top_score, base)
+                    if counted["asOf"] != me["asOf"]:
+                        break
+                    first_rank = counted["above"] + 1
+                else:
+                    first_rank = me["rank"]
+                entries = _ranked(window, first_position, first_rank)
+                return {**me, "entries": entries}
+        raise NotExact("the board kept changing around the player")
+
+    async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
+        pipe = self.speed.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            keys = Keys(p)
+            await self._counts(
+                keys=[keys.base_generation, keys.position, keys.changed_live(board),
+                      keys.changed_snapshot(board), keys.totals(board)],
+                args=[encode_score(score), encode_score(score), ""],
+                client=pipe,
+            )
+        replies = await pipe.execute()
+        return {
+            "above": base.count_above(score) + sum(_int(r[2]) - _int(r[3]) for r in replies),
+            "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+        }
+
+    async def approx_rank(self, board: str, player_id: str) -> dict[str, Any]:
+        """Rank from the Fenwick histogram: players in higher buckets + 1, with the
+        population of the player's own bucket as the error bound."""
+        score = await self.live_total(board, player_id)
+        if score is None:
+            raise PlayerMissing(player_id)
+        pipe = self.speed.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            keys = Keys(p)
+            pipe.get(keys.position)
+            await self._approx(
+                keys=[keys.fenwick(board), keys.buckets(board), keys.base_generation],
+                args=[score],
+                client=pipe,
+            )
+        replies = await pipe.execute()
+        positions, counts = replies[0::2], replies[1::2]
+        higher = sum(_int(c[0]) for c in counts)
+        same = sum(_int(c[1]) for c in counts)
+        population = sum(_int(c[2]) for c in counts)
+        return {
+            "score": score,
+            "rank": higher + 1,
+            # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player).
+            "errorBound": max(0, same - 1),
+            "population": population,
+            "asOf": {str(p): _int(v or 0) for p, v in enumerate(positions)},
+        }
+
+
+def _ranked(
+    members: list[bytes], first_position: int, first_rank: int | None
+) -> list[dict[str, Any]]:
+    """Entries for consecutive display positions; a score's rank is the position of its
+    first holder (or ``first_rank`` for the window's first score)."""
+    entries: list[dict[str, Any]] = []
+    rank = 0
+    previous: int | None = None
+    for offset, member in enumerate(members):
+        score, player = decode_entry(member)
+        position = first_position + offset
+        if score != previous:
+            rank = first_rank if (offset == 0 and first_rank is not None) else position
+            previous = score
+        entries.append({"position": position, "rank": rank, "playerId": player,
+                        "score": score})
+    return entries
+
+

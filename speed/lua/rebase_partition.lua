@@ -1,0 +1,152 @@
+-- rebase_partition.lua: move one partition's changed-sets and Fenwick trees onto a newly
+-- published generation, atomically (build aside, then switch in one step).
+--
+-- KEYS[1] base hash (g = generation number, pos = its boundary on this partition)
+-- KEYS[2] partition log stream     KEYS[3] landed position
+-- then per board (7 keys each, from KEYS[4]): totals, chz, chs, fw, bk, bk-next, cnt-next
+-- ARGV: generation number, boundary position, nBoards, snapshot JSON
+--       {"<board>": {"<playerId>": <score in the new generation> | null}} for the
+--       players changed after the boundary, then the nBoards board ids.
+--
+-- Players whose last change is at or before the boundary leave the changed-sets (the
+-- generation now holds their score); those changed after it stay. The Fenwick tree is
+-- the generation's per-bucket counts of this partition, moved by the same players.
+-- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
+local gen = tonumber(ARGV[1])
+local bpos = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local snap = cjson.decode(ARGV[4])
+local SCORE_OFFSET = 4503599627370496
+
+local current = tonumber(redis.call("HGET", KEYS[1], "g") or "0")
+if current >= gen then
+  return {"stale", "base already at g" .. current}
+end
+-- The tail after the boundary must still be in the log to know who changed.
+local landed = tonumber(redis.call("GET", KEYS[3]) or "0")
+if landed > bpos then
+  return {"stale", "log already trimmed past the boundary"}
+end
+
+local index = {}
+for i = 1, n do
+  index[ARGV[4 + i]] = 4 + (i - 1) * 7
+end
+
+local tail = {}
+local missing = {}
+local entries = redis.call("XRANGE", KEYS[2], string.format("%d-0", bpos + 1), "+")
+for _, entry in ipairs(entries) do
+  local record = cjson.decode(entry[2][2])
+  local player = record.event.playerId
+  local items = record.result.boards
+  if type(items) == "table" then
+    for _, item in ipairs(items) do
+      local board = item.board
+      tail[board] = tail[board] or {}
+      tail[board][player] = true
+      local known = snap[board]
+      if index[board] == nil or known == nil or known[player] == nil then
+        missing[#missing + 1] = {board, player}
+      end
+    end
+  end
+end
+if #missing > 0 then
+  return {"retry", cjson.encode(missing)}
+end
+
+local function enc(score)
+  return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+local rebased = 0
+for i = 1, n do
+  local board = ARGV[4 + i]
+  local k = index[board]
+  local totals, chz, chs, fw = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local bk, bk_next, cnt_next = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
+
+  local lowers = {}
+  local raw = redis.call("ZRANGE", bk_next, 0, -1, "WITHSCORES")
+  for j = 2, #raw, 2 do
+    lowers[#lowers + 1] = tonumber(raw[j])
+  end
+  local size = math.max(1, #lowers)
+  local counts = {}
+  local packed = redis.call("GET", cnt_next)
+  for j = 1, size do
+    counts[j] = 0
+    if packed and #packed >= j * 4 then
+      counts[j] = struct.unpack(">i4", packed, (j - 1) * 4 + 1)
+    end
+  end
+  local function bucket(score)
+    local lo, hi, found = 1, #lowers, 1
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      if lowers[mid] <= score then
+        found = mid
+        lo = mid + 1
+      else
+        hi = mid - 1
+      end
+    end
+    return found
+  end
+
+  redis.call("DEL", chz, chs)
+  local live_members, snap_members = {}, {}
+  for player in pairs(tail[board] or {}) do
+    local cur = redis.call("HGET", totals, player)
+    if cur then
+      local live = tonumber(string.sub(cur, 1, string.find(cur, "|", 1, true) - 1))
+      live_members[#live_members + 1] = enc(live) .. player
+      counts[bucket(live)] = counts[bucket(live)] + 1
+      local old = snap[board][player]
+      if old ~= cjson.null then
+        snap_members[#snap_members + 1] = enc(old) .. player
+        counts[bucket(old)] = counts[bucket(old)] - 1
+      end
+      rebased = rebased + 1
+    end
+  end
+  -- ZADD in chunks: Lua's unpack has a limited stack.
+  local function add_all(key, members)
+    for first = 1, #members, 500 do
+      local args = {}
+      for j = first, math.min(#members, first + 499) do
+        args[#args + 1] = 0
+        args[#args + 1] = members[j]
+      end
+      redis.call("ZADD", key, unpack(args))
+    end
+  end
+  add_all(chz, live_members)
+  add_all(chs, snap_members)
+
+  -- Linear-time Fenwick build from the counts, written as one big-endian i32 string.
+  local tree = {}
+  for j = 1, size do
+    tree[j] = counts[j]
+  end
+  for j = 1, size do
+    local parent = j + bit.band(j, -j)
+    if parent <= size then
+      tree[parent] = tree[parent] + tree[j]
+    end
+  end
+  local parts = {}
+  for j = 1, size do
+    parts[j] = struct.pack(">i4", tree[j])
+  end
+  redis.call("SET", fw, table.concat(parts))
+  if #lowers > 0 then
+    redis.call("RENAME", bk_next, bk)
+  else
+    redis.call("DEL", bk, bk_next)
+  end
+  redis.call("DEL", cnt_next)
+end
+redis.call("HSET", KEYS[1], "g", gen, "pos", bpos)
+return {"ok", tostring(rebased)}

@@ -1,0 +1,147 @@
+"""Rebase the speed layer onto a newly published generation.
+
+For each partition: stage the generation's bucket boundaries and this partition's
+per-bucket counts, then run ``rebase_partition.lua``, which atomically keeps in the
+changed-sets only the players changed after the generation's boundary and swaps in the
+rebuilt Fenwick trees. Redis memory then follows the players changed since the last
+generation, not the size of the boards.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import redis
+
+from api.segments import BoardSegment, Generation
+from speed.lua import load
+from speed.partitions import KEY_PREFIX, Keys, tag
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 20
+
+
+@dataclass
+class RebaseReport:
+    generation: str
+    partitions: dict[int, str]
+
+
+def partition_counts(segment: BoardSegment, partitions: int) -> np.ndarray:
+    """Players per (partition, bucket) of one board: shape (partitions, buckets)."""
+    lowers = segment.bucket_lowers
+    size = max(1, len(lowers))
+    if segment.population == 0:
+        return np.zeros((partitions, size), dtype=np.int64)
+    if len(lowers):
+        buckets = np.searchsorted(lowers, segment.scores, side="right") - 1
+        buckets = np.clip(buckets, 0, size - 1)
+    else:
+        buckets = np.zeros(segment.population, dtype=np.int64)
+    # crc32 of the UTF-8 id, as speed.partitions.partition_of does.
+    owner = np.fromiter(
+        (zlib.crc32(segment.players.bytes_at(i)) % partitions
+         for i in range(segment.population)),
+        dtype=np.int64,
+        count=segment.population,
+    )
+    flat = np.bincount(owner * size + buckets, minlength=partitions * size)
+    return flat.reshape(partitions, size)
+
+
+def _boards_with_changes(client: redis.Redis, partition: int) -> set[str]:
+    prefix = f"{KEY_PREFIX}:{tag(partition)}:chz:"
+    return {
+        key.decode()[len(prefix):]
+        for key in client.scan_iter(match=f"{prefix}*", count=1000)
+    }
+
+
+def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str, str]]:
+    pairs: set[tuple[str, str]] = set()
+    for _, fields in client.xrange(keys.log, min=f"{boundary + 1}-0", max="+"):
+        record = orjson.loads(fields[b"r"])
+        boards = record["result"].get("boards") or []
+        for item in boards:
+            pairs.add((item["board"], record["event"]["playerId"]))
+    return pairs
+
+
+def rebase(client: redis.Redis, generation: Generation, partitions: int) -> RebaseReport:
+    """Rebase every partition onto ``generation``; idempotent (a partition already at
+    or past it reports ``stale``)."""
+    script = client.register_script(load("rebase_partition"))
+    boundary = generation.boundary
+    boards = generation.board_names()
+    segments = {board: generation.board(board) for board in boards}
+    counts = {
+        board: partition_counts(segment, partitions)
+        for board, segment in segments.items()
+        if segment is not None
+    }
+    report: dict[int, str] = {}
+    for partition in range(partitions):
+        keys = Keys(partition)
+        position = int(boundary.get(str(partition), 0))
+        # Stage boundaries and base counts beside the live keys; the script swaps them.
+        pipe = client.pipeline(transaction=False)
+        for board, segment in segments.items():
+            if segment is None:
+                continue
+            pipe.delete(keys.staged_buckets(board))
+            if len(segment.bucket_lowers):
+                mapping = {
+                    str(i + 1): float(lower)
+                    for i, lower in enumerate(segment.bucket_lowers.tolist())
+                }
+                pipe.zadd(keys.staged_buckets(board), mapping)
+            packed = pa.py_buffer(
+                counts[board][partition].astype(">i4").tobytes()
+            ).to_pybytes()
+            pipe.set(keys.staged_counts(board), packed)
+        pipe.execute()
+
+        board_set = set(boards) | _boards_with_changes(client, partition)
+        snapshot: dict[str, dict[str, int | None]] = {}
+
+        def lookup(board: str, player: str) -> int | None:
+            segment = segments.get(board)
+            if segment is None:
+                return None
+            row = segment.row_of(player)
+            return None if row is None else int(segment.scores[row])
+
+        pending = _tail_pairs(client, keys, position)
+        outcome = "unresolved"
+        for _ in range(MAX_ATTEMPTS):
+            for board, player in pending:
+                board_set.add(board)
+                snapshot.setdefault(board, {})[player] = lookup(board, player)
+            ordered = sorted(board_set)
+            script_keys = [keys.base_generation, keys.log, keys.landed]
+            for board in ordered:
+                script_keys += [
+                    keys.totals(board), keys.changed_live(board),
+                    keys.changed_snapshot(board), keys.fenwick(board),
+                    keys.buckets(board), keys.staged_buckets(board),
+                    keys.staged_counts(board),
+                ]
+            args = [generation.number, position, len(ordered), orjson.dumps(snapshot),
+                    *ordered]
+            kind, payload = script(keys=script_keys, args=args)
+            kind = kind.decode() if isinstance(kind, bytes) else kind
+            payload = payload.decode() if isinstance(payload, bytes) else payload
+            if kind == "retry":
+                # Events arrived after the tail was read: look those players up too.
+                pending = {(b, p) for b, p in orjson.loads(payload)}
+                continue
+            outcome = kind if kind == "ok" else f"{kind}: {payload}"
+            break
+        report[partition] = outcome
+        log.info("rebase %s partition %d: %s", generation.id, partition, outcome)
+    return RebaseReport(generation.id, report)
