@@ -83,8 +83,10 @@ def lb(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
         lb_command() + args, env=env, capture_output=True, text=True, timeout=timeout
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"lb {' '.join(args)} failed ({proc.returncode}): "
-                           f"{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"lb {' '.join(args)} failed ({proc.returncode}): "
+            f"{proc.stdout}{proc.stderr}"
+        )
     return proc.stdout.strip()
 
 
@@ -99,8 +101,11 @@ class EventFactory:
         self.rng = random.Random(seed)
         self.counter = 0
         # occurredAt in November 2026, before now (events > 5 min ahead are rejected).
-        self.span = max(1, int((min(now, NOV_START + timedelta(days=30)) - NOV_START)
-                               .total_seconds()) - 3600)
+        self.span = max(
+            1,
+            int((min(now, NOV_START + timedelta(days=30)) - NOV_START).total_seconds())
+            - 3600,
+        )
 
     def event(self, tag: str) -> dict[str, Any]:
         self.counter += 1
@@ -133,9 +138,12 @@ def signed(body: bytes) -> dict[str, str]:
 class Client:
     """A keep-alive HTTP client with at most ``connections`` connections: aiohttp when
     installed and preferred (much less CPU per small request, which matters since the
-    generator shares the machine), else httpx (measured faster for 1000-event batches)."""
+    generator shares the machine), else httpx (measured faster for 1000-event
+    batches)."""
 
-    def __init__(self, base: str, connections: int, timeout: float, prefer: str) -> None:
+    def __init__(
+        self, base: str, connections: int, timeout: float, prefer: str
+    ) -> None:
         self.base = base
         try:
             import aiohttp
@@ -149,11 +157,14 @@ class Client:
                 connector=aiohttp.TCPConnector(limit=connections, force_close=False),
                 timeout=aiohttp.ClientTimeout(total=timeout),
             )
-            self._errors: tuple[type[BaseException], ...] = (aiohttp.ClientError,
-                                                             asyncio.TimeoutError)
+            self._errors: tuple[type[BaseException], ...] = (
+                aiohttp.ClientError,
+                asyncio.TimeoutError,
+            )
         else:
-            limits = httpx.Limits(max_connections=connections,
-                                  max_keepalive_connections=connections)
+            limits = httpx.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            )
             self._session = httpx.AsyncClient(limits=limits, timeout=timeout)
             self._errors = (httpx.HTTPError,)
 
@@ -161,12 +172,17 @@ class Client:
     def errors(self) -> tuple[type[BaseException], ...]:
         return self._errors
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
         if self.kind == "aiohttp":
-            async with self._session.post(self.base + path, data=body,
-                                          headers=headers) as reply:
+            async with self._session.post(
+                self.base + path, data=body, headers=headers
+            ) as reply:
                 return reply.status, await reply.read()
-        reply = await self._session.post(self.base + path, content=body, headers=headers)
+        reply = await self._session.post(
+            self.base + path, content=body, headers=headers
+        )
         return reply.status_code, reply.content
 
     async def __aenter__(self) -> Client:
@@ -195,7 +211,9 @@ def summarize_ms(values: list[float]) -> dict[str, float]:
         "p50_ms": round(percentile(values, 50) * 1000, 2),
         "p99_ms": round(percentile(values, 99) * 1000, 2),
         "max_ms": round(max(values) * 1000, 2) if values else float("nan"),
-        "mean_ms": round(sum(values) / len(values) * 1000, 2) if values else float("nan"),
+        "mean_ms": round(sum(values) / len(values) * 1000, 2)
+        if values
+        else float("nan"),
     }
 
 
@@ -224,8 +242,12 @@ class Verify:
             problems.append(f"{len(boards)} boards")
         day = sent["occurredAt"][:10]
         names = {b["board"] for b in boards}
-        for expected in ("season:S4:global", f"season:S4:{sent['region']}",
-                         f"daily:{day}:global", "alltime:all:global"):
+        for expected in (
+            "season:S4:global",
+            f"season:S4:{sent['region']}",
+            f"daily:{day}:global",
+            "alltime:all:global",
+        ):
             if expected not in names:
                 problems.append(f"missing {expected}")
         if not isinstance(result.get("position"), int) or result["position"] < 1:
@@ -240,13 +262,21 @@ class Verify:
 # --------------------------------------------------------------------------- a. batch
 
 
-async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_size: int,
-                      concurrency: int, max_seconds: float, client_kind: str
-                      ) -> dict[str, Any]:
+async def bench_batch(
+    url: str,
+    factory: EventFactory,
+    total_events: int,
+    batch_size: int,
+    concurrency: int,
+    max_seconds: float,
+    client_kind: str,
+) -> dict[str, Any]:
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
-        events = [factory.event(f"b{b}") for _ in range(min(batch_size,
-                                                            total_events - b * batch_size))]
+        events = [
+            factory.event(f"b{b}")
+            for _ in range(min(batch_size, total_events - b * batch_size))
+        ]
         batches.append((events, orjson.dumps({"events": events})))
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(len(batches)):
@@ -268,8 +298,9 @@ async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_
             sent_counts.append(len(events))
             started = time.perf_counter()
             try:
-                status, content = await client.post("/v1/score-events:batch", body,
-                                                    signed(body))
+                status, content = await client.post(
+                    "/v1/score-events:batch", body, signed(body)
+                )
             except client.errors as exc:
                 name = type(exc).__name__
                 http_errors[name] = http_errors.get(name, 0) + 1
@@ -317,8 +348,14 @@ async def bench_batch(url: str, factory: EventFactory, total_events: int, batch_
 # --------------------------------------------------------------------------- b. single
 
 
-async def bench_single(url: str, factory: EventFactory, rate: float, seconds: float,
-                       connections: int, client_kind: str) -> dict[str, Any]:
+async def bench_single(
+    url: str,
+    factory: EventFactory,
+    rate: float,
+    seconds: float,
+    connections: int,
+    client_kind: str,
+) -> dict[str, Any]:
     n = int(rate * seconds)
     # Pre-build and pre-sign every request so the generator spends its time sending.
     requests = []
@@ -338,8 +375,9 @@ async def bench_single(url: str, factory: EventFactory, rate: float, seconds: fl
         for _ in range(3):
             await client.post("/v1/score-events", wbody, signed(wbody))
 
-        async def one(scheduled: float, ev: dict[str, Any], body: bytes,
-                      headers: dict[str, str]) -> None:
+        async def one(
+            scheduled: float, ev: dict[str, Any], body: bytes, headers: dict[str, str]
+        ) -> None:
             sent = time.perf_counter()
             try:
                 status, content = await client.post("/v1/score-events", body, headers)
@@ -388,8 +426,13 @@ async def bench_single(url: str, factory: EventFactory, rate: float, seconds: fl
 # --------------------------------------------------------------------------- d. ceiling
 
 
-async def bench_speed_layer(redis_url: str, factory: EventFactory, total_events: int,
-                            batch_size: int, concurrency: int) -> dict[str, Any]:
+async def bench_speed_layer(
+    redis_url: str,
+    factory: EventFactory,
+    total_events: int,
+    batch_size: int,
+    concurrency: int,
+) -> dict[str, Any]:
     """The speed layer alone (no HTTP, no validation on the clock): SpeedLayer.apply on
     pre-normalized batches against the stack's Redis. An upper bound for what the HTTP
     path can reach with this Lua on this Redis."""
@@ -405,11 +448,15 @@ async def bench_speed_layer(redis_url: str, factory: EventFactory, total_events:
     now = datetime.now(UTC)
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
-        raws = [factory.event(f"d{b}") for _ in range(min(batch_size,
-                                                          total_events - b * batch_size))]
+        raws = [
+            factory.event(f"d{b}")
+            for _ in range(min(batch_size, total_events - b * batch_size))
+        ]
         batches.append((raws, [validate_event(r, settings, boards, now) for r in raws]))
     client = aioredis.from_url(redis_url, max_connections=256)
-    speed = SpeedLayer(client, boards, settings.partitions, settings.retention_seconds, None)
+    speed = SpeedLayer(
+        client, boards, settings.partitions, settings.retention_seconds, None
+    )
     verify = Verify()
     latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -423,7 +470,9 @@ async def bench_speed_layer(redis_url: str, factory: EventFactory, total_events:
             outcomes = await speed.apply(events)
             latencies.append(time.perf_counter() - started)
             for raw, outcome in zip(raws, outcomes, strict=True):
-                verify.check(raw, outcome.body or {"error": type(outcome.error).__name__})
+                verify.check(
+                    raw, outcome.body or {"error": type(outcome.error).__name__}
+                )
 
     try:
         # Load the script outside the clock, with an event of its own.
@@ -478,8 +527,10 @@ def redis_facts(client: redis.Redis) -> dict[str, Any]:
 
 def commandstats(client: redis.Redis) -> dict[str, Any]:
     stats = client.info("commandstats")
-    return {k: {"calls": v["calls"], "usec_per_call": v["usec_per_call"]}
-            for k, v in stats.items()}
+    return {
+        k: {"calls": v["calls"], "usec_per_call": v["usec_per_call"]}
+        for k, v in stats.items()
+    }
 
 
 # --------------------------------------------------------------------------- cpu
@@ -498,7 +549,9 @@ def _proc_cpu(pid: int) -> float:
 
 def _machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot."""
-    parts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    parts = [
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ]
     idle = parts[3] + parts[4]
     return (sum(parts[:8]) - idle) / CLK_TCK, sum(parts[:8]) / CLK_TCK
 
@@ -525,15 +578,22 @@ class CpuMeter:
         out["machine_idle_cpu_s"] = round(d["machine_total"] - d["machine_busy"], 2)
         out["wall_s"] = round(d["wall"], 2)
         if events:
-            out.update({f"{name}_cpu_us_per_event": round(d[name] / events * 1e6, 1)
-                        for name in self.pids})
+            out.update(
+                {
+                    f"{name}_cpu_us_per_event": round(d[name] / events * 1e6, 1)
+                    for name in self.pids
+                }
+            )
         return out
 
 
 def top_processes(n: int = 6) -> list[str]:
-    proc = subprocess.run(["ps", "-eo", "pid,pcpu,etime,comm", "--sort=-pcpu"],
-                          capture_output=True, text=True)
-    return [" ".join(line.split()) for line in proc.stdout.splitlines()[1:n + 1]]
+    proc = subprocess.run(
+        ["ps", "-eo", "pid,pcpu,etime,comm", "--sort=-pcpu"],
+        capture_output=True,
+        text=True,
+    )
+    return [" ".join(line.split()) for line in proc.stdout.splitlines()[1 : n + 1]]
 
 
 # --------------------------------------------------------------------------- main
@@ -542,7 +602,9 @@ def top_processes(n: int = 6) -> list[str]:
 def machine() -> dict[str, Any]:
     model = ""
     try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True
+        ).stdout.splitlines():
             if line.startswith("Model name:"):
                 model = line.split(":", 1)[1].strip()
     except OSError:
@@ -554,8 +616,9 @@ def machine() -> dict[str, Any]:
                 mem_kib = int(line.split()[1])
     except OSError:
         pass
-    redis_version = subprocess.run(["redis-server", "--version"], capture_output=True,
-                                   text=True).stdout.strip()
+    redis_version = subprocess.run(
+        ["redis-server", "--version"], capture_output=True, text=True
+    ).stdout.strip()
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,
@@ -570,62 +633,100 @@ def _ceiling_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     d = report.get("speed_layer")
     if not d:
         return []
-    evalsha = report.get("redis_commandstats_speed_layer", {}).get("cmdstat_evalsha", {})
+    evalsha = report.get("redis_commandstats_speed_layer", {}).get(
+        "cmdstat_evalsha", {}
+    )
     return [
-        ("speed layer alone: accepted events/s", f"{d['accepted_per_s']:.0f}",
-         f"no HTTP; {d['accepted']} accepted in {d['elapsed_s']} s; Redis EVALSHA "
-         f"{evalsha.get('usec_per_call', '-')} us/call"),
+        (
+            "speed layer alone: accepted events/s",
+            f"{d['accepted_per_s']:.0f}",
+            f"no HTTP; {d['accepted']} accepted in {d['elapsed_s']} s; Redis EVALSHA "
+            f"{evalsha.get('usec_per_call', '-')} us/call",
+        ),
         ("speed layer: CPU us/event api|redis|generator", _cpu_cell(d), _cpu_other(d)),
     ]
 
 
 def _cpu_cell(phase: dict[str, Any]) -> str:
     cpu = phase.get("cpu") or {}
-    return "|".join(str(cpu.get(f"{n}_cpu_us_per_event", "-"))
-                    for n in ("api", "redis", "generator"))
+    return "|".join(
+        str(cpu.get(f"{n}_cpu_us_per_event", "-"))
+        for n in ("api", "redis", "generator")
+    )
 
 
 def _cpu_other(phase: dict[str, Any]) -> str:
     cpu = phase.get("cpu") or {}
     if not cpu:
         return ""
-    return (f"other processes {cpu['other_processes_cpu_s']} CPU-s, idle "
-            f"{cpu['machine_idle_cpu_s']} CPU-s over {cpu['wall_s']} s wall")
+    return (
+        f"other processes {cpu['other_processes_cpu_s']} CPU-s, idle "
+        f"{cpu['machine_idle_cpu_s']} CPU-s over {cpu['wall_s']} s wall"
+    )
 
 
 def print_table(report: dict[str, Any]) -> None:
     a, b, c = report["batch"], report["single"], report["memory"]
     rows = [
-        ("batch: accepted events/s", f"{a['accepted_per_s']:.0f}",
-         f"target >= 10000; {a['accepted']} accepted in {a['elapsed_s']} s, "
-         f"{a['concurrency']} connections"),
-        ("batch: latency per 1000-event request",
-         f"p50 {a['latency_per_batch']['p50_ms']} ms",
-         f"p99 {a['latency_per_batch']['p99_ms']} ms, max {a['latency_per_batch']['max_ms']} ms"),
-        ("batch: not accepted", str(sum(a["other_status"].values())
-                                    + sum(a["event_errors"].values())),
-         f"http errors {a['http_errors'] or 0}, verify failures {len(a['verification_failures'])}"),
-        ("batch: CPU us/event api|redis|generator",
-         _cpu_cell(a), _cpu_other(a)),
-        ("single: offered / achieved req/s",
-         f"{b['offered_rate_per_s']:.0f} / {b['achieved_rate_per_s']:.0f}",
-         f"{b['requests']} requests, {b['accepted']} accepted, errors {b['errors'] or 0}"),
-        ("single: latency (from schedule)",
-         f"p50 {b['latency_from_schedule']['p50_ms']} ms",
-         f"p99 {b['latency_from_schedule']['p99_ms']} ms (target <= 20), "
-         f"max {b['latency_from_schedule']['max_ms']} ms"),
-        ("single: latency (service)", f"p50 {b['latency_service']['p50_ms']} ms",
-         f"p99 {b['latency_service']['p99_ms']} ms, max {b['latency_service']['max_ms']} ms"),
+        (
+            "batch: accepted events/s",
+            f"{a['accepted_per_s']:.0f}",
+            f"target >= 10000; {a['accepted']} accepted in {a['elapsed_s']} s, "
+            f"{a['concurrency']} connections",
+        ),
+        (
+            "batch: latency per 1000-event request",
+            f"p50 {a['latency_per_batch']['p50_ms']} ms",
+            f"p99 {a['latency_per_batch']['p99_ms']} ms, "
+            f"max {a['latency_per_batch']['max_ms']} ms",
+        ),
+        (
+            "batch: not accepted",
+            str(sum(a["other_status"].values()) + sum(a["event_errors"].values())),
+            f"http errors {a['http_errors'] or 0}, "
+            f"verify failures {len(a['verification_failures'])}",
+        ),
+        ("batch: CPU us/event api|redis|generator", _cpu_cell(a), _cpu_other(a)),
+        (
+            "single: offered / achieved req/s",
+            f"{b['offered_rate_per_s']:.0f} / {b['achieved_rate_per_s']:.0f}",
+            f"{b['requests']} requests, {b['accepted']} accepted, "
+            f"errors {b['errors'] or 0}",
+        ),
+        (
+            "single: latency (from schedule)",
+            f"p50 {b['latency_from_schedule']['p50_ms']} ms",
+            f"p99 {b['latency_from_schedule']['p99_ms']} ms (target <= 20), "
+            f"max {b['latency_from_schedule']['max_ms']} ms",
+        ),
+        (
+            "single: latency (service)",
+            f"p50 {b['latency_service']['p50_ms']} ms",
+            f"p99 {b['latency_service']['p99_ms']} ms, "
+            f"max {b['latency_service']['max_ms']} ms",
+        ),
         ("single: CPU us/event api|redis|generator", _cpu_cell(b), _cpu_other(b)),
         *_ceiling_rows(report),
-        ("redis: bytes / dedupe record", f"{c['dedupe']['avg_bytes']}",
-         f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled"),
-        ("redis: bytes / contribution record", f"{c['contribution']['avg_bytes']}",
-         f"MEMORY USAGE, {c['contribution']['sampled_keys']} keys sampled"),
-        ("redis: used_memory / event", f"{c['used_memory_per_event']}",
-         f"{c['used_memory_delta']} bytes over {c['events_in_redis']} events"),
-        ("redis: AOF bytes / event", f"{c['aof_bytes_per_event']}",
-         f"aof_current_size {c['aof_bytes']}"),
+        (
+            "redis: bytes / dedupe record",
+            f"{c['dedupe']['avg_bytes']}",
+            f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled",
+        ),
+        (
+            "redis: bytes / contribution record",
+            f"{c['contribution']['avg_bytes']}",
+            f"MEMORY USAGE, {c['contribution']['sampled_keys']} keys sampled",
+        ),
+        (
+            "redis: used_memory / event",
+            f"{c['used_memory_per_event']}",
+            f"{c['used_memory_delta']} bytes over {c['events_in_redis']} events",
+        ),
+        (
+            "redis: AOF bytes / event",
+            f"{c['aof_bytes_per_event']}",
+            f"aof_current_size {c['aof_bytes']}",
+        ),
     ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -638,29 +739,59 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch-events", type=int, default=100_000,
-                   help="events sent through the batch endpoint (default 100000)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.ingest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--batch-events",
+        type=int,
+        default=100_000,
+        help="events sent through the batch endpoint (default 100000)",
+    )
     p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--concurrency", type=int, default=4,
-                   help="concurrent batch connections (default 4)")
-    p.add_argument("--batch-max-seconds", type=float, default=60,
-                   help="stop sending batches after this long (default 60)")
-    p.add_argument("--single-rate", type=float, default=500,
-                   help="offered single-POST rate, requests/s (default 500)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="concurrent batch connections (default 4)",
+    )
+    p.add_argument(
+        "--batch-max-seconds",
+        type=float,
+        default=60,
+        help="stop sending batches after this long (default 60)",
+    )
+    p.add_argument(
+        "--single-rate",
+        type=float,
+        default=500,
+        help="offered single-POST rate, requests/s (default 500)",
+    )
     p.add_argument("--single-seconds", type=float, default=20)
-    p.add_argument("--single-connections", type=int, default=64,
-                   help="connection pool size for single POSTs (default 64)")
+    p.add_argument(
+        "--single-connections",
+        type=int,
+        default=64,
+        help="connection pool size for single POSTs (default 64)",
+    )
     p.add_argument("--batch-client", choices=("httpx", "aiohttp"), default="httpx")
-    p.add_argument("--single-client", choices=("httpx", "aiohttp"), default="aiohttp",
-                   help="aiohttp when installed (default), else httpx")
+    p.add_argument(
+        "--single-client",
+        choices=("httpx", "aiohttp"),
+        default="aiohttp",
+        help="aiohttp when installed (default), else httpx",
+    )
     p.add_argument("--players", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--memory-samples", type=int, default=500)
-    p.add_argument("--ceiling-events", type=int, default=30_000,
-                   help="events for the speed-layer-only run, no HTTP (0 skips; "
-                        "default 30000)")
+    p.add_argument(
+        "--ceiling-events",
+        type=int,
+        default=30_000,
+        help="events for the speed-layer-only run, no HTTP (0 skips; default 30000)",
+    )
     p.add_argument("--skip-batch", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--keep-data", action="store_true", help="keep the temp LB_DATA_DIR")
@@ -668,56 +799,96 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def run(url: str, redis_url: str, args: argparse.Namespace,
-              pids: dict[str, int]) -> dict[str, Any]:
+async def run(
+    url: str, redis_url: str, args: argparse.Namespace, pids: dict[str, int]
+) -> dict[str, Any]:
     client = redis.Redis.from_url(redis_url)
     factory = EventFactory(args.players, args.seed, datetime.now(UTC))
     before = redis_facts(client)
     client.config_resetstat()
     client.slowlog_reset()
     report: dict[str, Any] = {}
-    empty_batch = {"accepted": 0, "accepted_per_s": 0.0, "elapsed_s": 0, "concurrency": 0,
-                   "latency_per_batch": summarize_ms([]), "other_status": {},
-                   "event_errors": {}, "http_errors": {}, "verification_failures": []}
+    empty_batch = {
+        "accepted": 0,
+        "accepted_per_s": 0.0,
+        "elapsed_s": 0,
+        "concurrency": 0,
+        "latency_per_batch": summarize_ms([]),
+        "other_status": {},
+        "event_errors": {},
+        "http_errors": {},
+        "verification_failures": [],
+    }
     if args.skip_batch:
         report["batch"] = empty_batch
     else:
-        print(f"a. batch: {args.batch_events} events, batches of {args.batch_size}, "
-              f"{args.concurrency} connections ...", flush=True)
+        print(
+            f"a. batch: {args.batch_events} events, batches of {args.batch_size}, "
+            f"{args.concurrency} connections ...",
+            flush=True,
+        )
         meter = CpuMeter(pids)
-        report["batch"] = await bench_batch(url, factory, args.batch_events, args.batch_size,
-                                            args.concurrency, args.batch_max_seconds,
-                                            args.batch_client)
+        report["batch"] = await bench_batch(
+            url,
+            factory,
+            args.batch_events,
+            args.batch_size,
+            args.concurrency,
+            args.batch_max_seconds,
+            args.batch_client,
+        )
         report["batch"]["cpu"] = meter.stop(report["batch"]["accepted"])
         report["batch"]["top_processes_after"] = top_processes()
         report["redis_commandstats_batch"] = commandstats(client)
         report["redis_slowlog_batch"] = [
-            {"duration_us": e["duration"], "command": e["command"][:120].decode(
-                errors="replace") if isinstance(e["command"], bytes) else str(e["command"])[:120]}
+            {
+                "duration_us": e["duration"],
+                "command": e["command"][:120].decode(errors="replace")
+                if isinstance(e["command"], bytes)
+                else str(e["command"])[:120],
+            }
             for e in client.slowlog_get(10)
         ]
     after_batch = redis_facts(client)
     client.config_resetstat()
     if args.skip_single:
-        report["single"] = {"offered_rate_per_s": 0, "achieved_rate_per_s": 0, "requests": 0,
-                            "accepted": 0, "errors": {}, "latency_from_schedule":
-                            summarize_ms([]), "latency_service": summarize_ms([])}
+        report["single"] = {
+            "offered_rate_per_s": 0,
+            "achieved_rate_per_s": 0,
+            "requests": 0,
+            "accepted": 0,
+            "errors": {},
+            "latency_from_schedule": summarize_ms([]),
+            "latency_service": summarize_ms([]),
+        }
     else:
-        print(f"b. single: {args.single_rate:.0f} req/s for {args.single_seconds:.0f} s, "
-              "open loop ...", flush=True)
+        print(
+            f"b. single: {args.single_rate:.0f} req/s for {args.single_seconds:.0f} s, "
+            "open loop ...",
+            flush=True,
+        )
         meter = CpuMeter(pids)
-        report["single"] = await bench_single(url, factory, args.single_rate,
-                                              args.single_seconds, args.single_connections,
-                                              args.single_client)
+        report["single"] = await bench_single(
+            url,
+            factory,
+            args.single_rate,
+            args.single_seconds,
+            args.single_connections,
+            args.single_client,
+        )
         report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
         report["single"]["top_processes_after"] = top_processes()
         report["redis_commandstats_single"] = commandstats(client)
     if args.ceiling_events > 0:
         client.config_resetstat()
-        print(f"d. speed layer alone (no HTTP): {args.ceiling_events} events ...", flush=True)
+        print(
+            f"d. speed layer alone (no HTTP): {args.ceiling_events} events ...",
+            flush=True,
+        )
         meter = CpuMeter(pids)
         report["speed_layer"] = await bench_speed_layer(
-            redis_url, factory, args.ceiling_events, args.batch_size, args.concurrency)
+            redis_url, factory, args.ceiling_events, args.batch_size, args.concurrency
+        )
         report["speed_layer"]["cpu"] = meter.stop(report["speed_layer"]["accepted"])
         report["redis_commandstats_speed_layer"] = commandstats(client)
     after = redis_facts(client)
@@ -731,13 +902,19 @@ async def run(url: str, redis_url: str, args: argparse.Namespace,
         "used_memory_after": after["used_memory"],
         "used_memory_delta": delta,
         "events_in_redis": events_in_redis,
-        "used_memory_per_event": round(delta / events_in_redis, 1) if events_in_redis else None,
+        "used_memory_per_event": round(delta / events_in_redis, 1)
+        if events_in_redis
+        else None,
         "keys": after["keys"],
         "aof_bytes": after["aof_bytes"],
         "aof_bytes_per_event": round(after["aof_bytes"] / events_in_redis, 1)
-        if events_in_redis and after["aof_bytes"] else None,
+        if events_in_redis and after["aof_bytes"]
+        else None,
     }
-    report["redis"] = {"appendfsync": after["appendfsync"], "aof_enabled": after["aof_enabled"]}
+    report["redis"] = {
+        "appendfsync": after["appendfsync"],
+        "aof_enabled": after["aof_enabled"],
+    }
     client.close()
     return report
 
@@ -750,22 +927,28 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "ingest",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m bench.ingest", *(argv if argv is not None
-                                                          else sys.argv[1:])]),
+        "command": " ".join(
+            ["python -m bench.ingest", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "args": {k: str(v) for k, v in vars(args).items()},
         "machine": machine(),
-        "note": "load generator, API (one uvicorn process) and Redis share the same CPUs",
+        "note": "load generator, API (one uvicorn process) and Redis share the CPUs",
     }
     code = 0
     try:
-        print(f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True)
+        print(
+            f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)",
+            flush=True,
+        )
         print(lb(["up", "--port", str(port)], env), flush=True)
         url = f"http://127.0.0.1:{port}"
         run_dir = data_dir / "run"
         redis_url = (run_dir / "redis.url").read_text().strip()
-        pids = {"api": int((run_dir / "api.pid").read_text()),
-                "redis": int((run_dir / "redis.pid").read_text()),
-                "generator": os.getpid()}
+        pids = {
+            "api": int((run_dir / "api.pid").read_text()),
+            "redis": int((run_dir / "redis.pid").read_text()),
+            "generator": os.getpid(),
+        }
         report["load_before"] = {"loadavg": os.getloadavg(), "top": top_processes()}
         report.update(asyncio.run(run(url, redis_url, args, pids)))
     except BaseException as exc:

@@ -54,7 +54,11 @@ def _decode_result(raw: bytes | str) -> dict[str, Any]:
     # body in the contract's order with a list of boards.
     boards = []
     for b in raw_body.get("boards") or ():
-        item = {"board": b["board"], "total": int(b["total"]), "version": int(b["version"])}
+        item = {
+            "board": b["board"],
+            "total": int(b["total"]),
+            "version": int(b["version"]),
+        }
         if "status" in b:
             item["status"] = b["status"]
         boards.append(item)
@@ -88,10 +92,12 @@ class SpeedLayer:
         self._cutoffs = season_cutoffs_ms(boards)
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
-        self._boards_cache: dict[tuple[date, str, tuple[bool, ...]], list[BoardSpec]] = {}
+        self._boards_cache: dict[
+            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
+        ] = {}
         self._season_bounds = [(s.start, s.end) for s in boards.seasons]
         # Key names and constant script arguments per (partition, board).
-        self._board_cache: dict[tuple[int, str], tuple[str, str, str, str, str, str]] = {}
+        self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
@@ -102,7 +108,9 @@ class SpeedLayer:
         return Keys(partition)
 
     def _boards_for(self, occurred_at: datetime, region: str) -> list[BoardSpec]:
-        moment = occurred_at if occurred_at.tzinfo is UTC else occurred_at.astimezone(UTC)
+        moment = occurred_at
+        if moment.tzinfo is not UTC:
+            moment = moment.astimezone(UTC)
         key = (
             moment.date(),
             region,
