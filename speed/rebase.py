@@ -18,9 +18,11 @@ import orjson
 import pyarrow as pa
 import redis
 
-from api.segments import BoardSegment, Generation
+from api.segments import BoardSegment, Generation, GenerationRegistry
+from conf.settings import Settings
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
+from speed.server import resolve_redis_url
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 20
@@ -145,3 +147,19 @@ def rebase(client: redis.Redis, generation: Generation, partitions: int) -> Reba
         report[partition] = outcome
         log.info("rebase %s partition %d: %s", generation.id, partition, outcome)
     return RebaseReport(generation.id, report)
+
+
+def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
+    """Rebase the speed layer of ``settings`` onto a generation just published."""
+    registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
+    registry.refresh(force=True)
+    number = int(generation_id.lstrip("g"))
+    generation = registry.by_number(number)
+    if generation is None:
+        raise RuntimeError(f"generation {generation_id} is not readable in "
+                           f"{settings.segments_dir}")
+    client = redis.Redis.from_url(resolve_redis_url(settings))
+    try:
+        return rebase(client, generation, settings.partitions)
+    finally:
+        client.close()
