@@ -100,15 +100,40 @@ def test_correction_moving_match_to_another_day(api: SignedClient) -> None:
     assert by_board["season:S4:global"] == 40
 
 
-def test_late_event_is_recorded_not_applied_to_the_season(api: SignedClient) -> None:
-    # S3 closed long ago: an event in its window is past end + allowedLateness.
-    late = api.post(
-        "/v1/score-events", event(eventId="L1", matchId="ML", occurredAt="2026-10-15T00:00:00Z")
+def test_late_event_is_recorded_not_applied_to_the_season(
+    settings: Any, tmp_path: Any, redis_client: Any
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    boards = tmp_path / "boards.yaml"
+    boards.write_text(
+        "regions: [eu, na]\n"
+        "seasons:\n"
+        "  - {id: S3, start: '2026-10-01T00:00:00Z', end: '2026-11-01T00:00:00Z',\n"
+        "     allowedLateness: PT1H}\n"
     )
-    assert late.status_code == 200
-    body = late.json()
-    # No season holds October in the default boards: all-time still accepts it.
+    closed = settings.model_copy(update={"boards_file": boards})
+    with TestClient(create_app(closed)) as client:
+        api = SignedClient(client)
+        body = api.post("/v1/score-events", event(
+            eventId="L1", matchId="ML", occurredAt="2026-10-15T00:00:00Z")).json()
+    # All-time and the other windows still accept it: the event is accepted, and
+    # the closed season's boards say late-review, unchanged.
     assert body["status"] == "accepted"
+    by_board = {b["board"]: b for b in body["boards"]}
+    for scope in ("global", "eu"):
+        item = by_board[f"season:S3:{scope}"]
+        assert item["status"] == "late-review"
+        assert item["total"] == 0
+    assert by_board["alltime:all:global"]["total"] == 30
+    assert "status" not in by_board["alltime:all:global"]
+    # Recorded in the log with its per-board outcome, for the batch layer.
+    (entry,) = redis_client.xrange(f"lb:{{p{body['partition']}}}:log")
+    assert b'"late-review"' in entry[1][b"r"]
+    assert redis_client.hget("lb:{p%d}:tot:season:S3:global" % body["partition"],
+                             "P2") is None
 
 
 def test_batch_results_in_order(api: SignedClient) -> None:
