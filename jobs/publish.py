@@ -56,7 +56,7 @@ from conf.boards import BoardsConfig, load_boards
 from conf.settings import Settings
 from jobs.land import bronze_path, run_land, table_exists, transform_records
 from jobs.rank import transform_rank
-from jobs.recompute import transform_recompute
+from jobs.recompute import transform_recompute, transform_totals
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
@@ -348,22 +348,32 @@ def load_manifest_row(
 
 
 def load_silver(
-    contributions: DataFrame, totals: DataFrame, delta_dir: Path, generation: str
-) -> None:
-    """Silver tables hold the latest recompute (overwritten; they carry generation)."""
-    for df, name, part in (
-        (contributions, SILVER_CONTRIBUTIONS, "partition"),
-        (totals, SILVER_TOTALS, None),
-    ):
-        writer = (
-            df.withColumn("generation", F.lit(generation))
-            .write.format("delta")
-            .mode("overwrite")
-            .option("overwriteSchema", "true")
-        )
-        if part:
-            writer = writer.partitionBy(part)
-        writer.save(str(delta_dir / name))
+    spark: SparkSession, contributions: DataFrame, delta_dir: Path, generation: str
+) -> DataFrame:
+    """Write silver contributions, then totals computed from the written table.
+
+    Silver holds the latest recompute (overwritten; rows carry the generation).
+    Totals read the committed contributions back instead of recomputing them, so the
+    recompute runs once. Returns the committed totals.
+    """
+    (
+        contributions.withColumn("generation", F.lit(generation))
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .partitionBy("partition")
+        .save(str(delta_dir / SILVER_CONTRIBUTIONS))
+    )
+    written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
+    (
+        transform_totals(written.drop("generation"))
+        .withColumn("generation", F.lit(generation))
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .save(str(delta_dir / SILVER_TOTALS))
+    )
+    return spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
 
 
 def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
@@ -447,10 +457,8 @@ def run_publish(
         # Nothing landed yet: an empty bronze frame publishes an empty generation.
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
-    contributions, totals = transform_recompute(events, boundary, boards.seasons)
-    load_silver(contributions, totals, delta_dir, generation)
-
-    totals_now = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
+    contributions, _ = transform_recompute(events, boundary, boards.seasons)
+    totals_now = load_silver(spark, contributions, delta_dir, generation)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     ranked = transform_rank(totals_now, partitions)
     load_gold_snapshot(ranked, gold_path, generation)
