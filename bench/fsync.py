@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             evalsha = client.info("commandstats")["cmdstat_evalsha"]
             client.close()
             print(
-                f"appendfsync {policy:8s} {result['accepted_per_s']:8.1f} accepted ev/s  "
+                f"appendfsync {policy:8s} "
+                f"{result['accepted_per_s']:8.1f} accepted ev/s  "
                 f"EVALSHA {evalsha['usec_per_call']} us/call  "
                 f"batch p50 {result['latency_per_batch']['p50_ms']} ms",
                 flush=True,
