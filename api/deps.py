@@ -1,4 +1,7 @@
-"""Shared dependencies of the routes, as ``Annotated`` aliases."""
+"""Shared dependencies of the routes, as ``Annotated`` aliases.
+
+They are ``async`` so FastAPI calls them inline instead of hopping to a worker thread.
+"""
 
 from __future__ import annotations
 
@@ -13,23 +16,23 @@ from conf.settings import Settings
 from speed.store import SpeedLayer
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def get_boards(request: Request) -> BoardsConfig:
+async def get_boards(request: Request) -> BoardsConfig:
     return request.app.state.boards  # type: ignore[no-any-return]
 
 
-def get_speed(request: Request) -> SpeedLayer:
+async def get_speed(request: Request) -> SpeedLayer:
     return request.app.state.speed  # type: ignore[no-any-return]
 
 
-def get_generations(request: Request) -> GenerationRegistry:
+async def get_generations(request: Request) -> GenerationRegistry:
     return request.app.state.generations  # type: ignore[no-any-return]
 
 
-def get_live(request: Request) -> LiveReader:
+async def get_live(request: Request) -> LiveReader:
     return request.app.state.live  # type: ignore[no-any-return]
 
 

@@ -6,8 +6,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from api.responses import FastJSONResponse
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.responses import FastJSONResponse
 
 
 class ApiError(Exception):
@@ -92,6 +94,18 @@ def install_error_handlers(app: FastAPI) -> None:
             error_body("invalid_request", f"{field}: {first.get('msg')}", field=field),
             status_code=422,
         )
+
+    async def _unavailable(_: Request, exc: Exception) -> FastJSONResponse:
+        # The store being unreachable is not the client's fault and loses nothing:
+        # nothing was acknowledged, so the client retries.
+        return FastJSONResponse(
+            error_body("unavailable", f"store unavailable: {exc}"),
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
+    app.add_exception_handler(RedisError, _unavailable)
+    app.add_exception_handler(OSError, _unavailable)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> FastJSONResponse:

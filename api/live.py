@@ -19,7 +19,13 @@ from typing import Any
 
 from api.segments import BoardSegment, Generation, GenerationRegistry
 from speed.lua import load
-from speed.partitions import Keys, decode_entry, encode_entry, encode_score, partition_of
+from speed.partitions import (
+    Keys,
+    decode_entry,
+    encode_entry,
+    encode_score,
+    partition_of,
+)
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
@@ -48,11 +54,15 @@ class Base:
         return self.segment.count_above(score) if self.segment else 0
 
     def rows_before(self, score: int, player_id: str) -> int:
-        return self.segment.first_row_at_or_after(score, player_id) if self.segment else 0
+        return (
+            self.segment.first_row_at_or_after(score, player_id) if self.segment else 0
+        )
 
     def encoded(self, row: int) -> bytes:
         assert self.segment is not None
-        return encode_entry(int(self.segment.scores[row]), self.segment.players.str_at(row))
+        return encode_entry(
+            int(self.segment.scores[row]), self.segment.players.str_at(row)
+        )
 
 
 def _int(value: Any) -> int:
@@ -110,10 +120,18 @@ class LiveReader:
             for p in range(self.partitions):
                 keys = Keys(p)
                 await self._counts(
-                    keys=[keys.base_generation, keys.position, keys.changed_live(board),
-                          keys.changed_snapshot(board), keys.totals(board)],
-                    args=[encode_score(score), encode_entry(score, player_id),
-                          player_id if p == owner else ""],
+                    keys=[
+                        keys.base_generation,
+                        keys.position,
+                        keys.changed_live(board),
+                        keys.changed_snapshot(board),
+                        keys.totals(board),
+                    ],
+                    args=[
+                        encode_score(score),
+                        encode_entry(score, player_id),
+                        player_id if p == owner else "",
+                    ],
                     client=pipe,
                 )
             replies = await pipe.execute()
@@ -124,7 +142,9 @@ class LiveReader:
                 score = current
                 continue
             base = self._base([_int(r[0]) for r in replies], board)
-            above = base.count_above(score) + sum(_int(r[2]) - _int(r[3]) for r in replies)
+            above = base.count_above(score) + sum(
+                _int(r[2]) - _int(r[3]) for r in replies
+            )
             before = base.rows_before(score, player_id) + sum(
                 _int(r[4]) - _int(r[5]) for r in replies
             )
@@ -153,10 +173,20 @@ class LiveReader:
         for p in range(self.partitions):
             keys = Keys(p)
             await self._window_script(
-                keys=[keys.base_generation, keys.position, keys.changed_live(board),
-                      keys.changed_snapshot(board)],
-                args=[forward_from, forward_limit, backward_from, backward_limit,
-                      snap_min, snap_max],
+                keys=[
+                    keys.base_generation,
+                    keys.position,
+                    keys.changed_live(board),
+                    keys.changed_snapshot(board),
+                ],
+                args=[
+                    forward_from,
+                    forward_limit,
+                    backward_from,
+                    backward_limit,
+                    snap_min,
+                    snap_max,
+                ],
                 client=pipe,
             )
         return list(await pipe.execute())
@@ -171,7 +201,9 @@ class LiveReader:
             rows *= 2
         raise NotExact("could not settle the top entries")
 
-    async def _window_call(self, board: str, rows: int, limit: int) -> dict[str, Any] | None:
+    async def _window_call(
+        self, board: str, rows: int, limit: int
+    ) -> dict[str, Any] | None:
         # Which base? Read it with the window; rows of the snapshot depend on it, so
         # the first pass learns the base and a second pass (rarely) corrects the range.
         for _ in range(ATTEMPTS):
@@ -181,13 +213,15 @@ class LiveReader:
             snap_max: bytes | str = ""
             if take > 0:
                 snap_max = b"[" + base.encoded(take - 1)
-            replies = await self._window(board, "-", limit, "+", 0,
-                                         "-" if take > 0 else "", snap_max)
+            replies = await self._window(
+                board, "-", limit, "+", 0, "-" if take > 0 else "", snap_max
+            )
             if [_int(r[0]) for r in replies] != base_numbers:
                 continue
             changed = {m for r in replies for m in r[6]}
             unchanged = [
-                base.encoded(row) for row in range(take)
+                base.encoded(row)
+                for row in range(take)
                 if base.encoded(row) not in changed
             ]
             if len(unchanged) < limit and take < base.population:
@@ -224,9 +258,18 @@ class LiveReader:
                 snap_min: bytes | str = ""
                 snap_max: bytes | str = ""
                 if hi > lo:
-                    snap_min, snap_max = b"[" + base.encoded(lo), b"[" + base.encoded(hi - 1)
+                    snap_min, snap_max = (
+                        b"[" + base.encoded(lo),
+                        b"[" + base.encoded(hi - 1),
+                    )
                 replies = await self._window(
-                    board, b"(" + center, radius, b"(" + center, radius, snap_min, snap_max
+                    board,
+                    b"(" + center,
+                    radius,
+                    b"(" + center,
+                    radius,
+                    snap_min,
+                    snap_max,
                 )
                 as_of = {str(p): _int(r[1]) for p, r in enumerate(replies)}
                 if as_of != me["asOf"]:
@@ -241,7 +284,9 @@ class LiveReader:
                     margin *= 4
                     continue
                 after = sorted(after_snap + [m for r in replies for m in r[4]])[:radius]
-                before = sorted(before_snap + [m for r in replies for m in r[5]])[-radius:]
+                before = sorted(before_snap + [m for r in replies for m in r[5]])[
+                    -radius:
+                ]
                 if radius == 0:
                     before, after = [], []
                 window = [*before, center, *after]
@@ -266,14 +311,20 @@ class LiveReader:
         for p in range(self.partitions):
             keys = Keys(p)
             await self._counts(
-                keys=[keys.base_generation, keys.position, keys.changed_live(board),
-                      keys.changed_snapshot(board), keys.totals(board)],
+                keys=[
+                    keys.base_generation,
+                    keys.position,
+                    keys.changed_live(board),
+                    keys.changed_snapshot(board),
+                    keys.totals(board),
+                ],
                 args=[encode_score(score), encode_score(score), ""],
                 client=pipe,
             )
         replies = await pipe.execute()
         return {
-            "above": base.count_above(score) + sum(_int(r[2]) - _int(r[3]) for r in replies),
+            "above": base.count_above(score)
+            + sum(_int(r[2]) - _int(r[3]) for r in replies),
             "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
         }
 
@@ -321,8 +372,7 @@ def _ranked(
         if score != previous:
             rank = first_rank if (offset == 0 and first_rank is not None) else position
             previous = score
-        entries.append({"position": position, "rank": rank, "playerId": player,
-                        "score": score})
+        entries.append(
+            {"position": position, "rank": rank, "playerId": player, "score": score}
+        )
     return entries
-
-

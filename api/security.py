@@ -42,7 +42,9 @@ def verify(
     current = time.time() if now is None else now
     if abs(current - timestamp) > window_seconds:
         raise Unauthorized(f"signature timestamp outside the {window_seconds} s window")
-    expected = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    expected = hmac.new(
+        secret, f"{timestamp}.".encode() + body, hashlib.sha256
+    ).hexdigest()
     # Any v1 may match (a signer may send several during rotation); compare in
     # constant time so the comparison leaks nothing about the expected value.
     if not any(hmac.compare_digest(expected, v) for v in parts.get("v1", [])):

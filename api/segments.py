@@ -1,4 +1,4 @@
-"""Published generations as the API sees them: memory-mapped, immutable serving segments.
+"""Published generations as the API sees them: memory-mapped serving segments.
 
 A generation directory ``<segments_dir>/<gen>/`` holds, per board, an Arrow IPC file in
 display order (``player_id``, ``score``; row i is position i+1), a player-id index (row
@@ -37,7 +37,11 @@ def _read_table(path: Path) -> pa.Table:
     table = reader.read_all()
     # One chunk per column keeps lookups simple; segments are written as one batch,
     # so this is normally free.
-    return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
+    return (
+        table.combine_chunks()
+        if any(c.num_chunks > 1 for c in table.columns)
+        else table
+    )
 
 
 class _StringColumn:
@@ -50,9 +54,13 @@ class _StringColumn:
         buffers = array.buffers()
         dtype = np.int64 if large else np.int32
         count = len(array) + 1
-        offsets = np.frombuffer(buffers[1], dtype=dtype) if buffers[1] else np.zeros(1, dtype)
+        offsets = (
+            np.frombuffer(buffers[1], dtype=dtype) if buffers[1] else np.zeros(1, dtype)
+        )
         self.offsets = offsets[array.offset : array.offset + count]
-        self.data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+        self.data = (
+            memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+        )
         self.length = len(array)
 
     def bytes_at(self, row: int) -> bytes:
@@ -110,7 +118,9 @@ class BoardSegment:
     def count_above(self, score: int) -> int:
         """Number of players with a strictly higher score (scores are descending)."""
         scores = self.scores
-        return bisect.bisect_left(range(len(scores)), -score, key=lambda i: -int(scores[i]))
+        return bisect.bisect_left(
+            range(len(scores)), -score, key=lambda i: -int(scores[i])
+        )
 
     def rank_of_score(self, score: int) -> int:
         """Competition rank of a score: 1 + players strictly above it."""
@@ -154,8 +164,12 @@ class BoardSegment:
                 rank = self.rank_of_score(score)
                 previous = score
             out.append(
-                {"position": row + 1, "rank": rank, "playerId": self.players.str_at(row),
-                 "score": score}
+                {
+                    "position": row + 1,
+                    "rank": rank,
+                    "playerId": self.players.str_at(row),
+                    "score": score,
+                }
             )
         return out
 
@@ -188,7 +202,7 @@ class Generation:
         return sorted(self.manifest.get("boards", {}))
 
     def board(self, board: str) -> BoardSegment | None:
-        """The board's segment; None when the board had no players in this generation."""
+        """The board's segment; None when the board is empty in this generation."""
         segment = self._boards.get(board)
         if segment is not None:
             return segment
@@ -248,7 +262,9 @@ class GenerationRegistry:
                     generations[number] = known
                     continue
                 try:
-                    manifest = orjson.loads((found[number] / "manifest.json").read_bytes())
+                    manifest = orjson.loads(
+                        (found[number] / "manifest.json").read_bytes()
+                    )
                 except (OSError, orjson.JSONDecodeError):
                     continue
                 if manifest.get("complete"):

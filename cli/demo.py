@@ -27,7 +27,9 @@ BATCH = 1000
 CONNECTIONS = 4
 
 
-def synthetic_events(players: int, events: int, seed: int = 4) -> Iterator[dict[str, Any]]:
+def synthetic_events(
+    players: int, events: int, seed: int = 4
+) -> Iterator[dict[str, Any]]:
     """A reproducible season: ~3% redeliveries, ~2% corrections (half of them
     downward), points on a coarse scale so that many players tie."""
     rng = random.Random(seed)
@@ -43,7 +45,9 @@ def synthetic_events(players: int, events: int, seed: int = 4) -> Iterator[dict[
         elif recent and roll < 0.05:
             slot = rng.randrange(len(recent))
             original = recent[slot]
-            points = max(0, original["result"]["points"] + rng.choice((-20, -10, 10, 20)))
+            points = max(
+                0, original["result"]["points"] + rng.choice((-20, -10, 10, 20))
+            )
             revision = original["sourceRevision"] + 1
             correction = {
                 **original,
@@ -79,8 +83,9 @@ def synthetic_events(players: int, events: int, seed: int = 4) -> Iterator[dict[
         sent += 1
 
 
-async def _ingest(url: str, secret: bytes, key_id: str, events: Iterator[dict[str, Any]]
-                  ) -> dict[str, int]:
+async def _ingest(
+    url: str, secret: bytes, key_id: str, events: Iterator[dict[str, Any]]
+) -> dict[str, int]:
     statuses: dict[str, int] = {}
     lock = asyncio.Lock()
 
@@ -92,9 +97,13 @@ async def _ingest(url: str, secret: bytes, key_id: str, events: Iterator[dict[st
                 return
             body = orjson.dumps({"events": batch})
             reply = await client.post(
-                f"{url}/v1/score-events:batch", content=body,
-                headers={"X-Key-Id": key_id, "X-Signature": sign(secret, body),
-                         "Content-Type": "application/json"},
+                f"{url}/v1/score-events:batch",
+                content=body,
+                headers={
+                    "X-Key-Id": key_id,
+                    "X-Signature": sign(secret, body),
+                    "Content-Type": "application/json",
+                },
             )
             reply.raise_for_status()
             for result in reply.json()["results"]:
@@ -108,13 +117,19 @@ async def _ingest(url: str, secret: bytes, key_id: str, events: Iterator[dict[st
 
 def _labels(body: dict[str, Any]) -> str:
     generation = (body.get("generation") or {}).get("id")
-    return (f"exactness={body['exactness']} basis={body['basis']} "
-            f"errorBound={body['errorBound']} generation={generation} "
-            f"asOf={body['asOf']} population={body['population']}")
+    return (
+        f"exactness={body['exactness']} basis={body['basis']} "
+        f"errorBound={body['errorBound']} generation={generation} "
+        f"asOf={body['asOf']} population={body['population']}"
+    )
 
 
-def run_demo(settings: Settings, players: int = 100_000, events: int = 1_000_000,
-             port: int | None = None) -> int:
+def run_demo(
+    settings: Settings,
+    players: int = 100_000,
+    events: int = 1_000_000,
+    port: int | None = None,
+) -> int:
     from cli.stack import down, up
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
@@ -131,10 +146,14 @@ def run_demo(settings: Settings, players: int = 100_000, events: int = 1_000_000
         key_id, secret = next(iter(settings.signing_keys.items()))
         print(f"stack up at {url}; ingesting {events:,} events for {players:,} players")
         t = time.perf_counter()
-        statuses = asyncio.run(_ingest(url, secret, key_id, synthetic_events(players, events)))
+        statuses = asyncio.run(
+            _ingest(url, secret, key_id, synthetic_events(players, events))
+        )
         timings["ingest"] = time.perf_counter() - t
-        print(f"ingest: {statuses} in {timings['ingest']:.1f} s "
-              f"({events / timings['ingest']:,.0f} events/s)")
+        print(
+            f"ingest: {statuses} in {timings['ingest']:.1f} s "
+            f"({events / timings['ingest']:,.0f} events/s)"
+        )
 
         t = time.perf_counter()
         generation = run_publish(settings)
@@ -142,8 +161,10 @@ def run_demo(settings: Settings, players: int = 100_000, events: int = 1_000_000
         t = time.perf_counter()
         rebase_published(settings, generation)
         timings["rebase"] = time.perf_counter() - t
-        print(f"published {generation} in {timings['publish']:.1f} s "
-              f"(rebase {timings['rebase']:.1f} s)")
+        print(
+            f"published {generation} in {timings['publish']:.1f} s "
+            f"(rebase {timings['rebase']:.1f} s)"
+        )
 
         board = "season:S4:global"
         t = time.perf_counter()
@@ -151,20 +172,29 @@ def run_demo(settings: Settings, players: int = 100_000, events: int = 1_000_000
         timings["read top 10"] = time.perf_counter() - t
         print(f"\ntop 10 of {board}  [{_labels(top)}]")
         for entry in top["entries"]:
-            print(f"  {entry['position']:>3}  rank {entry['rank']:>3}  "
-                  f"{entry['playerId']}  {entry['score']}")
-        player = top["entries"][len(top["entries"]) // 2]["playerId"] if top["entries"] else "P000001"
+            print(
+                f"  {entry['position']:>3}  rank {entry['rank']:>3}  "
+                f"{entry['playerId']}  {entry['score']}"
+            )
+        player = (
+            top["entries"][len(top["entries"]) // 2]["playerId"]
+            if top["entries"]
+            else "P000001"
+        )
         for mode in ("live", "snapshot", "approx"):
             t = time.perf_counter()
-            reply = httpx.get(f"{url}/v1/boards/{board}/players/{player}",
-                              params={"mode": mode})
+            reply = httpx.get(
+                f"{url}/v1/boards/{board}/players/{player}", params={"mode": mode}
+            )
             timings[f"read rank ({mode})"] = time.perf_counter() - t
             body = reply.json()
             if reply.status_code != 200:
                 print(f"\n{player} ({mode}): {reply.status_code} {body}")
                 continue
-            print(f"\n{player} ({mode}): score {body['score']} rank {body['rank']} "
-                  f"topPercent {body['topPercent']}  [{_labels(body)}]")
+            print(
+                f"\n{player} ({mode}): score {body['score']} rank {body['rank']} "
+                f"topPercent {body['topPercent']}  [{_labels(body)}]"
+            )
     finally:
         t = time.perf_counter()
         down(settings)

@@ -34,8 +34,11 @@ def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     report = rebase_published(settings, generation)
     stale = {p: o for p, o in report.partitions.items() if o != "ok"}
     if stale:
-        print(f"rebase: partitions not rebased (reads stay exact on the previous base "
-              f"until the next publish): {stale}", file=sys.stderr)
+        print(
+            f"rebase: partitions not rebased (reads stay exact on the previous base "
+            f"until the next publish): {stale}",
+            file=sys.stderr,
+        )
     print(generation)
     return 0
 
@@ -52,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up = sub.add_parser("up", help="start Redis and the API in the background")
     p_up.add_argument("--port", type=int, default=8080)
     p_up.set_defaults(func=_cmd_up)
-    sub.add_parser("down", help="stop what `lb up` started").set_defaults(func=_cmd_down)
+    sub.add_parser("down", help="stop what `lb up` started").set_defaults(
+        func=_cmd_down
+    )
     sub.add_parser(
         "publish", help="land the logs, recompute and publish one generation"
     ).set_defaults(func=_cmd_publish)

@@ -82,13 +82,24 @@ def up(settings: Settings, port: int) -> str:
         redis_url = server.url
         (run / REDIS_URL_FILE).write_text(redis_url)
 
-    env = dict(os.environ, LB_REDIS_URL=redis_url, LB_DATA_DIR=str(settings.data_dir.resolve()))
+    env = dict(
+        os.environ, LB_REDIS_URL=redis_url, LB_DATA_DIR=str(settings.data_dir.resolve())
+    )
     log = open(run / "api.log", "ab")  # noqa: SIM115 - handed to the child process
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "uvicorn", "api.main:create_app", "--factory",
-            "--host", settings.api_host, "--port", str(port),
-            "--no-access-log", "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.main:create_app",
+            "--factory",
+            "--host",
+            settings.api_host,
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
         ],
         env=env,
         stdin=subprocess.DEVNULL,

@@ -156,7 +156,7 @@ PERIOD_PATTERNS = {
 
 
 def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
-    """Window, scope, aggregation and tie-break of a board id; None if it cannot exist."""
+    """Window, scope, aggregation, tie-break of a board id; None if it cannot exist."""
     match = BOARD_ID.match(board)
     if not match:
         return None

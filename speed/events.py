@@ -52,7 +52,9 @@ class EventInvalid(ValueError):
 
 def parse_rfc3339(value: str) -> datetime:
     if not RFC3339.match(value):
-        raise ValueError("must be an RFC 3339 timestamp with offset, e.g. 2026-11-20T10:00:00Z")
+        raise ValueError(
+            "must be an RFC 3339 timestamp with offset, e.g. 2026-11-20T10:00:00Z"
+        )
     text = value.replace("z", "Z").replace("t", "T").replace(" ", "T")
     # Python accepts at most microseconds; trim extra fractional digits.
     text = re.sub(r"\.(\d{6})\d+", r".\1", text)
@@ -93,7 +95,7 @@ def normalize(
     now: datetime,
     max_future: timedelta,
 ) -> NormalizedEvent:
-    """Check what the schema cannot (bytes, printable ids, bounds, clock) and normalize."""
+    """Check what the schema cannot (bytes, printable, bounds, clock); normalize."""
     for name in ("eventId", "playerId", "matchId"):
         value = getattr(event, name)
         if len(value.encode("utf-8")) > MAX_ID_BYTES:
@@ -101,7 +103,9 @@ def normalize(
         if not PRINTABLE.match(value) or not value.isprintable():
             raise EventInvalid(name, "must be a printable string")
     if event.region not in regions:
-        raise EventInvalid("region", f"unknown region; configured: {', '.join(regions)}")
+        raise EventInvalid(
+            "region", f"unknown region; configured: {', '.join(regions)}"
+        )
     points = event.result.points
     if not points_min <= points <= points_max:
         raise EventInvalid(

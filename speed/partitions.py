@@ -80,7 +80,7 @@ class Keys:
         return f"{self.base}:chz:{board}"
 
     def changed_snapshot(self, board: str) -> str:
-        """Lex zset enc(base score)+playerId of changed players in the base generation."""
+        """Lex zset enc(base score)+playerId of changed players in the base."""
         return f"{self.base}:chs:{board}"
 
     def fenwick(self, board: str) -> str:
@@ -95,7 +95,7 @@ class Keys:
         return f"{self.base}:bk-next:{board}"
 
     def staged_counts(self, board: str) -> str:
-        """Base counts per bucket of the next generation (packed i32), staged for rebase."""
+        """Next generation's counts per bucket (packed i32), staged for rebase."""
         return f"{self.base}:cnt-next:{board}"
 
     @property

@@ -47,8 +47,10 @@ def partition_counts(segment: BoardSegment, partitions: int) -> np.ndarray:
         buckets = np.zeros(segment.population, dtype=np.int64)
     # crc32 of the UTF-8 id, as speed.partitions.partition_of does.
     owner = np.fromiter(
-        (zlib.crc32(segment.players.bytes_at(i)) % partitions
-         for i in range(segment.population)),
+        (
+            zlib.crc32(segment.players.bytes_at(i)) % partitions
+            for i in range(segment.population)
+        ),
         dtype=np.int64,
         count=segment.population,
     )
@@ -59,7 +61,7 @@ def partition_counts(segment: BoardSegment, partitions: int) -> np.ndarray:
 def _boards_with_changes(client: redis.Redis, partition: int) -> set[str]:
     prefix = f"{KEY_PREFIX}:{tag(partition)}:chz:"
     return {
-        key.decode()[len(prefix):]
+        key.decode()[len(prefix) :]
         for key in client.scan_iter(match=f"{prefix}*", count=1000)
     }
 
@@ -74,7 +76,9 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
     return pairs
 
 
-def rebase(client: redis.Redis, generation: Generation, partitions: int) -> RebaseReport:
+def rebase(
+    client: redis.Redis, generation: Generation, partitions: int
+) -> RebaseReport:
     """Rebase every partition onto ``generation``; idempotent (a partition already at
     or past it reports ``stale``)."""
     script = client.register_script(load("rebase_partition"))
@@ -128,13 +132,21 @@ def rebase(client: redis.Redis, generation: Generation, partitions: int) -> Reba
             script_keys = [keys.base_generation, keys.log, keys.landed]
             for board in ordered:
                 script_keys += [
-                    keys.totals(board), keys.changed_live(board),
-                    keys.changed_snapshot(board), keys.fenwick(board),
-                    keys.buckets(board), keys.staged_buckets(board),
+                    keys.totals(board),
+                    keys.changed_live(board),
+                    keys.changed_snapshot(board),
+                    keys.fenwick(board),
+                    keys.buckets(board),
+                    keys.staged_buckets(board),
                     keys.staged_counts(board),
                 ]
-            args = [generation.number, position, len(ordered), orjson.dumps(snapshot),
-                    *ordered]
+            args = [
+                generation.number,
+                position,
+                len(ordered),
+                orjson.dumps(snapshot),
+                *ordered,
+            ]
             kind, payload = script(keys=script_keys, args=args)
             kind = kind.decode() if isinstance(kind, bytes) else kind
             payload = payload.decode() if isinstance(payload, bytes) else payload
@@ -156,8 +168,9 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
     number = int(generation_id.lstrip("g"))
     generation = registry.by_number(number)
     if generation is None:
-        raise RuntimeError(f"generation {generation_id} is not readable in "
-                           f"{settings.segments_dir}")
+        raise RuntimeError(
+            f"generation {generation_id} is not readable in {settings.segments_dir}"
+        )
     client = redis.Redis.from_url(resolve_redis_url(settings))
     try:
         return rebase(client, generation, settings.partitions)

@@ -66,18 +66,32 @@ class RedisServer:
     def command(self) -> list[str]:
         args = [
             redis_server_binary(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir.resolve()),
-            "--appendonly", "yes",
-            "--appendfsync", self.appendfsync,
-            "--save", "",
-            "--logfile", str(self.log_file.resolve()),
-            "--protected-mode", "yes",
-            "--maxmemory-policy", "noeviction",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir.resolve()),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            self.appendfsync,
+            "--save",
+            "",
+            "--logfile",
+            str(self.log_file.resolve()),
+            "--protected-mode",
+            "yes",
+            "--maxmemory-policy",
+            "noeviction",
         ]
         if self.socket_path is not None:
-            args += ["--unixsocket", str(self.socket_path.resolve()), "--unixsocketperm", "700"]
+            args += [
+                "--unixsocket",
+                str(self.socket_path.resolve()),
+                "--unixsocketperm",
+                "700",
+            ]
         return args
 
     def start(self, timeout: float = 20.0) -> RedisServer:
@@ -97,7 +111,8 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RedisServerError(
-                    f"redis-server exited with {self.process.returncode}; see {self.log_file}"
+                    f"redis-server exited with {self.process.returncode}; "
+                    f"see {self.log_file}"
                 )
             try:
                 client = redis.Redis.from_url(self.url, socket_timeout=1)
@@ -107,8 +122,11 @@ class RedisServer:
                         return
                 finally:
                     client.close()
-            except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError,
-                    OSError):
+            except (
+                redis.exceptions.ConnectionError,
+                redis.exceptions.BusyLoadingError,
+                OSError,
+            ):
                 time.sleep(0.05)
         raise RedisServerError(f"redis-server did not answer within {timeout} s")
 
@@ -128,7 +146,7 @@ class RedisServer:
 
 
 def resolve_redis_url(settings: Settings) -> str:
-    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR, else the default."""
+    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR, else default."""
     if settings.redis_url:
         return settings.redis_url
     try:

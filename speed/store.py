@@ -257,8 +257,12 @@ class SpeedLayer:
                         body["status"] = "duplicate"
                     outcomes[i] = Outcome(body=body)
                 elif kind == "conflict":
-                    outcomes[i] = Outcome(error=EventConflict(
-                        "eventId already used for this player with different content"))
+                    outcomes[i] = Outcome(
+                        error=EventConflict(
+                            "eventId already used for this player "
+                            "with different content"
+                        )
+                    )
                 elif kind == "rate_limited":
                     outcomes[i] = Outcome(error=RateLimited(int(payload)))
                 elif kind == "retry":

@@ -37,7 +37,9 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def settings(redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path) -> Settings:
+def settings(
+    redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
+) -> Settings:
     return Settings(
         redis_url=redis_server.url,
         data_dir=tmp_path / "lb",
@@ -49,7 +51,9 @@ def settings(redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Pat
 class SignedClient:
     """A TestClient that signs every write like a trusted game server."""
 
-    def __init__(self, client: TestClient, key_id: str = "dev", secret: bytes = DEV_SECRET):
+    def __init__(
+        self, client: TestClient, key_id: str = "dev", secret: bytes = DEV_SECRET
+    ):
         self.client = client
         self.key_id = key_id
         self.secret = secret

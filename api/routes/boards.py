@@ -13,10 +13,10 @@ from fastapi import APIRouter, Query
 from api.deps import BoardsDep, GenerationsDep, LiveDep
 from api.errors import (
     BoardNotFound,
-    NotReady,
     GenerationExpired,
     GenerationNotFound,
     InvalidRequest,
+    NotReady,
     PlayerNotFound,
 )
 from api.live import Base, LiveReader, NotExact, PlayerMissing
@@ -56,7 +56,9 @@ def _pin(registry: GenerationRegistry, generation_id: str | None) -> Generation:
         raise GenerationNotFound(str(exc)) from None
 
 
-def _header(board: str, mode: Mode, generation: Generation, population: int) -> dict[str, Any]:
+def _header(
+    board: str, mode: Mode, generation: Generation, population: int
+) -> dict[str, Any]:
     """Labels of a snapshot answer: exactly generation ``g``, as of its boundary."""
     return {
         "board": board,
@@ -71,7 +73,10 @@ def _header(board: str, mode: Mode, generation: Generation, population: int) -> 
 
 
 def _snapshot(
-    config: BoardsConfig, registry: GenerationRegistry, board: str, generation_id: str | None
+    config: BoardsConfig,
+    registry: GenerationRegistry,
+    board: str,
+    generation_id: str | None,
 ) -> tuple[Generation, BoardSegment | None]:
     _check_board(config, board)
     generation = _pin(registry, generation_id)
@@ -80,8 +85,12 @@ def _snapshot(
 
 # Cursors are keyset positions on the ordering tuple (score, playerId), pinned to the
 # generation they came from; opaque to clients (base64url JSON).
-def encode_cursor(generation: str, board: str, score: int, player_id: str, way: str) -> str:
-    raw = orjson.dumps({"g": generation, "b": board, "s": score, "p": player_id, "d": way})
+def encode_cursor(
+    generation: str, board: str, score: int, player_id: str, way: str
+) -> str:
+    raw = orjson.dumps(
+        {"g": generation, "b": board, "s": score, "p": player_id, "d": way}
+    )
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -100,12 +109,17 @@ def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
             raise ValueError
         return data
     except (ValueError, binascii.Error, orjson.JSONDecodeError):
-        raise InvalidRequest("cursor is malformed or belongs to another board",
-                             field="cursor") from None
+        raise InvalidRequest(
+            "cursor is malformed or belongs to another board", field="cursor"
+        ) from None
 
 
 def _cursors(
-    generation: Generation, board: str, segment: BoardSegment | None, start: int, stop: int
+    generation: Generation,
+    board: str,
+    segment: BoardSegment | None,
+    start: int,
+    stop: int,
 ) -> dict[str, str | None]:
     """Cursors to the page before ``start`` and after ``stop`` (null at either end)."""
     if segment is None:
@@ -113,18 +127,28 @@ def _cursors(
     before = after = None
     if start > 0:
         row = start
-        before = encode_cursor(generation.id, board, int(segment.scores[row]),
-                               segment.players.str_at(row), "before")
+        before = encode_cursor(
+            generation.id,
+            board,
+            int(segment.scores[row]),
+            segment.players.str_at(row),
+            "before",
+        )
     if stop < segment.population:
         row = stop - 1
-        after = encode_cursor(generation.id, board, int(segment.scores[row]),
-                              segment.players.str_at(row), "after")
+        after = encode_cursor(
+            generation.id,
+            board,
+            int(segment.scores[row]),
+            segment.players.str_at(row),
+            "after",
+        )
     return {"before": before, "after": after}
 
 
 @router.get("")
 async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONResponse:
-    """Boards with window, scope, aggregation, tie-break, state and latest generation."""
+    """Boards with window, scope, aggregation, tie-break, state, latest generation."""
     latest = registry.latest()
     names = set(latest.board_names()) if latest else set()
     cutoffs = season_cutoffs_ms(config)
@@ -136,17 +160,20 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
         if described is None:
             continue
         closed = name in cutoffs and now_ms > cutoffs[name]
-        boards.append({
-            "board": name,
-            "window": described["window"],
-            "period": described["period"],
-            "scope": described["scope"],
-            "aggregation": described["aggregation"],
-            "tieBreak": described["tieBreak"],
-            "state": "closed" if closed else "open",
-            "latestGeneration": latest.id if latest and name in latest.manifest.get(
-                "boards", {}) else None,
-        })
+        boards.append(
+            {
+                "board": name,
+                "window": described["window"],
+                "period": described["period"],
+                "scope": described["scope"],
+                "aggregation": described["aggregation"],
+                "tieBreak": described["tieBreak"],
+                "state": "closed" if closed else "open",
+                "latestGeneration": latest.id
+                if latest and name in latest.manifest.get("boards", {})
+                else None,
+            }
+        )
     return FastJSONResponse({"boards": boards})
 
 
@@ -199,19 +226,26 @@ async def read_top(
         except NotExact:
             pass
         else:
-            header = _live_header(board, mode, result["base"], result["asOf"],
-                                  result["population"])
+            header = _live_header(
+                board, mode, result["base"], result["asOf"], result["population"]
+            )
             return FastJSONResponse({**header, "entries": result["entries"]})
         gen, segment = _snapshot_fallback(config, registry, board)
     else:
         gen, segment = _snapshot(config, registry, board, generation)
     population = segment.population if segment else 0
     entries = segment.entries(0, limit) if segment else []
-    return FastJSONResponse({**_header(board, mode, gen, population), "entries": entries})
+    return FastJSONResponse(
+        {**_header(board, mode, gen, population), "entries": entries}
+    )
 
 
 async def _approx_answer(
-    live: LiveReader, registry: GenerationRegistry, board: str, player_id: str, mode: Mode
+    live: LiveReader,
+    registry: GenerationRegistry,
+    board: str,
+    player_id: str,
+    mode: Mode,
 ) -> dict[str, Any]:
     result = await live.approx_rank(board, player_id)
     latest = registry.latest()
@@ -257,43 +291,54 @@ async def read_player_rank(
             return FastJSONResponse(
                 await _approx_answer(live, registry, board, player_id, mode)
             )
-        header = _live_header(board, mode, result["base"], result["asOf"],
-                              result["population"])
-        return FastJSONResponse({
-            **header,
-            "playerId": player_id,
-            "score": result["score"],
-            "rank": result["rank"],
-            "position": result["position"],
-            "topPercent": round(100 * result["rank"] / result["population"], 6),
-        })
+        header = _live_header(
+            board, mode, result["base"], result["asOf"], result["population"]
+        )
+        return FastJSONResponse(
+            {
+                **header,
+                "playerId": player_id,
+                "score": result["score"],
+                "rank": result["rank"],
+                "position": result["position"],
+                "topPercent": round(100 * result["rank"] / result["population"], 6),
+            }
+        )
     gen, segment = _snapshot(config, registry, board, generation)
     row = segment.row_of(player_id) if segment else None
     if segment is None or row is None:
         raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
     entry = segment.entry(row)
-    return FastJSONResponse({
-        **_header(board, mode, gen, segment.population),
-        "playerId": player_id,
-        "score": entry["score"],
-        "rank": entry["rank"],
-        "position": entry["position"],
-        "topPercent": round(100 * entry["rank"] / segment.population, 6),
-    })
+    return FastJSONResponse(
+        {
+            **_header(board, mode, gen, segment.population),
+            "playerId": player_id,
+            "score": entry["score"],
+            "rank": entry["rank"],
+            "position": entry["position"],
+            "topPercent": round(100 * entry["rank"] / segment.population, 6),
+        }
+    )
 
 
 def _live_cursors(
     base: Base, board: str, entries: list[dict[str, Any]], population: int
 ) -> dict[str, str | None]:
-    """Cursors from a live window into the base generation's pages (null without one)."""
+    """Cursors from a live window into the base generation's pages (or null)."""
     if base.generation is None or not entries:
         return {"before": None, "after": None}
     first, last = entries[0], entries[-1]
     return {
-        "before": None if first["position"] <= 1 else encode_cursor(
-            base.generation.id, board, first["score"], first["playerId"], "before"),
-        "after": None if last["position"] >= population else encode_cursor(
-            base.generation.id, board, last["score"], last["playerId"], "after"),
+        "before": None
+        if first["position"] <= 1
+        else encode_cursor(
+            base.generation.id, board, first["score"], first["playerId"], "before"
+        ),
+        "after": None
+        if last["position"] >= population
+        else encode_cursor(
+            base.generation.id, board, last["score"], last["playerId"], "after"
+        ),
     }
 
 
@@ -318,27 +363,33 @@ async def read_nearby(
         except NotExact:
             gen, segment = _snapshot_fallback(config, registry, board)
         else:
-            header = _live_header(board, mode, result["base"], result["asOf"],
-                                  result["population"])
-            return FastJSONResponse({
-                **header,
-                "playerId": player_id,
-                "entries": result["entries"],
-                "cursors": _live_cursors(result["base"], board, result["entries"],
-                                         result["population"]),
-            })
+            header = _live_header(
+                board, mode, result["base"], result["asOf"], result["population"]
+            )
+            return FastJSONResponse(
+                {
+                    **header,
+                    "playerId": player_id,
+                    "entries": result["entries"],
+                    "cursors": _live_cursors(
+                        result["base"], board, result["entries"], result["population"]
+                    ),
+                }
+            )
     else:
         gen, segment = _snapshot(config, registry, board, generation)
     row = segment.row_of(player_id) if segment else None
     if segment is None or row is None:
         raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
     start, stop = max(0, row - radius), min(segment.population, row + radius + 1)
-    return FastJSONResponse({
-        **_header(board, mode, gen, segment.population),
-        "playerId": player_id,
-        "entries": segment.entries(start, stop),
-        "cursors": _cursors(gen, board, segment, start, stop),
-    })
+    return FastJSONResponse(
+        {
+            **_header(board, mode, gen, segment.population),
+            "playerId": player_id,
+            "entries": segment.entries(start, stop),
+            "cursors": _cursors(gen, board, segment, start, stop),
+        }
+    )
 
 
 @router.get("/{board}/entries")
@@ -372,8 +423,10 @@ async def read_entries(
         stop = segment.first_row_at_or_after(data["s"], data["p"])
         start = max(0, stop - limit)
     entries = segment.entries(start, stop) if segment else []
-    return FastJSONResponse({
-        **_header(board, "snapshot", gen, population),
-        "entries": entries,
-        "cursors": _cursors(gen, board, segment, start, stop),
-    })
+    return FastJSONResponse(
+        {
+            **_header(board, "snapshot", gen, population),
+            "entries": entries,
+            "cursors": _cursors(gen, board, segment, start, stop),
+        }
+    )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
+from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
     BodyTooLarge,
     Conflict,
@@ -21,28 +22,9 @@ from api.security import verify
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
-from speed.store import EventConflict, RateLimited, SpeedLayer
+from speed.store import EventConflict, RateLimited
 
 router = APIRouter(prefix="/v1", tags=["score-events"])
-
-
-# The same app state api.deps reads, as async dependencies: FastAPI runs a sync
-# dependency in a worker thread, three thread hops per write otherwise.
-async def _settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
-
-
-async def _boards(request: Request) -> BoardsConfig:
-    return request.app.state.boards  # type: ignore[no-any-return]
-
-
-async def _speed(request: Request) -> SpeedLayer:
-    return request.app.state.speed  # type: ignore[no-any-return]
-
-
-SettingsDep = Annotated[Settings, Depends(_settings)]
-BoardsDep = Annotated[BoardsConfig, Depends(_boards)]
-SpeedDep = Annotated[SpeedLayer, Depends(_speed)]
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
@@ -124,7 +106,7 @@ async def submit_score_event_batch(
     body = await read_signed_body(request, settings)
     payload = _parse_json(body)
     if not isinstance(payload, dict) or set(payload) != {"events"}:
-        raise InvalidRequest("body must be {\"events\": [...]}", field="events")
+        raise InvalidRequest('body must be {"events": [...]}', field="events")
     raw_events = payload["events"]
     if not isinstance(raw_events, list) or not raw_events:
         raise InvalidRequest("events must be a non-empty list", field="events")

@@ -16,7 +16,7 @@ def _write(path: Path, table: pa.Table) -> None:
 
 
 def equi_depth(scores: list[int], target: int) -> tuple[list[int], list[int]]:
-    """Bucket lower bounds (ascending, distinct scores) and counts, ~target per bucket."""
+    """Bucket lower bounds (ascending, distinct) and counts, ~target per bucket."""
     counts: dict[int, int] = {}
     for score in scores:
         counts[score] = counts.get(score, 0) + 1
@@ -43,21 +43,36 @@ def write_generation(
     meta = {}
     for board, totals in boards.items():
         ordered = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
-        _write(directory / f"{board}.arrow", pa.table({
-            "player_id": pa.array([p for p, _ in ordered], pa.string()),
-            "score": pa.array([s for _, s in ordered], pa.int64()),
-        }))
+        _write(
+            directory / f"{board}.arrow",
+            pa.table(
+                {
+                    "player_id": pa.array([p for p, _ in ordered], pa.string()),
+                    "score": pa.array([s for _, s in ordered], pa.int64()),
+                }
+            ),
+        )
         rows = sorted(range(len(ordered)), key=lambda i: ordered[i][0].encode())
-        _write(directory / f"{board}.index.arrow",
-               pa.table({"row": pa.array(rows, pa.uint32())}))
-        meta[board] = {"population": len(ordered), "file": f"{board}.arrow",
-                       "index": f"{board}.index.arrow"}
+        _write(
+            directory / f"{board}.index.arrow",
+            pa.table({"row": pa.array(rows, pa.uint32())}),
+        )
+        meta[board] = {
+            "population": len(ordered),
+            "file": f"{board}.arrow",
+            "index": f"{board}.index.arrow",
+        }
         if bucket_target is not None:
             lowers, sizes = equi_depth(list(totals.values()), bucket_target)
-            _write(directory / f"{board}.buckets.arrow", pa.table({
-                "lower": pa.array(lowers, pa.int64()),
-                "count": pa.array(sizes, pa.int64()),
-            }))
+            _write(
+                directory / f"{board}.buckets.arrow",
+                pa.table(
+                    {
+                        "lower": pa.array(lowers, pa.int64()),
+                        "count": pa.array(sizes, pa.int64()),
+                    }
+                ),
+            )
             meta[board]["buckets"] = f"{board}.buckets.arrow"
     manifest = {
         "generation": gen,

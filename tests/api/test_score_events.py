@@ -19,8 +19,12 @@ def seed(api: SignedClient) -> None:
     for player, points in (("P1", 920), ("P2", 900), ("P3", 900), ("P4", 880)):
         reply = api.post(
             "/v1/score-events",
-            event(eventId=f"seed-{player}", playerId=player, matchId=f"seed-{player}",
-                  result={"points": points}),
+            event(
+                eventId=f"seed-{player}",
+                playerId=player,
+                matchId=f"seed-{player}",
+                result={"points": points},
+            ),
         )
         assert reply.status_code == 200, reply.text
 
@@ -39,11 +43,16 @@ def test_seed_scenario(api: SignedClient) -> None:
     assert season_total(body) == 930
     boards = {b["board"] for b in body["boards"]}
     assert boards == {
-        "season:S4:global", "season:S4:eu",
-        "daily:2026-11-20:global", "daily:2026-11-20:eu",
-        "weekly:2026-W47:global", "weekly:2026-W47:eu",
-        "monthly:2026-11:global", "monthly:2026-11:eu",
-        "alltime:all:global", "alltime:all:eu",
+        "season:S4:global",
+        "season:S4:eu",
+        "daily:2026-11-20:global",
+        "daily:2026-11-20:eu",
+        "weekly:2026-W47:global",
+        "weekly:2026-W47:eu",
+        "monthly:2026-11:global",
+        "monthly:2026-11:eu",
+        "alltime:all:global",
+        "alltime:all:eu",
     }
 
     again = api.post("/v1/score-events", event())
@@ -61,8 +70,13 @@ def test_seed_scenario(api: SignedClient) -> None:
 
     correction = api.post(
         "/v1/score-events",
-        event(eventId="E79", sourceRevision=2, kind="correction",
-              reason="scoring bug", result={"points": 5}),
+        event(
+            eventId="E79",
+            sourceRevision=2,
+            kind="correction",
+            reason="scoring bug",
+            result={"points": 5},
+        ),
     )
     assert correction.status_code == 200
     assert correction.json()["status"] == "accepted"
@@ -70,8 +84,13 @@ def test_seed_scenario(api: SignedClient) -> None:
 
     older = api.post(
         "/v1/score-events",
-        event(eventId="E80", sourceRevision=1, kind="correction",
-              reason="late resend", result={"points": 50}),
+        event(
+            eventId="E80",
+            sourceRevision=1,
+            kind="correction",
+            reason="late resend",
+            result={"points": 50},
+        ),
     )
     assert older.json()["status"] == "superseded"
     assert season_total(older.json()) == 905
@@ -89,8 +108,14 @@ def test_correction_moving_match_to_another_day(api: SignedClient) -> None:
     api.post("/v1/score-events", event())
     moved = api.post(
         "/v1/score-events",
-        event(eventId="E79", sourceRevision=2, kind="correction", reason="wrong clock",
-              occurredAt="2026-11-21T10:00:00Z", result={"points": 40}),
+        event(
+            eventId="E79",
+            sourceRevision=2,
+            kind="correction",
+            reason="wrong clock",
+            occurredAt="2026-11-21T10:00:00Z",
+            result={"points": 40},
+        ),
     ).json()
     by_board = {b["board"]: b["total"] for b in moved["boards"]}
     # The old day loses the contribution (the player stays on it with 0),
@@ -117,8 +142,10 @@ def test_late_event_is_recorded_not_applied_to_the_season(
     closed = settings.model_copy(update={"boards_file": boards})
     with TestClient(create_app(closed)) as client:
         api = SignedClient(client)
-        body = api.post("/v1/score-events", event(
-            eventId="L1", matchId="ML", occurredAt="2026-10-15T00:00:00Z")).json()
+        body = api.post(
+            "/v1/score-events",
+            event(eventId="L1", matchId="ML", occurredAt="2026-10-15T00:00:00Z"),
+        ).json()
     # All-time and the other windows still accept it: the event is accepted, and
     # the closed season's boards say late-review, unchanged.
     assert body["status"] == "accepted"
@@ -132,8 +159,10 @@ def test_late_event_is_recorded_not_applied_to_the_season(
     # Recorded in the log with its per-board outcome, for the batch layer.
     (entry,) = redis_client.xrange(f"lb:{{p{body['partition']}}}:log")
     assert b'"late-review"' in entry[1][b"r"]
-    assert redis_client.hget("lb:{p%d}:tot:season:S3:global" % body["partition"],
-                             "P2") is None
+    assert (
+        redis_client.hget(f"lb:{{p{body['partition']}}}:tot:season:S3:global", "P2")
+        is None
+    )
 
 
 def test_batch_results_in_order(api: SignedClient) -> None:
@@ -149,13 +178,19 @@ def test_batch_results_in_order(api: SignedClient) -> None:
     assert reply.status_code == 200
     results = reply.json()["results"]
     assert [r.get("status") or r.get("error") for r in results] == [
-        "accepted", "duplicate", "event_conflict", "superseded", "invalid_request",
+        "accepted",
+        "duplicate",
+        "event_conflict",
+        "superseded",
+        "invalid_request",
         "accepted",
     ]
     assert season_total(results[5]) == 42
 
 
-def test_concurrent_redelivery_is_applied_once(settings: Any, redis_client: Any) -> None:
+def test_concurrent_redelivery_is_applied_once(
+    settings: Any, redis_client: Any
+) -> None:
     import asyncio
 
     import httpx
@@ -167,13 +202,18 @@ def test_concurrent_redelivery_is_applied_once(settings: Any, redis_client: Any)
         body = orjson.dumps(event())
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://t"
+            ) as client:
 
                 async def send() -> dict[str, Any]:
                     reply = await client.post(
                         "/v1/score-events",
                         content=body,
-                        headers={"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body)},
+                        headers={
+                            "X-Key-Id": "dev",
+                            "X-Signature": sign(b"dev-secret", body),
+                        },
                     )
                     assert reply.status_code == 200
                     return reply.json()  # type: ignore[no-any-return]
@@ -188,7 +228,9 @@ def test_concurrent_redelivery_is_applied_once(settings: Any, redis_client: Any)
     assert {r["position"] for r in replies} == {1}
 
 
-def test_positions_are_gap_free_per_partition(api: SignedClient, redis_client: Any) -> None:
+def test_positions_are_gap_free_per_partition(
+    api: SignedClient, redis_client: Any
+) -> None:
     events = [
         event(eventId=f"G{i}", playerId=f"player-{i % 17}", matchId=f"M{i}")
         for i in range(200)
@@ -246,7 +288,8 @@ def test_missing_field_and_bad_json(api: SignedClient) -> None:
     assert missing.status_code == 422 and missing.json()["field"] == "playerId"
     body = b"{not json"
     bad = api.client.post(
-        "/v1/score-events", content=body,
+        "/v1/score-events",
+        content=body,
         headers={"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body)},
     )
     assert bad.status_code == 422 and bad.json()["error"] == "invalid_request"
@@ -265,7 +308,9 @@ def test_batch_shape_errors(api: SignedClient) -> None:
 
 def test_body_limit_is_413(api: SignedClient) -> None:
     # 1000 events padded past the 2 MiB default limit.
-    payload = {"events": [event(eventId=f"e{i}", reason="r" * 2200) for i in range(1000)]}
+    payload = {
+        "events": [event(eventId=f"e{i}", reason="r" * 2200) for i in range(1000)]
+    }
     reply = api.post("/v1/score-events:batch", payload)
     assert reply.status_code == 413
     assert reply.json()["error"] == "payload_too_large"
@@ -286,8 +331,14 @@ def test_auth_failures_are_401(api: SignedClient) -> None:
         {"X-Key-Id": "dev"},
         {"X-Key-Id": "nobody", "X-Signature": sign(b"dev-secret", body)},
         {"X-Key-Id": "dev", "X-Signature": sign(b"wrong", body)},
-        {"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body, int(time.time()) - 301)},
-        {"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body, int(time.time()) + 301)},
+        {
+            "X-Key-Id": "dev",
+            "X-Signature": sign(b"dev-secret", body, int(time.time()) - 301),
+        },
+        {
+            "X-Key-Id": "dev",
+            "X-Signature": sign(b"dev-secret", body, int(time.time()) + 301),
+        },
         {"X-Key-Id": "dev", "X-Signature": "garbage"},
         {"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body + b" ")},
     ]
@@ -309,8 +360,10 @@ def test_key_rotation_accepts_every_configured_key(settings: Any) -> None:
     with TestClient(create_app(rotated)) as client:
         for key_id, secret in (("old", b"s1"), ("new", b"s2")):
             signed = SignedClient(client, key_id, secret)
-            reply = signed.post("/v1/score-events", event(eventId=f"rot-{key_id}",
-                                                           matchId=f"m-{key_id}"))
+            reply = signed.post(
+                "/v1/score-events",
+                event(eventId=f"rot-{key_id}", matchId=f"m-{key_id}"),
+            )
             assert reply.status_code == 200, reply.text
 
 
@@ -323,11 +376,22 @@ def test_rate_limit_counts_new_matches_only(settings: Any) -> None:
     limited.__dict__.pop("rate_limit_bucket", None)
     with TestClient(create_app(limited)) as client:
         api = SignedClient(client)
-        assert api.post("/v1/score-events", event(eventId="a", matchId="m1")).status_code == 200
-        assert api.post("/v1/score-events", event(eventId="b", matchId="m2")).status_code == 200
+        assert (
+            api.post("/v1/score-events", event(eventId="a", matchId="m1")).status_code
+            == 200
+        )
+        assert (
+            api.post("/v1/score-events", event(eventId="b", matchId="m2")).status_code
+            == 200
+        )
         # Redelivery and correction do not spend tokens.
-        assert api.post("/v1/score-events", event(eventId="a", matchId="m1")).status_code == 200
-        fix = event(eventId="c", matchId="m1", sourceRevision=2, kind="correction", reason="r")
+        assert (
+            api.post("/v1/score-events", event(eventId="a", matchId="m1")).status_code
+            == 200
+        )
+        fix = event(
+            eventId="c", matchId="m1", sourceRevision=2, kind="correction", reason="r"
+        )
         assert api.post("/v1/score-events", fix).status_code == 200
         third = api.post("/v1/score-events", event(eventId="d", matchId="m3"))
         assert third.status_code == 429

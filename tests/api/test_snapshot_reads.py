@@ -23,7 +23,9 @@ def published(api: SignedClient, settings: Any) -> SignedClient:
 
 
 def test_top_labels_and_competition_ranks(published: SignedClient) -> None:
-    body = published.get(f"/v1/boards/{BOARD}/top", params={"limit": 3, "mode": "snapshot"}).json()
+    body = published.get(
+        f"/v1/boards/{BOARD}/top", params={"limit": 3, "mode": "snapshot"}
+    ).json()
     assert body["exactness"] == "exact"
     assert body["basis"] == "snapshot"
     assert body["errorBound"] == 0
@@ -66,8 +68,9 @@ def test_bad_query_parameters_are_422(published: SignedClient) -> None:
 
 
 def test_nearby_and_cursors(published: SignedClient) -> None:
-    body = published.get(f"/v1/boards/{BOARD}/players/P2/nearby",
-                         params={"radius": 1, **SNAP}).json()
+    body = published.get(
+        f"/v1/boards/{BOARD}/players/P2/nearby", params={"radius": 1, **SNAP}
+    ).json()
     assert [e["playerId"] for e in body["entries"]] == ["P1", "P2", "P3"]
     assert body["cursors"]["before"] is None
     after = published.get(
@@ -88,14 +91,18 @@ def test_entries_pages_walk_both_ways(api: SignedClient, settings: Any) -> None:
         seen += [(e["playerId"], e["score"]) for e in page["entries"]]
         if page["cursors"]["after"] is None:
             break
-        page = api.get(f"/v1/boards/{BOARD}/entries",
-                       params={"limit": 7, "cursor": page["cursors"]["after"]}).json()
+        page = api.get(
+            f"/v1/boards/{BOARD}/entries",
+            params={"limit": 7, "cursor": page["cursors"]["after"]},
+        ).json()
         pages.append(page)
     assert seen == expected
     assert [e["position"] for p in pages for e in p["entries"]] == list(range(1, 61))
     # Walking back from the last page returns the previous pages exactly.
-    back = api.get(f"/v1/boards/{BOARD}/entries",
-                   params={"limit": 7, "cursor": pages[-1]["cursors"]["before"]}).json()
+    back = api.get(
+        f"/v1/boards/{BOARD}/entries",
+        params={"limit": 7, "cursor": pages[-1]["cursors"]["before"]},
+    ).json()
     assert back["entries"] == pages[-2]["entries"]
 
 
@@ -109,7 +116,12 @@ def test_generation_pinning_and_expiry(api: SignedClient, settings: Any) -> None
     app_registry.refresh(force=True)
     latest = api.get(f"/v1/boards/{BOARD}/top", params=SNAP).json()
     assert latest["generation"]["id"] == "g4"
-    assert latest["entries"][0] == {"position": 1, "rank": 1, "playerId": "P4", "score": 1004}
+    assert latest["entries"][0] == {
+        "position": 1,
+        "rank": 1,
+        "playerId": "P4",
+        "score": 1004,
+    }
     pinned = api.get(f"/v1/boards/{BOARD}/top", params={"generation": "g2"}).json()
     assert pinned["generation"]["id"] == "g2"
     assert pinned["entries"][0]["score"] == 1002
@@ -124,7 +136,10 @@ def test_generation_pinning_and_expiry(api: SignedClient, settings: Any) -> None
             "detail": "generation g1 is no longer retained",
             "latestGeneration": "g4",
         }
-    assert api.get(f"/v1/boards/{BOARD}/top", params={"generation": "g9"}).status_code == 404
+    assert (
+        api.get(f"/v1/boards/{BOARD}/top", params={"generation": "g9"}).status_code
+        == 404
+    )
 
 
 def test_boards_listing(published: SignedClient) -> None:

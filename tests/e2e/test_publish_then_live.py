@@ -17,14 +17,28 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 BOARD = "season:S4:global"
 
 
-def send(api: SignedClient, oracle: Oracle, player: str, match: str, revision: int,
-         points: int) -> dict[str, Any]:
+def send(
+    api: SignedClient,
+    oracle: Oracle,
+    player: str,
+    match: str,
+    revision: int,
+    points: int,
+) -> dict[str, Any]:
     event_id = f"{player}-{match}-{revision}"
-    reply = api.post("/v1/score-events", event(
-        eventId=event_id, playerId=player, matchId=match, sourceRevision=revision,
-        region=region(player), result={"points": points},
-        kind="correction" if revision > 1 else "result",
-        reason="review" if revision > 1 else None))
+    reply = api.post(
+        "/v1/score-events",
+        event(
+            eventId=event_id,
+            playerId=player,
+            matchId=match,
+            sourceRevision=revision,
+            region=region(player),
+            result={"points": points},
+            kind="correction" if revision > 1 else "result",
+            reason="review" if revision > 1 else None,
+        ),
+    )
     assert reply.status_code == 200, reply.text
     oracle.apply(player, event_id, match, revision, points)
     return reply.json()  # type: ignore[no-any-return]
@@ -36,9 +50,14 @@ def assert_board(api: SignedClient, oracle: Oracle, basis: str, **params: Any) -
     assert (top["exactness"], top["basis"]) == ("exact", basis)
     assert top["entries"] == expected
     for want in expected:
-        body = api.get(f"/v1/boards/{BOARD}/players/{want['playerId']}", params=params).json()
+        body = api.get(
+            f"/v1/boards/{BOARD}/players/{want['playerId']}", params=params
+        ).json()
         assert (body["score"], body["rank"], body["position"]) == (
-            want["score"], want["rank"], want["position"])
+            want["score"],
+            want["rank"],
+            want["position"],
+        )
 
 
 def test_publish_then_fresh_events_stay_exact(
@@ -73,6 +92,9 @@ def test_publish_then_fresh_events_stay_exact(
     rebase_published(settings, "g2")
     assert_board(api, oracle, "live")
     assert_board(api, oracle, "snapshot", mode="snapshot")
-    leftover = [k for k in redis_client.scan_iter(match="lb:*:ch[zs]:*")
-                if redis_client.zcard(k)]
+    leftover = [
+        k
+        for k in redis_client.scan_iter(match="lb:*:ch[zs]:*")
+        if redis_client.zcard(k)
+    ]
     assert leftover == []

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.e2e
 def _lb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -45,7 +49,8 @@ def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None
         assert all(_running(pid) for pid in pids)
         body = orjson.dumps(event())
         reply = httpx.post(
-            f"http://127.0.0.1:{port}/v1/score-events", content=body,
+            f"http://127.0.0.1:{port}/v1/score-events",
+            content=body,
             headers={"X-Key-Id": "dev", "X-Signature": sign(b"dev-secret", body)},
         )
         assert reply.status_code == 200

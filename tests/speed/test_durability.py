@@ -18,17 +18,24 @@ pytestmark = pytest.mark.integration
 
 def test_kill_and_restart_loses_no_acknowledged_event(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis", appendfsync="always").start()
-    settings = Settings(redis_url=server.url, data_dir=tmp_path / "lb", partitions=4,
-                        rate_limit="off")
+    settings = Settings(
+        redis_url=server.url, data_dir=tmp_path / "lb", partitions=4, rate_limit="off"
+    )
     acknowledged: dict[str, int] = {}
     try:
         with TestClient(create_app(settings)) as client:
             api = SignedClient(client)
             for i in range(300):
                 player = f"P{i % 23}"
-                reply = api.post("/v1/score-events", event(
-                    eventId=f"D{i}", playerId=player, matchId=f"M{i}",
-                    result={"points": i % 50}))
+                reply = api.post(
+                    "/v1/score-events",
+                    event(
+                        eventId=f"D{i}",
+                        playerId=player,
+                        matchId=f"M{i}",
+                        result={"points": i % 50},
+                    ),
+                )
                 assert reply.status_code == 200
                 totals = {b["board"]: b["total"] for b in reply.json()["boards"]}
                 acknowledged[player] = totals["alltime:all:global"]
@@ -38,14 +45,17 @@ def test_kill_and_restart_loses_no_acknowledged_event(tmp_path: Path) -> None:
             assert down.status_code == 503
             assert down.json()["error"] == "unavailable"
             server.start()
-            # The redelivery of an acknowledged event is still a duplicate, not a new add.
-            again = api.post("/v1/score-events", event(
-                eventId="D0", playerId="P0", matchId="M0", result={"points": 0}))
+            # Redelivering an acknowledged event is still a duplicate, not a new add.
+            again = api.post(
+                "/v1/score-events",
+                event(eventId="D0", playerId="P0", matchId="M0", result={"points": 0}),
+            )
             assert again.json()["status"] == "duplicate"
         check = redis.Redis.from_url(server.url, decode_responses=True)
         for player, total in acknowledged.items():
             partition_values = [
-                check.hget(f"lb:{{p{p}}}:tot:alltime:all:global", player) for p in range(4)
+                check.hget(f"lb:{{p{p}}}:tot:alltime:all:global", player)
+                for p in range(4)
             ]
             (stored,) = [v for v in partition_values if v is not None]
             assert int(stored.split("|")[0]) == total

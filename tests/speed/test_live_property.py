@@ -29,8 +29,13 @@ PLAYERS = [f"p{i}" for i in range(7)] + ["Zed", "a-long-player-id"]
 BOARDS = ["season:S4:global", "season:S4:na", "alltime:all:eu"]
 ALL_BOARDS = [
     f"{window}:{scope}"
-    for window in ("season:S4", "daily:2026-11-20", "weekly:2026-W47", "monthly:2026-11",
-                   "alltime:all")
+    for window in (
+        "season:S4",
+        "daily:2026-11-20",
+        "weekly:2026-W47",
+        "monthly:2026-11",
+        "alltime:all",
+    )
     for scope in ("global", "eu", "na")
 ]
 
@@ -48,7 +53,9 @@ class Oracle:
         self.revision: dict[tuple[str, str], int] = {}
         self.contribution: dict[tuple[str, str], int] = {}
 
-    def apply(self, player: str, event_id: str, match: str, revision: int, points: int) -> None:
+    def apply(
+        self, player: str, event_id: str, match: str, revision: int, points: int
+    ) -> None:
         if (player, event_id) in self.events:
             return
         self.events.add((player, event_id))
@@ -71,14 +78,16 @@ class Oracle:
         entries = []
         for i, (player, score) in enumerate(rows):
             rank = 1 + sum(1 for s in totals.values() if s > score)
-            entries.append({"position": i + 1, "rank": rank, "playerId": player,
-                            "score": score})
+            entries.append(
+                {"position": i + 1, "rank": rank, "playerId": player, "score": score}
+            )
         return entries
 
 
 operation = st.one_of(
-    st.tuples(st.just("event"), st.sampled_from(PLAYERS), st.integers(0, 3),
-              st.integers(1, 3)),
+    st.tuples(
+        st.just("event"), st.sampled_from(PLAYERS), st.integers(0, 3), st.integers(1, 3)
+    ),
     # A publish whose boundary lags the newest events by 0..3: those arrive between
     # landing and the rebase, as they do in production.
     st.tuples(st.just("publish"), st.integers(0, 3)),
@@ -90,8 +99,13 @@ def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
     return {str(p): int(client.get(Keys(p).position) or 0) for p in range(partitions)}
 
 
-def publish(api: SignedClient, client: redis.Redis, state: tuple[dict[str, int],
-            dict[str, dict[str, int]]], number: int, partitions: int) -> None:
+def publish(
+    api: SignedClient,
+    client: redis.Redis,
+    state: tuple[dict[str, int], dict[str, dict[str, int]]],
+    number: int,
+    partitions: int,
+) -> None:
     """What `lb publish` does, with the oracle's state at the boundary standing in
     for Spark."""
     boundary, totals = state
@@ -110,13 +124,23 @@ def publish(api: SignedClient, client: redis.Redis, state: tuple[dict[str, int],
     assert set(report.partitions.values()) == {"ok"}
 
 
-def check(api: SignedClient, client: redis.Redis, oracle: Oracle, limit: int,
-          radius: int, partitions: int) -> None:
+def check(
+    api: SignedClient,
+    client: redis.Redis,
+    oracle: Oracle,
+    limit: int,
+    radius: int,
+    partitions: int,
+) -> None:
     now = positions(client, partitions)
     for board in BOARDS:
         expected = oracle.ordered(board)
         top = api.get(f"/v1/boards/{board}/top", params={"limit": limit}).json()
-        assert (top["exactness"], top["basis"], top["errorBound"]) == ("exact", "live", 0)
+        assert (top["exactness"], top["basis"], top["errorBound"]) == (
+            "exact",
+            "live",
+            0,
+        )
         assert top["asOf"] == now
         assert top["population"] == len(expected)
         assert top["entries"] == expected[:limit]
@@ -130,14 +154,19 @@ def check(api: SignedClient, client: redis.Redis, oracle: Oracle, limit: int,
             want = by_player[player]
             assert body["basis"] == "live" and body["exactness"] == "exact"
             assert (body["score"], body["rank"], body["position"]) == (
-                want["score"], want["rank"], want["position"]), (board, player)
+                want["score"],
+                want["rank"],
+                want["position"],
+            ), (board, player)
             assert body["population"] == len(expected)
-            near = api.get(f"/v1/boards/{board}/players/{player}/nearby",
-                           params={"radius": radius}).json()
+            near = api.get(
+                f"/v1/boards/{board}/players/{player}/nearby", params={"radius": radius}
+            ).json()
             i = want["position"] - 1
-            assert near["entries"] == expected[max(0, i - radius): i + radius + 1]
-            approx = api.get(f"/v1/boards/{board}/players/{player}",
-                             params={"mode": "approx"}).json()
+            assert near["entries"] == expected[max(0, i - radius) : i + radius + 1]
+            approx = api.get(
+                f"/v1/boards/{board}/players/{player}", params={"mode": "approx"}
+            ).json()
             assert approx["exactness"] == "approximate"
             assert approx["basis"] == "histogram"
             assert approx["population"] == len(expected)
@@ -145,20 +174,45 @@ def check(api: SignedClient, client: redis.Redis, oracle: Oracle, limit: int,
             assert approx["rank"] <= want["rank"]
 
 
-@hsettings(max_examples=100, deadline=None,
-           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(operation, min_size=1, max_size=40),
-       points_seed=st.integers(1, 10_000))
+@hsettings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=st.lists(operation, min_size=1, max_size=40), points_seed=st.integers(1, 10_000)
+)
 # Pinned paths: a change after a publish (chs), events between landing and rebase
 # (the rebase's tail adjustment), a downward correction across two publishes.
-@example(ops=[("event", "p3", 0, 1), ("publish", 0), ("event", "p3", 0, 3)], points_seed=1)
-@example(ops=[("event", "p3", 0, 1), ("event", "p3", 1, 1), ("event", "p2", 1, 1),
-              ("publish", 2)], points_seed=7)
-@example(ops=[("event", "p0", 0, 1), ("event", "p1", 0, 1), ("publish", 0),
-              ("event", "p1", 0, 2), ("publish", 1), ("event", "p0", 1, 1)], points_seed=5)
+@example(
+    ops=[("event", "p3", 0, 1), ("publish", 0), ("event", "p3", 0, 3)], points_seed=1
+)
+@example(
+    ops=[
+        ("event", "p3", 0, 1),
+        ("event", "p3", 1, 1),
+        ("event", "p2", 1, 1),
+        ("publish", 2),
+    ],
+    points_seed=7,
+)
+@example(
+    ops=[
+        ("event", "p0", 0, 1),
+        ("event", "p1", 0, 1),
+        ("publish", 0),
+        ("event", "p1", 0, 2),
+        ("publish", 1),
+        ("event", "p0", 1, 1),
+    ],
+    points_seed=5,
+)
 def test_live_answers_equal_the_offline_sort(
-    api: SignedClient, redis_client: redis.Redis, settings: Any,
-    ops: list[tuple[Any, ...]], points_seed: int,
+    api: SignedClient,
+    redis_client: redis.Redis,
+    settings: Any,
+    ops: list[tuple[Any, ...]],
+    points_seed: int,
 ) -> None:
     redis_client.flushall()
     api.client.app.state.generations.refresh(force=True)
@@ -169,8 +223,12 @@ def test_live_answers_equal_the_offline_sort(
     oracle = Oracle()
     generation = 0
     # The oracle's state after each event, with the log positions it corresponds to.
-    history = [(positions(redis_client, settings.partitions),
-                {b: oracle.totals(b) for b in ALL_BOARDS})]
+    history = [
+        (
+            positions(redis_client, settings.partitions),
+            {b: oracle.totals(b) for b in ALL_BOARDS},
+        )
+    ]
     published = 0
     for op in [*ops, ("check", 5, 2)]:
         if op[0] == "event":
@@ -178,23 +236,34 @@ def test_live_answers_equal_the_offline_sort(
             # Content is a function of (player, match, revision): resending one is a
             # redelivery, a higher revision a correction (often downward), and small
             # point values make ties common.
-            points = (points_seed * (PLAYERS.index(player) * 7 + match * 3 + revision)) % 6
+            points = (
+                points_seed * (PLAYERS.index(player) * 7 + match * 3 + revision)
+            ) % 6
             event_id = f"{player}-{match}-{revision}"
             payload = event(
-                eventId=event_id, playerId=player, matchId=f"m{match}",
-                sourceRevision=revision, region=region(player), result={"points": points},
+                eventId=event_id,
+                playerId=player,
+                matchId=f"m{match}",
+                sourceRevision=revision,
+                region=region(player),
+                result={"points": points},
                 kind="correction" if revision > 1 else "result",
                 reason="fix" if revision > 1 else None,
             )
             reply = api.post("/v1/score-events", payload)
             assert reply.status_code == 200, reply.text
             oracle.apply(player, event_id, f"m{match}", revision, points)
-            history.append((positions(redis_client, settings.partitions),
-                            {b: oracle.totals(b) for b in ALL_BOARDS}))
+            history.append(
+                (
+                    positions(redis_client, settings.partitions),
+                    {b: oracle.totals(b) for b in ALL_BOARDS},
+                )
+            )
         elif op[0] == "publish":
             generation += 1
             published = max(published, len(history) - 1 - op[1])
-            publish(api, redis_client, history[published], generation,
-                    settings.partitions)
+            publish(
+                api, redis_client, history[published], generation, settings.partitions
+            )
         else:
             check(api, redis_client, oracle, op[1], op[2], settings.partitions)

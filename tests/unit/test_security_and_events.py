@@ -17,8 +17,12 @@ KEYS = {"k1": b"secret-1", "k2": b"secret-2"}
 
 def test_signature_round_trip_and_rotation() -> None:
     body = b'{"a":1}'
-    assert verify(KEYS, "k1", sign(b"secret-1", body, 1000), body, 300, now=1000) == "k1"
-    assert verify(KEYS, "k2", sign(b"secret-2", body, 1000), body, 300, now=1299) == "k2"
+    assert (
+        verify(KEYS, "k1", sign(b"secret-1", body, 1000), body, 300, now=1000) == "k1"
+    )
+    assert (
+        verify(KEYS, "k2", sign(b"secret-2", body, 1000), body, 300, now=1299) == "k2"
+    )
     with pytest.raises(Unauthorized):
         verify(KEYS, "k1", sign(b"secret-2", body, 1000), body, 300, now=1000)
     with pytest.raises(Unauthorized, match="window"):
@@ -28,15 +32,28 @@ def test_signature_round_trip_and_rotation() -> None:
 
 
 def _event(**overrides: object) -> ScoreEventIn:
-    raw = {"eventId": "E", "playerId": "P", "matchId": "M", "sourceRevision": 1,
-           "occurredAt": "2026-11-20T10:00:00Z", "region": "eu", "result": {"points": 3}}
+    raw = {
+        "eventId": "E",
+        "playerId": "P",
+        "matchId": "M",
+        "sourceRevision": 1,
+        "occurredAt": "2026-11-20T10:00:00Z",
+        "region": "eu",
+        "result": {"points": 3},
+    }
     raw.update(overrides)
     return ScoreEventIn.model_validate(raw)
 
 
 def _normalize(event: ScoreEventIn) -> object:
-    return normalize(event, regions=["eu"], points_min=0, points_max=100,
-                     now=datetime(2026, 11, 30, tzinfo=UTC), max_future=timedelta(minutes=5))
+    return normalize(
+        event,
+        regions=["eu"],
+        points_min=0,
+        points_max=100,
+        now=datetime(2026, 11, 30, tzinfo=UTC),
+        max_future=timedelta(minutes=5),
+    )
 
 
 def test_equivalent_timestamps_have_one_fingerprint() -> None:
@@ -50,8 +67,15 @@ def test_equivalent_timestamps_have_one_fingerprint() -> None:
 
 
 def test_rfc3339_parsing() -> None:
-    assert parse_rfc3339("2026-11-20t10:00:00z") == datetime(2026, 11, 20, 10, tzinfo=UTC)
-    for bad in ("2026-11-20", "2026-11-20T10:00:00", "1700000000", "2026-13-01T00:00:00Z"):
+    assert parse_rfc3339("2026-11-20t10:00:00z") == datetime(
+        2026, 11, 20, 10, tzinfo=UTC
+    )
+    for bad in (
+        "2026-11-20",
+        "2026-11-20T10:00:00",
+        "1700000000",
+        "2026-13-01T00:00:00Z",
+    ):
         with pytest.raises(ValueError):
             parse_rfc3339(bad)
 
@@ -66,7 +90,12 @@ def test_partition_is_stable_and_keys_are_tagged() -> None:
     # crc32("P2") is fixed forever: changing the hash would move every player.
     assert [partition_of(p, 8) for p in ("P1", "P2", "P3", "P4")] == [1, 3, 5, 6]
     keys = Keys(3)
-    for name in (keys.log, keys.position, keys.totals("alltime:all:global"),
-                 keys.dedupe("a:b", "c"), keys.contribution("a", "b:c")):
+    for name in (
+        keys.log,
+        keys.position,
+        keys.totals("alltime:all:global"),
+        keys.dedupe("a:b", "c"),
+        keys.contribution("a", "b:c"),
+    ):
         assert name.startswith("lb:{p3}:")
     assert keys.dedupe("a:b", "c") != keys.dedupe("a", "b:c")
