@@ -101,8 +101,10 @@ def rebase(
                 continue
             pipe.delete(keys.staged_buckets(board))
             if len(segment.bucket_lowers):
+                # Members "<index>/<count>": the event script reads both in one call.
+                size = len(segment.bucket_lowers)
                 mapping = {
-                    str(i + 1): float(lower)
+                    f"{i + 1}/{size}": float(lower)
                     for i, lower in enumerate(segment.bucket_lowers.tolist())
                 }
                 pipe.zadd(keys.staged_buckets(board), mapping)

@@ -118,18 +118,29 @@ local function enc(score)
 end
 
 -- Bucket holding a score: the one with the largest lower bound <= score; scores below
--- the lowest bound (or a board without boundaries yet) fall in bucket 1.
+-- the lowest bound (or a board without boundaries yet) fall in bucket 1. Members are
+-- "<index>/<bucket count>", so one call gives the index, the tree size and the lower.
+local function parse_bucket(member)
+  local slash = string.find(member, "/", 1, true)
+  return tonumber(string.sub(member, 1, slash - 1)), tonumber(string.sub(member, slash + 1))
+end
+
 local function bucket_of(b, score)
-  local hit = redis.call("ZREVRANGEBYSCORE", b.bk, score, "-inf", "LIMIT", 0, 1)
+  local hit = redis.call("ZREVRANGEBYSCORE", b.bk, score, "-inf", "WITHSCORES", "LIMIT", 0, 1)
   if #hit == 0 then
-    return 1
+    local first = redis.call("ZRANGE", b.bk, 0, 0)
+    if #first == 0 then
+      return 1, 1, nil
+    end
+    local _, size = parse_bucket(first[1])
+    return 1, size, nil
   end
-  return tonumber(hit[1])
+  local index, size = parse_bucket(hit[1])
+  return index, size, tonumber(hit[2])
 end
 
 -- One BITFIELD call applies both Fenwick point updates (old bucket -1, new +1).
-local function fenwick_move(b, from, to)
-  local size = math.max(1, redis.call("ZCARD", b.bk))
+local function fenwick_move(b, from, to, size)
   local ops = {}
   local function add(i, delta)
     while i <= size do
@@ -151,21 +162,25 @@ end
 -- the board) to new. A player absent from chz has not changed since the base, so its
 -- old total is its score in the base generation: that goes to chs.
 local function track(b, old, new)
-  local member_new = enc(new) .. player
-  local from = nil
   if old then
     local member_old = enc(old) .. player
-    if redis.call("ZSCORE", b.chz, member_old) then
-      redis.call("ZREM", b.chz, member_old)
-    else
+    if redis.call("ZREM", b.chz, member_old) == 0 then
       redis.call("ZADD", b.chs, 0, member_old)
     end
-    from = bucket_of(b, old)
   end
-  redis.call("ZADD", b.chz, 0, member_new)
-  local to = bucket_of(b, new)
+  redis.call("ZADD", b.chz, 0, enc(new) .. player)
+  local to, size, lower = bucket_of(b, new)
+  local from = nil
+  if old then
+    -- A rise that stays above the new bucket's lower bound stays in that bucket.
+    if old <= new and (lower == nil or old >= lower) then
+      from = to
+    else
+      from = bucket_of(b, old)
+    end
+  end
   if from ~= to then
-    fenwick_move(b, from, to)
+    fenwick_move(b, from, to, size)
   end
 end
 

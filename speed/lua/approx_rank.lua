@@ -5,11 +5,12 @@
 -- Returns {players in higher buckets, players in the score's bucket, all players,
 --          base generation}
 local score = tonumber(ARGV[1])
+-- Bucket members are "<index>/<bucket count>".
 local size = math.max(1, redis.call("ZCARD", KEYS[2]))
 local bucket = 1
 local hit = redis.call("ZREVRANGEBYSCORE", KEYS[2], score, "-inf", "LIMIT", 0, 1)
 if #hit > 0 then
-  bucket = tonumber(hit[1])
+  bucket = tonumber(string.sub(hit[1], 1, string.find(hit[1], "/", 1, true) - 1))
 end
 
 -- Prefix sums need the counters on the Fenwick paths of size, bucket and bucket - 1.
