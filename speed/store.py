@@ -12,7 +12,6 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import hiredis
-import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -48,27 +47,29 @@ class _Call:
     extra_boards: list[str] = field(default_factory=list)
 
 
-def _decode_result(raw: bytes | str) -> dict[str, Any]:
-    raw_body: dict[str, Any] = orjson.loads(raw)
-    # cjson encodes an empty Lua table as {} and orders keys by hash; rebuild the
-    # body in the contract's order with a list of boards.
-    boards = []
-    for b in raw_body.get("boards") or ():
-        item = {
-            "board": b["board"],
-            "total": int(b["total"]),
-            "version": int(b["version"]),
+def decode_result(raw: bytes | str, event_id: str, player_id: str) -> dict[str, Any]:
+    """The 200 body from the script's compact result
+    ``status|partition|position|board,total,version[,status];...``."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    status, partition, position, items = text.split("|", 3)
+    boards: list[dict[str, Any]] = []
+    for part in items.split(";") if items else ():
+        fields = part.split(",")
+        item: dict[str, Any] = {
+            "board": fields[0],
+            "total": int(fields[1]),
+            "version": int(fields[2]),
         }
-        if "status" in b:
-            item["status"] = b["status"]
+        if len(fields) > 3:
+            item["status"] = fields[3]
         boards.append(item)
     return {
-        "eventId": raw_body["eventId"],
-        "playerId": raw_body["playerId"],
-        "status": raw_body["status"],
+        "eventId": event_id,
+        "playerId": player_id,
+        "status": status,
         "boards": boards,
-        "partition": int(raw_body["partition"]),
-        "position": int(raw_body["position"]),
+        "partition": int(partition),
+        "position": int(position),
     }
 
 
@@ -252,7 +253,8 @@ class SpeedLayer:
                 kind = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
                 payload = reply[1]
                 if kind in ("ok", "duplicate"):
-                    body = _decode_result(payload)
+                    event = calls[i].event.event
+                    body = decode_result(payload, event.eventId, event.playerId)
                     if kind == "duplicate":
                         body["status"] = "duplicate"
                     outcomes[i] = Outcome(body=body)

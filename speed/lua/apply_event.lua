@@ -1,6 +1,8 @@
 -- apply_event.lua: the owner transaction for one score event, atomic in Redis.
 --
--- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>"
+-- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>",
+--         the result kept compact (it lives for the whole retention window):
+--         "<status>|<partition>|<position>|<board>,<total>,<version>[,<status>];..."
 -- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>
 -- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
 -- KEYS[4] position counter     last position handed out on this partition
@@ -285,6 +287,16 @@ local record = string.format(
   partition, position, now_ms, status, event_json, result)
 redis.call("XADD", KEYS[3], string.format("%d-0", position), "r", record)
 
--- (f) save the result for redeliveries.
-redis.call("SET", KEYS[1], fingerprint .. "|" .. result, "EX", retention)
-return {"ok", result}
+-- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
+local parts = {}
+for j, item in ipairs(items) do
+  local part = string.format("%s,%d,%d", item.board, item.total, item.version)
+  if item.status then
+    part = part .. "," .. item.status
+  end
+  parts[j] = part
+end
+local compact = string.format("%s|%d|%d|%s", status, partition, position,
+  table.concat(parts, ";"))
+redis.call("SET", KEYS[1], fingerprint .. "|" .. compact, "EX", retention)
+return {"ok", compact}
