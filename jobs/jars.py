@@ -1,8 +1,9 @@
 """Delta Lake's Spark jars, fetched once from Maven Central into ``.cache/jars``.
 
-``python -m jobs.jars --fetch`` downloads the pinned artifacts below (with their SHA-1
-checked against Maven Central's ``.sha1`` files) and is a no-op when they are already
-cached, so Spark starts offline afterwards (``spark.jars``, never
+``python -m jobs.jars --fetch`` has Maven (``mvn dependency:copy``, with a local
+repository under ``.cache/m2`` so nothing outside the project is touched) download the
+pinned artifacts below, checksums verified by Maven; it is a no-op when they are
+already cached, so Spark starts offline afterwards (``spark.jars``, never
 ``spark.jars.packages``).
 
 The list is the runtime closure of ``io.delta:delta-spark_4.2_2.13`` as Maven resolves
@@ -22,15 +23,16 @@ delta-spark is a thin py4j wrapper, so a patch-level difference is harmless.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import shutil
+import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 DELTA_VERSION = "4.4.0"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = REPO_ROOT / ".cache" / "jars"
+MAVEN_REPO = REPO_ROOT / ".cache" / "m2"
 
 # (groupId, artifactId, version)
 ARTIFACTS: tuple[tuple[str, str, str], ...] = (
@@ -69,37 +71,35 @@ def jar_paths(jars_dir: Path = JARS_DIR) -> list[Path]:
     return paths
 
 
-def _url(artifact: tuple[str, str, str]) -> str:
-    group, name, version = artifact
-    path = f"{group.replace('.', '/')}/{name}/{version}/{jar_name(artifact)}"
-    return f"{MAVEN_CENTRAL}/{path}"
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=60) as reply:  # noqa: S310 - fixed host
-        data: bytes = reply.read()
-        return data
-
-
-def fetch(jars_dir: Path = JARS_DIR) -> list[Path]:
-    """Download every missing jar (checksum-verified, written atomically)."""
+def fetch(jars_dir: Path = JARS_DIR, maven_repo: Path = MAVEN_REPO) -> list[Path]:
+    """Have Maven copy every missing jar into ``jars_dir``."""
     jars_dir.mkdir(parents=True, exist_ok=True)
+    mvn = shutil.which("mvn")
     paths = []
     for artifact in ARTIFACTS:
         target = jars_dir / jar_name(artifact)
         paths.append(target)
         if target.is_file():
             continue
-        url = _url(artifact)
-        print(f"fetching {url}", file=sys.stderr)
-        data = _get(url)
-        expected = _get(url + ".sha1").decode().split()[0].strip().lower()
-        actual = hashlib.sha1(data).hexdigest()  # noqa: S324 - Maven's own checksum
-        if actual != expected:
-            raise RuntimeError(f"checksum mismatch for {url}: {actual} != {expected}")
-        tmp = target.with_suffix(".jar.part")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        if mvn is None:
+            raise JarsMissing("Maven (mvn) is needed once to fetch the Delta jars")
+        coordinates = ":".join(artifact)
+        print(f"fetching {coordinates}", file=sys.stderr)
+        subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                f"-Dmaven.repo.local={maven_repo}",
+                f"{DEPENDENCY_PLUGIN}:copy",
+                f"-Dartifact={coordinates}:jar",
+                f"-DoutputDirectory={jars_dir}",
+            ],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+        if not target.is_file():
+            raise RuntimeError(f"mvn did not produce {target}")
     return paths
 
 
