@@ -1,0 +1,816 @@
+"""Read benchmark: snapshot, live and approximate reads of a large board, measured from
+outside on loopback against the real stack (`lb up`).
+
+    python -m bench.reads [--players N] [--extra-events M] [--rate R] [--seconds S]
+                          [--sample K] [--closed-seconds S] [--closed-connections C]
+                          [--profile] [--keep-data] [--out DIR]
+
+Set-up (not timed as reads):
+
+1. `lb up --port <free port>` in a fresh temporary LB_DATA_DIR (LB_RATE_LIMIT=off,
+   otherwise the defaults: local Redis, 8 partitions, default boards); always `lb down`.
+2. N players, one event each, applied straight through ``speed.store.SpeedLayer.apply``
+   (redis.asyncio, batches of 1000, bypassing HTTP). Points on a coarse scale (multiples
+   of ``--points-step``), so there are many ties. Every event has the same occurredAt
+   (a fixed UTC day in season S4), region eu for even and na for odd players, so it
+   feeds the same 10 boards; ``season:S4:global`` holds all N players.
+   During the bulk load only, Redis runs with ``appendfsync everysec`` (restored to the
+   stack's setting before anything is measured); reads never fsync.
+3. Publish a generation exactly as `lb publish` does (``jobs.publish.run_publish`` then
+   ``speed.rebase.rebase_published``), in a child process so the Spark JVM is gone
+   before reads are measured; both are timed (the publish-time data point for N).
+4. M more events for M distinct existing players (so changed-sets hold ~M players).
+
+The bench keeps every player's generation and live total itself, so every answer it
+gets is checked against an offline sort (score, competition rank, top-100 order).
+
+Measured (open loop at a fixed offered rate, latency from each request's scheduled
+send time; aiohttp client on the same 2 cores):
+
+1. snapshot top?limit=100, rank, nearby?radius=5; closed-loop max rate of snapshot top;
+2. live rank, top?limit=100, nearby?radius=5;
+3. approximate rank (mode=approx);
+4. Redis bytes per changed player per board (chz + chs), fw/bk/tot bytes, and a full
+   sorted set of the same board built in the same Redis for comparison;
+5. approximate error vs exact live rank on a sample, and errorBound violations;
+6. serving-segment bytes per player.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import redis
+
+from bench.ingest import (
+    CpuMeter,
+    free_port,
+    lb,
+    machine,
+    percentile,
+    stack_env,
+    summarize_ms,
+    top_processes,
+)
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+OCCURRED_AT = "2026-11-29T12:00:00Z"
+BOARD = "season:S4:global"
+REGIONS = ("eu", "na")
+
+
+def player_id(i: int) -> str:
+    return f"p{i:07d}"  # zero-padded: byte order of ids = numeric order
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def make_raw(i: int, tag: str, n: int, points: int) -> dict[str, Any]:
+    return {
+        "eventId": f"{tag}-e{n}",
+        "playerId": player_id(i),
+        "matchId": f"{tag}-m{n}",
+        "sourceRevision": 1,
+        "occurredAt": OCCURRED_AT,
+        "region": REGIONS[i % 2],
+        "result": {"points": points},
+        "kind": "result",
+        "reason": None,
+    }
+
+
+async def apply_events(
+    redis_url: str, items: list[tuple[int, int]], tag: str, lanes: int = 2
+) -> dict[str, Any]:
+    """Apply (player index, points) events through SpeedLayer.apply, batches of 1000."""
+    import redis.asyncio as aioredis
+
+    from api.routes.score_events import validate_event
+    from conf.boards import load_boards
+    from conf.settings import Settings
+    from speed.store import SpeedLayer
+
+    settings = Settings()
+    boards = load_boards(settings.boards_file)
+    client = aioredis.from_url(redis_url, max_connections=lanes + 2)
+    speed = SpeedLayer(client, boards, settings.partitions, settings.retention_seconds,
+                       None)
+    now = datetime.now(UTC)
+    batches = [items[k : k + 1000] for k in range(0, len(items), 1000)]
+    statuses: Counter[str] = Counter()
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for k in range(len(batches)):
+        queue.put_nowait(k)
+    t0 = time.perf_counter()
+
+    async def lane() -> None:
+        while not queue.empty():
+            k = queue.get_nowait()
+            events = [
+                validate_event(make_raw(i, tag, k * 1000 + j, pts), settings, boards, now)
+                for j, (i, pts) in enumerate(batches[k])
+            ]
+            for outcome in await speed.apply(events):
+                if outcome.body is None:
+                    statuses[f"error:{type(outcome.error).__name__}"] += 1
+                else:
+                    statuses[outcome.body["status"]] += 1
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(lanes)))
+    finally:
+        await client.aclose()
+    elapsed = time.perf_counter() - t0
+    return {"events": len(items), "seconds": round(elapsed, 1),
+            "events_per_s": round(len(items) / elapsed), "statuses": dict(statuses)}
+
+
+def publish_child() -> None:
+    """Run in a child process: publish + rebase, print timings as JSON."""
+    from conf.settings import Settings
+    from jobs.publish import run_publish
+    from speed.rebase import rebase_published
+
+    settings = Settings()
+    t0 = time.perf_counter()
+    generation = run_publish(settings)
+    t1 = time.perf_counter()
+    report = rebase_published(settings, generation)
+    t2 = time.perf_counter()
+    print("PUBLISH-RESULT " + json.dumps({
+        "generation": generation,
+        "run_publish_s": round(t1 - t0, 1),
+        "rebase_s": round(t2 - t1, 1),
+        "rebase": {str(k): v for k, v in report.partitions.items()},
+    }), flush=True)
+
+
+# --------------------------------------------------------------------------- truth
+
+
+class Truth:
+    """Offline sort of the totals the bench applied."""
+
+    def __init__(self, totals: np.ndarray) -> None:
+        self.totals = totals
+        self.asc = np.sort(totals)
+        self.n = len(totals)
+
+    def rank(self, i: int) -> int:
+        s = self.totals[i]
+        return int(self.n - np.searchsorted(self.asc, s, side="right")) + 1
+
+    def rank_of_score(self, s: int) -> int:
+        return int(self.n - np.searchsorted(self.asc, s, side="right")) + 1
+
+    def top(self, k: int) -> list[tuple[int, str, int]]:
+        """(rank, playerId, score) of the first k display positions."""
+        threshold = self.asc[max(0, self.n - k)]
+        cand = np.nonzero(self.totals >= threshold)[0]
+        order = np.lexsort((cand, -self.totals[cand]))[:k]
+        return [(self.rank(int(cand[o])), player_id(int(cand[o])),
+                 int(self.totals[cand[o]])) for o in order]
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.checked = 0
+        self.bad: list[str] = []
+
+    def fail(self, text: str) -> None:
+        if len(self.bad) < 20:
+            self.bad.append(text)
+
+    def rank(self, body: dict[str, Any], i: int, truth: Truth, basis: str) -> None:
+        self.checked += 1
+        want_score = int(truth.totals[i])
+        if body.get("score") != want_score or body.get("rank") != truth.rank(i):
+            self.fail(f"{basis} rank {player_id(i)}: got score {body.get('score')} rank "
+                      f"{body.get('rank')}, want {want_score} / {truth.rank(i)}")
+        if body.get("basis") != basis or body.get("population") != truth.n:
+            self.fail(f"{basis} rank {player_id(i)}: basis {body.get('basis')} "
+                      f"population {body.get('population')}")
+
+    def top(self, body: dict[str, Any], want: list[tuple[int, str, int]], basis: str) -> None:
+        self.checked += 1
+        got = [(e["rank"], e["playerId"], e["score"]) for e in body.get("entries", [])]
+        if got != want or body.get("basis") != basis:
+            self.fail(f"{basis} top differs (basis {body.get('basis')}): first mismatch "
+                      f"{next(((g, w) for g, w in zip(got, want) if g != w), None)}")
+
+    def nearby(self, body: dict[str, Any], i: int, truth: Truth, basis: str,
+               radius: int) -> None:
+        self.checked += 1
+        entries = body.get("entries", [])
+        mine = [e for e in entries if e["playerId"] == player_id(i)]
+        if not mine or mine[0]["rank"] != truth.rank(i):
+            self.fail(f"{basis} nearby {player_id(i)}: center {mine[:1]}, "
+                      f"want rank {truth.rank(i)}")
+            return
+        for e in entries:
+            if e["rank"] != truth.rank_of_score(e["score"]):
+                self.fail(f"{basis} nearby {player_id(i)}: {e} rank wrong")
+                return
+        if len(entries) != 2 * radius + 1 and truth.rank(i) > radius + 1:
+            self.fail(f"{basis} nearby {player_id(i)}: {len(entries)} entries")
+
+
+# --------------------------------------------------------------------------- load
+
+
+async def open_loop(session: Any, url_of: Any, rate: float, seconds: float,
+                    check: Any) -> dict[str, Any]:
+    """Send rate*seconds GETs at their scheduled times; latency from the schedule."""
+    import aiohttp
+
+    count = int(rate * seconds)
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    loop = asyncio.get_running_loop()
+    done_at: list[float] = []
+
+    async def one(k: int, scheduled: float) -> None:
+        url, meta = url_of(k)
+        try:
+            async with session.get(url) as reply:
+                content = await reply.read()
+                status = reply.status
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            errors[type(exc).__name__] += 1
+            return
+        end = loop.time()
+        done_at.append(end)
+        if status != 200:
+            errors[f"http {status}"] += 1
+            return
+        latencies.append(end - scheduled)
+        check(orjson.loads(content), meta)
+
+    tasks = []
+    t0 = loop.time() + 0.05
+    for k in range(count):
+        scheduled = t0 + k / rate
+        delay = scheduled - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(k, scheduled)))
+    await asyncio.gather(*tasks)
+    span = (max(done_at) - t0) if done_at else float("nan")
+    return {
+        "offered_rate": rate,
+        "sent": count,
+        "ok": len(latencies),
+        "achieved_rate": round(len(latencies) / span, 1) if done_at else 0,
+        "errors": dict(errors),
+        **summarize_ms(latencies),
+    }
+
+
+async def closed_loop(session: Any, url_of: Any, connections: int, seconds: float,
+                      check: Any) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    deadline = time.perf_counter() + seconds
+    counter = [0]
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            counter[0] += 1
+            url, meta = url_of(counter[0])
+            start = time.perf_counter()
+            async with session.get(url) as reply:
+                content = await reply.read()
+                status = reply.status
+            if status != 200:
+                errors[f"http {status}"] += 1
+                continue
+            latencies.append(time.perf_counter() - start)
+            if counter[0] % 50 == 0:
+                check(orjson.loads(content), meta)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    elapsed = time.perf_counter() - t0
+    return {"connections": connections, "seconds": round(elapsed, 1),
+            "ok": len(latencies), "rate": round(len(latencies) / elapsed, 1),
+            "errors": dict(errors), **summarize_ms(latencies)}
+
+
+def start_profile(api_pid: int, name: str, seconds: float, stamp: str) -> tuple[Any, Path]:
+    out = RESULTS_DIR / f"reads-prof-{stamp}-{name}.txt"
+    spy = Path(sys.executable).parent / "py-spy"
+    proc = subprocess.Popen(
+        [str(spy), "record", "--nonblocking", "-r", "100", "-d", str(int(seconds)),
+         "--format", "raw", "-o", str(out), "-p", str(api_pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return proc, out
+
+
+def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
+    """Leaf (self) and inclusive sample shares per function from py-spy raw output."""
+    leaf: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {"error": f"no profile at {path}"}
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")")
+                  for f in stack.split(";") if f]
+        total += n
+        if frames:
+            leaf[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    share = lambda c: [(k, round(100 * v / max(1, total), 1)) for k, v in c.most_common(top)]  # noqa: E731
+    return {"samples": total, "file": str(path), "self_pct": share(leaf),
+            "inclusive_pct": share(incl)}
+
+
+def redis_cpu_note(pids: dict[str, int]) -> CpuMeter:
+    return CpuMeter(pids)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_report(r: redis.Redis, partitions: int, boards: list[str],
+                  live_totals: np.ndarray, changed: int) -> dict[str, Any]:
+    def usage(key: str) -> int:
+        return int(r.memory_usage(key, samples=0) or 0)
+
+    per_board = {}
+    for board in boards:
+        chz = chs = fw = bk = tot = members = 0
+        tot_players = 0
+        for p in range(partitions):
+            base = f"lb:{{p{p}}}"
+            chz += usage(f"{base}:chz:{board}")
+            chs += usage(f"{base}:chs:{board}")
+            fw += usage(f"{base}:fw:{board}")
+            bk += usage(f"{base}:bk:{board}")
+            tot += usage(f"{base}:tot:{board}")
+            members += int(r.zcard(f"{base}:chz:{board}"))
+            tot_players += int(r.hlen(f"{base}:tot:{board}"))
+        per_board[board] = {
+            "changed_players": members,
+            "chz_bytes": chz, "chs_bytes": chs,
+            "changed_bytes_per_changed_player": round((chz + chs) / max(1, members), 1),
+            "fenwick_bytes": fw, "buckets_bytes": bk,
+            "totals_hash_bytes": tot, "totals_players": tot_players,
+            "totals_bytes_per_player": round(tot / max(1, tot_players), 1),
+        }
+    # A full sorted set of the biggest board, in the same Redis, for comparison.
+    scratch = "bench:reads:fullzset"
+    r.delete(scratch)
+    n = len(live_totals)
+    for k in range(0, n, 10_000):
+        r.zadd(scratch, {player_id(i): float(live_totals[i])
+                         for i in range(k, min(n, k + 10_000))})
+    full = usage(scratch)
+    card = int(r.zcard(scratch))
+    r.delete(scratch)
+    return {
+        "boards": per_board,
+        "expected_changed_players_per_board": changed,
+        "full_zset": {"board": BOARD, "players": card, "bytes": full,
+                      "bytes_per_player": round(full / max(1, card), 1)},
+        "used_memory": r.info("memory")["used_memory"],
+    }
+
+
+def segment_report(segments_dir: Path, generation: str, board: str,
+                   population: int) -> dict[str, Any]:
+    gdir = segments_dir / generation
+    manifest = orjson.loads((gdir / "manifest.json").read_bytes())
+    meta = manifest["boards"][board]
+    files = {
+        "segment": gdir / meta.get("file", f"{board}.arrow"),
+        "index": gdir / meta.get("index", f"{board}.index.arrow"),
+        "buckets": gdir / meta.get("buckets", f"{board}.buckets.arrow"),
+    }
+    sizes = {k: (v.stat().st_size if v.exists() else None) for k, v in files.items()}
+    main = (sizes["segment"] or 0) + (sizes["index"] or 0)
+    return {
+        "board": board, "population": population, "files": {k: str(v.name) for k, v
+                                                            in files.items()},
+        "bytes": sizes,
+        "segment_plus_index_bytes_per_player": round(main / max(1, population), 2),
+        "buckets_bytes_per_player": round((sizes["buckets"] or 0) / max(1, population), 4),
+        "generation_dir_bytes": sum(f.stat().st_size for f in gdir.iterdir()),
+    }
+
+
+# --------------------------------------------------------------------------- run
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
+                  gen_truth: Truth, live_truth: Truth, changed: set[int],
+                  stamp: str) -> dict[str, Any]:
+    import aiohttp
+
+    n = gen_truth.n
+    rng = random.Random(args.seed + 7)
+    checker = Checker()
+    want_top_gen = gen_truth.top(100)
+    want_top_live = live_truth.top(100)
+    b = BOARD
+    api = f"{url}/v1/boards/{b}"
+    changed_list = sorted(changed)
+    phases: dict[str, Any] = {}
+
+    def rnd(_: int) -> int:
+        return rng.randrange(n)
+
+    specs: list[tuple[str, Any, Any]] = [
+        ("snapshot_top100",
+         lambda k: (f"{api}/top?limit=100&mode=snapshot", None),
+         lambda body, _: checker.top(body, want_top_gen, "snapshot")),
+        ("snapshot_rank",
+         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}?mode=snapshot", i))(rnd(k))),
+         lambda body, i: checker.rank(body, i, gen_truth, "snapshot")),
+        ("snapshot_nearby5",
+         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}/nearby?radius=5"
+                                f"&mode=snapshot", i))(rnd(k))),
+         lambda body, i: checker.nearby(body, i, gen_truth, "snapshot", 5)),
+        ("live_rank",
+         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}", i))(rnd(k))),
+         lambda body, i: checker.rank(body, i, live_truth, "live")),
+        ("live_top100",
+         lambda k: (f"{api}/top?limit=100", None),
+         lambda body, _: checker.top(body, want_top_live, "live")),
+        ("live_nearby5",
+         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}/nearby?radius=5", i))(
+             rnd(k))),
+         lambda body, i: checker.nearby(body, i, live_truth, "live", 5)),
+        ("approx_rank",
+         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}?mode=approx", i))(rnd(k))),
+         lambda body, i: approx_seen.append((i, body))),
+    ]
+    approx_seen: list[tuple[int, dict[str, Any]]] = []
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
+    ) as session:
+        # Warm-up: map the segments, open connections, load scripts.
+        for name, url_of, check in specs:
+            for k in range(20):
+                u, _ = url_of(k)
+                async with session.get(u) as reply:
+                    await reply.read()
+        for name, url_of, check in specs:
+            if args.only and name not in args.only.split(","):
+                continue
+            print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
+            before = loadavg()
+            prof = start_profile(pids["api"], name, args.seconds, stamp) if args.profile \
+                else None
+            meter = CpuMeter(pids)
+            result = await open_loop(session, url_of, args.rate, args.seconds, check)
+            result["cpu"] = meter.stop(result["ok"])
+            result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+            if prof:
+                prof[0].wait(timeout=args.seconds + 30)
+                result["profile"] = summarize_profile(prof[1])
+            phases[name] = result
+            print(f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
+                  f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
+                  f"{result['errors']}, other CPU {result['cpu']['other_processes_cpu_s']}"
+                  f" s", flush=True)
+        if args.closed_seconds > 0:
+            print(f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
+                  f"{args.closed_seconds:g} s ...", flush=True)
+            before = loadavg()
+            prof = start_profile(pids["api"], "closed_top", args.closed_seconds, stamp) \
+                if args.profile else None
+            meter = CpuMeter(pids)
+            result = await closed_loop(session, specs[0][1], args.closed_connections,
+                                       args.closed_seconds, specs[0][2])
+            result["cpu"] = meter.stop(result["ok"])
+            result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+            if prof:
+                prof[0].wait(timeout=args.closed_seconds + 30)
+                result["profile"] = summarize_profile(prof[1])
+            phases["snapshot_top100_closed"] = result
+            print(f"    {result['rate']} req/s, p50 {result['p50_ms']} p99 "
+                  f"{result['p99_ms']} ms", flush=True)
+
+        # 5. Approximate error on a sample: half changed, half unchanged players.
+        print(f"  approx error sample: {args.sample} players ...", flush=True)
+        sample = rng.sample(changed_list, min(len(changed_list), args.sample // 2))
+        sample += rng.sample(range(n), args.sample - len(sample))
+        sem = asyncio.Semaphore(8)
+        rows: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+
+        async def pair(i: int) -> None:
+            async with sem:
+                async with session.get(f"{api}/players/{player_id(i)}?mode=approx") as r1:
+                    approx = orjson.loads(await r1.read())
+                async with session.get(f"{api}/players/{player_id(i)}") as r2:
+                    exact = orjson.loads(await r2.read())
+                rows.append((i, approx, exact))
+
+        await asyncio.gather(*(pair(i) for i in sample))
+    errs, bounds, violations = [], [], []
+    exact_mismatch = 0
+    for i, approx, exact in rows + [(i, body, None) for i, body in approx_seen]:
+        want = live_truth.rank(i)
+        if exact is not None:
+            checker.rank(exact, i, live_truth, "live")
+            if exact.get("rank") != want:
+                exact_mismatch += 1
+        err = abs(approx["rank"] - want)
+        errs.append(err)
+        bounds.append(approx["errorBound"])
+        if err > approx["errorBound"] or approx.get("exactness") != "approximate":
+            violations.append({"player": player_id(i), "approx": approx["rank"],
+                               "exact": want, "errorBound": approx["errorBound"],
+                               "exactness": approx.get("exactness")})
+
+    def pct(values: list[int]) -> dict[str, float]:
+        return {f"p{p}": percentile(values, p) for p in (50, 90, 99)} | {
+            "max": max(values) if values else None,
+            "mean": round(sum(values) / len(values), 1) if values else None}
+
+    approx_error = {
+        "sample_players": len(rows),
+        "also_from_open_loop": len(approx_seen),
+        "abs_error": pct(errs),
+        "error_bound": pct(bounds),
+        "relative_error_pct_of_population": round(100 * (max(errs) if errs else 0) / n, 4),
+        "violations": len(violations),
+        "violation_examples": violations[:10],
+        "exact_live_mismatches_in_sample": exact_mismatch,
+    }
+    return {"phases": phases, "approx_error": approx_error,
+            "verification": {"checked": checker.checked, "bad": checker.bad}}
+
+
+def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int,
+        report: dict[str, Any], stamp: str) -> None:
+    print(lb(["up", "--port", str(port)], env), flush=True)
+    url = f"http://127.0.0.1:{port}"
+    run_dir = data_dir / "run"
+    redis_url = (run_dir / "redis.url").read_text().strip()
+    pids = {
+        "api": int((run_dir / "api.pid").read_text()),
+        "redis": int((run_dir / "redis.pid").read_text()),
+        "generator": os.getpid(),
+    }
+    os.environ.update({k: v for k, v in env.items() if k.startswith("LB_")})
+    os.environ["LB_REDIS_URL"] = redis_url
+    r = redis.Redis.from_url(redis_url)
+    fsync = r.config_get("appendfsync")["appendfsync"]
+    report["load_before"] = {"loadavg": loadavg(), "top": top_processes()}
+
+    rng = random.Random(args.seed)
+    n = args.players
+    steps = args.points_max // args.points_step
+    gen_points = np.array([rng.randrange(steps + 1) * args.points_step for _ in range(n)],
+                          dtype=np.int64)
+    print(f"set-up: {n} events (1 per player) through SpeedLayer.apply ...", flush=True)
+    r.config_set("appendfsync", "everysec")
+    try:
+        meter = CpuMeter(pids)
+        bulk = asyncio.run(apply_events(redis_url, [(i, int(gen_points[i]))
+                                                    for i in range(n)], "bulk"))
+        bulk["cpu"] = meter.stop(n)
+    finally:
+        r.config_set("appendfsync", fsync)
+    bulk["loadavg_after"] = loadavg()
+    report["setup_bulk"] = bulk
+    print(f"  {bulk}", flush=True)
+
+    print("set-up: publish (run_publish + rebase_published, child process) ...",
+          flush=True)
+    before = loadavg()
+    meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "bench.reads", "--publish-child"],
+                          cwd=str(Path(__file__).resolve().parent.parent),
+                          env=dict(os.environ), capture_output=True, text=True,
+                          timeout=3600)
+    wall = time.perf_counter() - t0
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("PUBLISH-RESULT ")),
+                None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"publish failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    publish = json.loads(line.split(" ", 1)[1])
+    publish["child_wall_s"] = round(wall, 1)
+    publish["cpu"] = meter.stop(0)
+    publish["loadavg_before"], publish["loadavg_after"] = before, loadavg()
+    report["publish"] = publish
+    generation = publish["generation"]
+    print(f"  {publish}", flush=True)
+
+    m = min(args.extra_events, n)
+    changed_idx = rng.sample(range(n), m)
+    extra_points = [(rng.randrange(steps) + 1) * args.points_step for _ in range(m)]
+    print(f"set-up: {m} more events for {m} distinct players ...", flush=True)
+    extra = asyncio.run(apply_events(redis_url, list(zip(changed_idx, extra_points,
+                                                         strict=True)), "more"))
+    report["setup_extra"] = extra
+    print(f"  {extra}", flush=True)
+    live_points = gen_points.copy()
+    for i, pts in zip(changed_idx, extra_points, strict=True):
+        live_points[i] += pts
+    gen_truth, live_truth = Truth(gen_points), Truth(live_points)
+    time.sleep(1.0)  # the API notices the generation within 0.5 s
+
+    print("reads:", flush=True)
+    report.update(asyncio.run(measure(url, args, pids, gen_truth, live_truth,
+                                      set(changed_idx), stamp)))
+
+    print("memory ...", flush=True)
+    from conf.boards import load_boards  # noqa: F401 - same process settings
+    from conf.settings import Settings
+
+    settings = Settings()
+    manifest = orjson.loads((settings.segments_dir / generation / "manifest.json")
+                            .read_bytes())
+    boards = sorted(manifest["boards"])
+    report["boards"] = boards
+    report["memory"] = memory_report(r, settings.partitions, boards, live_points, m)
+    report["segments"] = segment_report(settings.segments_dir, generation, BOARD, n)
+    report["redis_info"] = {k: v for k, v in r.info().items() if k in (
+        "used_memory", "used_memory_human", "maxmemory", "redis_version",
+        "mem_allocator", "aof_enabled")}
+    report["load_after"] = {"loadavg": loadavg(), "top": top_processes()}
+    r.close()
+
+
+def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    ph = report.get("phases", {})
+    mem = report.get("memory", {})
+    seg = report.get("segments", {})
+    rows = []
+
+    def row(name: str, value: Any, target: str, ok: bool | None) -> None:
+        rows.append((name, str(value), target,
+                     "n/a" if ok is None else ("met" if ok else "MISSED")))
+
+    if "snapshot_top100_closed" in ph:
+        v = ph["snapshot_top100_closed"]["rate"]
+        row("snapshot top-100 max rate (closed loop)", f"{v} req/s", ">= 3,000 req/s",
+            v >= 3000)
+    for name, limit in (("snapshot_rank", 10), ("live_rank", 10), ("approx_rank", 5)):
+        if name in ph:
+            p = ph[name]
+            ok = p["p99_ms"] <= limit and p["achieved_rate"] >= 0.95 * p["offered_rate"] \
+                and not p["errors"]
+            row(f"{name} p99 @ {p['offered_rate']:g}/s", f"{p['p99_ms']} ms "
+                f"({p['achieved_rate']} req/s)", f"<= {limit} ms", ok)
+    boards = mem.get("boards", {})
+    if BOARD in boards:
+        v = boards[BOARD]["changed_bytes_per_changed_player"]
+        row("Redis bytes / changed player / board (chz+chs)", v, "<= 150", v <= 150)
+        row("Redis bytes / unchanged player (totals hash)",
+            boards[BOARD]["totals_bytes_per_player"], "0", False)
+    if seg:
+        v = seg["segment_plus_index_bytes_per_player"]
+        row("segment + index bytes / player", v, "<= 32", v <= 32)
+    ae = report.get("approx_error")
+    if ae:
+        row("approx violations (|err| > errorBound)", ae["violations"], "0",
+            ae["violations"] == 0)
+    ver = report.get("verification")
+    if ver:
+        row("answers checked vs offline sort / wrong", f"{ver['checked']} / "
+            f"{len(ver['bad'])}", "0 wrong", not ver["bad"])
+    return rows
+
+
+def print_table(report: dict[str, Any]) -> None:
+    ph = report.get("phases", {})
+    print()
+    print(f"{'phase':<24}{'offered':>9}{'achieved':>10}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'max ms':>9}{'errors':>8}{'api cpu':>9}{'other cpu':>10}{'load1':>7}")
+    for name, p in ph.items():
+        offered = p.get("offered_rate", f"c{p.get('connections')}")
+        achieved = p.get("achieved_rate", p.get("rate"))
+        cpu = p["cpu"]
+        print(f"{name:<24}{offered!s:>9}{achieved!s:>10}{p['p50_ms']:>9}{p['p99_ms']:>9}"
+              f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{cpu['api_cpu_s']:>9}"
+              f"{cpu['other_processes_cpu_s']:>10}{p['loadavg_after'][0]:>7}")
+    if "approx_error" in report:
+        ae = report["approx_error"]
+        print(f"\napprox |error|: {ae['abs_error']}  errorBound: {ae['error_bound']}  "
+              f"violations: {ae['violations']}")
+    if "memory" in report:
+        b = report["memory"]["boards"].get(BOARD, {})
+        f = report["memory"]["full_zset"]
+        print(f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chs "
+              f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
+              f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
+              f"{b.get('totals_bytes_per_player')} B/player; full zset "
+              f"{f['bytes_per_player']} B/player")
+    if "segments" in report:
+        s = report["segments"]
+        print(f"segment: {s['bytes']} -> {s['segment_plus_index_bytes_per_player']} "
+              f"B/player (+ buckets {s['buckets_bytes_per_player']})")
+    print()
+    for name, value, target, verdict in verdicts(report):
+        print(f"{name:<50}{value:>28}  target {target:<16}{verdict}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.reads", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--players", type=int, default=200_000)
+    p.add_argument("--extra-events", type=int, default=20_000,
+                   help="events after the generation, one per distinct player")
+    p.add_argument("--points-step", type=int, default=10)
+    p.add_argument("--points-max", type=int, default=1000)
+    p.add_argument("--rate", type=float, default=1000.0, help="offered req/s (open loop)")
+    p.add_argument("--seconds", type=float, default=15.0, help="per open-loop phase")
+    p.add_argument("--connections", type=int, default=64, help="open-loop pool size")
+    p.add_argument("--closed-seconds", type=float, default=10.0)
+    p.add_argument("--closed-connections", type=int, default=8)
+    p.add_argument("--sample", type=int, default=2000, help="approx-error sample size")
+    p.add_argument("--only", default="", help="comma-separated open-loop phases")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy record the API during each phase (raw files in --out)")
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--keep-data", action="store_true")
+    p.add_argument("--publish-child", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.publish_child:
+        publish_child()
+        return 0
+    data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
+    env = stack_env(data_dir)
+    port = free_port()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "benchmark": "reads",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m bench.reads",
+                             *(argv if argv is not None else sys.argv[1:])]),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine(),
+        "board": BOARD,
+        "note": "load generator, API (one uvicorn process) and Redis share the CPUs",
+    }
+    code = 0
+    print(f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True)
+    try:
+        run(args, env, data_dir, port, report, stamp)
+    except BaseException as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        import traceback
+
+        traceback.print_exc()
+        print(f"bench failed: {report['error']}", file=sys.stderr)
+        code = 1
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        try:
+            print(lb(["down"], env), flush=True)
+        except Exception as exc:  # noqa: BLE001 - report, still clean up
+            print(f"lb down failed: {exc}", file=sys.stderr)
+            code = 1
+        if not args.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        out = args.out / f"reads-{stamp}.json"
+        out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print_table(report)
+        print(f"results: {out}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
