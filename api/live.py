@@ -109,6 +109,28 @@ class LiveReader:
         keys = Keys(partition_of(player_id, self.partitions))
         return _total(await self.speed.client.hget(keys.totals(board), player_id))
 
+    async def _counts_round(
+        self, board: str, above: bytes, before: bytes, player_id: str | None
+    ) -> list[list[Any]]:
+        """``live_counts.lua`` on every partition in one pipelined round trip; the
+        partition owning ``player_id`` also returns that player's current total."""
+        owner = partition_of(player_id, self.partitions) if player_id else -1
+        pipe = self.speed.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            keys = Keys(p)
+            await self._counts(
+                keys=[
+                    keys.base_generation,
+                    keys.position,
+                    keys.changed_live(board),
+                    keys.changed_snapshot(board),
+                    keys.totals(board),
+                ],
+                args=[above, before, player_id if p == owner else ""],
+                client=pipe,
+            )
+        return list(await pipe.execute())
+
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player."""
         owner = partition_of(player_id, self.partitions)
@@ -116,25 +138,9 @@ class LiveReader:
         for _ in range(ATTEMPTS):
             if score is None:
                 raise PlayerMissing(player_id)
-            pipe = self.speed.client.pipeline(transaction=False)
-            for p in range(self.partitions):
-                keys = Keys(p)
-                await self._counts(
-                    keys=[
-                        keys.base_generation,
-                        keys.position,
-                        keys.changed_live(board),
-                        keys.changed_snapshot(board),
-                        keys.totals(board),
-                    ],
-                    args=[
-                        encode_score(score),
-                        encode_entry(score, player_id),
-                        player_id if p == owner else "",
-                    ],
-                    client=pipe,
-                )
-            replies = await pipe.execute()
+            replies = await self._counts_round(
+                board, encode_score(score), encode_entry(score, player_id), player_id
+            )
             verified = replies[owner][8]
             current = _total(verified) if verified else None
             if current != score:
@@ -307,21 +313,9 @@ class LiveReader:
         raise NotExact("the board kept changing around the player")
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
-        pipe = self.speed.client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            keys = Keys(p)
-            await self._counts(
-                keys=[
-                    keys.base_generation,
-                    keys.position,
-                    keys.changed_live(board),
-                    keys.changed_snapshot(board),
-                    keys.totals(board),
-                ],
-                args=[encode_score(score), encode_score(score), ""],
-                client=pipe,
-            )
-        replies = await pipe.execute()
+        replies = await self._counts_round(
+            board, encode_score(score), encode_score(score), None
+        )
         return {
             "above": base.count_above(score)
             + sum(_int(r[2]) - _int(r[3]) for r in replies),

@@ -177,6 +177,16 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
     return FastJSONResponse({"boards": boards})
 
 
+def _player_row(
+    gen: Generation, segment: BoardSegment | None, board: str, player_id: str
+) -> tuple[BoardSegment, int]:
+    """The player's display row in a generation; PlayerNotFound when absent."""
+    row = segment.row_of(player_id) if segment else None
+    if segment is None or row is None:
+        raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
+    return segment, row
+
+
 def _live_header(
     board: str, mode: Mode, base: Base, as_of: dict[str, int], population: int
 ) -> dict[str, Any]:
@@ -305,9 +315,7 @@ async def read_player_rank(
             }
         )
     gen, segment = _snapshot(config, registry, board, generation)
-    row = segment.row_of(player_id) if segment else None
-    if segment is None or row is None:
-        raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
+    segment, row = _player_row(gen, segment, board, player_id)
     entry = segment.entry(row)
     return FastJSONResponse(
         {
@@ -378,9 +386,7 @@ async def read_nearby(
             )
     else:
         gen, segment = _snapshot(config, registry, board, generation)
-    row = segment.row_of(player_id) if segment else None
-    if segment is None or row is None:
-        raise PlayerNotFound(f"player {player_id!r} is not on {board} in {gen.id}")
+    segment, row = _player_row(gen, segment, board, player_id)
     start, stop = max(0, row - radius), min(segment.population, row + radius + 1)
     return FastJSONResponse(
         {
