@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -135,9 +136,14 @@ def run_demo(
     from speed.rebase import rebase_published
     from speed.server import free_port
 
-    # Players in the demo submit many matches each: the per-player limit is off.
-    settings = settings.model_copy(update={"rate_limit": "off"})
+    # The demo plays in its own data dir, fresh each run so that it is reproducible,
+    # and its players submit many matches each: the per-player limit is off.
+    data_dir = settings.data_dir / "demo"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    settings = settings.model_copy(update={"rate_limit": "off", "data_dir": data_dir})
     os.environ["LB_RATE_LIMIT"] = "off"  # inherited by the API process
+    os.environ["LB_DATA_DIR"] = str(data_dir.resolve())
+    print(f"demo data in {data_dir}")
     timings: dict[str, float] = {}
     started = time.perf_counter()
     url = up(settings, port or free_port())
