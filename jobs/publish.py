@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -54,7 +55,13 @@ from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, load_boards
 from conf.settings import Settings
-from jobs.land import bronze_path, run_land, table_exists, transform_records
+from jobs.land import (
+    bronze_path,
+    extract_landed_through,
+    run_land,
+    table_exists,
+    transform_records,
+)
 from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute, transform_totals
 
@@ -276,6 +283,20 @@ def write_segments(
     return boards
 
 
+class _PhaseClock:
+    """Wall-clock seconds per publish phase into an optional dict."""
+
+    def __init__(self, sink: dict[str, float] | None) -> None:
+        self.sink = sink
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        if self.sink is not None:
+            self.sink[phase] = self.sink.get(phase, 0.0) + now - self.last
+        self.last = now
+
+
 # ------------------------------------------------------------------ manifest & repair
 
 
@@ -348,7 +369,11 @@ def load_manifest_row(
 
 
 def load_silver(
-    spark: SparkSession, contributions: DataFrame, delta_dir: Path, generation: str
+    spark: SparkSession,
+    contributions: DataFrame,
+    delta_dir: Path,
+    generation: str,
+    clock: _PhaseClock | None = None,
 ) -> DataFrame:
     """Write silver contributions, then totals computed from the written table.
 
@@ -364,6 +389,8 @@ def load_silver(
         .partitionBy("partition")
         .save(str(delta_dir / SILVER_CONTRIBUTIONS))
     )
+    if clock is not None:
+        clock.lap("recompute_contributions")
     written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
     (
         transform_totals(written.drop("generation"))
@@ -373,6 +400,8 @@ def load_silver(
         .option("overwriteSchema", "true")
         .save(str(delta_dir / SILVER_TOTALS))
     )
+    if clock is not None:
+        clock.lap("totals")
     return spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
 
 
@@ -419,6 +448,8 @@ def run_publish(
     fail_before_manifest: bool = False,
     fail_at: str | None = None,
     after_land_commit: Callable[[int], None] | None = None,
+    land: bool = True,
+    timings: dict[str, float] | None = None,
 ) -> str:
     """Land, recompute, rank and publish the next generation; returns its id.
 
@@ -426,7 +457,12 @@ def run_publish(
     :class:`PublishAborted` at a step: ``"before_manifest_row"`` (segments in place,
     no manifest row; same as ``fail_before_manifest``) or ``"before_manifest_json"``
     (row committed, ``manifest.json`` missing).
+
+    ``land=False`` skips landing (bronze is taken as landed, e.g. by a benchmark);
+    the boundary is then Delta's landed-through position per partition.
+    ``timings``, when given, receives the wall-clock seconds of each phase.
     """
+    clock = _PhaseClock(timings)
     if fail_before_manifest:
         fail_at = "before_manifest_row"
     if spark is None:
@@ -447,7 +483,11 @@ def run_publish(
     number = max((r.number for r in published), default=0) + 1
     generation = f"g{number}"
 
-    landed = run_land(settings, spark, after_commit=after_land_commit)
+    clock.lap("repair")
+    if land:
+        landed = run_land(settings, spark, after_commit=after_land_commit)
+    else:
+        landed = extract_landed_through(spark, bronze_path(settings))
     boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
 
     bronze = bronze_path(settings)
@@ -458,12 +498,15 @@ def run_publish(
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
     contributions, _ = transform_recompute(events, boundary, boards.seasons)
-    totals_now = load_silver(spark, contributions, delta_dir, generation)
+    clock.lap("land")
+    totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     ranked = transform_rank(totals_now, partitions)
     load_gold_snapshot(ranked, gold_path, generation)
+    clock.lap("rank_gold")
 
     table = read_gold_generation(spark, gold_path, generation)
+    clock.lap("read_gold")
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
@@ -476,6 +519,7 @@ def run_publish(
         _fsync_dir(settings.segments_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    clock.lap("segments")
     if fail_at == "before_manifest_row":
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
@@ -501,8 +545,10 @@ def run_publish(
         raise PublishAborted(f"{generation}: aborted before manifest.json")
     _atomic_write_text(target / MANIFEST_FILE, manifest_json)
 
+    clock.lap("manifest")
     published = extract_published(spark, manifest_path)
     apply_retention(settings, published, protected_generations(settings))
+    clock.lap("retention")
     return generation
 
 

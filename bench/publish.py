@@ -1,0 +1,382 @@
+"""Publish benchmark: synthetic bronze -> run_publish phases, against a DuckDB reference.
+
+    python -m bench.publish --players 100000 --events 1000000
+
+1. Generates synthetic bronze directly (no Redis ingest) with the columns
+   ``jobs/land.py`` writes: results, redeliveries of the same eventId (defensive),
+   corrections (higher revision; some downward, some moving the match to another
+   day), stale revisions (not above the stored one), late events for the season,
+   points from a small range (many ties). ``raw`` is null unless ``--raw``.
+2. Writes it as the Delta bronze table (not timed), then times ``run_publish`` with
+   ``land=False`` (bronze counts as landed through its max position per partition)
+   phase by phase.
+3. Runs the same recompute + rank as SQL in DuckDB on the same rows (single node,
+   the reference), and compares every (board, position, rank, player, score) row of
+   the published gold snapshot with it.
+4. Reports serving-segment bytes per (board, player) row and per player.
+
+Results go to stdout and ``bench/results/publish-<utc>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from conf.boards import load_boards, to_ms
+
+RESULTS = Path(__file__).parent / "results"
+DAY_MS = 86_400_000
+T0 = to_ms(datetime(2026, 10, 25, tzinfo=UTC))
+T1 = to_ms(datetime(2026, 12, 5, tzinfo=UTC))
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+def _strings(prefix: str, values: np.ndarray) -> pa.Array:
+    return pc.binary_join_element_wise(
+        pa.scalar(prefix), pa.array(values.astype(str)), ""
+    )
+
+
+def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
+             season_cutoff_ms: int) -> pa.Table:
+    """Synthetic bronze rows (see the module doc); positions gap-free per partition."""
+    rng = np.random.default_rng(seed)
+    n_res = int(events * 0.80)
+    n_corr = int(events * 0.10)
+    n_stale = int(events * 0.04)
+    n_dup = int(events * 0.03)
+    n_late = events - n_res - n_corr - n_stale - n_dup
+    # Results: skewed activity (some players play a lot), one new match each.
+    player = (rng.zipf(1.3, n_res) - 1) % players
+    player[:players] = np.arange(min(players, n_res))  # every player plays once
+    occurred = rng.integers(T0, T1, n_res)
+    received = occurred + rng.integers(0, 600_000, n_res)
+    points = rng.integers(0, 60, n_res)
+    match = np.arange(n_res)
+    event = np.arange(n_res)
+    revision = np.ones(n_res, np.int64)
+    # Corrections of random results: higher revision, points up or down, 15% move day.
+    src = rng.integers(0, n_res, n_corr)
+    c_rev = rng.integers(2, 4, n_corr)
+    c_occ = occurred[src] + np.where(
+        rng.random(n_corr) < 0.15, rng.integers(-3, 4, n_corr) * DAY_MS, 0
+    )
+    c_rec = received[src] + rng.integers(60_000, 3 * DAY_MS, n_corr)
+    c_pts = np.maximum(0, points[src] + rng.integers(-30, 30, n_corr))
+    # Stale: a revision not above the first one (1 or 0) under a new eventId.
+    stale = rng.integers(0, n_res, n_stale)
+    s_rev = rng.integers(0, 2, n_stale)
+    # Redeliveries: the same (player, eventId) again (never logged by the speed layer;
+    # recompute must ignore them anyway).
+    dup = rng.integers(0, n_res, n_dup)
+    # Late: new matches inside the season received after its cutoff.
+    l_player = rng.integers(0, players, n_late)
+    l_occ = season_cutoff_ms - rng.integers(2 * 3_600_000, DAY_MS, n_late)
+    l_rec = season_cutoff_ms + rng.integers(1, DAY_MS, n_late)
+    base = n_res + n_corr + n_stale
+    cols = {
+        "player": np.concatenate([player, player[src], player[stale], player[dup],
+                                  l_player]),
+        "match": np.concatenate([match, match[src], match[stale], match[dup],
+                                 n_res + np.arange(n_late)]),
+        "event": np.concatenate([event, n_res + np.arange(n_corr + n_stale),
+                                 event[dup], base + np.arange(n_late)]),
+        "revision": np.concatenate([revision, c_rev, s_rev, revision[dup],
+                                    np.ones(n_late, np.int64)]),
+        "occurred": np.concatenate([occurred, c_occ, occurred[stale], occurred[dup],
+                                    l_occ]),
+        "received": np.concatenate([received, c_rec,
+                                    received[stale] + rng.integers(1, DAY_MS, n_stale),
+                                    received[dup] + rng.integers(1, 60_000, n_dup),
+                                    l_rec]),
+        "points": np.concatenate([points, c_pts, rng.integers(0, 60, n_stale),
+                                  points[dup], rng.integers(0, 60, n_late)]),
+    }
+    part = cols["player"] % partitions
+    order = np.lexsort((cols["received"], part))
+    cols = {k: v[order] for k, v in cols.items()}
+    part = part[order]
+    starts = np.searchsorted(part, np.arange(partitions))
+    position = np.arange(len(part)) - starts[part] + 1
+    region = np.where(cols["player"] % 3 == 0, "na", "eu")
+    player_ids = _strings("p", cols["player"])
+    received_us = pa.array(cols["received"] * 1000, pa.timestamp("us", tz="UTC"))
+    occurred_us = pa.array(cols["occurred"] * 1000, pa.timestamp("us", tz="UTC"))
+    kind = np.where(cols["revision"] > 1, "correction", "result")
+    table = pa.table({
+        "partition": pa.array(part.astype(np.int32)),
+        "position": pa.array(position.astype(np.int64)),
+        "received_at": received_us,
+        "received_at_ms": pa.array(cols["received"].astype(np.int64)),
+        "status": pa.nulls(len(part), pa.string()),
+        "event_id": _strings("e", cols["event"]),
+        "player_id": player_ids,
+        "match_id": _strings("m", cols["match"]),
+        "source_revision": pa.array(cols["revision"].astype(np.int64)),
+        "occurred_at": occurred_us,
+        "region": pa.array(region),
+        "points": pa.array(cols["points"].astype(np.int64)),
+        "kind": pa.array(kind),
+        "reason": pa.nulls(len(part), pa.string()),
+        "raw": pa.nulls(len(part), pa.string()),
+    })
+    if raw:
+        text = pc.binary_join_element_wise(
+            '{"partition":', pc.cast(table["partition"], pa.string()),
+            ',"position":', pc.cast(table["position"], pa.string()),
+            ',"event":{"eventId":"', table["event_id"], '","playerId":"',
+            table["player_id"], '","matchId":"', table["match_id"], '","points":',
+            pc.cast(table["points"], pa.string()), "}}", "",
+        )
+        table = table.set_column(table.schema.get_field_index("raw"), "raw", text)
+    return table
+
+
+# ----------------------------------------------------------------------- DuckDB ref
+
+
+def duckdb_sql(seasons) -> str:
+    """Recompute + rank of jobs/ (and apply_event.lua) as one DuckDB query over
+    ``bronze``; boundary = everything in it."""
+    items = []
+    for s in seasons:
+        start, end, cutoff = to_ms(s.start), to_ms(s.end), to_ms(s.cutoff)
+        for scope in ("'global'", "region"):
+            items.append(
+                f"CASE WHEN occ_ms >= {start} AND occ_ms < {end} THEN "
+                f"{{'board': 'season:{s.id}:' || {scope}, 'agg': '{s.aggregation}', "
+                f"'cutoff': {cutoff}::BIGINT}} END"
+            )
+    periods = [
+        ("daily", "strftime(t, '%Y-%m-%d')"),
+        ("weekly", "printf('%04d-W%02d', isoyear(t), weekofyear(t))"),
+        ("monthly", "strftime(t, '%Y-%m')"),
+        ("alltime", "'all'"),
+    ]
+    for window, period in periods:
+        for scope in ("'global'", "region"):
+            items.append(
+                f"{{'board': '{window}:' || {period} || ':' || {scope}, "
+                f"'agg': 'sum', 'cutoff': 0::BIGINT}}"
+            )
+    board_list = "list_filter([" + ", ".join(items) + "], lambda x: x IS NOT NULL)"
+    return f"""
+WITH first AS (
+  SELECT * FROM bronze
+  QUALIFY row_number() OVER (PARTITION BY player_id, event_id ORDER BY position) = 1
+), prev AS (
+  SELECT *, max(source_revision) OVER (
+    PARTITION BY player_id, match_id ORDER BY position
+    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS best_before
+  FROM first
+), acc AS (
+  SELECT player_id, match_id, position, received_at_ms AS rms, points,
+         epoch_ms(occurred_at) AS occ_ms, make_timestamp(epoch_us(occurred_at)) AS t,
+         region
+  FROM prev WHERE best_before IS NULL OR source_revision > best_before
+), eb AS (
+  SELECT player_id, match_id, position, rms, points, b.board AS board, b.agg AS agg,
+         b.cutoff AS cutoff
+  FROM (SELECT *, unnest({board_list}) AS b FROM acc)
+), fed AS (
+  SELECT DISTINCT player_id, match_id, board, agg, cutoff FROM eb
+  WHERE cutoff = 0 OR rms <= cutoff
+), lastpos AS (
+  SELECT f.player_id, f.match_id, f.board, any_value(f.agg) AS agg,
+         max(a.position) AS lp
+  FROM fed f JOIN acc a ON a.player_id = f.player_id AND a.match_id = f.match_id
+  WHERE f.cutoff = 0 OR a.rms <= f.cutoff
+  GROUP BY f.player_id, f.match_id, f.board
+), contrib AS (
+  SELECT l.player_id, l.board, l.agg, coalesce(e.points, 0) AS points,
+         e.board IS NULL AS removed
+  FROM lastpos l LEFT JOIN eb e ON e.player_id = l.player_id
+   AND e.match_id = l.match_id AND e.position = l.lp AND e.board = l.board
+), totals AS (
+  SELECT board, player_id,
+    CASE WHEN any_value(agg) = 'max'
+         THEN coalesce(max(points) FILTER (WHERE NOT removed), 0)
+         ELSE sum(points) END::BIGINT AS score
+  FROM contrib GROUP BY board, player_id
+)
+SELECT board,
+  row_number() OVER (PARTITION BY board ORDER BY score DESC, player_id) AS position,
+  rank() OVER (PARTITION BY board ORDER BY score DESC) AS rank,
+  player_id, score
+FROM totals
+"""
+
+
+def run_duckdb(source: Path, seasons, threads: int) -> tuple[float, object]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    con.execute("SET preserve_insertion_order = false")
+    con.execute(
+        "CREATE VIEW bronze AS SELECT * FROM read_parquet("
+        f"'{source}/*.parquet')"
+    )
+    started = time.perf_counter()
+    con.execute("CREATE TABLE ref AS " + duckdb_sql(seasons))
+    return time.perf_counter() - started, con
+
+
+def compare(con, gold: pa.Table) -> dict[str, int]:
+    con.register("gold_arrow", gold)
+    con.execute(
+        "CREATE TABLE gold AS SELECT board, position::BIGINT AS position, "
+        "rank::BIGINT AS rank, player_id, score::BIGINT AS score FROM gold_arrow"
+    )
+    cols = "board, position, rank, player_id, score"
+    only_ref = con.execute(
+        f"SELECT count(*) FROM (SELECT {cols} FROM ref EXCEPT ALL "
+        f"SELECT {cols} FROM gold)"
+    ).fetchone()[0]
+    only_gold = con.execute(
+        f"SELECT count(*) FROM (SELECT {cols} FROM gold EXCEPT ALL "
+        f"SELECT {cols} FROM ref)"
+    ).fetchone()[0]
+    rows = con.execute("SELECT count(*) FROM ref").fetchone()[0]
+    return {"ref_rows": rows, "gold_rows": gold.num_rows, "only_in_duckdb": only_ref,
+            "only_in_spark": only_gold}
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--players", type=int, default=100_000)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--raw", action="store_true", help="fill bronze.raw (JSON text)")
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--no-duckdb", action="store_true")
+    ap.add_argument("--no-compare", action="store_true")
+    ap.add_argument("--duckdb-threads", type=int, default=2)
+    args = ap.parse_args()
+
+    from conf.settings import Settings
+    from jobs.land import bronze_path
+    from jobs.publish import GOLD_SNAPSHOTS, run_publish
+    from jobs.spark import get_spark
+
+    boards = load_boards()
+    data_dir = args.data_dir or Path(f"/tmp/lb-bench-publish-{os.getpid()}")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    source = data_dir / "source"
+    source.mkdir(parents=True)
+    report: dict = {
+        "command": "python -m bench.publish " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if v not in (None, False) and k not in ("keep",)
+        ),
+        "players": args.players, "events": args.events,
+        "partitions": args.partitions,
+        "machine": f"{platform.node()} {os.cpu_count()} cpus, "
+                   f"{platform.python_version()}",
+        "load_start": loadavg(),
+    }
+    started = time.perf_counter()
+    cutoff = to_ms(boards.seasons[0].cutoff) if boards.seasons else T1
+    table = generate(args.players, args.events, args.partitions, args.seed,
+                     args.raw, cutoff)
+    chunk = 2_000_000
+    for i, begin in enumerate(range(0, table.num_rows, chunk)):
+        pq.write_table(table.slice(begin, chunk), source / f"part-{i:04d}.parquet")
+    del table
+    report["generate_s"] = round(time.perf_counter() - started, 2)
+
+    settings = Settings(data_dir=data_dir / "lb", partitions=args.partitions,
+                        rate_limit="off")
+    spark = get_spark("bench-publish")
+    started = time.perf_counter()
+    (
+        spark.read.parquet(str(source)).write.format("delta").mode("overwrite")
+        .partitionBy("partition").save(str(bronze_path(settings)))
+    )
+    report["bronze_write_s"] = round(time.perf_counter() - started, 2)
+    report["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
+
+    timings: dict[str, float] = {}
+    report["load_before_publish"] = loadavg()
+    started = time.perf_counter()
+    generation = run_publish(settings, spark=spark, boards=boards, land=False,
+                             timings=timings)
+    report["publish_s"] = round(time.perf_counter() - started, 2)
+    report["load_after_publish"] = loadavg()
+    report["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
+    report["recompute_rank_s"] = round(
+        sum(v for k, v in timings.items()
+            if k in ("land", "recompute_contributions", "totals", "rank_gold")), 2
+    )
+    seg = settings.segments_dir / generation
+    files = (
+        spark.read.format("delta").load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(f"generation = '{generation}'").inputFiles()
+    )
+    gold = pa.concat_tables([
+        pq.read_table(
+            f.removeprefix("file:"),
+            columns=["board", "position", "rank", "player_id", "score"],
+        )
+        for f in files
+    ])
+    seg_bytes = dir_bytes(seg)
+    players_on_boards = len(pc.unique(gold.column("player_id")))
+    report["gold_rows"] = gold.num_rows
+    report["segment_bytes"] = seg_bytes
+    report["segment_bytes_per_board_row"] = round(seg_bytes / max(1, gold.num_rows), 1)
+    report["segment_bytes_per_player"] = round(seg_bytes / max(1, players_on_boards), 1)
+    report["boards"] = len(pc.unique(gold.column("board")))
+
+    if not args.no_duckdb:
+        report["load_before_duckdb"] = loadavg()
+        seconds, con = run_duckdb(source, boards.seasons, args.duckdb_threads)
+        report["duckdb_recompute_rank_s"] = round(seconds, 2)
+        report["duckdb_threads"] = args.duckdb_threads
+        report["ratio_publish_to_duckdb"] = round(report["publish_s"] / seconds, 2)
+        report["ratio_recompute_rank_to_duckdb"] = round(
+            report["recompute_rank_s"] / seconds, 2
+        )
+        if not args.no_compare:
+            report["compare"] = compare(con, gold)
+            c = report["compare"]
+            report["identical"] = c["only_in_duckdb"] == 0 and c["only_in_spark"] == 0
+        con.close()
+    report["load_end"] = loadavg()
+    spark.stop()
+    if not args.keep:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS / f"publish-{stamp}.json"
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
