@@ -107,7 +107,8 @@ class LiveReader:
 
     async def live_total(self, board: str, player_id: str) -> int | None:
         keys = Keys(partition_of(player_id, self.partitions))
-        return _total(await self.speed.client.hget(keys.totals(board), player_id))
+        raw = await self.speed.client.hget(keys.totals(board), player_id)
+        return _total(raw.encode() if isinstance(raw, str) else raw)
 
     async def _counts_round(
         self, board: str, above: bytes, before: bytes, player_id: str | None
@@ -126,7 +127,7 @@ class LiveReader:
                     keys.changed_snapshot(board),
                     keys.totals(board),
                 ],
-                args=[above, before, player_id if p == owner else ""],
+                args=[above, before, player_id if player_id and p == owner else ""],
                 client=pipe,
             )
         return list(await pipe.execute())

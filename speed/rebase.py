@@ -68,7 +68,10 @@ def _boards_with_changes(client: redis.Redis, partition: int) -> set[str]:
 
 def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str, str]]:
     pairs: set[tuple[str, str]] = set()
-    for _, fields in client.xrange(keys.log, min=f"{boundary + 1}-0", max="+"):
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+        keys.log, min=f"{boundary + 1}-0", max="+"
+    )
+    for _, fields in entries:
         record = orjson.loads(fields[b"r"])
         boards = record["result"].get("boards") or []
         for item in boards:
@@ -142,7 +145,7 @@ def rebase(
                     keys.staged_buckets(board),
                     keys.staged_counts(board),
                 ]
-            args = [
+            args: list[bytes | str | int] = [
                 generation.number,
                 position,
                 len(ordered),
