@@ -154,3 +154,23 @@ def test_no_generation_yet(api: SignedClient) -> None:
     reply = api.get(f"/v1/boards/{BOARD}/top", params=SNAP)
     assert reply.status_code == 404
     assert reply.json()["error"] == "generation_not_found"
+
+
+def test_a_new_generation_is_noticed_within_a_second(
+    published: SignedClient, settings: Any
+) -> None:
+    import time
+
+    assert (
+        published.get(f"/v1/boards/{BOARD}/top", params=SNAP).json()["generation"]["id"]
+        == "g1"
+    )
+    write_generation(settings.segments_dir, 2, {BOARD: {**SEED, "P9": 999}})
+    deadline = time.monotonic() + 1.0
+    seen = "g1"
+    while seen != "g2" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = published.get(f"/v1/boards/{BOARD}/top", params=SNAP).json()[
+            "generation"
+        ]["id"]
+    assert seen == "g2"
