@@ -131,38 +131,72 @@ def _not_late(received_ms: Column, cutoff_ms: Column) -> Column:
     return (cutoff_ms == 0) | (received_ms <= cutoff_ms)
 
 
-def transform_contributions(events: DataFrame) -> DataFrame:
-    """Contribution per (player, match, board) from events with accepted and boards.
+NARROW = [
+    "partition",
+    "position",
+    "player_id",
+    "event_id",
+    "match_id",
+    "source_revision",
+    "received_at_ms",
+    "points",
+    "occurred_at",
+    "region",
+]
+
+
+def _with_boards(e: Column, seasons: list[Season]) -> Column:
+    """An event struct (with occurred_ms, region) plus its ``boards`` array."""
+    return e.withField("boards", board_columns(e["occurred_ms"], e["region"], seasons))
+
+
+def transform_contributions(
+    events: DataFrame, seasons: Iterable[Season]
+) -> DataFrame:
+    """Contribution per (player, match, board) from events with ``accepted``.
 
     Columns: partition, player_id, match_id, board, aggregation, points, removed,
     position (the record that set the value), source_revision.
 
-    One shuffle: the accepted events of a match (usually one or two) are gathered
-    into a position-ordered array, and each board's value is picked from it with
-    higher-order functions instead of a join.
+    The accepted events of a match (usually one) are gathered, narrow, into a
+    position-ordered array; boards are derived only then, from the gathered events,
+    so nothing wide is shuffled and non-accepted events never get boards. A match
+    with one accepted event takes a direct path (its non-late boards, its points);
+    otherwise each board's value is picked from the array with higher-order
+    functions instead of a join. Grouping by (player, match) needs no shuffle when
+    the input is already hash-partitioned by player.
     """
+    seasons = list(seasons)
     item = F.struct(
         F.col("position"),
         F.col("partition"),
         F.col("source_revision"),
         F.col("received_at_ms"),
         F.col("points"),
-        F.col("boards"),
+        F.unix_millis(F.col("occurred_at")).alias("occurred_ms"),
+        F.col("region"),
     )
     matches = (
         events.where(F.col("accepted"))
         .groupBy("player_id", "match_id")
         .agg(F.array_sort(F.collect_list(item)).alias("evs"))
+        .withColumn("evs", F.transform("evs", lambda e: _with_boards(e, seasons)))
     )
 
     def not_late(e: Column, b: Column) -> Column:
         return _not_late(e["received_at_ms"], b["cutoff_ms"])
 
+    single = F.size("evs") == 1
+    only = F.col("evs")[0]
     # Boards the match ever fed while not late: the only boards it can hold a value on.
-    fed = F.array_distinct(
-        F.flatten(
-            F.transform(
-                "evs", lambda e: F.filter(e["boards"], lambda b: not_late(e, b))
+    fed = F.when(
+        single, F.filter(only["boards"], lambda b: not_late(only, b))
+    ).otherwise(
+        F.array_distinct(
+            F.flatten(
+                F.transform(
+                    "evs", lambda e: F.filter(e["boards"], lambda b: not_late(e, b))
+                )
             )
         )
     )
@@ -170,15 +204,19 @@ def transform_contributions(events: DataFrame) -> DataFrame:
         "player_id", "match_id", "evs", F.explode(fed).alias("b")
     )
     # The last accepted event of the match that is not late for this board.
-    last = F.element_at(F.filter("evs", lambda e: not_late(e, F.col("b"))), -1)
+    last = F.when(single, only).otherwise(
+        F.element_at(F.filter("evs", lambda e: not_late(e, F.col("b"))), -1)
+    )
     picked = per_board.select(
         "player_id",
         "match_id",
         F.col("b"),
         last.alias("last"),
+        single.alias("single"),
     ).withColumn(
         "feeds",
-        F.exists("last.boards", lambda x: x["board"] == F.col("b.board")),
+        F.col("single")
+        | F.exists("last.boards", lambda x: x["board"] == F.col("b.board")),
     )
     return picked.select(
         F.col("last.partition").alias("partition"),
@@ -210,12 +248,24 @@ def transform_totals(contributions: DataFrame) -> DataFrame:
 
 
 def transform_recompute(
-    bronze: DataFrame, boundary: Mapping[int, int], seasons: Iterable[Season]
+    bronze: DataFrame,
+    boundary: Mapping[int, int],
+    seasons: Iterable[Season],
+    num_partitions: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(contributions, totals) of every board from bronze up to ``boundary``."""
-    events = transform_within_boundary(bronze, boundary)
+    """(contributions, totals) of every board from bronze up to ``boundary``.
+
+    One shuffle for the whole recompute: the narrow event rows are hash-partitioned
+    by player once (``num_partitions``, default spark.sql.shuffle.partitions); the
+    windows and the grouping are all keyed by (player, ...), so Spark only sorts
+    inside partitions after that.
+    """
+    events = transform_within_boundary(bronze, boundary).select(*NARROW)
+    if num_partitions is None:
+        events = events.repartition("player_id")
+    else:
+        events = events.repartition(num_partitions, "player_id")
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
-    events = transform_event_boards(events, list(seasons))
-    contributions = transform_contributions(events)
+    contributions = transform_contributions(events, seasons)
     return contributions, transform_totals(contributions)
