@@ -1,4 +1,4 @@
-"""Publish benchmark: synthetic bronze -> run_publish phases, against a DuckDB reference.
+"""Publish benchmark: synthetic bronze, run_publish phases, DuckDB reference.
 
     python -m bench.publish --players 100000 --events 1000000
 
