@@ -109,8 +109,9 @@ async def apply_events(
     settings = Settings()
     boards = load_boards(settings.boards_file)
     client = aioredis.from_url(redis_url, max_connections=lanes + 2)
-    speed = SpeedLayer(client, boards, settings.partitions, settings.retention_seconds,
-                       None)
+    speed = SpeedLayer(
+        client, boards, settings.partitions, settings.retention_seconds, None
+    )
     now = datetime.now(UTC)
     batches = [items[k : k + 1000] for k in range(0, len(items), 1000)]
     statuses: Counter[str] = Counter()
@@ -123,7 +124,9 @@ async def apply_events(
         while not queue.empty():
             k = queue.get_nowait()
             events = [
-                validate_event(make_raw(i, tag, k * 1000 + j, pts), settings, boards, now)
+                validate_event(
+                    make_raw(i, tag, k * 1000 + j, pts), settings, boards, now
+                )
                 for j, (i, pts) in enumerate(batches[k])
             ]
             for outcome in await speed.apply(events):
@@ -137,8 +140,12 @@ async def apply_events(
     finally:
         await client.aclose()
     elapsed = time.perf_counter() - t0
-    return {"events": len(items), "seconds": round(elapsed, 1),
-            "events_per_s": round(len(items) / elapsed), "statuses": dict(statuses)}
+    return {
+        "events": len(items),
+        "seconds": round(elapsed, 1),
+        "events_per_s": round(len(items) / elapsed),
+        "statuses": dict(statuses),
+    }
 
 
 def publish_child() -> None:
@@ -153,12 +160,18 @@ def publish_child() -> None:
     t1 = time.perf_counter()
     report = rebase_published(settings, generation)
     t2 = time.perf_counter()
-    print("PUBLISH-RESULT " + json.dumps({
-        "generation": generation,
-        "run_publish_s": round(t1 - t0, 1),
-        "rebase_s": round(t2 - t1, 1),
-        "rebase": {str(k): v for k, v in report.partitions.items()},
-    }), flush=True)
+    print(
+        "PUBLISH-RESULT "
+        + json.dumps(
+            {
+                "generation": generation,
+                "run_publish_s": round(t1 - t0, 1),
+                "rebase_s": round(t2 - t1, 1),
+                "rebase": {str(k): v for k, v in report.partitions.items()},
+            }
+        ),
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------- truth
@@ -184,8 +197,14 @@ class Truth:
         threshold = self.asc[max(0, self.n - k)]
         cand = np.nonzero(self.totals >= threshold)[0]
         order = np.lexsort((cand, -self.totals[cand]))[:k]
-        return [(self.rank(int(cand[o])), player_id(int(cand[o])),
-                 int(self.totals[cand[o]])) for o in order]
+        return [
+            (
+                self.rank(int(cand[o])),
+                player_id(int(cand[o])),
+                int(self.totals[cand[o]]),
+            )
+            for o in order
+        ]
 
 
 class Checker:
@@ -201,41 +220,64 @@ class Checker:
         self.checked += 1
         want_score = int(truth.totals[i])
         if body.get("score") != want_score or body.get("rank") != truth.rank(i):
-            self.fail(f"{basis} rank {player_id(i)}: got score {body.get('score')} rank "
-                      f"{body.get('rank')}, want {want_score} / {truth.rank(i)}")
+            self.fail(
+                f"{basis} rank {player_id(i)}: got score {body.get('score')} rank "
+                f"{body.get('rank')}, want {want_score} / {truth.rank(i)}"
+            )
         if body.get("basis") != basis or body.get("population") != truth.n:
-            self.fail(f"{basis} rank {player_id(i)}: basis {body.get('basis')} "
-                      f"population {body.get('population')}")
+            self.fail(
+                f"{basis} rank {player_id(i)}: basis {body.get('basis')} "
+                f"population {body.get('population')}"
+            )
 
-    def top(self, body: dict[str, Any], want: list[tuple[int, str, int]], basis: str) -> None:
+    def top(
+        self, body: dict[str, Any], want: list[tuple[int, str, int]], basis: str
+    ) -> None:
         self.checked += 1
         got = [(e["rank"], e["playerId"], e["score"]) for e in body.get("entries", [])]
         if got != want or body.get("basis") != basis:
-            self.fail(f"{basis} top differs (basis {body.get('basis')}): first mismatch "
-                      f"{next(((g, w) for g, w in zip(got, want) if g != w), None)}")
+            pairs = zip(got, want, strict=False)
+            first = next(((g, w) for g, w in pairs if g != w), None)
+            self.fail(
+                f"{basis} top differs (basis {body.get('basis')}): first mismatch "
+                f"{first}, {len(got)} entries"
+            )
 
-    def nearby(self, body: dict[str, Any], i: int, truth: Truth, basis: str,
-               radius: int) -> None:
+    def nearby(
+        self, body: dict[str, Any], i: int, truth: Truth, basis: str, radius: int
+    ) -> None:
         self.checked += 1
         entries = body.get("entries", [])
         mine = [e for e in entries if e["playerId"] == player_id(i)]
         if not mine or mine[0]["rank"] != truth.rank(i):
-            self.fail(f"{basis} nearby {player_id(i)}: center {mine[:1]}, "
-                      f"want rank {truth.rank(i)}")
+            self.fail(
+                f"{basis} nearby {player_id(i)}: center {mine[:1]}, "
+                f"want rank {truth.rank(i)}"
+            )
             return
         for e in entries:
             if e["rank"] != truth.rank_of_score(e["score"]):
                 self.fail(f"{basis} nearby {player_id(i)}: {e} rank wrong")
                 return
-        if len(entries) != 2 * radius + 1 and truth.rank(i) > radius + 1:
-            self.fail(f"{basis} nearby {player_id(i)}: {len(entries)} entries")
+        # Fewer than 2 * radius + 1 entries only at either end of the board.
+        pos = mine[0]["position"]
+        want = min(radius, pos - 1) + 1 + min(radius, truth.n - pos)
+        positions = [e["position"] for e in entries]
+        if len(entries) != want or positions != list(
+            range(positions[0], pos + 1 + min(radius, truth.n - pos))
+        ):
+            self.fail(
+                f"{basis} nearby {player_id(i)}: {len(entries)} entries, want {want} "
+                f"(position {pos} of {truth.n})"
+            )
 
 
 # --------------------------------------------------------------------------- load
 
 
-async def open_loop(session: Any, url_of: Any, rate: float, seconds: float,
-                    check: Any) -> dict[str, Any]:
+async def open_loop(
+    session: Any, url_of: Any, rate: float, seconds: float, check: Any
+) -> dict[str, Any]:
     """Send rate*seconds GETs at their scheduled times; latency from the schedule."""
     import aiohttp
 
@@ -251,7 +293,7 @@ async def open_loop(session: Any, url_of: Any, rate: float, seconds: float,
             async with session.get(url) as reply:
                 content = await reply.read()
                 status = reply.status
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             errors[type(exc).__name__] += 1
             return
         end = loop.time()
@@ -282,8 +324,9 @@ async def open_loop(session: Any, url_of: Any, rate: float, seconds: float,
     }
 
 
-async def closed_loop(session: Any, url_of: Any, connections: int, seconds: float,
-                      check: Any) -> dict[str, Any]:
+async def closed_loop(
+    session: Any, url_of: Any, connections: int, seconds: float, check: Any
+) -> dict[str, Any]:
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     deadline = time.perf_counter() + seconds
@@ -307,18 +350,40 @@ async def closed_loop(session: Any, url_of: Any, connections: int, seconds: floa
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
     elapsed = time.perf_counter() - t0
-    return {"connections": connections, "seconds": round(elapsed, 1),
-            "ok": len(latencies), "rate": round(len(latencies) / elapsed, 1),
-            "errors": dict(errors), **summarize_ms(latencies)}
+    return {
+        "connections": connections,
+        "seconds": round(elapsed, 1),
+        "ok": len(latencies),
+        "rate": round(len(latencies) / elapsed, 1),
+        "errors": dict(errors),
+        **summarize_ms(latencies),
+    }
 
 
-def start_profile(api_pid: int, name: str, seconds: float, stamp: str) -> tuple[Any, Path]:
-    out = RESULTS_DIR / f"reads-prof-{stamp}-{name}.txt"
+def start_profile(
+    api_pid: int, name: str, seconds: float, stamp: str, out_dir: Path
+) -> tuple[Any, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"reads-prof-{stamp}-{name}.txt"
     spy = Path(sys.executable).parent / "py-spy"
     proc = subprocess.Popen(
-        [str(spy), "record", "--nonblocking", "-r", "100", "-d", str(int(seconds)),
-         "--format", "raw", "-o", str(out), "-p", str(api_pid)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(spy),
+            "record",
+            "--nonblocking",
+            "-r",
+            "100",
+            "-d",
+            str(int(seconds)),
+            "--format",
+            "raw",
+            "-o",
+            str(out),
+            "-p",
+            str(api_pid),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return proc, out
 
@@ -337,16 +402,26 @@ def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
         if not count.isdigit():
             continue
         n = int(count)
-        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")")
-                  for f in stack.split(";") if f]
+        frames = [
+            f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")")
+            for f in stack.split(";")
+            if f
+        ]
         total += n
         if frames:
             leaf[frames[-1]] += n
         for f in set(frames):
             incl[f] += n
-    share = lambda c: [(k, round(100 * v / max(1, total), 1)) for k, v in c.most_common(top)]  # noqa: E731
-    return {"samples": total, "file": str(path), "self_pct": share(leaf),
-            "inclusive_pct": share(incl)}
+
+    def share(c: Counter[str]) -> list[tuple[str, float]]:
+        return [(k, round(100 * v / max(1, total), 1)) for k, v in c.most_common(top)]
+
+    return {
+        "samples": total,
+        "file": str(path),
+        "self_pct": share(leaf),
+        "inclusive_pct": share(incl),
+    }
 
 
 def redis_cpu_note(pids: dict[str, int]) -> CpuMeter:
@@ -356,8 +431,13 @@ def redis_cpu_note(pids: dict[str, int]) -> CpuMeter:
 # --------------------------------------------------------------------------- memory
 
 
-def memory_report(r: redis.Redis, partitions: int, boards: list[str],
-                  live_totals: np.ndarray, changed: int) -> dict[str, Any]:
+def memory_report(
+    r: redis.Redis,
+    partitions: int,
+    boards: list[str],
+    live_totals: np.ndarray,
+    changed: int,
+) -> dict[str, Any]:
     def usage(key: str) -> int:
         return int(r.memory_usage(key, samples=0) or 0)
 
@@ -376,10 +456,13 @@ def memory_report(r: redis.Redis, partitions: int, boards: list[str],
             tot_players += int(r.hlen(f"{base}:tot:{board}"))
         per_board[board] = {
             "changed_players": members,
-            "chz_bytes": chz, "chs_bytes": chs,
+            "chz_bytes": chz,
+            "chs_bytes": chs,
             "changed_bytes_per_changed_player": round((chz + chs) / max(1, members), 1),
-            "fenwick_bytes": fw, "buckets_bytes": bk,
-            "totals_hash_bytes": tot, "totals_players": tot_players,
+            "fenwick_bytes": fw,
+            "buckets_bytes": bk,
+            "totals_hash_bytes": tot,
+            "totals_players": tot_players,
             "totals_bytes_per_player": round(tot / max(1, tot_players), 1),
         }
     # A full sorted set of the biggest board, in the same Redis, for comparison.
@@ -387,22 +470,29 @@ def memory_report(r: redis.Redis, partitions: int, boards: list[str],
     r.delete(scratch)
     n = len(live_totals)
     for k in range(0, n, 10_000):
-        r.zadd(scratch, {player_id(i): float(live_totals[i])
-                         for i in range(k, min(n, k + 10_000))})
+        r.zadd(
+            scratch,
+            {player_id(i): float(live_totals[i]) for i in range(k, min(n, k + 10_000))},
+        )
     full = usage(scratch)
     card = int(r.zcard(scratch))
     r.delete(scratch)
     return {
         "boards": per_board,
         "expected_changed_players_per_board": changed,
-        "full_zset": {"board": BOARD, "players": card, "bytes": full,
-                      "bytes_per_player": round(full / max(1, card), 1)},
+        "full_zset": {
+            "board": BOARD,
+            "players": card,
+            "bytes": full,
+            "bytes_per_player": round(full / max(1, card), 1),
+        },
         "used_memory": r.info("memory")["used_memory"],
     }
 
 
-def segment_report(segments_dir: Path, generation: str, board: str,
-                   population: int) -> dict[str, Any]:
+def segment_report(
+    segments_dir: Path, generation: str, board: str, population: int
+) -> dict[str, Any]:
     gdir = segments_dir / generation
     manifest = orjson.loads((gdir / "manifest.json").read_bytes())
     meta = manifest["boards"][board]
@@ -414,11 +504,14 @@ def segment_report(segments_dir: Path, generation: str, board: str,
     sizes = {k: (v.stat().st_size if v.exists() else None) for k, v in files.items()}
     main = (sizes["segment"] or 0) + (sizes["index"] or 0)
     return {
-        "board": board, "population": population, "files": {k: str(v.name) for k, v
-                                                            in files.items()},
+        "board": board,
+        "population": population,
+        "files": {k: str(v.name) for k, v in files.items()},
         "bytes": sizes,
         "segment_plus_index_bytes_per_player": round(main / max(1, population), 2),
-        "buckets_bytes_per_player": round((sizes["buckets"] or 0) / max(1, population), 4),
+        "buckets_bytes_per_player": round(
+            (sizes["buckets"] or 0) / max(1, population), 4
+        ),
         "generation_dir_bytes": sum(f.stat().st_size for f in gdir.iterdir()),
     }
 
@@ -430,10 +523,32 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
-                  gen_truth: Truth, live_truth: Truth, changed: set[int],
-                  stamp: str) -> dict[str, Any]:
+async def measure(
+    url: str,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    gen_truth: Truth,
+    live_truth: Truth,
+    changed: set[int],
+    stamp: str,
+    r: redis.Redis,
+) -> dict[str, Any]:
     import aiohttp
+
+    def redis_events() -> dict[str, Any]:
+        """Forks and AOF rewrites: a background rewrite stalls reads on 2 cores."""
+        info = r.info("persistence") | r.info("stats")
+        return {
+            k: info.get(k)
+            for k in (
+                "total_forks",
+                "latest_fork_usec",
+                "aof_rewrite_in_progress",
+                "aof_rewrites",
+                "rdb_bgsave_in_progress",
+                "aof_last_bgrewrite_status",
+            )
+        }
 
     n = gen_truth.n
     rng = random.Random(args.seed + 7)
@@ -449,29 +564,52 @@ async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
         return rng.randrange(n)
 
     specs: list[tuple[str, Any, Any]] = [
-        ("snapshot_top100",
-         lambda k: (f"{api}/top?limit=100&mode=snapshot", None),
-         lambda body, _: checker.top(body, want_top_gen, "snapshot")),
-        ("snapshot_rank",
-         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}?mode=snapshot", i))(rnd(k))),
-         lambda body, i: checker.rank(body, i, gen_truth, "snapshot")),
-        ("snapshot_nearby5",
-         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}/nearby?radius=5"
-                                f"&mode=snapshot", i))(rnd(k))),
-         lambda body, i: checker.nearby(body, i, gen_truth, "snapshot", 5)),
-        ("live_rank",
-         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}", i))(rnd(k))),
-         lambda body, i: checker.rank(body, i, live_truth, "live")),
-        ("live_top100",
-         lambda k: (f"{api}/top?limit=100", None),
-         lambda body, _: checker.top(body, want_top_live, "live")),
-        ("live_nearby5",
-         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}/nearby?radius=5", i))(
-             rnd(k))),
-         lambda body, i: checker.nearby(body, i, live_truth, "live", 5)),
-        ("approx_rank",
-         lambda k: ((lambda i: (f"{api}/players/{player_id(i)}?mode=approx", i))(rnd(k))),
-         lambda body, i: approx_seen.append((i, body))),
+        (
+            "snapshot_top100",
+            lambda k: (f"{api}/top?limit=100&mode=snapshot", None),
+            lambda body, _: checker.top(body, want_top_gen, "snapshot"),
+        ),
+        (
+            "snapshot_rank",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}?mode=snapshot", i))(
+                rnd(k)
+            ),
+            lambda body, i: checker.rank(body, i, gen_truth, "snapshot"),
+        ),
+        (
+            "snapshot_nearby5",
+            lambda k: (
+                lambda i: (
+                    f"{api}/players/{player_id(i)}/nearby?radius=5&mode=snapshot",
+                    i,
+                )
+            )(rnd(k)),
+            lambda body, i: checker.nearby(body, i, gen_truth, "snapshot", 5),
+        ),
+        (
+            "live_rank",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}", i))(rnd(k)),
+            lambda body, i: checker.rank(body, i, live_truth, "live"),
+        ),
+        (
+            "live_top100",
+            lambda k: (f"{api}/top?limit=100", None),
+            lambda body, _: checker.top(body, want_top_live, "live"),
+        ),
+        (
+            "live_nearby5",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}/nearby?radius=5", i))(
+                rnd(k)
+            ),
+            lambda body, i: checker.nearby(body, i, live_truth, "live", 5),
+        ),
+        (
+            "approx_rank",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}?mode=approx", i))(
+                rnd(k)
+            ),
+            lambda body, i: approx_seen.append((i, body)),
+        ),
     ]
     approx_seen: list[tuple[int, dict[str, Any]]] = []
     timeout = aiohttp.ClientTimeout(total=30)
@@ -479,7 +617,7 @@ async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
         connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
     ) as session:
         # Warm-up: map the segments, open connections, load scripts.
-        for name, url_of, check in specs:
+        for _name, url_of, _check in specs:
             for k in range(20):
                 u, _ = url_of(k)
                 async with session.get(u) as reply:
@@ -489,37 +627,61 @@ async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
                 continue
             print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
             before = loadavg()
-            prof = start_profile(pids["api"], name, args.seconds, stamp) if args.profile \
+            prof = (
+                start_profile(pids["api"], name, args.seconds, stamp, args.out)
+                if args.profile
                 else None
+            )
             meter = CpuMeter(pids)
+            redis_before = redis_events()
             result = await open_loop(session, url_of, args.rate, args.seconds, check)
             result["cpu"] = meter.stop(result["ok"])
+            result["redis_before"], result["redis_after"] = redis_before, redis_events()
             result["loadavg_before"], result["loadavg_after"] = before, loadavg()
             if prof:
                 prof[0].wait(timeout=args.seconds + 30)
                 result["profile"] = summarize_profile(prof[1])
             phases[name] = result
-            print(f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
-                  f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
-                  f"{result['errors']}, other CPU {result['cpu']['other_processes_cpu_s']}"
-                  f" s", flush=True)
+            print(
+                f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
+                f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
+                f"{result['errors']}, other CPU "
+                f"{result['cpu']['other_processes_cpu_s']} s",
+                flush=True,
+            )
         if args.closed_seconds > 0:
-            print(f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
-                  f"{args.closed_seconds:g} s ...", flush=True)
+            print(
+                f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
+                f"{args.closed_seconds:g} s ...",
+                flush=True,
+            )
             before = loadavg()
-            prof = start_profile(pids["api"], "closed_top", args.closed_seconds, stamp) \
-                if args.profile else None
+            prof = (
+                start_profile(
+                    pids["api"], "closed_top", args.closed_seconds, stamp, args.out
+                )
+                if args.profile
+                else None
+            )
             meter = CpuMeter(pids)
-            result = await closed_loop(session, specs[0][1], args.closed_connections,
-                                       args.closed_seconds, specs[0][2])
+            result = await closed_loop(
+                session,
+                specs[0][1],
+                args.closed_connections,
+                args.closed_seconds,
+                specs[0][2],
+            )
             result["cpu"] = meter.stop(result["ok"])
             result["loadavg_before"], result["loadavg_after"] = before, loadavg()
             if prof:
                 prof[0].wait(timeout=args.closed_seconds + 30)
                 result["profile"] = summarize_profile(prof[1])
             phases["snapshot_top100_closed"] = result
-            print(f"    {result['rate']} req/s, p50 {result['p50_ms']} p99 "
-                  f"{result['p99_ms']} ms", flush=True)
+            print(
+                f"    {result['rate']} req/s, p50 {result['p50_ms']} p99 "
+                f"{result['p99_ms']} ms",
+                flush=True,
+            )
 
         # 5. Approximate error on a sample: half changed, half unchanged players.
         print(f"  approx error sample: {args.sample} players ...", flush=True)
@@ -530,7 +692,9 @@ async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
 
         async def pair(i: int) -> None:
             async with sem:
-                async with session.get(f"{api}/players/{player_id(i)}?mode=approx") as r1:
+                async with session.get(
+                    f"{api}/players/{player_id(i)}?mode=approx"
+                ) as r1:
                     approx = orjson.loads(await r1.read())
                 async with session.get(f"{api}/players/{player_id(i)}") as r2:
                     exact = orjson.loads(await r2.read())
@@ -549,31 +713,49 @@ async def measure(url: str, args: argparse.Namespace, pids: dict[str, int],
         errs.append(err)
         bounds.append(approx["errorBound"])
         if err > approx["errorBound"] or approx.get("exactness") != "approximate":
-            violations.append({"player": player_id(i), "approx": approx["rank"],
-                               "exact": want, "errorBound": approx["errorBound"],
-                               "exactness": approx.get("exactness")})
+            violations.append(
+                {
+                    "player": player_id(i),
+                    "approx": approx["rank"],
+                    "exact": want,
+                    "errorBound": approx["errorBound"],
+                    "exactness": approx.get("exactness"),
+                }
+            )
 
     def pct(values: list[int]) -> dict[str, float]:
         return {f"p{p}": percentile(values, p) for p in (50, 90, 99)} | {
             "max": max(values) if values else None,
-            "mean": round(sum(values) / len(values), 1) if values else None}
+            "mean": round(sum(values) / len(values), 1) if values else None,
+        }
 
     approx_error = {
         "sample_players": len(rows),
         "also_from_open_loop": len(approx_seen),
         "abs_error": pct(errs),
         "error_bound": pct(bounds),
-        "relative_error_pct_of_population": round(100 * (max(errs) if errs else 0) / n, 4),
+        "relative_error_pct_of_population": round(
+            100 * (max(errs) if errs else 0) / n, 4
+        ),
         "violations": len(violations),
         "violation_examples": violations[:10],
         "exact_live_mismatches_in_sample": exact_mismatch,
     }
-    return {"phases": phases, "approx_error": approx_error,
-            "verification": {"checked": checker.checked, "bad": checker.bad}}
+    return {
+        "phases": phases,
+        "approx_error": approx_error,
+        "verification": {"checked": checker.checked, "bad": checker.bad},
+    }
 
 
-def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int,
-        report: dict[str, Any], stamp: str) -> None:
+def run(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    data_dir: Path,
+    port: int,
+    report: dict[str, Any],
+    stamp: str,
+) -> None:
     print(lb(["up", "--port", str(port)], env), flush=True)
     url = f"http://127.0.0.1:{port}"
     run_dir = data_dir / "run"
@@ -592,14 +774,16 @@ def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int
     rng = random.Random(args.seed)
     n = args.players
     steps = args.points_max // args.points_step
-    gen_points = np.array([rng.randrange(steps + 1) * args.points_step for _ in range(n)],
-                          dtype=np.int64)
+    gen_points = np.array(
+        [rng.randrange(steps + 1) * args.points_step for _ in range(n)], dtype=np.int64
+    )
     print(f"set-up: {n} events (1 per player) through SpeedLayer.apply ...", flush=True)
     r.config_set("appendfsync", "everysec")
     try:
         meter = CpuMeter(pids)
-        bulk = asyncio.run(apply_events(redis_url, [(i, int(gen_points[i]))
-                                                    for i in range(n)], "bulk"))
+        bulk = asyncio.run(
+            apply_events(redis_url, [(i, int(gen_points[i])) for i in range(n)], "bulk")
+        )
         bulk["cpu"] = meter.stop(n)
     finally:
         r.config_set("appendfsync", fsync)
@@ -607,20 +791,29 @@ def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int
     report["setup_bulk"] = bulk
     print(f"  {bulk}", flush=True)
 
-    print("set-up: publish (run_publish + rebase_published, child process) ...",
-          flush=True)
+    print(
+        "set-up: publish (run_publish + rebase_published, child process) ...",
+        flush=True,
+    )
     before = loadavg()
     meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench.reads", "--publish-child"],
-                          cwd=str(Path(__file__).resolve().parent.parent),
-                          env=dict(os.environ), capture_output=True, text=True,
-                          timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.reads", "--publish-child"],
+        cwd=str(Path(__file__).resolve().parent.parent),
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = time.perf_counter() - t0
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("PUBLISH-RESULT ")),
-                None)
+    line = next(
+        (x for x in proc.stdout.splitlines() if x.startswith("PUBLISH-RESULT ")), None
+    )
     if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"publish failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"publish failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
     publish = json.loads(line.split(" ", 1)[1])
     publish["child_wall_s"] = round(wall, 1)
     publish["cpu"] = meter.stop(0)
@@ -633,8 +826,11 @@ def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int
     changed_idx = rng.sample(range(n), m)
     extra_points = [(rng.randrange(steps) + 1) * args.points_step for _ in range(m)]
     print(f"set-up: {m} more events for {m} distinct players ...", flush=True)
-    extra = asyncio.run(apply_events(redis_url, list(zip(changed_idx, extra_points,
-                                                         strict=True)), "more"))
+    extra = asyncio.run(
+        apply_events(
+            redis_url, list(zip(changed_idx, extra_points, strict=True)), "more"
+        )
+    )
     report["setup_extra"] = extra
     print(f"  {extra}", flush=True)
     live_points = gen_points.copy()
@@ -644,23 +840,37 @@ def run(args: argparse.Namespace, env: dict[str, str], data_dir: Path, port: int
     time.sleep(1.0)  # the API notices the generation within 0.5 s
 
     print("reads:", flush=True)
-    report.update(asyncio.run(measure(url, args, pids, gen_truth, live_truth,
-                                      set(changed_idx), stamp)))
+    report.update(
+        asyncio.run(
+            measure(url, args, pids, gen_truth, live_truth, set(changed_idx), stamp, r)
+        )
+    )
 
     print("memory ...", flush=True)
     from conf.boards import load_boards  # noqa: F401 - same process settings
     from conf.settings import Settings
 
     settings = Settings()
-    manifest = orjson.loads((settings.segments_dir / generation / "manifest.json")
-                            .read_bytes())
+    manifest = orjson.loads(
+        (settings.segments_dir / generation / "manifest.json").read_bytes()
+    )
     boards = sorted(manifest["boards"])
     report["boards"] = boards
     report["memory"] = memory_report(r, settings.partitions, boards, live_points, m)
     report["segments"] = segment_report(settings.segments_dir, generation, BOARD, n)
-    report["redis_info"] = {k: v for k, v in r.info().items() if k in (
-        "used_memory", "used_memory_human", "maxmemory", "redis_version",
-        "mem_allocator", "aof_enabled")}
+    report["redis_info"] = {
+        k: v
+        for k, v in r.info().items()
+        if k
+        in (
+            "used_memory",
+            "used_memory_human",
+            "maxmemory",
+            "redis_version",
+            "mem_allocator",
+            "aof_enabled",
+        )
+    }
     report["load_after"] = {"loadavg": loadavg(), "top": top_processes()}
     r.close()
 
@@ -672,90 +882,141 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
 
     def row(name: str, value: Any, target: str, ok: bool | None) -> None:
-        rows.append((name, str(value), target,
-                     "n/a" if ok is None else ("met" if ok else "MISSED")))
+        rows.append(
+            (
+                name,
+                str(value),
+                target,
+                "n/a" if ok is None else ("met" if ok else "MISSED"),
+            )
+        )
 
     if "snapshot_top100_closed" in ph:
         v = ph["snapshot_top100_closed"]["rate"]
-        row("snapshot top-100 max rate (closed loop)", f"{v} req/s", ">= 3,000 req/s",
-            v >= 3000)
+        row(
+            "snapshot top-100 max rate (closed loop)",
+            f"{v} req/s",
+            ">= 3,000 req/s",
+            v >= 3000,
+        )
     for name, limit in (("snapshot_rank", 10), ("live_rank", 10), ("approx_rank", 5)):
         if name in ph:
             p = ph[name]
-            ok = p["p99_ms"] <= limit and p["achieved_rate"] >= 0.95 * p["offered_rate"] \
+            ok = (
+                p["p99_ms"] <= limit
+                and p["achieved_rate"] >= 0.95 * p["offered_rate"]
                 and not p["errors"]
-            row(f"{name} p99 @ {p['offered_rate']:g}/s", f"{p['p99_ms']} ms "
-                f"({p['achieved_rate']} req/s)", f"<= {limit} ms", ok)
+            )
+            row(
+                f"{name} p99 @ {p['offered_rate']:g}/s",
+                f"{p['p99_ms']} ms ({p['achieved_rate']} req/s)",
+                f"<= {limit} ms",
+                ok,
+            )
     boards = mem.get("boards", {})
     if BOARD in boards:
         v = boards[BOARD]["changed_bytes_per_changed_player"]
         row("Redis bytes / changed player / board (chz+chs)", v, "<= 150", v <= 150)
-        row("Redis bytes / unchanged player (totals hash)",
-            boards[BOARD]["totals_bytes_per_player"], "0", False)
+        row(
+            "Redis bytes / unchanged player (totals hash)",
+            boards[BOARD]["totals_bytes_per_player"],
+            "0",
+            False,
+        )
     if seg:
         v = seg["segment_plus_index_bytes_per_player"]
         row("segment + index bytes / player", v, "<= 32", v <= 32)
     ae = report.get("approx_error")
     if ae:
-        row("approx violations (|err| > errorBound)", ae["violations"], "0",
-            ae["violations"] == 0)
+        row(
+            "approx violations (|err| > errorBound)",
+            ae["violations"],
+            "0",
+            ae["violations"] == 0,
+        )
     ver = report.get("verification")
     if ver:
-        row("answers checked vs offline sort / wrong", f"{ver['checked']} / "
-            f"{len(ver['bad'])}", "0 wrong", not ver["bad"])
+        row(
+            "answers checked vs offline sort / wrong",
+            f"{ver['checked']} / {len(ver['bad'])}",
+            "0 wrong",
+            not ver["bad"],
+        )
     return rows
 
 
 def print_table(report: dict[str, Any]) -> None:
     ph = report.get("phases", {})
     print()
-    print(f"{'phase':<24}{'offered':>9}{'achieved':>10}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'max ms':>9}{'errors':>8}{'api cpu':>9}{'other cpu':>10}{'load1':>7}")
+    print(
+        f"{'phase':<24}{'offered':>9}{'achieved':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'max ms':>9}{'errors':>8}{'api cpu':>9}{'other cpu':>10}{'load1':>7}"
+    )
     for name, p in ph.items():
         offered = p.get("offered_rate", f"c{p.get('connections')}")
         achieved = p.get("achieved_rate", p.get("rate"))
         cpu = p["cpu"]
-        print(f"{name:<24}{offered!s:>9}{achieved!s:>10}{p['p50_ms']:>9}{p['p99_ms']:>9}"
-              f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{cpu['api_cpu_s']:>9}"
-              f"{cpu['other_processes_cpu_s']:>10}{p['loadavg_after'][0]:>7}")
+        print(
+            f"{name:<24}{offered!s:>9}{achieved!s:>10}{p['p50_ms']:>9}{p['p99_ms']:>9}"
+            f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{cpu['api_cpu_s']:>9}"
+            f"{cpu['other_processes_cpu_s']:>10}{p['loadavg_after'][0]:>7}"
+        )
     if "approx_error" in report:
         ae = report["approx_error"]
-        print(f"\napprox |error|: {ae['abs_error']}  errorBound: {ae['error_bound']}  "
-              f"violations: {ae['violations']}")
+        print(
+            f"\napprox |error|: {ae['abs_error']}  errorBound: {ae['error_bound']}  "
+            f"violations: {ae['violations']}"
+        )
     if "memory" in report:
         b = report["memory"]["boards"].get(BOARD, {})
         f = report["memory"]["full_zset"]
-        print(f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chs "
-              f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
-              f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
-              f"{b.get('totals_bytes_per_player')} B/player; full zset "
-              f"{f['bytes_per_player']} B/player")
+        print(
+            f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chs "
+            f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
+            f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
+            f"{b.get('totals_bytes_per_player')} B/player; full zset "
+            f"{f['bytes_per_player']} B/player"
+        )
     if "segments" in report:
         s = report["segments"]
-        print(f"segment: {s['bytes']} -> {s['segment_plus_index_bytes_per_player']} "
-              f"B/player (+ buckets {s['buckets_bytes_per_player']})")
+        print(
+            f"segment: {s['bytes']} -> {s['segment_plus_index_bytes_per_player']} "
+            f"B/player (+ buckets {s['buckets_bytes_per_player']})"
+        )
     print()
     for name, value, target, verdict in verdicts(report):
         print(f"{name:<50}{value:>28}  target {target:<16}{verdict}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.reads", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.reads",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--players", type=int, default=200_000)
-    p.add_argument("--extra-events", type=int, default=20_000,
-                   help="events after the generation, one per distinct player")
+    p.add_argument(
+        "--extra-events",
+        type=int,
+        default=20_000,
+        help="events after the generation, one per distinct player",
+    )
     p.add_argument("--points-step", type=int, default=10)
     p.add_argument("--points-max", type=int, default=1000)
-    p.add_argument("--rate", type=float, default=1000.0, help="offered req/s (open loop)")
+    p.add_argument(
+        "--rate", type=float, default=1000.0, help="offered req/s (open loop)"
+    )
     p.add_argument("--seconds", type=float, default=15.0, help="per open-loop phase")
     p.add_argument("--connections", type=int, default=64, help="open-loop pool size")
     p.add_argument("--closed-seconds", type=float, default=10.0)
     p.add_argument("--closed-connections", type=int, default=8)
     p.add_argument("--sample", type=int, default=2000, help="approx-error sample size")
     p.add_argument("--only", default="", help="comma-separated open-loop phases")
-    p.add_argument("--profile", action="store_true",
-                   help="py-spy record the API during each phase (raw files in --out)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy record the API during each phase (raw files in --out)",
+    )
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true")
@@ -776,15 +1037,18 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "reads",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m bench.reads",
-                             *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            ["python -m bench.reads", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "args": {k: str(v) for k, v in vars(args).items()},
         "machine": machine(),
         "board": BOARD,
         "note": "load generator, API (one uvicorn process) and Redis share the CPUs",
     }
     code = 0
-    print(f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True)
+    print(
+        f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True
+    )
     try:
         run(args, env, data_dir, port, report, stamp)
     except BaseException as exc:
