@@ -85,6 +85,7 @@ class LiveReader:
         self._counts = client.register_script(load("live_counts"))
         self._window_script = client.register_script(load("live_window"))
         self._approx = client.register_script(load("approx_rank"))
+        self._last_bases: list[int] | None = None
 
     @property
     def partitions(self) -> int:
@@ -116,21 +117,22 @@ class LiveReader:
         """``live_counts.lua`` on every partition in one pipelined round trip; the
         partition owning ``player_id`` also returns that player's current total."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
-        pipe = self.speed.client.pipeline(transaction=False)
+        calls = []
         for p in range(self.partitions):
             keys = Keys(p)
-            await self._counts(
-                keys=[
-                    keys.base_generation,
-                    keys.position,
-                    keys.changed_live(board),
-                    keys.changed_snapshot(board),
-                    keys.totals(board),
-                ],
-                args=[above, before, player_id if player_id and p == owner else ""],
-                client=pipe,
+            calls.append(
+                (
+                    [
+                        keys.base_generation,
+                        keys.position,
+                        keys.changed_live(board),
+                        keys.changed_snapshot(board),
+                        keys.totals(board),
+                    ],
+                    [above, before, player_id if player_id and p == owner else ""],
+                )
             )
-        return list(await pipe.execute())
+        return await self.speed.run_script(self._counts, calls)
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player."""
@@ -176,27 +178,29 @@ class LiveReader:
         snap_min: bytes | str,
         snap_max: bytes | str,
     ) -> list[list[Any]]:
-        pipe = self.speed.client.pipeline(transaction=False)
+        args = [
+            forward_from,
+            forward_limit,
+            backward_from,
+            backward_limit,
+            snap_min,
+            snap_max,
+        ]
+        calls = []
         for p in range(self.partitions):
             keys = Keys(p)
-            await self._window_script(
-                keys=[
-                    keys.base_generation,
-                    keys.position,
-                    keys.changed_live(board),
-                    keys.changed_snapshot(board),
-                ],
-                args=[
-                    forward_from,
-                    forward_limit,
-                    backward_from,
-                    backward_limit,
-                    snap_min,
-                    snap_max,
-                ],
-                client=pipe,
+            calls.append(
+                (
+                    [
+                        keys.base_generation,
+                        keys.position,
+                        keys.changed_live(board),
+                        keys.changed_snapshot(board),
+                    ],
+                    args,
+                )
             )
-        return list(await pipe.execute())
+        return await self.speed.run_script(self._window_script, calls)
 
     async def top(self, board: str, limit: int) -> dict[str, Any]:
         """The exact live first ``limit`` display positions."""
@@ -213,24 +217,28 @@ class LiveReader:
     ) -> dict[str, Any] | None:
         # Which base? Read it with the window; rows of the snapshot depend on it, so
         # the first pass learns the base and a second pass (rarely) corrects the range.
+        # The snapshot rows to read depend on the base generation: use the bases seen
+        # last time, and read again in the rare case the window reports others.
+        base_numbers = self._last_bases or [0] * self.partitions
         for _ in range(ATTEMPTS):
-            base_numbers = await self._bases()
-            base = self._base(base_numbers, board)
+            try:
+                base = self._base(base_numbers, board)
+            except NotExact:
+                base_numbers = await self._bases()
+                continue
             take = min(rows, base.population)
-            snap_max: bytes | str = ""
-            if take > 0:
-                snap_max = b"[" + base.encoded(take - 1)
+            encoded = [base.encoded(row) for row in range(take)]
+            snap_max: bytes | str = b"[" + encoded[-1] if take > 0 else ""
             replies = await self._window(
                 board, "-", limit, "+", 0, "-" if take > 0 else "", snap_max
             )
-            if [_int(r[0]) for r in replies] != base_numbers:
+            seen = [_int(r[0]) for r in replies]
+            if seen != base_numbers:
+                base_numbers = seen
                 continue
+            self._last_bases = seen
             changed = {m for r in replies for m in r[6]}
-            unchanged = [
-                base.encoded(row)
-                for row in range(take)
-                if base.encoded(row) not in changed
-            ]
+            unchanged = [m for m in encoded if m not in changed]
             if len(unchanged) < limit and take < base.population:
                 return None
             live = [m for r in replies for m in r[4]]
@@ -329,17 +337,21 @@ class LiveReader:
         score = await self.live_total(board, player_id)
         if score is None:
             raise PlayerMissing(player_id)
-        pipe = self.speed.client.pipeline(transaction=False)
+        calls = []
         for p in range(self.partitions):
             keys = Keys(p)
-            pipe.get(keys.position)
-            await self._approx(
-                keys=[keys.fenwick(board), keys.buckets(board), keys.base_generation],
-                args=[score],
-                client=pipe,
+            calls.append(
+                (
+                    [
+                        keys.fenwick(board),
+                        keys.buckets(board),
+                        keys.base_generation,
+                        keys.position,
+                    ],
+                    [score],
+                )
             )
-        replies = await pipe.execute()
-        positions, counts = replies[0::2], replies[1::2]
+        counts = await self.speed.run_script(self._approx, calls)
         higher = sum(_int(c[0]) for c in counts)
         same = sum(_int(c[1]) for c in counts)
         population = sum(_int(c[2]) for c in counts)
@@ -349,7 +361,7 @@ class LiveReader:
             # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player).
             "errorBound": max(0, same - 1),
             "population": population,
-            "asOf": {str(p): _int(v or 0) for p, v in enumerate(positions)},
+            "asOf": {str(p): _int(c[4]) for p, c in enumerate(counts)},
         }
 
 

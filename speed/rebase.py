@@ -34,9 +34,31 @@ class RebaseReport:
     partitions: dict[int, str]
 
 
+# Buckets above the generation's highest score: players who climb past it would
+# otherwise all share its top bucket, and its population is the error bound.
+HEADROOM_LINEAR = 32
+HEADROOM_DOUBLING = 16
+
+
+def bucket_lowers(segment: BoardSegment) -> np.ndarray:
+    """The generation's equi-depth lower bounds plus empty headroom buckets above its
+    highest score: 32 at the mean bucket width, then 16 of doubling width."""
+    lowers = segment.bucket_lowers
+    if len(lowers) == 0:
+        return lowers
+    top = int(lowers[-1])
+    step = max(1, (top - int(lowers[0])) // max(1, len(lowers) - 1))
+    extra = [top + step * (i + 1) for i in range(HEADROOM_LINEAR)]
+    width = step
+    for _ in range(HEADROOM_DOUBLING):
+        width *= 2
+        extra.append(extra[-1] + width)
+    return np.concatenate([lowers, np.array(extra, dtype=lowers.dtype)])
+
+
 def partition_counts(segment: BoardSegment, partitions: int) -> np.ndarray:
     """Players per (partition, bucket) of one board: shape (partitions, buckets)."""
-    lowers = segment.bucket_lowers
+    lowers = bucket_lowers(segment)
     size = max(1, len(lowers))
     if segment.population == 0:
         return np.zeros((partitions, size), dtype=np.int64)
@@ -103,12 +125,13 @@ def rebase(
             if segment is None:
                 continue
             pipe.delete(keys.staged_buckets(board))
-            if len(segment.bucket_lowers):
+            lowers = bucket_lowers(segment)
+            if len(lowers):
                 # Members "<index>/<count>": the event script reads both in one call.
-                size = len(segment.bucket_lowers)
+                size = len(lowers)
                 mapping = {
                     f"{i + 1}/{size}": float(lower)
-                    for i, lower in enumerate(segment.bucket_lowers.tolist())
+                    for i, lower in enumerate(lowers.tolist())
                 }
                 pipe.zadd(keys.staged_buckets(board), mapping)
             packed = pa.py_buffer(

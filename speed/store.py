@@ -218,6 +218,23 @@ class SpeedLayer:
         finally:
             await pool.release(conn)
 
+    async def run_script(
+        self, script: Any, calls: list[tuple[list[Any], list[Any]]]
+    ) -> list[Any]:
+        """Run a read-only script once per (keys, args) in one round trip; reloads the
+        script and runs again if Redis lost it (safe: nothing was changed)."""
+        commands = [
+            ["EVALSHA", script.sha, len(keys), *keys, *args] for keys, args in calls
+        ]
+        replies = await self._evalsha_all(commands)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            await self.client.script_load(script.script)
+            replies = await self._evalsha_all(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
     async def apply(self, events: list[NormalizedEvent]) -> list[Outcome]:
         """Apply events in order; one pipelined round trip (plus rare retries)."""
         calls = [

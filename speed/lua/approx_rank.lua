@@ -1,9 +1,10 @@
 -- approx_rank.lua: one partition's Fenwick counts around a score, O(log B).
 --
--- KEYS: Fenwick tree (BITFIELD i32), bucket boundaries (zset index -> lower), base hash
+-- KEYS: Fenwick tree (BITFIELD i32), bucket boundaries (zset index -> lower), base hash,
+--       position counter
 -- ARGV: score
 -- Returns {players in higher buckets, players in the score's bucket, all players,
---          base generation}
+--          base generation, log position}
 local score = tonumber(ARGV[1])
 -- Bucket members are "<index>/<bucket count>".
 local size = math.max(1, redis.call("ZCARD", KEYS[2]))
@@ -42,4 +43,7 @@ end
 local all = prefix(size)
 local upto = prefix(bucket)
 local below = prefix(bucket - 1)
-return {all - upto, upto - below, all, redis.call("HGET", KEYS[3], "g") or "0"}
+return {
+  all - upto, upto - below, all, redis.call("HGET", KEYS[3], "g") or "0",
+  redis.call("GET", KEYS[4]) or "0",
+}
