@@ -97,6 +97,8 @@ def up(settings: Settings, port: int) -> str:
             settings.api_host,
             "--port",
             str(port),
+            "--workers",
+            str(settings.api_workers),
             "--no-access-log",
             "--log-level",
             "warning",

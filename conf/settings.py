@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     max_future_seconds: int = 300
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # uvicorn worker processes of `lb up`; they share the memory-mapped segments.
+    api_workers: int = Field(default=1, ge=1, le=64)
     # True outside local use: placeholder secrets are refused.
     production: bool = False
 
