@@ -26,9 +26,22 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    import fcntl
+
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
 
+    # One publisher at a time per data dir: a second one fails fast instead of
+    # racing the first for the same generation number.
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(settings.run_dir / "publish.lock", "w")  # noqa: SIM115 - held to exit
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(
+            "lb publish: another publish is running for this data dir", file=sys.stderr
+        )
+        return 1
     generation = run_publish(settings)
     # The speed layer's changed-sets and histograms now follow the new generation.
     report = rebase_published(settings, generation)
