@@ -176,11 +176,27 @@ def transform_contributions(
         F.unix_millis(F.col("occurred_at")).alias("occurred_ms"),
         F.col("region"),
     )
+    # A window, not groupBy: it reuses the (player, match, position) sort of
+    # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
+    # once it falls back to sort-based aggregation). The last row keeps the array.
+    match = Window.partitionBy("player_id", "match_id").orderBy("position")
+    whole = match.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     matches = (
         events.where(F.col("accepted"))
-        .groupBy("player_id", "match_id")
-        .agg(F.array_sort(F.collect_list(item)).alias("evs"))
-        .withColumn("evs", F.transform("evs", lambda e: _with_boards(e, seasons)))
+        .select(
+            "player_id",
+            "match_id",
+            F.collect_list(item).over(whole).alias("evs"),
+            F.lead("position").over(match).isNull().alias("_last"),
+        )
+        .where(F.col("_last"))
+        .select(
+            "player_id",
+            "match_id",
+            F.transform(
+                F.array_sort("evs"), lambda e: _with_boards(e, seasons)
+            ).alias("evs"),
+        )
     )
 
     def not_late(e: Column, b: Column) -> Column:
