@@ -260,6 +260,15 @@ def compare(con, gold: pa.Table) -> dict[str, int]:
 # ------------------------------------------------------------------------------ main
 
 
+class _Progress(dict):
+    """Phase timings that are also printed as they arrive (a timed-out run still
+    shows how far it got)."""
+
+    def __setitem__(self, key: str, value: float) -> None:
+        super().__setitem__(key, value)
+        print(f"phase {key}: {value:.2f} s, load {loadavg()}", flush=True)
+
+
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -320,7 +329,7 @@ def main() -> None:
     report["bronze_write_s"] = round(time.perf_counter() - started, 2)
     report["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
 
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = _Progress()
     report["load_before_publish"] = loadavg()
     started = time.perf_counter()
     generation = run_publish(settings, spark=spark, boards=boards, land=False,
