@@ -130,7 +130,9 @@ def extract_log(
     start = f"{after + 1}-0"
     with out.open("wb") as fh:
         while True:
-            entries = client.xrange(key, min=start, max="+", count=XRANGE_COUNT)
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+                key, min=start, max="+", count=XRANGE_COUNT
+            )
             if not entries:
                 break
             for entry_id, fields in entries:
@@ -141,8 +143,8 @@ def extract_log(
                         f"log has {position}"
                     )
                 first = first or position
-                record = fields.get(b"r", fields.get("r"))
-                fh.write(record if isinstance(record, bytes) else record.encode())
+                record = fields[b"r"]
+                fh.write(record)
                 fh.write(b"\n")
                 expected += 1
             # "(" makes the next range exclusive of the last entry read.
