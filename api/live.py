@@ -64,6 +64,16 @@ class Base:
             int(self.segment.scores[row]), self.segment.players.str_at(row)
         )
 
+    def encoded_prefix(self, rows: int) -> list[bytes]:
+        """The first ``rows`` rows encoded; cached on the immutable segment, since
+        every live top list starts from the same rows."""
+        if self.segment is None or rows <= 0:
+            return []
+        cache = self.segment.encoded_prefix
+        if len(cache) < rows:
+            cache.extend(self.encoded(row) for row in range(len(cache), rows))
+        return cache[:rows]
+
 
 def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
@@ -227,7 +237,7 @@ class LiveReader:
                 base_numbers = await self._bases()
                 continue
             take = min(rows, base.population)
-            encoded = [base.encoded(row) for row in range(take)]
+            encoded = base.encoded_prefix(take)
             snap_max: bytes | str = b"[" + encoded[-1] if take > 0 else ""
             replies = await self._window(
                 board, "-", limit, "+", 0, "-" if take > 0 else "", snap_max

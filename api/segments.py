@@ -80,6 +80,8 @@ class BoardSegment:
     index: np.ndarray
     bucket_lowers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Encoded first rows (enc(score) + player id), filled by live top reads.
+    encoded_prefix: list[bytes] = field(default_factory=list)
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
