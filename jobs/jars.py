@@ -85,7 +85,8 @@ def fetch(jars_dir: Path = JARS_DIR, maven_repo: Path = MAVEN_REPO) -> list[Path
             raise JarsMissing("Maven (mvn) is needed once to fetch the Delta jars")
         coordinates = ":".join(artifact)
         print(f"fetching {coordinates}", file=sys.stderr)
-        subprocess.run(
+        # mvn -q still prints terminal escape codes: keep its output for failures.
+        done = subprocess.run(
             [
                 mvn,
                 "-B",
@@ -95,9 +96,14 @@ def fetch(jars_dir: Path = JARS_DIR, maven_repo: Path = MAVEN_REPO) -> list[Path
                 f"-Dartifact={coordinates}:jar",
                 f"-DoutputDirectory={jars_dir}",
             ],
-            check=True,
             stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
         )
+        if done.returncode != 0:
+            print(done.stdout, done.stderr, sep="\n", file=sys.stderr)
+            raise RuntimeError(f"mvn could not fetch {coordinates}")
         if not target.is_file():
             raise RuntimeError(f"mvn did not produce {target}")
     return paths
