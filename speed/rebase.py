@@ -184,6 +184,13 @@ def rebase(
                 continue
             outcome = kind if kind == "ok" else f"{kind}: {payload}"
             break
+        if outcome != "ok":
+            # Not switched (stale or unresolved): drop what was staged for it.
+            stale = [keys.staged_buckets(b) for b in segments] + [
+                keys.staged_counts(b) for b in segments
+            ]
+            if stale:
+                client.delete(*stale)
         report[partition] = outcome
         log.info("rebase %s partition %d: %s", generation.id, partition, outcome)
     return RebaseReport(generation.id, report)

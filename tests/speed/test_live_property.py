@@ -267,3 +267,21 @@ def test_live_answers_equal_the_offline_sort(
             )
         else:
             check(api, redis_client, oracle, op[1], op[2], settings.partitions)
+
+
+def test_rebasing_twice_is_stale_and_leaves_no_staged_keys(
+    api: SignedClient, redis_client: redis.Redis, settings: Any
+) -> None:
+    oracle = Oracle()
+    api.post("/v1/score-events", event(playerId="p0", region=region("p0")))
+    oracle.apply("p0", "E77", "M91", 1, 30)
+    state = (
+        positions(redis_client, settings.partitions),
+        {b: oracle.totals(b) for b in ALL_BOARDS},
+    )
+    publish(api, redis_client, state, 1, settings.partitions)
+    generation = api.client.app.state.generations.by_number(1)
+    report = rebase(redis_client, generation, settings.partitions)
+    assert all(o.startswith("stale") for o in report.partitions.values())
+    assert list(redis_client.scan_iter(match="lb:*:bk-next:*")) == []
+    assert list(redis_client.scan_iter(match="lb:*:cnt-next:*")) == []
