@@ -13,7 +13,7 @@ JARS_STAMP := $(CACHE)/jars/.fetched
 PYTEST_ARGS ?=
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,8 +44,14 @@ demo: setup ## run the main job (lb demo) on embedded defaults
 test: setup ## run the test suite (SLOW=1 includes slow tests)
 	$(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
 
-bench: setup ## run the benchmarks and print results (record them in bench/RESULTS.md)
+bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
+
+bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segment bytes
+	$(PY) -m bench.reads
+
+bench-publish: setup ## publish benchmark with the DuckDB reference
+	$(PY) -m bench.publish
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
@@ -54,4 +60,4 @@ lint: venv ## ruff and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: help venv redis jars setup demo test bench lint clean
+.PHONY: help venv redis jars setup demo test bench bench-reads bench-publish lint clean
