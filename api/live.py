@@ -75,6 +75,22 @@ class Base:
         return cache[:rows]
 
 
+def _changed_keys(keys: Keys, board: str) -> list[str]:
+    """The keys every live read script starts with: base hash, log position and the
+    board's two changed-sets."""
+    return [
+        keys.base_generation,
+        keys.position,
+        keys.changed_live(board),
+        keys.changed_snapshot(board),
+    ]
+
+
+def _as_of(replies: list[list[Any]]) -> dict[str, int]:
+    """Log positions per partition, the second value of every live script reply."""
+    return {str(p): _int(r[1]) for p, r in enumerate(replies)}
+
+
 def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
 
@@ -132,13 +148,7 @@ class LiveReader:
             keys = Keys(p)
             calls.append(
                 (
-                    [
-                        keys.base_generation,
-                        keys.position,
-                        keys.changed_live(board),
-                        keys.changed_snapshot(board),
-                        keys.totals(board),
-                    ],
+                    [*_changed_keys(keys, board), keys.totals(board)],
                     [above, before, player_id if player_id and p == owner else ""],
                 )
             )
@@ -173,7 +183,7 @@ class LiveReader:
                 "rank": above + 1,
                 "position": before + 1,
                 "population": population,
-                "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+                "asOf": _as_of(replies),
                 "base": base,
             }
         raise NotExact("the player's score kept changing")
@@ -201,12 +211,7 @@ class LiveReader:
             keys = Keys(p)
             calls.append(
                 (
-                    [
-                        keys.base_generation,
-                        keys.position,
-                        keys.changed_live(board),
-                        keys.changed_snapshot(board),
-                    ],
+                    _changed_keys(keys, board),
                     args,
                 )
             )
@@ -258,7 +263,7 @@ class LiveReader:
             return {
                 "entries": entries,
                 "population": population,
-                "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+                "asOf": _as_of(replies),
                 "base": base,
             }
         raise NotExact("a rebase is in progress")
@@ -296,7 +301,7 @@ class LiveReader:
                     snap_min,
                     snap_max,
                 )
-                as_of = {str(p): _int(r[1]) for p, r in enumerate(replies)}
+                as_of = _as_of(replies)
                 if as_of != me["asOf"]:
                     break  # something changed since the rank: start over
                 changed = {m for r in replies for m in r[6]}
@@ -338,7 +343,7 @@ class LiveReader:
         return {
             "above": base.count_above(score)
             + sum(_int(r[2]) - _int(r[3]) for r in replies),
-            "asOf": {str(p): _int(r[1]) for p, r in enumerate(replies)},
+            "asOf": _as_of(replies),
         }
 
     async def approx_rank(self, board: str, player_id: str) -> dict[str, Any]:
