@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.metrics import REDIS_ERRORS
 from api.responses import FastJSONResponse
 
 
@@ -98,6 +99,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unavailable(_: Request, exc: Exception) -> FastJSONResponse:
         # The store being unreachable is not the client's fault and loses nothing:
         # nothing was acknowledged, so the client retries.
+        REDIS_ERRORS.labels("request").inc()
         return FastJSONResponse(
             error_body("unavailable", f"store unavailable: {exc}"),
             status_code=503,

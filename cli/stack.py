@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from api.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
 from conf.settings import Settings
 from speed.server import RedisServer
 
@@ -85,6 +86,8 @@ def up(settings: Settings, port: int) -> str:
     env = dict(
         os.environ, LB_REDIS_URL=redis_url, LB_DATA_DIR=str(settings.data_dir.resolve())
     )
+    # Metrics of every worker in one place, emptied at each start (api/metrics.py).
+    env[MULTIPROC_ENV] = str(prepare_multiprocess_dir(settings))
     log = open(run / "api.log", "ab")  # noqa: SIM115 - handed to the child process
     process = subprocess.Popen(
         [
