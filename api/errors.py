@@ -68,6 +68,16 @@ class NotReady(ApiError):
     status, code = 503, "not_ready"
 
 
+class LiveUnavailable(ApiError):
+    """Redis is unreachable and the latest generation cannot answer this read."""
+
+    status, code = 503, "unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": "1", "X-Live-Layer": "unavailable"}
+
+
 def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"error": code, "detail": detail, **extra}
 
