@@ -5,10 +5,23 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, computed_field, field_validator
+from pydantic import Field, computed_field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_DEV_KEYS = "dev:dev-secret"
+# Local default admin key (signs /v1/admin/* calls); refused outside local use.
+LOCAL_DEV_ADMIN_KEYS = "admin:dev-admin-secret"
+
+
+def _parse_keys(value: str, variable: str) -> dict[str, bytes]:
+    """``keyId:secret[,keyId:secret]`` -> {keyId: secret bytes}."""
+    keys: dict[str, bytes] = {}
+    for item in value.split(","):
+        key_id, sep, secret = item.strip().partition(":")
+        if not sep or not key_id or not secret:
+            raise ValueError(f"{variable} must be 'keyId:secret[,keyId:secret]'")
+        keys[key_id] = secret.encode()
+    return keys
 
 
 class Settings(BaseSettings):
@@ -20,6 +33,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     boards_file: Path | None = None
     hmac_keys: str = LOCAL_DEV_KEYS
+    # Keys of operators for /v1/admin/* (same signature scheme as writes); a key id
+    # may not be both a game-server and an admin key.
+    admin_keys: str = LOCAL_DEV_ADMIN_KEYS
     partitions: int = Field(default=8, ge=1, le=4096)
     rate_limit: str = "5/60"
     retained_generations: int = Field(default=3, ge=1)
@@ -83,6 +99,32 @@ class Settings(BaseSettings):
         if self.production and self.hmac_keys == LOCAL_DEV_KEYS:
             raise ValueError("the local dev HMAC key is refused outside local use")
         return keys
+
+    @field_validator("admin_keys")
+    @classmethod
+    def _admin_keys_format(cls, value: str) -> str:
+        _parse_keys(value, "LB_ADMIN_KEYS")
+        return value
+
+    @model_validator(mode="after")
+    def _keys_disjoint(self) -> Settings:
+        shared = set(_parse_keys(self.hmac_keys, "LB_HMAC_KEYS")) & set(
+            _parse_keys(self.admin_keys, "LB_ADMIN_KEYS")
+        )
+        if shared:
+            raise ValueError(
+                "LB_ADMIN_KEYS and LB_HMAC_KEYS share key ids: "
+                + ", ".join(sorted(shared))
+            )
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def admin_signing_keys(self) -> dict[str, bytes]:
+        """Admin key id -> secret (LB_ADMIN_KEYS)."""
+        if self.production and self.admin_keys == LOCAL_DEV_ADMIN_KEYS:
+            raise ValueError("the local dev admin key is refused outside local use")
+        return _parse_keys(self.admin_keys, "LB_ADMIN_KEYS")
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
