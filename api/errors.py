@@ -27,6 +27,10 @@ class InvalidRequest(ApiError):
     status, code = 422, "invalid_request"
 
 
+class EventTooOld(InvalidRequest):
+    code = "too_old"
+
+
 class Unauthorized(ApiError):
     status, code = 401, "unauthorized"
 
