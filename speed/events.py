@@ -97,7 +97,9 @@ def parse_rfc3339(value: str) -> datetime:
     except (OverflowError, ValueError):
         # 9999-12-31T23:59:59-23:59 is a valid string whose UTC instant is past
         # year 9999; 2026-02-30 is not a date at all.
-        raise ValueError("must be a valid date and time within years 1 to 9999") from None
+        raise ValueError(
+            "must be a valid date and time within years 1 to 9999"
+        ) from None
 
 
 class NormalizedEvent:

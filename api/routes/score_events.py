@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
+    WRITE_ERROR_RESPONSES,
     BodyTooLarge,
     Conflict,
     EventTooOld,
@@ -31,7 +32,9 @@ from speed.events import (
 )
 from speed.store import EventConflict, RateLimited
 
-router = APIRouter(prefix="/v1", tags=["score-events"])
+router = APIRouter(
+    prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
+)
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
