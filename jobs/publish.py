@@ -64,6 +64,7 @@ from jobs.land import (
 )
 from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute, transform_totals
+from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
@@ -463,6 +464,9 @@ def run_publish(
     ``timings``, when given, receives the wall-clock seconds of each phase.
     """
     clock = _PhaseClock(timings)
+    if land:
+        # Which Redis to land from is settled before Spark starts: never a default.
+        resolve_redis_url(settings)
     if fail_before_manifest:
         fail_at = "before_manifest_row"
     if spark is None:
