@@ -135,7 +135,7 @@ def normalize(
     points_max: int,
     now: datetime,
     max_future: timedelta,
-    dedupe_window: timedelta = timedelta(days=30),
+    dedupe_window: timedelta | None = None,
 ) -> NormalizedEvent:
     """Check what the schema cannot (id alphabet, bounds, clock); normalize ids to
     NFC and occurredAt to UTC."""
@@ -161,10 +161,12 @@ def normalize(
         raise EventInvalid(
             "occurredAt", f"more than {int(max_future.total_seconds())} s in the future"
         )
-    try:
-        oldest = now - dedupe_window
-    except OverflowError:  # a window reaching before year 1 bounds nothing
-        oldest = datetime.min.replace(tzinfo=UTC)
+    oldest = datetime.min.replace(tzinfo=UTC)
+    if dedupe_window is not None:
+        try:
+            oldest = now - dedupe_window
+        except OverflowError:  # a window reaching before year 1 bounds nothing
+            pass
     if occurred_at < oldest:
         # Its dedupe record may be gone: accepting it could count it twice.
         raise TooOld("occurredAt", f"older than the dedupe window ({dedupe_window})")
