@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             client,
             boards,
             settings.partitions,
-            settings.retention_seconds,
+            settings.record_ttl_seconds,
             settings.rate_limit_bucket,
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,9 @@ class Settings(BaseSettings):
     # Dedupe and contribution records live this long; 120 days covers a season
     # plus its lateness with room to spare.
     retention_seconds: int = Field(default=120 * 24 * 3600, ge=60)
+    # ISO-8601 duration (API.md): an occurredAt older than now minus this is refused
+    # with too_old, so an event can never outlive its dedupe record.
+    dedupe_window: timedelta = timedelta(days=30)
     # Bounds of scoring rule v1 (result.points).
     points_min: int = 0
     points_max: int = 1_000_000
@@ -67,6 +71,9 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # uvicorn worker processes of `lb up`; they share the memory-mapped segments.
     api_workers: int = Field(default=1, ge=1, le=64)
+    # Set by `lb up` for each start; /healthz and /readyz echo it, so `lb up` knows
+    # it is talking to the API it started and not to whatever holds the port.
+    instance_token: str | None = None
     # True outside local use: placeholder secrets are refused.
     production: bool = False
     # Set by `lb demo` for the API it starts: the public dev key is expected there,
@@ -79,6 +86,21 @@ class Settings(BaseSettings):
         if value not in {"always", "everysec", "no"}:
             raise ValueError("LB_APPENDFSYNC must be always, everysec or no")
         return value
+
+    @field_validator("dedupe_window")
+    @classmethod
+    def _window_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("LB_DEDUPE_WINDOW must be a positive ISO-8601 duration")
+        return value
+
+    @property
+    def record_ttl_seconds(self) -> int:
+        """Lifetime of dedupe and contribution records: at least the dedupe window
+        plus the allowed clock skew, so a redelivery accepted by the window always
+        finds its record."""
+        window = int(self.dedupe_window.total_seconds()) + self.max_future_seconds
+        return max(self.retention_seconds, window + 3600)
 
     @field_validator("rate_limit")
     @classmethod
