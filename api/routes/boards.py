@@ -18,6 +18,7 @@ from api.degraded import (
 )
 from api.deps import BoardsDep, GenerationsDep, LiveDep
 from api.errors import (
+    READ_ERROR_RESPONSES,
     BoardNotFound,
     GenerationExpired,
     GenerationNotFound,
@@ -36,7 +37,9 @@ from api.segments import (
 )
 from conf.boards import BoardsConfig, describe_board, season_cutoffs_ms
 
-router = APIRouter(prefix="/v1/boards", tags=["boards"])
+router = APIRouter(
+    prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RESPONSES
+)
 
 Mode = Literal["live", "snapshot", "approx"]
 ModeQuery = Annotated[Mode, Query()]

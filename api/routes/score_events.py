@@ -11,8 +11,10 @@ from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
+    WRITE_ERROR_RESPONSES,
     BodyTooLarge,
     Conflict,
+    EventTooOld,
     InvalidRequest,
     TooManyRequests,
     error_body,
@@ -22,10 +24,18 @@ from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
 from conf.settings import Settings
-from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
+from speed.events import (
+    EventInvalid,
+    NormalizedEvent,
+    ScoreEventIn,
+    TooOld,
+    normalize,
+)
 from speed.store import EventConflict, RateLimited
 
-router = APIRouter(prefix="/v1", tags=["score-events"])
+router = APIRouter(
+    prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
+)
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
@@ -79,7 +89,10 @@ def validate_event(
             points_max=settings.points_max,
             now=now,
             max_future=timedelta(seconds=settings.max_future_seconds),
+            dedupe_window=settings.dedupe_window,
         )
+    except TooOld as exc:
+        raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
 
