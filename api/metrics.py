@@ -69,6 +69,20 @@ DEGRADED_READS = Counter(
     ["endpoint"],
 )
 
+EVENT_STATUSES = (
+    "accepted",
+    "duplicate",
+    "superseded",
+    "late-review",
+    "quarantined",
+    "rejected",
+)
+# Every known series exists from the start (at 0), so rates and alerts see them.
+for _status in EVENT_STATUSES:
+    EVENTS.labels(_status)
+for _side in ("request", "read", "metrics"):
+    REDIS_ERRORS.labels(_side)
+
 READ_ENDPOINTS = {
     "/v1/boards/{board}/top": "top",
     "/v1/boards/{board}/players/{player_id}": "rank",

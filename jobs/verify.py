@@ -386,6 +386,12 @@ def _finish(
     finished = datetime.now(UTC)
     result.finished_at = finished.isoformat()
     load_run(spark, settings, result, finished)
+    write_last_verify(settings, result)
+    return result
+
+
+def write_last_verify(settings: Settings, result: VerifyResult) -> None:
+    """The last run's result for /metrics and lb status (atomic replace)."""
     path = last_verify_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -396,7 +402,6 @@ def _finish(
     }
     tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
-    return result
 
 
 def load_run(
