@@ -117,7 +117,7 @@ def test_metrics_show_every_operational_series(
     assert grew('lb_events_total{status="rejected"}') == 3
     assert grew('lb_events_rejected_total{error="invalid_request"}') == 2
     assert grew('lb_events_rejected_total{error="event_conflict"}') == 1
-    # Four events accepted on 4 partitions, none landed: backlog = positions.
+    # Four logged events (A, B, C, D; a duplicate is not logged), none landed.
     backlog = sum(value(text, f'lb_log_backlog{{partition="{p}"}}') for p in range(4))
     assert backlog == 4
     ages = [
