@@ -37,6 +37,10 @@ class Unauthorized(ApiError):
     status, code = 401, "unauthorized"
 
 
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
 class BodyTooLarge(ApiError):
     status, code = 413, "payload_too_large"
 

@@ -56,6 +56,7 @@ from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, load_boards
 from conf.settings import Settings
+from jobs.audit import land_audit
 from jobs.land import (
     bronze_path,
     extract_landed_through,
@@ -600,6 +601,8 @@ def _run_publish(
     clock.lap("repair")
     if land:
         landed = run_land(settings, spark, after_commit=after_land_commit)
+        # Admin actions recorded in Redis since the last publish reach Delta too.
+        land_audit(settings, spark)
     else:
         landed = extract_landed_through(spark, bronze_path(settings))
     boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
