@@ -187,7 +187,8 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             for row in rows:
                 tied = ranks.count(row["rank"]) > 1
                 assert row["tie"] == tied, row
-                assert row["rankText"] == (f"{row['rank']}=" if tied else str(row["rank"]))
+                shown = f"{row['rank']}=" if tied else str(row["rank"])
+                assert row["rankText"] == shown
                 assert f"{row['score']:,}" in row["text"]
             assert any(r["tie"] for r in rows), "the data set is built to have ties"
             assert page.locator("#exactness").inner_text() == "exact"
