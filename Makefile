@@ -48,6 +48,12 @@ redis: ## install Debian's redis-server when it is missing
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	  systemctl disable --now redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true; }
 
+chromium: ## install Debian's chromium (for the page's browser test) when it is missing
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium from Debian's packages"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
 $(JARS_STAMP): $(STAMP) jobs/jars.py
 	$(PY) -m jobs.jars --fetch
 	touch $@
@@ -59,7 +65,7 @@ setup: venv redis jars ## everything the demo needs
 demo: setup ## run the main job (lb demo) on embedded defaults
 	$(VENV)/bin/lb demo
 
-test: setup airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
+test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
 	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
 
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
@@ -90,4 +96,4 @@ lint: venv ## ruff and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: help venv airflow-venv promtool airflow redis jars setup demo test bench bench-reads bench-publish lint clean
+.PHONY: help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean
