@@ -18,6 +18,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -198,8 +199,6 @@ class StateCollector:
             divergence.add_metric([], len(verify.get("divergences") or []))
             finished = verify.get("finished_at")
             if finished:
-                from datetime import datetime
-
                 last_run.add_metric([], datetime.fromisoformat(finished).timestamp())
         yield from (divergence, last_run)
         seasons = GaugeMetricFamily(

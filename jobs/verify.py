@@ -175,7 +175,8 @@ def tier_positions(config: BoardsConfig, board: str, population: int) -> set[int
         if top:
             last = int(top)
         elif percent:
-            last = math.ceil(population * float(percent) / 100)
+            # A tier holds rank r when 100 * r <= percent * population.
+            last = math.floor(population * float(percent) / 100)
         else:
             continue
         positions |= {p for p in (last, last + 1) if 1 <= p <= population}
