@@ -15,9 +15,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
 from api.live import LiveReader
+from api.metrics import observe_read
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
-from api.routes import health, score_events
+from api.routes import health, histogram, score_events, web
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
@@ -70,8 +71,10 @@ class ObserveMiddleware:
             await self.app(scope, receive, observe_send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
             REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(time.perf_counter() - started)
+            LATENCY.labels(path).observe(elapsed)
+            observe_read(path, scope.get("query_string", b""), elapsed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -116,4 +119,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
+    app.include_router(histogram.router)
+    web.install(app)  # the page at / and its assets under /web/
     return app
