@@ -80,8 +80,17 @@ bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segme
 bench-publish: setup ## publish benchmark with the DuckDB reference
 	$(PY) -m bench.publish
 
-airflow: setup airflow-venv ## Airflow standalone with dags/ (UI on :8081, data under $$LB_DATA_DIR/airflow)
-	$(PY) -m cli.airflow_home --exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
+airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
+	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \
+	export LB_DATA_DIR="$$(cd "$$data" && pwd)"; \
+	export AIRFLOW_HOME="$$LB_DATA_DIR/airflow"; \
+	export AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags"; \
+	export AIRFLOW__CORE__LOAD_EXAMPLES=False; \
+	export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$$AIRFLOW_HOME/airflow.db"; \
+	export AIRFLOW__API__PORT="$${AIRFLOW_PORT:-8081}"; \
+	export PATH="$(abspath $(AIRFLOW_VENV))/bin:$$PATH"; \
+	echo "Airflow UI: http://localhost:$$AIRFLOW__API__PORT (user admin, password in $$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"; \
+	exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .

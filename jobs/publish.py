@@ -58,6 +58,7 @@ from conf.boards import BoardsConfig, load_boards
 from conf.settings import Settings
 from jobs.audit import land_audit
 from jobs.land import (
+    BRONZE,
     bronze_path,
     extract_landed_through,
     run_land,
@@ -66,6 +67,7 @@ from jobs.land import (
 )
 from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute, transform_totals
+from jobs.table_versions import table_versions
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -503,8 +505,9 @@ def build_manifest(
     published_at: datetime,
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
+    table_versions: Mapping[str, int] | None = None,
 ) -> str:
-    body = {
+    body: dict[str, Any] = {
         "generation": generation,
         "publishedAt": rfc3339(published_at),
         "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
@@ -517,6 +520,10 @@ def build_manifest(
             for board in sorted(boards)
         },
     }
+    if table_versions:
+        # The Delta versions this generation was built from (time travel for
+        # analysts: docs/ANALYSTS.md).
+        body["tableVersions"] = {k: int(v) for k, v in sorted(table_versions.items())}
     return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -641,7 +648,12 @@ def _run_publish(
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
     published_at = datetime.now(UTC)
-    manifest_json = build_manifest(generation, published_at, boundary, board_files)
+    versions = table_versions(
+        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
+    )
+    manifest_json = build_manifest(
+        generation, published_at, boundary, board_files, versions
+    )
     row = {
         "generation": generation,
         "generation_number": number,
