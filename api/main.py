@@ -15,8 +15,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import install_error_handlers
 from api.live import LiveReader
 from api.responses import FastJSONResponse
+from api.routes import admin, awards, health, score_events
 from api.routes import boards as boards_routes
-from api.routes import health, score_events
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
 from conf.settings import Settings
@@ -96,4 +96,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
+    app.include_router(awards.router)
+    app.include_router(admin.router)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli import season
 from conf.boards import BoardsFileError, load_boards
 from conf.settings import Settings
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--players", type=int, default=100_000)
     p_demo.add_argument("--events", type=int, default=1_000_000)
     p_demo.set_defaults(func=_cmd_demo)
+    season.register(sub)
     return parser
 
 

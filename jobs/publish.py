@@ -114,11 +114,10 @@ def generation_number(generation: str) -> int | None:
 
 
 def protected_generations(settings: Settings) -> set[str]:
-    """Generations retention must keep whatever their age (award snapshots).
+    """Generations retention must keep whatever their age (award snapshots)."""
+    from jobs.awards import award_generations
 
-    Hook: awards are not built yet, so nothing is protected beyond the newest K.
-    """
-    return set()
+    return award_generations(settings.data_dir)
 
 
 def _sha256(path: Path) -> str:
@@ -239,8 +238,12 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
     tables = [pq.read_table(_local_path(f), columns=columns) for f in sorted(files)]
     if not tables:
         return pa.table(
-            {c: pa.array([], pa.int64() if c in ("position", "score") else pa.string())
-             for c in columns}
+            {
+                c: pa.array(
+                    [], pa.int64() if c in ("position", "score") else pa.string()
+                )
+                for c in columns
+            }
         )
     table = pa.concat_tables(tables)
     order = pc.sort_indices(
@@ -343,7 +346,7 @@ def apply_retention(
 ) -> list[str]:
     """Delete segment dirs older than the newest ``retained_generations``."""
     numbers = sorted((r.number, r.generation) for r in published)
-    keep = {g for _, g in numbers[-settings.retained_generations:]} | protected
+    keep = {g for _, g in numbers[-settings.retained_generations :]} | protected
     deleted = []
     for _, generation in numbers:
         directory = settings.segments_dir / generation
@@ -423,8 +426,9 @@ def build_manifest(
     published_at: datetime,
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
+    landing_started_at: datetime | None = None,
 ) -> str:
-    body = {
+    body: dict[str, Any] = {
         "generation": generation,
         "publishedAt": rfc3339(published_at),
         "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
@@ -437,6 +441,10 @@ def build_manifest(
             for board in sorted(boards)
         },
     }
+    if landing_started_at is not None:
+        # Everything received before this moment is in the generation: a board that
+        # closed before it is final here (see jobs/season.py).
+        body["landingStartedAt"] = rfc3339(landing_started_at)
     return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -485,10 +493,15 @@ def run_publish(
     generation = f"g{number}"
 
     clock.lap("repair")
+    landing_started_at = datetime.now(UTC) if land else None
     if land:
         landed = run_land(settings, spark, after_commit=after_land_commit)
         # Admin actions recorded in Redis since the last publish reach Delta too.
         land_audit(settings, spark)
+        # Award versions the API wrote (it has no Spark) reach Delta gold_awards.
+        from jobs.season import land_awards
+
+        land_awards(settings, spark)
     else:
         landed = extract_landed_through(spark, bronze_path(settings))
     boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
@@ -500,7 +513,12 @@ def run_publish(
         # Nothing landed yet: an empty bronze frame publishes an empty generation.
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
-    contributions, _ = transform_recompute(events, boundary, boards.seasons)
+    contributions, _ = transform_recompute(
+        events,
+        boundary,
+        boards.seasons,
+        window_lateness_ms=boards.window_lateness_ms,
+    )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
@@ -527,7 +545,9 @@ def run_publish(
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
     published_at = datetime.now(UTC)
-    manifest_json = build_manifest(generation, published_at, boundary, board_files)
+    manifest_json = build_manifest(
+        generation, published_at, boundary, board_files, landing_started_at
+    )
     row = {
         "generation": generation,
         "generation_number": number,

@@ -49,8 +49,10 @@ def transform_positions(sliced: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("_n"), F.min("_row").alias("_first")
     )
     # Small: one row per (board, Spark partition) the board spans.
-    before = Window.partitionBy("board").orderBy("_part").rowsBetween(
-        Window.unboundedPreceding, -1
+    before = (
+        Window.partitionBy("board")
+        .orderBy("_part")
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
     offsets = slices.withColumn(
         "_offset", F.coalesce(F.sum("_n").over(before), F.lit(0))

@@ -10,7 +10,8 @@ without trusting the statuses the speed layer wrote:
   (position order) revision of the same (player, match) -- the Lua stores ``r`` for
   every non-superseded event, late ones included;
 * the boards an event feeds are exactly :func:`conf.boards.boards_for_event`;
-* a season board ignores an event received after its cutoff (end + lateness);
+* a board ignores an event received after its cutoff (season: end +
+  allowedLateness; daily/weekly/monthly: period end + windowLateness);
 * contribution (player, match, board) exists iff some accepted, non-late event of the
   match fed the board; its value is the points of the LAST accepted non-late event of
   the match if that event feeds the board, else 0 (removed; the player stays);
@@ -25,9 +26,10 @@ from collections.abc import Iterable, Mapping
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from conf.boards import SCOPE_GLOBAL, Season, to_ms
+from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
 
 MS_PER_DAY = 86_400_000
+DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
 
 BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint>"
 
@@ -76,32 +78,51 @@ def transform_accepted(events: DataFrame) -> DataFrame:
     )
 
 
-def _board(name: Column, aggregation: str, cutoff_ms: int) -> Column:
+def _board(name: Column, aggregation: str, cutoff_ms: int | Column) -> Column:
+    cutoff = cutoff_ms if isinstance(cutoff_ms, Column) else F.lit(cutoff_ms)
     return F.struct(
         name.alias("board"),
         F.lit(aggregation).alias("aggregation"),
-        F.lit(cutoff_ms).cast("bigint").alias("cutoff_ms"),
+        cutoff.cast("bigint").alias("cutoff_ms"),
     )
 
 
 def board_columns(
-    occurred_ms: Column, region: Column, seasons: Iterable[Season]
+    occurred_ms: Column,
+    region: Column,
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
 ) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
     Computed from epoch milliseconds with date arithmetic only, so the answer does
-    not depend on the session time zone.
+    not depend on the session time zone. A rolling window's cutoff is its period's
+    end (next day, next ISO Monday, first of next month) plus ``window_lateness_ms``.
     """
     day = F.date_from_unix_date(F.floor(occurred_ms / F.lit(MS_PER_DAY)).cast("int"))
     # ISO week: the week's Thursday decides the ISO year (weekday(): Monday = 0).
     thursday = F.date_add(day, F.lit(3) - F.weekday(day))
     iso_year = F.year(thursday)
     iso_week = F.floor((F.dayofyear(thursday) - 1) / 7).cast("int") + 1
+
+    def end_ms(end_day: Column) -> Column:
+        return F.unix_date(end_day).cast("bigint") * F.lit(MS_PER_DAY) + F.lit(
+            window_lateness_ms
+        )
+
     periods = [
-        ("daily", F.date_format(day, "yyyy-MM-dd")),
-        ("weekly", F.format_string("%04d-W%02d", iso_year, iso_week)),
-        ("monthly", F.date_format(day, "yyyy-MM")),
-        ("alltime", F.lit("all")),
+        ("daily", F.date_format(day, "yyyy-MM-dd"), end_ms(F.date_add(day, 1))),
+        (
+            "weekly",
+            F.format_string("%04d-W%02d", iso_year, iso_week),
+            end_ms(F.date_add(day, F.lit(7) - F.weekday(day))),
+        ),
+        (
+            "monthly",
+            F.date_format(day, "yyyy-MM"),
+            end_ms(F.add_months(F.trunc(day, "month"), 1)),
+        ),
+        ("alltime", F.lit("all"), F.lit(0)),
     ]
     items: list[Column] = []
     for season in seasons:
@@ -113,17 +134,21 @@ def board_columns(
             items.append(
                 F.when(inside, _board(name, season.aggregation, to_ms(season.cutoff)))
             )
-    for window, period in periods:
+    for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            items.append(_board(name, "sum", 0))
+            items.append(_board(name, "sum", cutoff))
     return F.filter(F.array(*items), lambda b: b.isNotNull())
 
 
-def transform_event_boards(events: DataFrame, seasons: Iterable[Season]) -> DataFrame:
+def transform_event_boards(
+    events: DataFrame,
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
-    boards = board_columns(occurred_ms, F.col("region"), seasons)
+    boards = board_columns(occurred_ms, F.col("region"), seasons, window_lateness_ms)
     return events.withColumn("boards", boards)
 
 
@@ -145,13 +170,20 @@ NARROW = [
 ]
 
 
-def _with_boards(e: Column, seasons: list[Season]) -> Column:
+def _with_boards(
+    e: Column, seasons: list[Season], window_lateness_ms: int = DEFAULT_LATENESS_MS
+) -> Column:
     """An event struct (with occurred_ms, region) plus its ``boards`` array."""
-    return e.withField("boards", board_columns(e["occurred_ms"], e["region"], seasons))
+    return e.withField(
+        "boards",
+        board_columns(e["occurred_ms"], e["region"], seasons, window_lateness_ms),
+    )
 
 
 def transform_contributions(
-    events: DataFrame, seasons: Iterable[Season]
+    events: DataFrame,
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
 ) -> DataFrame:
     """Contribution per (player, match, board) from events with ``accepted``.
 
@@ -194,7 +226,8 @@ def transform_contributions(
             "player_id",
             "match_id",
             F.transform(
-                F.array_sort("evs"), lambda e: _with_boards(e, seasons)
+                F.array_sort("evs"),
+                lambda e: _with_boards(e, seasons, window_lateness_ms),
             ).alias("evs"),
         )
     )
@@ -268,6 +301,7 @@ def transform_recompute(
     boundary: Mapping[int, int],
     seasons: Iterable[Season],
     num_partitions: int | None = None,
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
 ) -> tuple[DataFrame, DataFrame]:
     """(contributions, totals) of every board from bronze up to ``boundary``.
 
@@ -283,5 +317,5 @@ def transform_recompute(
         events = events.repartition(num_partitions, "player_id")
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
-    contributions = transform_contributions(events, seasons)
+    contributions = transform_contributions(events, seasons, window_lateness_ms)
     return contributions, transform_totals(contributions)

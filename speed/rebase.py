@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,13 +103,17 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
 
 
 def rebase(
-    client: redis.Redis, generation: Generation, partitions: int
+    client: redis.Redis,
+    generation: Generation,
+    partitions: int,
+    exclude: Collection[str] = (),
 ) -> RebaseReport:
     """Rebase every partition onto ``generation``; idempotent (a partition already at
-    or past it reports ``stale``)."""
+    or past it reports ``stale``). Boards in ``exclude`` (closed, final in this
+    generation: ``speed/closed.py``) get no speed-layer state back."""
     script = client.register_script(load("rebase_partition"))
     boundary = generation.boundary
-    boards = generation.board_names()
+    boards = [b for b in generation.board_names() if b not in exclude]
     segments = {board: generation.board(board) for board in boards}
     counts = {
         board: partition_counts(segment, partitions)
@@ -140,7 +145,9 @@ def rebase(
             pipe.set(keys.staged_counts(board), packed)
         pipe.execute()
 
-        board_set = set(boards) | _boards_with_changes(client, partition)
+        board_set = (set(boards) | _boards_with_changes(client, partition)) - set(
+            exclude
+        )
         snapshot: dict[str, dict[str, int | None]] = {}
 
         def lookup(board: str, player: str) -> int | None:
@@ -206,8 +213,16 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
         raise RuntimeError(
             f"generation {generation_id} is not readable in {settings.segments_dir}"
         )
+    from conf.boards import load_boards
+    from speed.closed import drop_board_keys, final_boards
+
+    final = final_boards(load_boards(settings.boards_file), generation.manifest)
     client = redis.Redis.from_url(resolve_redis_url(settings))
     try:
-        return rebase(client, generation, settings.partitions)
+        report = rebase(client, generation, settings.partitions, exclude=final)
+        # Closed windows leave Redis once their final generation is published.
+        if final:
+            drop_board_keys(client, settings.partitions, final)
+        return report
     finally:
         client.close()

@@ -15,7 +15,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from conf.boards import BoardsConfig, BoardSpec, boards_for_event, season_cutoffs_ms
+from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -90,7 +90,6 @@ class SpeedLayer:
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
-        self._cutoffs = season_cutoffs_ms(boards)
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
         self._boards_cache: dict[
@@ -130,7 +129,7 @@ class SpeedLayer:
         if board.startswith("season:"):
             season = self.boards.season(board.split(":")[1])
             aggregation = season.aggregation if season else "sum"
-        return BoardSpec(board, aggregation, self._cutoffs.get(board, 0))
+        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board))
 
     def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
         """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Query
 
-from api.deps import BoardsDep, GenerationsDep, LiveDep
+from api.deps import BoardsDep, GenerationsDep, LiveDep, SettingsDep
 from api.errors import (
     BoardNotFound,
     GenerationExpired,
@@ -28,7 +28,16 @@ from api.segments import (
     GenerationNotFoundError,
     GenerationRegistry,
 )
-from conf.boards import BoardsConfig, describe_board, season_cutoffs_ms
+from conf.boards import (
+    BoardsConfig,
+    board_closes_at,
+    describe_board,
+    period_end,
+    period_start,
+    season_cutoffs_ms,
+)
+from jobs.awards import rfc3339, versions
+from speed.closed import final_boards
 
 router = APIRouter(prefix="/v1/boards", tags=["boards"])
 
@@ -146,20 +155,46 @@ def _cursors(
     return {"before": before, "after": after}
 
 
+def _lifecycle(
+    config: BoardsConfig, settings_dir: Any, name: str, described: dict[str, str]
+) -> dict[str, Any]:
+    """state (open / closing / closed), closesAt and, for rolling windows, nextReset.
+
+    A season is ``closing`` from its close time until ``lb season close`` wrote its
+    award snapshot; a rolling window has no close command and is ``closed`` at once.
+    """
+    closes = board_closes_at(config, name)
+    now = datetime.now(UTC)
+    window = described["window"]
+    if closes is None or now <= closes:
+        state = "open"
+    elif window == "season":
+        state = "closed" if versions(settings_dir, described["period"]) else "closing"
+    else:
+        state = "closed"
+    info: dict[str, Any] = {
+        "state": state,
+        "closesAt": rfc3339(closes) if closes is not None else None,
+    }
+    if window in ("daily", "weekly", "monthly"):
+        end = period_end(window, period_start(window, described["period"]))
+        info["nextReset"] = rfc3339(end)
+    return info
+
+
 @router.get("")
-async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONResponse:
+async def read_boards(
+    config: BoardsDep, registry: GenerationsDep, settings: SettingsDep
+) -> FastJSONResponse:
     """Boards with window, scope, aggregation, tie-break, state, latest generation."""
     latest = registry.latest()
     names = set(latest.board_names()) if latest else set()
-    cutoffs = season_cutoffs_ms(config)
-    names.update(cutoffs)
-    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    names.update(season_cutoffs_ms(config))
     boards = []
     for name in sorted(names):
         described = describe_board(config, name)
         if described is None:
             continue
-        closed = name in cutoffs and now_ms > cutoffs[name]
         boards.append(
             {
                 "board": name,
@@ -168,13 +203,32 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
                 "scope": described["scope"],
                 "aggregation": described["aggregation"],
                 "tieBreak": described["tieBreak"],
-                "state": "closed" if closed else "open",
+                **_lifecycle(config, settings.data_dir, name, described),
                 "latestGeneration": latest.id
                 if latest and name in latest.manifest.get("boards", {})
                 else None,
             }
         )
     return FastJSONResponse({"boards": boards})
+
+
+_FINAL: dict[str, set[str]] = {}
+
+
+def _final_in_latest(
+    config: BoardsConfig, registry: GenerationRegistry, board: str
+) -> bool:
+    """True when the latest generation holds the board's final state: its speed-layer
+    keys are gone (speed/closed.py) and the generation answers exactly."""
+    latest = registry.latest()
+    if latest is None:
+        return False
+    final = _FINAL.get(latest.id)
+    if final is None:
+        if len(_FINAL) > 16:
+            _FINAL.clear()
+        final = _FINAL[latest.id] = final_boards(config, latest.manifest)
+    return board in final
 
 
 def _player_row(
@@ -207,6 +261,19 @@ def _wants_snapshot(mode: Mode, generation: str | None) -> bool:
     return mode == "snapshot" or generation is not None
 
 
+def _closed_snapshot(
+    config: BoardsConfig,
+    registry: GenerationRegistry,
+    board: str,
+    mode: Mode,
+    generation: str | None,
+) -> bool:
+    """Read a closed board's final generation instead of the speed layer."""
+    return not _wants_snapshot(mode, generation) and _final_in_latest(
+        config, registry, board
+    )
+
+
 def _snapshot_fallback(
     config: BoardsConfig, registry: GenerationRegistry, board: str
 ) -> tuple[Generation, BoardSegment | None]:
@@ -229,7 +296,9 @@ async def read_top(
 ) -> FastJSONResponse:
     """The first ``limit`` display positions (live, or of a generation)."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if _closed_snapshot(config, registry, board, mode, generation):
+        gen, segment = _snapshot(config, registry, board, None)
+    elif not _wants_snapshot(mode, generation):
         # The histogram orders buckets, not players: a top list is always read live.
         try:
             result = await live.top(board, limit)
@@ -288,7 +357,9 @@ async def read_player_rank(
 ) -> FastJSONResponse:
     """A player's score, competition rank, display position and top percent."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if not _wants_snapshot(mode, generation) and not _final_in_latest(
+        config, registry, board
+    ):
         try:
             if mode == "approx":
                 return FastJSONResponse(
@@ -363,7 +434,9 @@ async def read_nearby(
 ) -> FastJSONResponse:
     """Up to ``radius`` positions on each side of the player, in display order."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if _closed_snapshot(config, registry, board, mode, generation):
+        gen, segment = _snapshot(config, registry, board, None)
+    elif not _wants_snapshot(mode, generation):
         try:
             result = await live.nearby(board, player_id, radius)
         except PlayerMissing:
