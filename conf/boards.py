@@ -60,7 +60,14 @@ class Season(BaseModel):
     end: datetime
     allowed_lateness: timedelta = Field(alias="allowedLateness", default=timedelta(0))
     aggregation: Literal["sum", "max"] = "sum"
-    tie_break: Literal["player_id"] = Field(alias="tieBreak", default="player_id")
+    # player_id: ties in display order by player id; first_achieved: by the time the
+    # player reached the score (occurredAt of the event that set it), then player id.
+    tie_break: Literal["player_id", "first_achieved"] = Field(
+        alias="tieBreak", default="player_id"
+    )
+    # competition: 1 + players with a strictly greater score (ties share a rank);
+    # unique: the display position (ties broken by the display order).
+    rank: Literal["competition", "unique"] = "competition"
     rule: str = "v1"
     # Award tiers, best first; a player gets the first tier that holds its rank.
     tiers: list[Tier] = Field(default_factory=list)
@@ -147,6 +154,16 @@ def load_boards(path: Path | None = None) -> BoardsConfig:
         raise BoardsFileError(
             f"boards file {path or 'default'}: field {field}: {first['msg']}"
         ) from exc
+
+
+def board_order(config: BoardsConfig, board: str) -> tuple[bool, bool]:
+    """(first_achieved, unique_rank) of a board id; rolling windows are (False,
+    False)."""
+    if board.startswith("season:"):
+        season = config.season(board.split(":")[1])
+        if season is not None:
+            return season.tie_break == "first_achieved", season.rank == "unique"
+    return False, False
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ AWARD_SCHEMA = pa.schema(
         ("player_id", pa.string()),
         ("score", pa.int64()),
         ("tier", pa.string()),
+        # first_achieved seasons: when the player reached the score (epoch ms).
+        ("achieved_ms", pa.int64()),
     ]
 )
 CONTRIBUTION_SCHEMA = pa.schema(
@@ -217,17 +219,30 @@ def rfc3339(moment: datetime) -> str:
     )
 
 
-def rank_board(players: pa.Array, scores: pa.Array, season: Season) -> pa.Table:
+def rank_board(
+    players: pa.Array,
+    scores: pa.Array,
+    season: Season,
+    achieved: pa.Array | None = None,
+) -> pa.Table:
     """Entries of one board in display order with ranks and tiers.
 
-    Display order: score descending, then player id ascending (UTF-8 bytes; Arrow
-    sorts strings by bytes). Rank: competition rank, 1 + players with a strictly
-    higher score.
+    Display order: score descending, then (``tieBreak: first_achieved``) the time
+    the player reached it, then player id ascending (UTF-8 bytes; Arrow sorts strings
+    by bytes). Rank: competition rank, 1 + players with a strictly higher score, or
+    the position with ``rank: unique``.
     """
-    data = pa.table([players, scores], names=["player_id", "score"])
-    order = pc.sort_indices(
-        data, sort_keys=[("score", "descending"), ("player_id", "ascending")]
+    timed = season.tie_break == "first_achieved"
+    if achieved is None:
+        achieved = pa.nulls(len(players), pa.int64())
+    data = pa.table(
+        [players, scores, achieved.cast(pa.int64())],
+        names=["player_id", "score", "achieved_ms"],
     )
+    keys = [("score", "descending")]
+    if timed:
+        keys.append(("achieved_ms", "ascending"))
+    order = pc.sort_indices(data, sort_keys=[*keys, ("player_id", "ascending")])
     data = data.take(order)
     values = data.column("score").to_numpy(zero_copy_only=False)
     n = len(values)
@@ -237,6 +252,8 @@ def rank_board(players: pa.Array, scores: pa.Array, season: Season) -> pa.Table:
     if n:
         starts[1:] = values[1:] != values[:-1]
     ranks = np.maximum.accumulate(np.where(starts, positions, 0)) if n else positions
+    if season.rank == "unique":
+        ranks = positions
     tiers = (
         [season.tier_of(int(r), n) for r in ranks.tolist()]
         if season.tiers
@@ -249,6 +266,7 @@ def rank_board(players: pa.Array, scores: pa.Array, season: Season) -> pa.Table:
             data.column("player_id").combine_chunks().cast(pa.string()),
             data.column("score").combine_chunks().cast(pa.int64()),
             pa.array(tiers, pa.string()),
+            data.column("achieved_ms").combine_chunks(),
         ],
         schema=AWARD_SCHEMA,
     )
@@ -259,6 +277,7 @@ def content_hash(season: Season, board_sums: Mapping[str, str]) -> str:
         "season": season.id,
         "rule": season.rule,
         "tieBreak": season.tie_break,
+        "rank": season.rank,
         "tiers": [t.model_dump(by_alias=True, exclude_none=True) for t in season.tiers],
         "boards": dict(sorted(board_sums.items())),
     }
@@ -324,6 +343,7 @@ def write_version(
             "closedAt": rfc3339(closed_at),
             "rule": season.rule,
             "tieBreak": season.tie_break,
+            "rank": season.rank,
             "tiers": [
                 t.model_dump(by_alias=True, exclude_none=True) for t in season.tiers
             ],
@@ -511,6 +531,24 @@ def adjudicate(
         )
         for r in rows
     }
+    # Where each affected player stands (total, achieved) as of version N.
+    standing: dict[tuple[str, str], tuple[int, int | None]] = {}
+    for board in season_boards(config, season):
+        old = current.board(board)
+        if old is None:
+            continue
+        mask_board = pc.is_in(old.column("player_id"), pa.array(sorted(players)))
+        for row in old.filter(mask_board).to_pylist():
+            standing[(board, row["player_id"])] = (row["score"], row["achieved_ms"])
+
+    def total_of(board: str, player: str) -> int:
+        values = [
+            (pts, rem)
+            for (p, _m, b), (pts, rem, _pos) in state.items()
+            if p == player and b == board
+        ]
+        return _totals(aggregation, values)
+
     for record in accepted:
         event = record["event"]
         player, match = event["playerId"], event["matchId"]
@@ -531,6 +569,13 @@ def adjudicate(
                 )
             else:
                 state[(player, match, board)] = (0, True, int(record["position"]))
+            # As apply_event.lua: the event sets the achieved time when it changes
+            # the total (or is the player's first on the board).
+            total = total_of(board, player)
+            prior = standing.get((board, player))
+            occurred = int(parse_rfc3339(event["occurredAt"]).timestamp() * 1000)
+            if prior is None or prior[0] != total:
+                standing[(board, player)] = (total, occurred)
 
     new_totals: dict[str, dict[str, int]] = defaultdict(dict)
     per_player: dict[tuple[str, str], list[tuple[int, bool]]] = defaultdict(list)
@@ -558,10 +603,22 @@ def adjudicate(
             continue
         scores = {p: s for p, (s, _, _) in old_rows.items()}
         scores.update(updates)
+        times: dict[str, int | None] = {}
+        if old is not None:
+            times = dict(
+                zip(
+                    old.column("player_id").to_pylist(),
+                    old.column("achieved_ms").to_pylist(),
+                    strict=True,
+                )
+            )
+        for player in updates:
+            times[player] = standing.get((board, player), (0, None))[1]
         table = rank_board(
             pa.array(list(scores), pa.string()),
             pa.array(list(scores.values()), pa.int64()),
             season,
+            pa.array([times.get(p) for p in scores], pa.int64()),
         )
         boards[board] = table
         for player, score, rank, tier in zip(

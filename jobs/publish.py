@@ -64,7 +64,7 @@ from jobs.land import (
     transform_records,
 )
 from jobs.rank import transform_rank
-from jobs.recompute import transform_recompute, transform_totals
+from jobs.recompute import transform_achieved, transform_recompute, transform_totals
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
@@ -76,6 +76,8 @@ GENERATION = re.compile(r"^g(\d+)$")
 TMP_PREFIX = ".tmp-"
 
 SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+# first_achieved boards add when each player reached its score (epoch ms).
+TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
 INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
 BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
 
@@ -202,9 +204,13 @@ def write_board_segment(
     player_ids: pa.Array,
     scores: pa.Array,
     bucket_target: int,
+    achieved: pa.Array | None = None,
 ) -> dict[str, str]:
     """Write the three files of one board; returns file name -> sha256."""
-    data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    if achieved is None:
+        data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    else:
+        data = pa.table([player_ids, scores, achieved], schema=TIMED_SEGMENT_SCHEMA)
     index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
     lowers, counts = equi_depth_buckets(
         data.column("score").to_numpy(zero_copy_only=False), bucket_target
@@ -234,14 +240,13 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
         .where(F.col("generation") == generation)
         .inputFiles()
     )
-    columns = ["board", "position", "player_id", "score"]
+    columns = ["board", "position", "player_id", "score", "achieved_ms"]
     tables = [pq.read_table(_local_path(f), columns=columns) for f in sorted(files)]
     if not tables:
+        numeric = ("position", "score", "achieved_ms")
         return pa.table(
             {
-                c: pa.array(
-                    [], pa.int64() if c in ("position", "score") else pa.string()
-                )
+                c: pa.array([], pa.int64() if c in numeric else pa.string())
                 for c in columns
             }
         )
@@ -253,9 +258,16 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
 
 
 def write_segments(
-    table: pa.Table, directory: Path, bucket_target: int
+    table: pa.Table,
+    directory: Path,
+    bucket_target: int,
+    orders: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Write every board of a sorted gold table; returns the manifest's boards map."""
+    """Write every board of a sorted gold table; returns the manifest's boards map.
+
+    ``orders``: board -> (first_achieved, unique rank) for boards that are not the
+    default (player_id ties, competition rank); they are named in the manifest."""
+    orders = orders or {}
     boards: dict[str, dict[str, Any]] = {}
     if table.num_rows == 0:
         return boards
@@ -267,14 +279,23 @@ def write_segments(
     starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
     players = table.column("player_id").combine_chunks()
     scores = table.column("score").combine_chunks().cast(pa.int64())
+    achieved = (
+        table.column("achieved_ms").combine_chunks().cast(pa.int64())
+        if "achieved_ms" in table.column_names
+        else None
+    )
     for begin, end in zip(starts[:-1], starts[1:], strict=True):
         board = names[codes[begin]]
+        timed, unique = orders.get(board, (False, False))
         sums = write_board_segment(
             directory,
             board,
             players.slice(begin, end - begin),
             scores.slice(begin, end - begin),
             bucket_target,
+            achieved.slice(begin, end - begin)
+            if timed and achieved is not None
+            else None,
         )
         boards[board] = {
             "population": end - begin,
@@ -284,6 +305,10 @@ def write_segments(
             "sha256": sums[f"{board}.arrow"],
             "checksums": sums,
         }
+        if timed:
+            boards[board]["tieBreak"] = "first_achieved"
+        if unique:
+            boards[board]["rank"] = "unique"
     return boards
 
 
@@ -412,9 +437,19 @@ def load_silver(
 def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
     (
         ranked.withColumn("generation", F.lit(generation))
-        .select("board", "generation", "position", "rank", "player_id", "score")
+        .select(
+            "board",
+            "generation",
+            "position",
+            "rank",
+            "player_id",
+            "score",
+            F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
+        )
         .write.format("delta")
         .mode("overwrite")
+        # achieved_ms joined the table with first_achieved; older tables gain it.
+        .option("mergeSchema", "true")
         .partitionBy("generation")
         .option("replaceWhere", f"generation = '{generation}'")
         .save(str(path))
@@ -436,7 +471,16 @@ def build_manifest(
         "boards": {
             board: {
                 k: boards[board][k]
-                for k in ("population", "file", "index", "buckets", "sha256")
+                for k in (
+                    "population",
+                    "file",
+                    "index",
+                    "buckets",
+                    "sha256",
+                    "tieBreak",
+                    "rank",
+                )
+                if k in boards[board]
             }
             for board in sorted(boards)
         },
@@ -521,8 +565,21 @@ def run_publish(
     )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
+    achieved = transform_achieved(
+        events, boundary, boards.seasons, boards.window_lateness_ms
+    )
+    if achieved is not None:
+        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    ranked = transform_rank(totals_now, partitions)
+    orders = {
+        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
+        for s in boards.seasons
+        for scope in boards.scopes
+        if s.tie_break == "first_achieved" or s.rank == "unique"
+    }
+    ranked = transform_rank(
+        totals_now, partitions, [b for b, (_, u) in orders.items() if u]
+    )
     load_gold_snapshot(ranked, gold_path, generation)
     clock.lap("rank_gold")
 
@@ -532,7 +589,7 @@ def run_publish(
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
     try:
-        board_files = write_segments(table, tmp, bucket_target)
+        board_files = write_segments(table, tmp, bucket_target, orders)
         _fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)

@@ -319,3 +319,116 @@ def transform_recompute(
     events = transform_accepted(events)
     contributions = transform_contributions(events, seasons, window_lateness_ms)
     return contributions, transform_totals(contributions)
+
+
+STATE = (
+    "struct<vals:map<string,struct<points:bigint,removed:boolean>>,"
+    "total:bigint,achieved:bigint,present:boolean>"
+)
+
+
+def transform_achieved(
+    bronze: DataFrame,
+    boundary: Mapping[int, int],
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+) -> DataFrame | None:
+    """(board, player_id, achieved_ms) on ``tieBreak: first_achieved`` boards.
+
+    ``achieved_ms`` is the occurredAt of the event that set the player's current
+    total: replaying the player's accepted events in log order the way
+    apply_event.lua does (late ones skipped per board; a correction that moves a
+    match off the board leaves 0 there), it is the time of the last event whose
+    application changed the total, or of the first one applied. None when no season
+    breaks ties by first achievement.
+    """
+    seasons = list(seasons)
+    timed = [s for s in seasons if s.tie_break == "first_achieved"]
+    if not timed:
+        return None
+    prefixes = [f"season:{s.id}:" for s in timed]
+    events = transform_within_boundary(bronze, boundary).select(*NARROW)
+    events = transform_accepted(transform_first_acceptance(events)).where(
+        F.col("accepted")
+    )
+    occurred_ms = F.unix_millis(F.col("occurred_at"))
+    boards = F.filter(
+        board_columns(occurred_ms, F.col("region"), seasons, window_lateness_ms),
+        lambda b: F.exists(
+            F.array(*[F.lit(p) for p in prefixes]), lambda p: b["board"].startswith(p)
+        ),
+    )
+    item = F.struct(
+        F.col("position"),
+        F.col("match_id"),
+        F.col("points").cast("bigint").alias("points"),
+        occurred_ms.alias("occurred_ms"),
+        F.col("received_at_ms"),
+        boards.alias("boards"),
+    )
+    per_player = (
+        events.select("player_id", item.alias("e"))
+        .where(F.size("e.boards") > 0)
+        .groupBy("player_id")
+        .agg(F.array_sort(F.collect_list("e")).alias("evs"))
+    )
+    candidates = per_player.select(
+        "player_id",
+        "evs",
+        F.explode(
+            F.array_distinct(F.flatten(F.transform("evs", lambda e: e["boards"])))
+        ).alias("b"),
+    )
+    empty = F.map_from_arrays(
+        F.array().cast("array<string>"),
+        F.array().cast("array<struct<points:bigint,removed:boolean>>"),
+    )
+    initial = F.struct(
+        empty.alias("vals"),
+        F.lit(0).cast("bigint").alias("total"),
+        F.lit(None).cast("bigint").alias("achieved"),
+        F.lit(False).alias("present"),
+    ).cast(STATE)
+    b = F.col("b")
+
+    def step(state: Column, e: Column) -> Column:
+        fed = F.exists(e["boards"], lambda x: x["board"] == b["board"])
+        late = (b["cutoff_ms"] > 0) & (e["received_at_ms"] > b["cutoff_ms"])
+        has = F.array_contains(F.map_keys(state["vals"]), e["match_id"])
+        applies = ~late & (fed | has)
+        value = F.struct(
+            F.when(fed, e["points"]).otherwise(F.lit(0)).cast("bigint").alias("points"),
+            (~fed).alias("removed"),
+        )
+        vals = F.when(
+            applies,
+            F.map_concat(
+                F.map_filter(state["vals"], lambda k, _v: k != e["match_id"]),
+                F.create_map(e["match_id"], value),
+            ),
+        ).otherwise(state["vals"])
+        kept = F.transform(
+            F.filter(F.map_values(vals), lambda v: ~v["removed"]), lambda v: v["points"]
+        )
+        total = F.when(
+            b["aggregation"] == "max", F.coalesce(F.array_max(kept), F.lit(0))
+        ).otherwise(F.aggregate(kept, F.lit(0).cast("bigint"), lambda acc, v: acc + v))
+        changed = applies & (~state["present"] | (total != state["total"]))
+        return F.struct(
+            vals.alias("vals"),
+            total.cast("bigint").alias("total"),
+            F.when(changed, e["occurred_ms"])
+            .otherwise(state["achieved"])
+            .cast("bigint")
+            .alias("achieved"),
+            (state["present"] | applies).alias("present"),
+        )
+
+    folded = candidates.select(
+        F.col("b.board").alias("board"),
+        "player_id",
+        F.aggregate("evs", initial, step).alias("s"),
+    )
+    return folded.where(F.col("s.present")).select(
+        "board", "player_id", F.col("s.achieved").alias("achieved_ms")
+    )

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import redis
 from pyspark.sql import SparkSession
@@ -330,15 +331,18 @@ def close_season(
                 raise SeasonError(f"final generation boundary misses positions {short}")
             tables: dict[str, pa.Table] = {}
             for board in season_boards(config, season):
-                segment = generation.board(board)
-                if segment is None:
+                meta = generation.manifest.get("boards", {}).get(board)
+                if meta is None:
                     continue
-                players = pa.array(
-                    [segment.players.str_at(i) for i in range(segment.population)],
-                    pa.string(),
-                )
+                path = generation.directory / meta["file"]
+                segment = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
                 tables[board] = rank_board(
-                    players, pa.array(segment.scores, pa.int64()), season
+                    segment.column("player_id").combine_chunks(),
+                    segment.column("score").combine_chunks(),
+                    season,
+                    segment.column("achieved_ms").combine_chunks()
+                    if "achieved_ms" in segment.column_names
+                    else None,
                 )
             contributions = _contributions(spark, settings, generation_id, season)
             version = write_version(

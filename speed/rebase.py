@@ -148,14 +148,19 @@ def rebase(
         board_set = (set(boards) | _boards_with_changes(client, partition)) - set(
             exclude
         )
-        snapshot: dict[str, dict[str, int | None]] = {}
+        snapshot: dict[str, dict[str, int | list[int] | None]] = {}
 
-        def lookup(board: str, player: str) -> int | None:
+        def lookup(board: str, player: str) -> int | list[int] | None:
             segment = segments.get(board)
             if segment is None:
                 return None
             row = segment.row_of(player)
-            return None if row is None else int(segment.scores[row])
+            if row is None:
+                return None
+            if segment.achieved is not None:
+                # first_achieved: the snapshot member carries the time too.
+                return [int(segment.scores[row]), int(segment.achieved[row])]
+            return int(segment.scores[row])
 
         pending = _tail_pairs(client, keys, position)
         outcome = "unresolved"

@@ -99,6 +99,13 @@ class SpeedLayer:
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        # first_achieved boards get the event's time with their aggregation.
+        self._first_achieved = {
+            f"season:{s.id}:{scope}"
+            for s in boards.seasons
+            if s.tie_break == "first_achieved"
+            for scope in boards.scopes
+        }
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -172,6 +179,7 @@ class SpeedLayer:
             len(feeding),
         ]
         board_cache = self._board_cache
+        first_achieved = self._first_achieved
         for spec, feeds in feeding:
             board = spec.board
             cached = board_cache.get((partition, board))
@@ -185,7 +193,11 @@ class SpeedLayer:
                     keys.best(board, ""),
                 )
             script_keys += [*cached[:5], cached[5] + player]
-            args += [board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]
+            aggregation = spec.aggregation
+            if first_achieved and board in first_achieved:
+                occurred_ms = int(call.event.occurred_at.timestamp() * 1000)
+                aggregation = f"{aggregation}:fa:{occurred_ms}"
+            args += [board, aggregation, spec.cutoff_ms, 1 if feeds else 0]
         return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:

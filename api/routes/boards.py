@@ -95,11 +95,19 @@ def _snapshot(
 # Cursors are keyset positions on the ordering tuple (score, playerId), pinned to the
 # generation they came from; opaque to clients (base64url JSON).
 def encode_cursor(
-    generation: str, board: str, score: int, player_id: str, way: str
+    generation: str,
+    board: str,
+    score: int,
+    player_id: str,
+    way: str,
+    achieved: int | None = None,
 ) -> str:
-    raw = orjson.dumps(
-        {"g": generation, "b": board, "s": score, "p": player_id, "d": way}
-    )
+    data: dict[str, Any] = {"g": generation, "b": board, "s": score, "p": player_id}
+    data["d"] = way
+    if achieved is not None:
+        # first_achieved boards: the time is part of the ordering tuple.
+        data["t"] = achieved
+    raw = orjson.dumps(data)
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -114,6 +122,7 @@ def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
             and isinstance(data.get("s"), int)
             and isinstance(data.get("p"), str)
             and data.get("d") in ("after", "before")
+            and isinstance(data.get("t", 0), int)
         ):
             raise ValueError
         return data
@@ -134,6 +143,10 @@ def _cursors(
     if segment is None:
         return {"before": None, "after": None}
     before = after = None
+
+    def achieved(row: int) -> int | None:
+        return None if segment.achieved is None else int(segment.achieved[row])
+
     if start > 0:
         row = start
         before = encode_cursor(
@@ -142,6 +155,7 @@ def _cursors(
             int(segment.scores[row]),
             segment.players.str_at(row),
             "before",
+            achieved(row),
         )
     if stop < segment.population:
         row = stop - 1
@@ -151,6 +165,7 @@ def _cursors(
             int(segment.scores[row]),
             segment.players.str_at(row),
             "after",
+            achieved(row),
         )
     return {"before": before, "after": after}
 
@@ -231,6 +246,11 @@ def _final_in_latest(
     return board in final
 
 
+def _public(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Live entries without the internal keyset time of first_achieved boards."""
+    return [{k: v for k, v in e.items() if k != "_t"} for e in entries]
+
+
 def _player_row(
     gen: Generation, segment: BoardSegment | None, board: str, player_id: str
 ) -> tuple[BoardSegment, int]:
@@ -308,7 +328,7 @@ async def read_top(
             header = _live_header(
                 board, mode, result["base"], result["asOf"], result["population"]
             )
-            return FastJSONResponse({**header, "entries": result["entries"]})
+            return FastJSONResponse({**header, "entries": _public(result["entries"])})
         gen, segment = _snapshot_fallback(config, registry, board)
     else:
         gen, segment = _snapshot(config, registry, board, generation)
@@ -411,12 +431,22 @@ def _live_cursors(
         "before": None
         if first["position"] <= 1
         else encode_cursor(
-            base.generation.id, board, first["score"], first["playerId"], "before"
+            base.generation.id,
+            board,
+            first["score"],
+            first["playerId"],
+            "before",
+            first.get("_t"),
         ),
         "after": None
         if last["position"] >= population
         else encode_cursor(
-            base.generation.id, board, last["score"], last["playerId"], "after"
+            base.generation.id,
+            board,
+            last["score"],
+            last["playerId"],
+            "after",
+            last.get("_t"),
         ),
     }
 
@@ -451,7 +481,7 @@ async def read_nearby(
                 {
                     **header,
                     "playerId": player_id,
-                    "entries": result["entries"],
+                    "entries": _public(result["entries"]),
                     "cursors": _live_cursors(
                         result["base"], board, result["entries"], result["population"]
                     ),
@@ -496,10 +526,10 @@ async def read_entries(
     elif cursor is None:
         start, stop = 0, min(limit, population)
     elif data["d"] == "after":
-        start = segment.first_row_after(data["s"], data["p"])
+        start = segment.first_row_after(data["s"], data["p"], data.get("t"))
         stop = min(population, start + limit)
     else:
-        stop = segment.first_row_at_or_after(data["s"], data["p"])
+        stop = segment.first_row_at_or_after(data["s"], data["p"], data.get("t"))
         start = max(0, stop - limit)
     entries = segment.entries(start, stop) if segment else []
     return FastJSONResponse(
