@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,17 +15,36 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
 from api.live import LiveReader
+from api.metrics import observe_read
 from api.responses import FastJSONResponse
-from api.routes import admin, awards, health, score_events
+from api.routes import admin, awards, health, histogram, score_events, web
 from api.routes import boards as boards_routes
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
-from conf.settings import Settings
+from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
 REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
+log = logging.getLogger("leaderboard.api")
+
+
+def warn_about_dev_key(settings: Settings) -> bool:
+    """One loud start-up warning when the public dev key signs writes (not in a demo).
+
+    Production refuses that key outright (``Settings``); elsewhere it is allowed for
+    local use, but anyone who read the README can then sign scores.
+    """
+    if not settings.uses_dev_key or settings.demo:
+        return False
+    log.warning(
+        "!!! LB_HMAC_KEYS accepts the public development key %r: anyone can sign "
+        "score events. Set LB_HMAC_KEYS to your own keyId:secret pairs (and "
+        "LB_PRODUCTION=true outside local use). !!!",
+        LOCAL_DEV_KEYS,
+    )
+    return True
 
 
 class ObserveMiddleware:
@@ -51,13 +71,16 @@ class ObserveMiddleware:
             await self.app(scope, receive, observe_send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
             REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(time.perf_counter() - started)
+            LATENCY.labels(path).observe(elapsed)
+            observe_read(path, scope.get("query_string", b""), elapsed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     boards = load_boards(settings.boards_file)
+    warn_about_dev_key(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             client,
             boards,
             settings.partitions,
-            settings.retention_seconds,
+            settings.record_ttl_seconds,
             settings.rate_limit_bucket,
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)
@@ -98,4 +121,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(boards_routes.router)
     app.include_router(awards.router)
     app.include_router(admin.router)
+    app.include_router(histogram.router)
+    web.install(app)  # the page at / and its assets under /web/
     return app

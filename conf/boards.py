@@ -18,6 +18,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from conf.periods import period_ids
+
 SCOPE_GLOBAL = "global"
 DEFAULT_WINDOW_LATENESS = timedelta(hours=1)
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -185,26 +187,16 @@ def boards_for_event(
 ) -> list[BoardSpec]:
     """Every board whose window holds ``occurred_at`` and whose scope matches."""
     moment = occurred_at.astimezone(UTC)
-    iso_year, iso_week, _ = moment.isocalendar()
     lateness = config.window_lateness
     day = moment.date()
+    # (window, period, cutoff): rolling windows close at period end + lateness.
     periods = [
         (
-            "daily",
-            moment.strftime("%Y-%m-%d"),
-            to_ms(period_end("daily", day) + lateness),
-        ),
-        (
-            "weekly",
-            f"{iso_year:04d}-W{iso_week:02d}",
-            to_ms(period_end("weekly", day) + lateness),
-        ),
-        (
-            "monthly",
-            moment.strftime("%Y-%m"),
-            to_ms(period_end("monthly", day) + lateness),
-        ),
-        ("alltime", "all", 0),
+            window,
+            period,
+            0 if window == "alltime" else to_ms(period_end(window, day) + lateness),
+        )
+        for window, period in period_ids(moment)
     ]
     specs: list[BoardSpec] = []
     for season in config.seasons:

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
+from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
 
 MS_PER_DAY = 86_400_000
 DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
@@ -110,19 +111,25 @@ def board_columns(
             window_lateness_ms
         )
 
+    # The patterns live in conf.periods, shared with the speed layer; a rolling
+    # window's cutoff is its period's end plus the lateness.
     periods = [
-        ("daily", F.date_format(day, "yyyy-MM-dd"), end_ms(F.date_add(day, 1))),
+        (
+            "daily",
+            F.format_string(DAILY, F.year(day), F.month(day), F.dayofmonth(day)),
+            end_ms(F.date_add(day, 1)),
+        ),
         (
             "weekly",
-            F.format_string("%04d-W%02d", iso_year, iso_week),
+            F.format_string(WEEKLY, iso_year, iso_week),
             end_ms(F.date_add(day, F.lit(7) - F.weekday(day))),
         ),
         (
             "monthly",
-            F.date_format(day, "yyyy-MM"),
+            F.format_string(MONTHLY, F.year(day), F.month(day)),
             end_ms(F.add_months(F.trunc(day, "month"), 1)),
         ),
-        ("alltime", F.lit("all"), F.lit(0)),
+        ("alltime", F.lit(ALLTIME), F.lit(0)),
     ]
     items: list[Column] = []
     for season in seasons:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ def settings(
         partitions=4,
         rate_limit="off",
         boards_file=boards_file,
+        # Fixed event dates in tests (November 2026) must not age out of the window.
+        dedupe_window=timedelta(days=3650),
     )
 
 
