@@ -59,15 +59,45 @@ def _cmd_adjudicate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(subparsers: Any) -> None:
-    season = subparsers.add_parser("season", help="close a season, adjudicate")
+    season = subparsers.add_parser(
+        "season",
+        help="close a season, adjudicate late events",
+        description=(
+            "Season lifecycle. `close` (after the season's end + allowedLateness) "
+            "checks every partition landed past the close time, publishes a final "
+            "generation and writes award version 1 (files under "
+            "$LB_DATA_DIR/awards/<season>/ and Delta gold_awards); running it again "
+            "prints the same snapshot. `adjudicate` accepts or rejects events held "
+            "for late review and writes award version N+1; version N never changes."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb season close S4\n"
+            "  lb season adjudicate S4 --accept E1,E2 --reject E3 "
+            '--reason "outage, verified"'
+        ),
+    )
     sub = season.add_subparsers(dest="season_command", required=True)
     close = sub.add_parser(
-        "close", help="final generation plus immutable award snapshot"
+        "close",
+        help="final generation plus immutable award snapshot",
+        description="Close a season: final generation plus award snapshot v1.",
+        epilog="examples:\n  lb season close S4",
     )
     close.add_argument("season")
     close.set_defaults(func=_cmd_close)
     adjudicate = sub.add_parser(
-        "adjudicate", help="a new award version from the late-review queue"
+        "adjudicate",
+        help="a new award version from the late-review queue",
+        description=(
+            "Accept or reject events held for late review (ids as listed by "
+            "GET /v1/admin/seasons/<id>/late-review): award version N+1 with its "
+            "changes against N, audited as cli:<user>."
+        ),
+        epilog=(
+            "examples:\n"
+            '  lb season adjudicate S4 --accept E901 --reason "outage, verified"'
+        ),
     )
     adjudicate.add_argument("season")
     adjudicate.add_argument("--accept", default="", help="event ids, comma separated")
