@@ -98,6 +98,9 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
         record = orjson.loads(fields[b"r"])
         boards = record["result"].get("boards") or []
         for item in boards:
+            # Held for late review: the board did not change (and may be closed).
+            if item.get("status", record.get("status")) == "late-review":
+                continue
             pairs.add((item["board"], record["event"]["playerId"]))
     return pairs
 

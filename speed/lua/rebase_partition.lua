@@ -45,11 +45,19 @@ for _, entry in ipairs(entries) do
   if type(items) == "table" then
     for _, item in ipairs(items) do
       local board = item.board
-      tail[board] = tail[board] or {}
-      tail[board][player] = true
-      local known = snap[board]
-      if index[board] == nil or known == nil or known[player] == nil then
-        missing[#missing + 1] = {board, player}
+      -- A board that held the event for late review did not change: skip it (a
+      -- closed board may have left Redis altogether, see speed/closed.py).
+      local held = (item.status or record.status) == "late-review"
+      if held then
+        board = nil
+      end
+      if board then
+        tail[board] = tail[board] or {}
+        tail[board][player] = true
+        local known = snap[board]
+        if index[board] == nil or known == nil or known[player] == nil then
+          missing[#missing + 1] = {board, player}
+        end
       end
     end
   end

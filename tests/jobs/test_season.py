@@ -296,3 +296,36 @@ def test_close_crash_then_rerun_gives_one_whole_snapshot(
     assert isinstance(table, pa.Table) and table.num_rows == 12
     rows = spark.read.format("delta").load(str(cfg.delta_dir / GOLD_AWARDS))
     assert rows.where("board = 'season:S9:global'").count() == 12
+
+
+def test_late_events_after_the_close_leave_the_closed_board_out_of_redis(
+    settings: Settings,
+    redis_client: redis.Redis,
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    from jobs.publish import run_publish
+    from speed.rebase import rebase_published
+
+    end = datetime.now(UTC) + timedelta(seconds=1)
+    cfg = season_settings(settings, tmp_path, end)
+    board = "season:S9:global"
+    with TestClient(create_app(cfg)) as client:
+        api = SignedClient(client)
+        post(api, "P1", "M1", 10, end - timedelta(minutes=5))
+        wait_until(end + timedelta(seconds=3))
+        close_season(cfg, "S9", spark=spark)
+        # Held for review after the final generation: in the log tail of the next
+        # rebase, on a board that has left Redis.
+        late = post(api, "P2", "M1", 99, end - timedelta(minutes=5))
+        assert board_status(late, board) == "late-review"
+        generation = run_publish(cfg, spark=spark)
+        report = rebase_published(cfg, generation)
+        assert set(report.partitions.values()) == {"ok"}
+        for partition in range(cfg.partitions):
+            keys = Keys(partition)
+            for name in (keys.totals(board), keys.fenwick(board), keys.buckets(board)):
+                assert not redis_client.exists(name)
+        top = api.get(f"/v1/boards/{board}/top").json()
+        assert [(e["playerId"], e["score"]) for e in top["entries"]] == [("P1", 10)]
+        assert top["basis"] == "snapshot"
