@@ -49,13 +49,32 @@ def drop_board_keys(
     client: redis.Redis, partitions: int, boards: set[str]
 ) -> DropReport:
     """Delete the speed-layer keys of closed boards (every partition); the bytes
-    freed are Redis' own MEMORY USAGE of each key before it goes."""
+    freed are Redis' own MEMORY USAGE of each key before it goes.
+
+    Boards already dropped cost one EXISTS per partition: every later generation
+    still holds them, so this runs again at each publish.
+    """
+    ordered = sorted(boards)
+    probe = client.pipeline(transaction=False)
+    for partition in range(partitions):
+        keys = Keys(partition)
+        for board in ordered:
+            probe.exists(keys.totals(board), keys.fenwick(board), keys.buckets(board))
+    found = probe.execute()
+    live = {
+        board
+        for i, count in enumerate(found)
+        if count
+        for board in [ordered[i % len(ordered)]]
+    }
     keys_dropped = 0
     freed = 0
+    if not live:
+        return DropReport(0, 0, 0)
     for partition in range(partitions):
         keys = Keys(partition)
         names: list[str] = []
-        for board in boards:
+        for board in sorted(live):
             names += [
                 keys.totals(board),
                 keys.changed_live(board),
@@ -65,15 +84,23 @@ def drop_board_keys(
                 keys.staged_buckets(board),
                 keys.staged_counts(board),
             ]
-            # Best-of state per player exists only on season boards (max).
-            if board.startswith("season:"):
-                names += [
+        # Best-of state per (board, player) exists only on season boards (max).
+        seasons = tuple(
+            f"{KEY_PREFIX}:{tag(partition)}:mx:{b}:"
+            for b in live
+            if b.startswith("season:")
+        )
+        if seasons:
+            names += [
+                name
+                for name in (
                     k.decode()
                     for k in client.scan_iter(
-                        match=f"{KEY_PREFIX}:{tag(partition)}:mx:{board}:*",
-                        count=1000,
+                        match=f"{KEY_PREFIX}:{tag(partition)}:mx:season:*", count=1000
                     )
-                ]
+                )
+                if name.startswith(seasons)
+            ]
         pipe = client.pipeline(transaction=False)
         for name in names:
             pipe.memory_usage(name, samples=0)
@@ -83,7 +110,7 @@ def drop_board_keys(
         for first in range(0, len(present), 500):
             client.delete(*present[first : first + 500])
         keys_dropped += len(present)
-    return DropReport(len(boards), keys_dropped, freed)
+    return DropReport(len(live), keys_dropped, freed)
 
 
 def drop_closed_windows(settings: Settings, config: BoardsConfig) -> DropReport:
