@@ -66,7 +66,10 @@ demo: setup ## run the main job (lb demo) on embedded defaults
 	$(VENV)/bin/lb demo
 
 test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
-	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest -m "$(if $(SLOW),not drills,not slow and not drills)" $(PYTEST_ARGS)
+
+drills: setup ## fault drills on real stacks: kill -9 of the API and Redis, killed publishes, a stalled Redis (a few minutes)
+	$(VENV)/bin/pytest -m drills tests/drills $(PYTEST_ARGS)
 
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
@@ -96,4 +99,4 @@ lint: venv ## ruff and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean
+.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean

@@ -27,7 +27,7 @@ import hashlib
 import struct
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +36,9 @@ import orjson
 import redis
 
 from api.segments import BoardSegment, Generation, GenerationRegistry
-from conf.boards import BoardsConfig, boards_for_event, load_boards
+from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
 from conf.settings import Settings
+from speed.closed import final_boards
 from speed.events import parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
@@ -80,6 +81,10 @@ class PartitionState:
         default_factory=lambda: defaultdict(dict)
     )
     changed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # first_achieved boards: board -> player -> when the total was reached (ms).
+    achieved: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     # (player, match) -> contribution record fields; last touch in epoch ms.
     contributions: dict[tuple[str, str], dict[str, int]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -133,6 +138,9 @@ class Folder:
             self._aggregation[board] = found
         return found
 
+    def first_achieved(self, board: str) -> bool:
+        return board_order(self.config, board)[0]
+
     def apply(self, record: dict[str, Any]) -> None:
         state = self.state
         position = int(record["position"])
@@ -152,9 +160,22 @@ class Folder:
             received,
         )
         items = result.get("boards") or []
+        occurred_ms: int | None = None
         for item in items:
             board = item["board"]
-            state.totals[board][player] = (int(item["total"]), int(item["version"]))
+            # apply_event.lua writes no total for a board that held the event for
+            # review (a closed board may have no total left in Redis at all).
+            if item.get("status", status) == "late-review":
+                continue
+            total = int(item["total"])
+            before = state.totals[board].get(player)
+            state.totals[board][player] = (total, int(item["version"]))
+            if self.first_achieved(board) and (before is None or before[0] != total):
+                if occurred_ms is None:
+                    occurred_ms = int(
+                        parse_rfc3339(event["occurredAt"]).timestamp() * 1000
+                    )
+                state.achieved[board][player] = occurred_ms
             if position > state.boundary:
                 state.changed[board].add(player)
         match = (player, event["matchId"])
@@ -233,11 +254,14 @@ def build_boards(
     state: PartitionState,
     generation: Generation | None,
     base_counts: dict[str, np.ndarray],
+    final: Collection[str] = frozenset(),
 ) -> dict[str, BoardBuild]:
-    """Totals, changed-sets, Fenwick tree and bucket bounds of every board."""
+    """Totals, changed-sets, Fenwick tree and bucket bounds of every board; boards in
+    ``final`` (closed, final in the generation) have left Redis and get nothing."""
     boards = set(state.totals)
     if generation is not None:
         boards |= set(generation.board_names())
+    boards -= set(final)
     built: dict[str, BoardBuild] = {}
     for board in sorted(boards):
         segment: BoardSegment | None = (
@@ -254,22 +278,33 @@ def build_boards(
         snap: list[bytes] = []
         # Without a generation every player on the board is "changed since g0".
         changed = state.changed.get(board, set()) if generation else set(totals)
+        times = state.achieved.get(board)
         for player in changed:
             if player not in totals:
                 continue
             total = totals[player][0]
-            live.append(encode_entry(total, player))
+            live.append(
+                encode_entry(total, player, times.get(player) if times else None)
+            )
             counts[_bucket_of(lowers, total)] += 1
             row = segment.row_of(player) if segment is not None else None
             if row is not None and segment is not None:
                 old = int(segment.scores[row])
-                snap.append(encode_entry(old, player))
+                then = (
+                    int(segment.achieved[row]) if segment.achieved is not None else None
+                )
+                snap.append(encode_entry(old, player, then))
                 counts[_bucket_of(lowers, old)] -= 1
         buckets = {
             f"{i + 1}/{size}": float(lower) for i, lower in enumerate(lowers.tolist())
         }
         built[board] = BoardBuild(
-            totals={p: f"{t}|{v}".encode() for p, (t, v) in totals.items()},
+            totals={
+                p: (
+                    f"{t}|{v}|{times[p]}" if times and p in times else f"{t}|{v}"
+                ).encode()
+                for p, (t, v) in totals.items()
+            },
             changed_live=sorted(live),
             changed_snapshot=sorted(snap),
             fenwick=fenwick_bytes(counts),
@@ -662,6 +697,8 @@ def run_rebuild(
             segment = generation.board(board)
             if segment is not None:
                 base_counts[board] = partition_counts(segment, settings.partitions)
+    # Closed windows final in the generation stay out of Redis (speed/closed.py).
+    final = final_boards(config, generation.manifest) if generation else set()
     client = redis.Redis.from_url(resolve_redis_url(settings))
     report = RebuildReport(generation.id if generation else None, {}, [])
     try:
@@ -675,7 +712,7 @@ def run_rebuild(
                 landed_through = state.position
                 for record in log_records(client, partition, landed_through):
                     folder.apply(record)
-                built = build_boards(state, generation, base_counts)
+                built = build_boards(state, generation, base_counts, final)
                 differences = diff_partition(client, state, built, generation)
                 differences += diff_records(client, state)
                 if dry_run:
