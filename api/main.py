@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
 from api.live import LiveReader
+from api.metrics import observe_read
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
 from api.routes import health, histogram, score_events, web
@@ -70,8 +71,10 @@ class ObserveMiddleware:
             await self.app(scope, receive, observe_send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
             REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(time.perf_counter() - started)
+            LATENCY.labels(path).observe(elapsed)
+            observe_read(path, scope.get("query_string", b""), elapsed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -86,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             client,
             boards,
             settings.partitions,
-            settings.retention_seconds,
+            settings.record_ttl_seconds,
             settings.rate_limit_bucket,
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)

@@ -17,6 +17,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from conf.periods import period_ids
+
 SCOPE_GLOBAL = "global"
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 KNOWN_RULES = {"v1"}
@@ -120,13 +122,7 @@ def boards_for_event(
 ) -> list[BoardSpec]:
     """Every board whose window holds ``occurred_at`` and whose scope matches."""
     moment = occurred_at.astimezone(UTC)
-    iso_year, iso_week, _ = moment.isocalendar()
-    periods = [
-        ("daily", moment.strftime("%Y-%m-%d")),
-        ("weekly", f"{iso_year:04d}-W{iso_week:02d}"),
-        ("monthly", moment.strftime("%Y-%m")),
-        ("alltime", "all"),
-    ]
+    periods = period_ids(moment)
     specs: list[BoardSpec] = []
     for season in config.seasons:
         if season.start <= moment < season.end:

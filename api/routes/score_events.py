@@ -11,20 +11,31 @@ from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
+    WRITE_ERROR_RESPONSES,
     BodyTooLarge,
     Conflict,
+    EventTooOld,
     InvalidRequest,
     TooManyRequests,
     error_body,
 )
+from api.metrics import record_outcomes, record_rejected
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
 from conf.settings import Settings
-from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
+from speed.events import (
+    EventInvalid,
+    NormalizedEvent,
+    ScoreEventIn,
+    TooOld,
+    normalize,
+)
 from speed.store import EventConflict, RateLimited
 
-router = APIRouter(prefix="/v1", tags=["score-events"])
+router = APIRouter(
+    prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
+)
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
@@ -78,7 +89,10 @@ def validate_event(
             points_max=settings.points_max,
             now=now,
             max_future=timedelta(seconds=settings.max_future_seconds),
+            dedupe_window=settings.dedupe_window,
         )
+    except TooOld as exc:
+        raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
 
@@ -89,12 +103,19 @@ async def submit_score_event(
 ) -> FastJSONResponse:
     """Accept one match result exactly once; answers after Redis made it durable."""
     body = await read_signed_body(request, settings)
-    event = validate_event(_parse_json(body), settings, boards, datetime.now(UTC))
+    try:
+        event = validate_event(_parse_json(body), settings, boards, datetime.now(UTC))
+    except InvalidRequest as exc:
+        record_rejected(exc.code)
+        raise
     (outcome,) = await speed.apply([event])
     if isinstance(outcome.error, EventConflict):
+        record_rejected("event_conflict")
         raise Conflict(str(outcome.error))
     if isinstance(outcome.error, RateLimited):
+        record_rejected("rate_limited")
         raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
+    record_outcomes([outcome.body["status"]] if outcome.body else [])
     return FastJSONResponse(outcome.body)
 
 
@@ -132,4 +153,9 @@ async def submit_score_event_batch(
             results[index] = error_body(
                 "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after
             )
+    for item in results:
+        if item is not None and "error" in item:
+            record_rejected(item["error"])
+        elif item is not None:
+            record_outcomes([item["status"]])
     return FastJSONResponse({"results": results})
