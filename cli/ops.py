@@ -63,6 +63,17 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "rebuild",
         help="rebuild the speed layer from the latest generation and the log tail",
+        description=(
+            "Rebuild the speed layer (totals, changed-sets, Fenwick trees of every "
+            "open board) from the newest generation plus the events after its "
+            "boundary, build it aside, diff it against the live state, then switch "
+            "atomically per partition."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb rebuild --dry-run          print the diff, change nothing\n"
+            "  lb rebuild                    rebuild and switch"
+        ),
     )
     p.add_argument(
         "--dry-run",
@@ -72,7 +83,19 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_cmd_rebuild)
 
     p = sub.add_parser(
-        "verify", help="compare served answers with an offline computation from Delta"
+        "verify",
+        help="compare served answers with an offline computation from Delta",
+        description=(
+            "Sample players plus the top 100 and the tier boundaries of every board "
+            "(or --board), and compare the served snapshot and live answers with an "
+            "offline computation in Spark from Delta. Exits 0 when they agree, 1 "
+            "naming each divergence."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb verify                               every board, 100 players each\n"
+            "  lb verify --board season:S4:global --sample 1000"
+        ),
     )
     p.add_argument("--board", help="only this board (default: every board)")
     p.add_argument(
@@ -84,6 +107,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "status",
         help="stack, latest generation and age, backlog, seasons, last verify",
+        description=(
+            "Show the stack's state, the latest generation and its age, the backlog "
+            "per partition, the seasons' states and the last verify run."
+        ),
+        epilog="examples:\n  lb status\n  lb status --json | jq .generation",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_status)
