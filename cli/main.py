@@ -385,10 +385,10 @@ def _add_core_commands(sub: Any) -> None:
         ),
     )
     p_demo.add_argument(
-        "--players", type=int, default=20_000, help="distinct players in the season"
+        "--players", type=int, default=10_000, help="distinct players in the season"
     )
     p_demo.add_argument(
-        "--events", type=int, default=200_000, help="score events to ingest"
+        "--events", type=int, default=50_000, help="score events to ingest"
     )
     p_demo.add_argument(
         "--port", type=int, default=None, help="API port (default: a free port)"

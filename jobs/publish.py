@@ -58,6 +58,7 @@ from conf.boards import BoardsConfig, load_boards
 from conf.settings import Settings
 from jobs.audit import land_audit
 from jobs.land import (
+    BRONZE,
     bronze_path,
     extract_landed_through,
     run_land,
@@ -66,6 +67,7 @@ from jobs.land import (
 )
 from jobs.rank import transform_rank
 from jobs.recompute import transform_achieved, transform_recompute, transform_totals
+from jobs.table_versions import table_versions
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -543,6 +545,7 @@ def build_manifest(
     published_at: datetime,
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
+    table_versions: Mapping[str, int] | None = None,
     landing_started_at: datetime | None = None,
 ) -> str:
     body: dict[str, Any] = {
@@ -567,6 +570,10 @@ def build_manifest(
             for board in sorted(boards)
         },
     }
+    if table_versions:
+        # The Delta versions this generation was built from (time travel for
+        # analysts: docs/ANALYSTS.md).
+        body["tableVersions"] = {k: int(v) for k, v in sorted(table_versions.items())}
     if landing_started_at is not None:
         # Everything received before this moment is in the generation: a board that
         # closed before it is final here (see jobs/season.py).
@@ -718,8 +725,16 @@ def _run_publish(
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
     published_at = datetime.now(UTC)
+    versions = table_versions(
+        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
+    )
     manifest_json = build_manifest(
-        generation, published_at, boundary, board_files, landing_started_at
+        generation,
+        published_at,
+        boundary,
+        board_files,
+        table_versions=versions,
+        landing_started_at=landing_started_at,
     )
     row = {
         "generation": generation,

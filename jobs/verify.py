@@ -191,7 +191,8 @@ def tier_positions(config: BoardsConfig, board: str, population: int) -> set[int
         if top:
             last = int(top)
         elif percent:
-            last = math.ceil(population * float(percent) / 100)
+            # A tier holds rank r when 100 * r <= percent * population.
+            last = math.floor(population * float(percent) / 100)
         else:
             continue
         positions |= {p for p in (last, last + 1) if 1 <= p <= population}
@@ -416,6 +417,12 @@ def _finish(
     finished = datetime.now(UTC)
     result.finished_at = finished.isoformat()
     load_run(spark, settings, result, finished)
+    write_last_verify(settings, result)
+    return result
+
+
+def write_last_verify(settings: Settings, result: VerifyResult) -> None:
+    """The last run's result for /metrics and lb status (atomic replace)."""
     path = last_verify_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -426,7 +433,6 @@ def _finish(
     }
     tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
-    return result
 
 
 def load_run(

@@ -24,13 +24,11 @@ the log, and the partition is built again.
 from __future__ import annotations
 
 import hashlib
-import logging
 import struct
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -47,7 +45,6 @@ from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.server import resolve_redis_url
 
-log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 10
 # Per-board structures that are built aside and switched in by renaming.
 BOARD_STRUCTURES = ("tot", "chz", "chs", "fw", "bk")
@@ -639,24 +636,26 @@ def log_records(
         yield orjson.loads(fields[b"r"])
 
 
-def bronze_records(settings: Settings, spark: Any) -> dict[int, list[dict[str, Any]]]:
-    """Landed log records per partition, in position order, from Delta bronze."""
+def bronze_records(
+    settings: Settings, spark: Any, partition: int
+) -> Iterator[dict[str, Any]]:
+    """One partition's landed log records, in position order, from Delta bronze
+    (streamed: bronze is partitioned by partition, so this reads only its files)."""
     from jobs.land import bronze_path, table_exists
 
     path = bronze_path(settings)
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     if not table_exists(path):
-        return out
+        return
     rows = (
         spark.read.format("delta")
         .load(str(path))
-        .select("partition", "position", "raw")
-        .orderBy("partition", "position")
+        .where(f"partition = {int(partition)}")
+        .select("position", "raw")
+        .orderBy("position")
         .toLocalIterator()
     )
     for row in rows:
-        out[int(row["partition"])].append(orjson.loads(row["raw"]))
-    return out
+        yield orjson.loads(row["raw"])
 
 
 def run_rebuild(
@@ -686,7 +685,6 @@ def run_rebuild(
         f"rebuilding from {generation.id if generation else 'no generation'}"
         f" and the log after its boundary"
     )
-    landed_rows = bronze_records(settings, spark)
     base_counts: dict[str, np.ndarray] = {}
     if generation is not None:
         for board in generation.board_names():
@@ -699,14 +697,13 @@ def run_rebuild(
     report = RebuildReport(generation.id if generation else None, {}, [])
     try:
         for partition in range(settings.partitions):
-            landed = landed_rows.get(partition, [])
-            landed_through = int(landed[-1]["position"]) if landed else 0
             outcome = "unresolved"
             for _ in range(MAX_ATTEMPTS):
                 state = PartitionState(partition, int(boundary.get(str(partition), 0)))
                 folder = Folder(config, state)
-                for record in landed:
+                for record in bronze_records(settings, spark, partition):
                     folder.apply(record)
+                landed_through = state.position
                 for record in log_records(client, partition, landed_through):
                     folder.apply(record)
                 built = build_boards(state, generation, base_counts, final)
@@ -741,10 +738,6 @@ def run_rebuild(
     finally:
         client.close()
     return report
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def describe(differences: Iterable[Difference], limit: int = 200) -> list[str]:

@@ -16,7 +16,7 @@ from api.degraded import (
     degraded_row,
     degraded_snapshot,
 )
-from api.deps import BoardsDep, GenerationsDep, LiveDep, SettingsDep
+from api.deps import BoardsDep, GenerationsDep, LiveDep, PlayerIdPath, SettingsDep
 from api.errors import (
     READ_ERROR_RESPONSES,
     BoardNotFound,
@@ -384,7 +384,7 @@ async def _approx_answer(
 @router.get("/{board}/players/{player_id}")
 async def read_player_rank(
     board: str,
-    player_id: str,
+    player_id: PlayerIdPath,
     config: BoardsDep,
     registry: GenerationsDep,
     live: LiveDep,
@@ -484,7 +484,7 @@ def _live_cursors(
 @router.get("/{board}/players/{player_id}/nearby")
 async def read_nearby(
     board: str,
-    player_id: str,
+    player_id: PlayerIdPath,
     config: BoardsDep,
     registry: GenerationsDep,
     live: LiveDep,
