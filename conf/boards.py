@@ -7,6 +7,7 @@ seasons come from the boards file.
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -187,14 +188,14 @@ def boards_for_event(
 ) -> list[BoardSpec]:
     """Every board whose window holds ``occurred_at`` and whose scope matches."""
     moment = occurred_at.astimezone(UTC)
-    lateness = config.window_lateness
+    lateness_ms = config.window_lateness_ms
     day = moment.date()
     # (window, period, cutoff): rolling windows close at period end + lateness.
     periods = [
         (
             window,
             period,
-            0 if window == "alltime" else to_ms(period_end(window, day) + lateness),
+            0 if window == "alltime" else period_end_ms(window, day) + lateness_ms,
         )
         for window, period in period_ids(moment)
     ]
@@ -228,6 +229,26 @@ def period_end(window: str, day: date) -> datetime:
     return datetime(end.year, end.month, end.day, tzinfo=UTC)
 
 
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+MS_PER_DAY = 86_400_000
+
+
+def period_end_ms(window: str, day: date) -> int:
+    """:func:`period_end` in epoch ms, by integer day arithmetic: defined for every
+    date (the end of 9999-12-31 is past ``datetime.max``), as Spark computes it."""
+    if window == "daily":
+        end = day.toordinal() + 1
+    elif window == "weekly":
+        end = day.toordinal() + 7 - day.weekday()
+    elif window == "monthly":
+        end = (
+            day.replace(day=1).toordinal() + calendar.monthrange(day.year, day.month)[1]
+        )
+    else:
+        raise ValueError(f"{window} boards have no period end")
+    return (end - EPOCH_ORDINAL) * MS_PER_DAY
+
+
 def period_start(window: str, period: str) -> date:
     """First UTC day of a rolling window's period id (validated by BOARD_ID)."""
     if window == "daily":
@@ -257,11 +278,22 @@ def board_closes_at(config: BoardsConfig, board: str) -> datetime | None:
         start = period_start(window, period)
     except ValueError:
         return None
-    return period_end(window, start) + config.window_lateness
+    try:
+        return period_end(window, start) + config.window_lateness
+    except OverflowError:  # the last periods of year 9999 never close
+        return None
 
 
 def board_cutoff_ms(config: BoardsConfig, board: str) -> int:
-    """:func:`board_closes_at` in epoch ms, 0 when the board never closes."""
+    """:func:`board_closes_at` in epoch ms, 0 when the board never closes; the same
+    cutoff :func:`boards_for_event` gives the board."""
+    match = BOARD_ID.match(board)
+    if match and match["window"] in ("daily", "weekly", "monthly"):
+        try:
+            start = period_start(match["window"], match["period"])
+        except ValueError:
+            return 0
+        return period_end_ms(match["window"], start) + config.window_lateness_ms
     closes = board_closes_at(config, board)
     return 0 if closes is None else to_ms(closes)
 

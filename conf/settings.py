@@ -149,9 +149,7 @@ class Settings(BaseSettings):
     @property
     def uses_dev_key(self) -> bool:
         """True when LB_HMAC_KEYS accepts the public development key."""
-        return any(
-            item.strip() == LOCAL_DEV_KEYS for item in self.hmac_keys.split(",")
-        )
+        return any(item.strip() == LOCAL_DEV_KEYS for item in self.hmac_keys.split(","))
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property

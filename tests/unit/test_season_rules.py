@@ -12,6 +12,7 @@ from conf.boards import (
     BoardsFileError,
     Season,
     board_closes_at,
+    board_cutoff_ms,
     boards_for_event,
     load_boards,
     to_ms,
@@ -156,3 +157,16 @@ def test_seasons_close_at_end_plus_lateness() -> None:
         }
     )
     assert season.cutoff == datetime(2026, 2, 1, tzinfo=UTC) + timedelta(hours=2)
+
+
+def test_board_cutoff_equals_the_cutoff_events_carry() -> None:
+    config = load_boards()
+    for moment in (
+        datetime(2026, 11, 20, 12, tzinfo=UTC),
+        datetime(2026, 12, 31, 23, 59, tzinfo=UTC),
+        datetime(2027, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, tzinfo=UTC),  # its period ends past datetime.max
+    ):
+        for spec in boards_for_event(config, moment, "eu"):
+            if not spec.board.startswith("season:"):
+                assert board_cutoff_ms(config, spec.board) == spec.cutoff_ms, spec
