@@ -82,6 +82,8 @@ function renderLabels(body) {
   renderAge();
   setText("#population", `${fmt.format(body.population)} players`);
   $("#population").dataset.population = body.population;
+  // Redis unreachable: the API answers from the latest generation and says so.
+  $("#live-layer").hidden = body.liveLayer !== "unavailable";
 }
 
 function renderAge() {

@@ -173,6 +173,7 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
                 assert f"{row['score']:,}" in row["text"]
             assert any(r["tie"] for r in rows), "the data set is built to have ties"
             assert page.locator("#exactness").inner_text() == "exact"
+            assert page.locator("#live-layer").is_hidden()
             assert page.locator("#basis").inner_text() == top["basis"] == "live"
             generation = top["generation"]["id"]
             expect(page.locator("#generation")).to_contain_text(
