@@ -17,8 +17,8 @@ from api.errors import install_error_handlers
 from api.live import LiveReader
 from api.metrics import observe_read
 from api.responses import FastJSONResponse
+from api.routes import admin, awards, health, histogram, score_events, web
 from api.routes import boards as boards_routes
-from api.routes import health, histogram, score_events, web
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
@@ -119,6 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
+    app.include_router(awards.router)
+    app.include_router(admin.router)
     app.include_router(histogram.router)
     web.install(app)  # the page at / and its assets under /web/
     return app

@@ -10,7 +10,10 @@ from conf.settings import Settings
 
 
 def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    from cli.main import check_redis
     from speed.rebuild import describe, run_rebuild
+
+    check_redis(settings)  # before Spark starts: a wrong URL fails in a second
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -37,7 +40,10 @@ def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from cli.main import check_redis
     from jobs.verify import describe, run_verify
+
+    check_redis(settings)
 
     result = run_verify(settings, board=args.board, sample=args.sample, seed=args.seed)
     for line in describe(result):
@@ -64,15 +70,17 @@ def register(sub: Any) -> None:
         "rebuild",
         help="rebuild the speed layer from the latest generation and the log tail",
         description=(
-            "Rebuild the speed layer (totals, changed-sets, Fenwick trees of every "
-            "open board) from the newest generation plus the events after its "
-            "boundary, build it aside, diff it against the live state, then switch "
-            "atomically per partition."
+            "Rebuild every partition's speed layer (totals, changed-sets, Fenwick "
+            "trees, contribution and dedupe records, position counters) from the "
+            "newest generation plus every log record: landed Delta rows and the "
+            "unlanded Redis log. Builds aside, prints the differences with the live "
+            "state, then switches each partition in atomically. Progress goes to "
+            "stderr."
         ),
         epilog=(
             "examples:\n"
-            "  lb rebuild --dry-run          print the diff, change nothing\n"
-            "  lb rebuild                    rebuild and switch"
+            "  lb rebuild --dry-run          what differs; changes nothing\n"
+            "  lb rebuild                    repair the speed layer after a loss"
         ),
     )
     p.add_argument(
@@ -86,14 +94,14 @@ def register(sub: Any) -> None:
         "verify",
         help="compare served answers with an offline computation from Delta",
         description=(
-            "Sample players plus the top 100 and the tier boundaries of every board "
-            "(or --board), and compare the served snapshot and live answers with an "
-            "offline computation in Spark from Delta. Exits 0 when they agree, 1 "
-            "naming each divergence."
+            "Compare the served snapshot and live answers (top 100, sampled players, "
+            "award-tier boundaries) of every board with an offline computation in "
+            "Spark from Delta. Exits 0 when they agree, 1 naming each divergence. "
+            "Each run appends a row to the Delta table ops_verify_runs."
         ),
         epilog=(
             "examples:\n"
-            "  lb verify                               every board, 100 players each\n"
+            "  lb verify                     every board, 100 sampled players\n"
             "  lb verify --board season:S4:global --sample 1000"
         ),
     )
@@ -108,10 +116,11 @@ def register(sub: Any) -> None:
         "status",
         help="stack, latest generation and age, backlog, seasons, last verify",
         description=(
-            "Show the stack's state, the latest generation and its age, the backlog "
-            "per partition, the seasons' states and the last verify run."
+            "One screen: Redis and the API, the latest generation and its age, per "
+            "partition the log backlog and the age of the oldest unlanded event, "
+            "the seasons' states and the last verify."
         ),
-        epilog="examples:\n  lb status\n  lb status --json | jq .generation",
+        epilog="examples:\n  lb status\n  lb status --json | jq .partitions",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_status)

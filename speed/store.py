@@ -15,7 +15,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from conf.boards import BoardsConfig, BoardSpec, boards_for_event, season_cutoffs_ms
+from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -90,7 +90,6 @@ class SpeedLayer:
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
-        self._cutoffs = season_cutoffs_ms(boards)
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
         self._boards_cache: dict[
@@ -100,6 +99,13 @@ class SpeedLayer:
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        # first_achieved boards get the event's time with their aggregation.
+        self._first_achieved = {
+            f"season:{s.id}:{scope}"
+            for s in boards.seasons
+            if s.tie_break == "first_achieved"
+            for scope in boards.scopes
+        }
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -130,7 +136,7 @@ class SpeedLayer:
         if board.startswith("season:"):
             season = self.boards.season(board.split(":")[1])
             aggregation = season.aggregation if season else "sum"
-        return BoardSpec(board, aggregation, self._cutoffs.get(board, 0))
+        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board))
 
     def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
         """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
@@ -173,6 +179,7 @@ class SpeedLayer:
             len(feeding),
         ]
         board_cache = self._board_cache
+        first_achieved = self._first_achieved
         for spec, feeds in feeding:
             board = spec.board
             cached = board_cache.get((partition, board))
@@ -186,7 +193,11 @@ class SpeedLayer:
                     keys.best(board, ""),
                 )
             script_keys += [*cached[:5], cached[5] + player]
-            args += [board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]
+            aggregation = spec.aggregation
+            if first_achieved and board in first_achieved:
+                occurred_ms = int(call.event.occurred_at.timestamp() * 1000)
+                aggregation = f"{aggregation}:fa:{occurred_ms}"
+            args += [board, aggregation, spec.cutoff_ms, 1 if feeds else 0]
         return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:

@@ -8,7 +8,8 @@
 -- KEYS[4] position counter     last position handed out on this partition
 -- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
 -- then per board i (6 keys each, from KEYS[6]):
---   totals   hash playerId -> "total|version" (the authoritative live total)
+--   totals   hash playerId -> "total|version" (the authoritative live total), on
+--            first_achieved boards "total|version|achievedMs"
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
 --            player changed since the partition's base generation
 --   chs      changed-set, snapshot side: enc(base snapshot score) .. playerId for the
@@ -17,13 +18,17 @@
 --   bk       bucket boundaries: zset member = bucket index, score = lower bound
 --   best     best-of zset matchId -> points (only used by aggregation "max")
 -- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
--- order: score descending, then player id ascending (memcmp order of UTF-8).
+-- order: score descending, then player id ascending (memcmp order of UTF-8). On
+-- first_achieved boards members are enc(s) .. tenc(achievedMs) .. playerId, tenc(t)
+-- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
 --
 -- ARGV: playerId, eventId, matchId, revision, points, fingerprint, nowMs,
 --       retentionSeconds, rateCapacity (0 = off), rateRefillMs, partition,
 --       eventJson (normalized event, embedded verbatim in the log record),
 --       isCorrection (1/0), nBoards,
---       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0)
+--       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0);
+--       aggregation is "sum" or "max", plus ":fa:<occurredMs>" on first_achieved
+--       boards (the event's time, recorded when it changes the player's total)
 --
 -- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
 --         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId}
@@ -57,8 +62,10 @@ local given = {}
 for i = 1, n_boards do
   local a = 14 + (i - 1) * 4
   local k = 5 + (i - 1) * 6
+  local agg, fa_ms = string.match(ARGV[a + 2], "^(%a+):fa:(%-?%d+)$")
   local b = {
-    id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
+    id = ARGV[a + 1], agg = agg or ARGV[a + 2], fa = fa_ms and tonumber(fa_ms),
+    cutoff = tonumber(ARGV[a + 3]),
     feeds = ARGV[a + 4] == "1",
     totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
     bk = KEYS[k + 5], best = KEYS[k + 6],
@@ -105,19 +112,32 @@ end
 
 local position = redis.call("INCR", KEYS[4])
 
+-- total, version, achievedMs (nil off first_achieved boards) of the player.
 local function read_total(b)
   local cur = redis.call("HGET", b.totals, player)
   if not cur then
-    return nil, 0
+    return nil, 0, nil
   end
   local sep = string.find(cur, "|", 1, true)
-  return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))
+  local sep2 = string.find(cur, "|", sep + 1, true)
+  if sep2 then
+    return tonumber(string.sub(cur, 1, sep - 1)),
+      tonumber(string.sub(cur, sep + 1, sep2 - 1)), tonumber(string.sub(cur, sep2 + 1))
+  end
+  return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1)), nil
 end
 
 local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
 local function enc(score)
   return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+local function member(b, score, achieved)
+  if b.fa then
+    return enc(score) .. struct.pack(">I8", SCORE_OFFSET + achieved) .. player
+  end
+  return enc(score) .. player
 end
 
 -- Bucket holding a score: the one with the largest lower bound <= score; scores below
@@ -164,14 +184,14 @@ end
 -- Moves the player in the changed-set and the Fenwick tree from old (nil when new to
 -- the board) to new. A player absent from chz has not changed since the base, so its
 -- old total is its score in the base generation: that goes to chs.
-local function track(b, old, new)
+local function track(b, old, old_achieved, new, new_achieved)
   if old then
-    local member_old = enc(old) .. player
+    local member_old = member(b, old, old_achieved)
     if redis.call("ZREM", b.chz, member_old) == 0 then
       redis.call("ZADD", b.chs, 0, member_old)
     end
   end
-  redis.call("ZADD", b.chz, 0, enc(new) .. player)
+  redis.call("ZADD", b.chz, 0, member(b, new, new_achieved))
   local to, size, lower = bucket_of(b, new)
   local from = nil
   if old then
@@ -187,9 +207,19 @@ local function track(b, old, new)
   end
 end
 
-local function write_total(b, old, total, version)
+local function write_total(b, old, old_achieved, total, version)
+  if b.fa then
+    -- The player reached this total now unless it is the total it already had.
+    local achieved = old_achieved
+    if old == nil or old ~= total or achieved == nil then
+      achieved = b.fa
+    end
+    redis.call("HSET", b.totals, player, string.format("%d|%d|%d", total, version, achieved))
+    track(b, old, old_achieved, total, achieved)
+    return
+  end
   redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
-  track(b, old, total)
+  track(b, old, nil, total, nil)
 end
 
 -- Largest contribution left in a best-of board, 0 when none.
@@ -225,7 +255,7 @@ else
   for _, b in ipairs(boards) do
     local late = b.cutoff > 0 and now_ms > b.cutoff
     local old = applied[b.id]
-    local total, version = read_total(b)
+    local total, version, achieved = read_total(b)
     if late and (b.feeds or old ~= nil) then
       -- (d) past a season's end + allowedLateness: recorded, not applied.
       any_late = true
@@ -251,7 +281,7 @@ else
         total = base + new - (old or 0)
       end
       version = version + 1
-      write_total(b, old_total, total, version)
+      write_total(b, old_total, achieved, total, version)
       contribution[#contribution + 1] = "b:" .. b.id
       contribution[#contribution + 1] = new
       any_applied = true
