@@ -194,7 +194,7 @@ def boards_for_event(
         (
             window,
             period,
-            0 if window == "alltime" else to_ms(period_end(window, day) + lateness),
+            0 if window == "alltime" else _rolling_cutoff_ms(window, day, lateness),
         )
         for window, period in period_ids(moment)
     ]
@@ -213,6 +213,15 @@ def boards_for_event(
         for scope in (SCOPE_GLOBAL, region):
             specs.append(BoardSpec(f"{window}:{period}:{scope}", "sum", cutoff_ms))
     return specs
+
+
+def _rolling_cutoff_ms(window: str, day: date, lateness: timedelta) -> int:
+    """Period end + lateness in epoch ms; a period ending past year 9999 (the last
+    week of 9999) never closes, instead of raising OverflowError."""
+    try:
+        return to_ms(period_end(window, day) + lateness)
+    except (OverflowError, ValueError):
+        return to_ms(datetime.max.replace(tzinfo=UTC))
 
 
 def period_end(window: str, day: date) -> datetime:
