@@ -37,6 +37,11 @@ def test_python_periods_are_zero_padded() -> None:
     ]
     offset = datetime(2026, 11, 30, 23, 30, tzinfo=UTC).astimezone()
     assert period_ids(offset)[0] == ("daily", "2026-11-30")
+    # The last week of year 9999 ends past datetime's range: no OverflowError.
+    last = boards_for_event(
+        BoardsConfig(regions=["eu"]), datetime(9999, 12, 31, 23, 59, tzinfo=UTC), "eu"
+    )
+    assert {s.board for s in last} >= {"daily:9999-12-31:global", "weekly:9999-W52:eu"}
 
 
 def test_spark_and_speed_layer_name_the_same_boards(spark) -> None:  # type: ignore[no-untyped-def]
