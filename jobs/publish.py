@@ -518,6 +518,35 @@ def load_silver(
     return spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
 
 
+def board_orders(boards: BoardsConfig) -> dict[str, tuple[bool, bool]]:
+    """Board -> (first_achieved, unique rank) of every board not ordered the default
+    way (player id ties, competition ranks)."""
+    return {
+        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
+        for s in boards.seasons
+        for scope in boards.scopes
+        if s.tie_break == "first_achieved" or s.rank == "unique"
+    }
+
+
+def transform_ranked(
+    events: DataFrame,
+    boundary: Mapping[int, int],
+    boards: BoardsConfig,
+    totals: DataFrame,
+    partitions: int,
+) -> DataFrame:
+    """Ranked totals of a generation: first_achieved times joined where a season
+    asks for them, unique ranks where a season says so."""
+    achieved = transform_achieved(
+        events, boundary, boards.seasons, boards.window_lateness_ms
+    )
+    if achieved is not None:
+        totals = totals.join(achieved, ["board", "player_id"], "left")
+    unique = [b for b, (_, u) in board_orders(boards).items() if u]
+    return transform_rank(totals, partitions, unique)
+
+
 def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
     (
         ranked.withColumn("generation", F.lit(generation))
@@ -528,7 +557,9 @@ def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
             "rank",
             "player_id",
             "score",
-            F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
+            (F.col("achieved_ms") if "achieved_ms" in ranked.columns else F.lit(None))
+            .cast("bigint")
+            .alias("achieved_ms"),
         )
         .write.format("delta")
         .mode("overwrite")
@@ -688,21 +719,9 @@ def _run_publish(
     )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
-    achieved = transform_achieved(
-        events, boundary, boards.seasons, boards.window_lateness_ms
-    )
-    if achieved is not None:
-        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    orders = {
-        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
-        for s in boards.seasons
-        for scope in boards.scopes
-        if s.tie_break == "first_achieved" or s.rank == "unique"
-    }
-    ranked = transform_rank(
-        totals_now, partitions, [b for b, (_, u) in orders.items() if u]
-    )
+    orders = board_orders(boards)
+    ranked = transform_ranked(events, boundary, boards, totals_now, partitions)
     load_gold_snapshot(ranked, gold_path, generation)
     clock.lap("rank_gold")
 

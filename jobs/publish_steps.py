@@ -38,7 +38,6 @@ from conf.boards import load_boards
 from conf.settings import Settings
 from jobs import publish as pub
 from jobs.land import bronze_path, run_land, table_exists, transform_records
-from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute
 
 LOCK_FILE = "publish.lock"
@@ -108,10 +107,16 @@ def recompute_step(
             text = T.StructType([T.StructField("value", T.StringType())])
             events = transform_records(spark.createDataFrame([], text))
         positions = {int(p): int(v) for p, v in boundary.items()}
-        contributions, _ = transform_recompute(events, positions, boards.seasons)
+        contributions, _ = transform_recompute(
+            events,
+            positions,
+            boards.seasons,
+            window_lateness_ms=boards.window_lateness_ms,
+        )
         totals = pub.load_silver(spark, contributions, delta_dir, generation)
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-        ranked = transform_rank(totals, partitions)
+        # As run_publish: first_achieved order and unique ranks where configured.
+        ranked = pub.transform_ranked(events, positions, boards, totals, partitions)
         pub.load_gold_snapshot(ranked, delta_dir / pub.GOLD_SNAPSHOTS, generation)
     return generation
 
@@ -143,7 +148,12 @@ def publish_step(
         tmp = settings.segments_dir / f"{pub.TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
         tmp.mkdir(parents=True)
         try:
-            board_files = pub.write_segments(table, tmp, bucket_target)
+            board_files = pub.write_segments(
+                table,
+                tmp,
+                bucket_target,
+                pub.board_orders(load_boards(settings.boards_file)),
+            )
             pub._fsync_dir(tmp)
             if target.exists():  # a crashed attempt's segments: never visible
                 shutil.rmtree(target)
