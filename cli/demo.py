@@ -335,8 +335,12 @@ def run_demo(
         player = _show_reads(console, url, board, timings)
         _show_timings(console, timings)
         page = f"{url}/#board={board}&player={player}"
-        console.print(f"\n[bold green]Open the page:[/] [link={page}]{page}[/link]")
-        console.print(f"API docs: {url}/docs")
+        # soft_wrap: a URL must stay on one line to be clickable and copyable.
+        console.print(
+            f"\n[bold green]Open the page:[/] [link={page}]{page}[/link]",
+            soft_wrap=True,
+        )
+        console.print(f"API docs: {url}/docs", soft_wrap=True)
         if keep_running:
             console.print(
                 f"Serving, with about {TRICKLE_PER_SECOND} new events a second so the "

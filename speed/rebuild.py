@@ -56,9 +56,15 @@ PIPELINE_CHUNK = 2000
 class RebuildGap(RuntimeError):
     """The log records of a partition are not consecutive: events are missing."""
 
+    exit_code = 1
+    hint = "a position is neither in Delta bronze nor in the Redis log: see the gap"
+
 
 class RebuildRaced(RuntimeError):
     """A partition kept receiving events while it was being rebuilt."""
+
+    exit_code = 1
+    hint = "run `lb rebuild` again at a quieter moment (or stop the writers)"
 
 
 # ----------------------------------------------------------------------- the fold
