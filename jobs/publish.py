@@ -528,7 +528,9 @@ def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
             "rank",
             "player_id",
             "score",
-            F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
+            (F.col("achieved_ms") if "achieved_ms" in ranked.columns else F.lit(None))
+            .cast("bigint")
+            .alias("achieved_ms"),
         )
         .write.format("delta")
         .mode("overwrite")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 ROW_BITS = 33
@@ -90,19 +90,22 @@ def transform_ranks(positioned: DataFrame) -> DataFrame:
 def transform_rank(
     totals: DataFrame, num_partitions: int = 4, unique_boards: Iterable[str] = ()
 ) -> DataFrame:
-    """(board, position, rank, player_id, score, achieved_ms) for every (board,
-    player) total. On ``unique_boards`` (``rank: unique``) the rank is the position."""
+    """(board, position, rank, player_id, score) for every (board, player) total,
+    plus ``achieved_ms`` when the totals have it (first_achieved). On
+    ``unique_boards`` (``rank: unique``) the rank is the position."""
     sliced = transform_sorted_slices(totals, num_partitions)
     ranked = transform_ranks(transform_positions(sliced))
     unique = sorted(unique_boards)
     rank = F.col("rank")
     if unique:
         rank = F.when(F.col("board").isin(unique), F.col("position")).otherwise(rank)
-    return ranked.select(
+    columns: list[Column | str] = [
         "board",
         F.col("position").cast("bigint").alias("position"),
         rank.cast("bigint").alias("rank"),
         "player_id",
         F.col("score").cast("bigint").alias("score"),
-        F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
-    )
+    ]
+    if "achieved_ms" in totals.columns:
+        columns.append(F.col("achieved_ms").cast("bigint").alias("achieved_ms"))
+    return ranked.select(*columns)
