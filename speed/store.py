@@ -100,6 +100,8 @@ class SpeedLayer:
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        # Wall clock of the owner transaction (seconds); tests replace it to step time.
+        self.clock = time.time
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -252,7 +254,7 @@ class SpeedLayer:
         for _ in range(64):
             if not pending:
                 break
-            now_ms = int(time.time() * 1000)
+            now_ms = int(self.clock() * 1000)
             replies = await self._evalsha_all(
                 [self._script_args(calls[i], now_ms) for i in pending]
             )

@@ -88,18 +88,20 @@ end
 local is_new_match = #stored == 0
 
 -- Per-player token bucket for new match results only: redeliveries (caught above)
--- and corrections never spend tokens.
+-- and corrections never spend tokens. "capacity/refillSeconds" (API.md) is a burst of
+-- capacity, then ONE token every refillSeconds (5/60: 5 at once, then 1 a minute).
 if rate_capacity > 0 and is_new_match and not is_correction then
   local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
   local tokens = tonumber(bucket[1]) or rate_capacity
   local last = tonumber(bucket[2]) or now_ms
-  local per_ms = rate_capacity / rate_refill_ms
+  local per_ms = 1 / rate_refill_ms
   tokens = math.min(rate_capacity, tokens + math.max(0, now_ms - last) * per_ms)
   if tokens < 1 then
     return {"rate_limited", tostring(math.ceil((1 - tokens) / per_ms / 1000))}
   end
   redis.call("HSET", KEYS[5], "t", tostring(tokens - 1), "ts", tostring(now_ms))
-  redis.call("PEXPIRE", KEYS[5], rate_refill_ms * 2)
+  -- A bucket idle long enough to refill completely equals a missing one.
+  redis.call("PEXPIRE", KEYS[5], rate_capacity * rate_refill_ms)
 end
 
 local position = redis.call("INCR", KEYS[4])
