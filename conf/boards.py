@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -155,6 +155,27 @@ PERIOD_PATTERNS = {
 }
 
 
+def valid_period(window: str, period: str) -> bool:
+    """True when ``period`` names a real UTC day, ISO week or month (or ``all``).
+
+    ``daily:2026-13-45`` matches the shape but is no day: such a board cannot exist.
+    """
+    pattern = PERIOD_PATTERNS.get(window)
+    if pattern is None or not pattern.match(period):
+        return False
+    try:
+        if window == "daily":
+            date.fromisoformat(period)
+        elif window == "weekly":
+            # fromisocalendar refuses week 53 of a year that has only 52.
+            date.fromisocalendar(int(period[:4]), int(period[6:]), 1)
+        elif window == "monthly":
+            date(int(period[:4]), int(period[5:]), 1)
+    except ValueError:
+        return False
+    return True
+
+
 def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
     """Window, scope, aggregation, tie-break of a board id; None if it cannot exist."""
     match = BOARD_ID.match(board)
@@ -174,7 +195,7 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
             "aggregation": season.aggregation,
             "tieBreak": season.tie_break,
         }
-    if not PERIOD_PATTERNS[window].match(period):
+    if not valid_period(window, period):
         return None
     return {
         "window": window,
