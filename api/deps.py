@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.friends import FriendsReader
 from api.live import LiveReader
 from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
@@ -36,8 +37,13 @@ async def get_live(request: Request) -> LiveReader:
     return request.app.state.live  # type: ignore[no-any-return]
 
 
+async def get_friends(request: Request) -> FriendsReader:
+    return request.app.state.friends  # type: ignore[no-any-return]
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BoardsDep = Annotated[BoardsConfig, Depends(get_boards)]
 SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
 GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
+FriendsDep = Annotated[FriendsReader, Depends(get_friends)]

@@ -31,6 +31,10 @@ class Unauthorized(ApiError):
     status, code = 401, "unauthorized"
 
 
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
 class BodyTooLarge(ApiError):
     status, code = 413, "payload_too_large"
 
@@ -45,6 +49,12 @@ class TooManyRequests(ApiError):
     def __init__(self, detail: str, retry_after: int) -> None:
         super().__init__(detail)
         self.headers = {"Retry-After": str(retry_after)}
+
+
+class ImplausibleEvent(ApiError):
+    """Beyond a plausibility bound of a scoring rule: nothing was applied."""
+
+    status, code = 422, "implausible"
 
 
 class BoardNotFound(ApiError):

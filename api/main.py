@@ -13,12 +13,14 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
+from api.friends import FriendsReader
 from api.live import LiveReader
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
-from api.routes import health, score_events
+from api.routes import friends, health, score_events
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
+from conf.rules import default_registry
 from conf.settings import Settings
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
@@ -68,8 +70,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.partitions,
             settings.retention_seconds,
             settings.rate_limit_bucket,
+            default_registry(settings.points_min, settings.points_max),
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)
+        app.state.friends = FriendsReader(app.state.live)
         # Everything built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
@@ -96,4 +100,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
+    app.include_router(friends.router)
     return app

@@ -17,9 +17,11 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from conf.rules import RULE_VERSIONS
+
 SCOPE_GLOBAL = "global"
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-KNOWN_RULES = {"v1"}
+KNOWN_RULES = set(RULE_VERSIONS)
 
 
 class BoardsFileError(ValueError):
@@ -60,6 +62,9 @@ class BoardsConfig(BaseModel):
 
     regions: list[str] = Field(default_factory=list)
     seasons: list[Season] = Field(default_factory=list)
+    # Scoring rule of the daily, weekly, monthly and all-time boards (seasons name
+    # their own).
+    rule: str = "v1"
 
     @model_validator(mode="after")
     def _check(self) -> BoardsConfig:
@@ -71,6 +76,8 @@ class BoardsConfig(BaseModel):
         ids = [s.id for s in self.seasons]
         if len(set(ids)) != len(ids):
             raise ValueError("season ids must be distinct")
+        if self.rule not in KNOWN_RULES:
+            raise ValueError(f"unknown scoring rule {self.rule!r}")
         return self
 
     @property
@@ -109,6 +116,8 @@ class BoardSpec:
     aggregation: str
     # Processing-time cutoff in epoch ms (season boards); 0 when the board never closes.
     cutoff_ms: int
+    # Scoring rule version whose points this board takes (conf/rules.py).
+    rule: str = "v1"
 
 
 def to_ms(moment: datetime) -> int:
@@ -136,11 +145,14 @@ def boards_for_event(
                         f"season:{season.id}:{scope}",
                         season.aggregation,
                         to_ms(season.cutoff),
+                        season.rule,
                     )
                 )
     for window, period in periods:
         for scope in (SCOPE_GLOBAL, region):
-            specs.append(BoardSpec(f"{window}:{period}:{scope}", "sum", 0))
+            specs.append(
+                BoardSpec(f"{window}:{period}:{scope}", "sum", 0, config.rule)
+            )
     return specs
 
 
@@ -194,6 +206,7 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
             "scope": scope,
             "aggregation": season.aggregation,
             "tieBreak": season.tie_break,
+            "rule": season.rule,
         }
     if not valid_period(window, period):
         return None
@@ -203,6 +216,7 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
         "scope": scope,
         "aggregation": "sum",
         "tieBreak": "player_id",
+        "rule": config.rule,
     }
 
 

@@ -9,6 +9,8 @@ from pydantic import Field, computed_field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_DEV_KEYS = "dev:dev-secret"
+# 32 bytes: RFC 7518 wants an HS256 key at least as long as the hash.
+LOCAL_PLAYER_TOKEN_KEY = "dev-player-token-key-0123456789ab"
 
 
 class Settings(BaseSettings):
@@ -39,6 +41,10 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # uvicorn worker processes of `lb up`; they share the memory-mapped segments.
     api_workers: int = Field(default=1, ge=1, le=64)
+    # HS256 key of player tokens (Authorization: Bearer <JWT>, sub = playerId).
+    player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
+    # Most friends one player may list.
+    max_friends: int = Field(default=1000, ge=1, le=100_000)
     # True outside local use: placeholder secrets are refused.
     production: bool = False
 
@@ -83,6 +89,12 @@ class Settings(BaseSettings):
         if self.production and self.hmac_keys == LOCAL_DEV_KEYS:
             raise ValueError("the local dev HMAC key is refused outside local use")
         return keys
+
+    @property
+    def player_token_secret(self) -> bytes:
+        if self.production and self.player_token_key == LOCAL_PLAYER_TOKEN_KEY:
+            raise ValueError("the local player-token key is refused outside local use")
+        return self.player_token_key.encode()
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property

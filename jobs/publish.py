@@ -54,6 +54,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, load_boards
+from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.land import (
     bronze_path,
@@ -497,7 +498,13 @@ def run_publish(
         # Nothing landed yet: an empty bronze frame publishes an empty generation.
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
-    contributions, _ = transform_recompute(events, boundary, boards.seasons)
+    contributions, _ = transform_recompute(
+        events,
+        boundary,
+        boards.seasons,
+        window_rule=boards.rule,
+        registry=default_registry(settings.points_min, settings.points_max),
+    )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)

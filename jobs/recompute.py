@@ -26,10 +26,19 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.boards import SCOPE_GLOBAL, Season, to_ms
+from conf.rules import RuleRegistry, default_registry
+from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
 
-BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint>"
+BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint,rule:string>"
+# Match-record columns of bronze (tables landed before they existed lack them).
+RECORD_COLUMNS = {
+    "placement": "bigint",
+    "kills": "bigint",
+    "duration_seconds": "bigint",
+    "scores": "map<string,bigint>",
+}
 
 
 def transform_within_boundary(
@@ -76,16 +85,28 @@ def transform_accepted(events: DataFrame) -> DataFrame:
     )
 
 
-def _board(name: Column, aggregation: str, cutoff_ms: int) -> Column:
+def _board(name: Column, aggregation: str, cutoff_ms: int, rule: str) -> Column:
     return F.struct(
         name.alias("board"),
         F.lit(aggregation).alias("aggregation"),
         F.lit(cutoff_ms).cast("bigint").alias("cutoff_ms"),
+        F.lit(rule).alias("rule"),
     )
 
 
+def with_record_columns(events: DataFrame) -> DataFrame:
+    """Bronze with every match-record column (null where the table predates it)."""
+    for name, kind in RECORD_COLUMNS.items():
+        if name not in events.columns:
+            events = events.withColumn(name, F.lit(None).cast(kind))
+    return events
+
+
 def board_columns(
-    occurred_ms: Column, region: Column, seasons: Iterable[Season]
+    occurred_ms: Column,
+    region: Column,
+    seasons: Iterable[Season],
+    window_rule: str = "v1",
 ) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
@@ -111,19 +132,26 @@ def board_columns(
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"season:{season.id}:"), scope)
             items.append(
-                F.when(inside, _board(name, season.aggregation, to_ms(season.cutoff)))
+                F.when(
+                    inside,
+                    _board(
+                        name, season.aggregation, to_ms(season.cutoff), season.rule
+                    ),
+                )
             )
     for window, period in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            items.append(_board(name, "sum", 0))
+            items.append(_board(name, "sum", 0, window_rule))
     return F.filter(F.array(*items), lambda b: b.isNotNull())
 
 
-def transform_event_boards(events: DataFrame, seasons: Iterable[Season]) -> DataFrame:
+def transform_event_boards(
+    events: DataFrame, seasons: Iterable[Season], window_rule: str = "v1"
+) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
-    boards = board_columns(occurred_ms, F.col("region"), seasons)
+    boards = board_columns(occurred_ms, F.col("region"), seasons, window_rule)
     return events.withColumn("boards", boards)
 
 
@@ -142,21 +170,31 @@ NARROW = [
     "points",
     "occurred_at",
     "region",
+    *RECORD_COLUMNS,
 ]
 
 
-def _with_boards(e: Column, seasons: list[Season]) -> Column:
+def _with_boards(e: Column, seasons: list[Season], window_rule: str) -> Column:
     """An event struct (with occurred_ms, region) plus its ``boards`` array."""
-    return e.withField("boards", board_columns(e["occurred_ms"], e["region"], seasons))
+    return e.withField(
+        "boards", board_columns(e["occurred_ms"], e["region"], seasons, window_rule)
+    )
 
 
 def transform_contributions(
-    events: DataFrame, seasons: Iterable[Season]
+    events: DataFrame,
+    seasons: Iterable[Season],
+    window_rule: str = "v1",
+    registry: RuleRegistry | None = None,
 ) -> DataFrame:
     """Contribution per (player, match, board) from events with ``accepted``.
 
     Columns: partition, player_id, match_id, board, aggregation, points, removed,
-    position (the record that set the value), source_revision.
+    position (the record that set the value), source_revision, rule (the scoring
+    rule version of the board the points are under).
+
+    Points under a board's rule are the record's recorded ``scores[rule]``, else
+    computed from the match record (jobs/rules.py).
 
     The accepted events of a match (usually one) are gathered, narrow, into a
     position-ordered array; boards are derived only then, from the gathered events,
@@ -167,6 +205,7 @@ def transform_contributions(
     the input is already hash-partitioned by player.
     """
     seasons = list(seasons)
+    registry = registry or default_registry()
     item = F.struct(
         F.col("position"),
         F.col("partition"),
@@ -175,6 +214,13 @@ def transform_contributions(
         F.col("points"),
         F.unix_millis(F.col("occurred_at")).alias("occurred_ms"),
         F.col("region"),
+        F.col("scores"),
+        F.struct(
+            F.col("points"),
+            F.col("placement"),
+            F.col("kills"),
+            F.col("duration_seconds").alias("durationSeconds"),
+        ).alias("record"),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
     # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
@@ -194,7 +240,13 @@ def transform_contributions(
             "player_id",
             "match_id",
             F.transform(
-                F.array_sort("evs"), lambda e: _with_boards(e, seasons)
+                # By position (the structs hold a map, which has no order).
+                F.array_sort(
+                    "evs",
+                    lambda x, y: (x["position"] > y["position"]).cast("int")
+                    - (x["position"] < y["position"]).cast("int"),
+                ),
+                lambda e: _with_boards(e, seasons, window_rule),
             ).alias("evs"),
         )
     )
@@ -240,13 +292,19 @@ def transform_contributions(
         "match_id",
         F.col("b.board").alias("board"),
         F.col("b.aggregation").alias("aggregation"),
-        F.when(F.col("feeds"), F.col("last.points"))
+        F.when(
+            F.col("feeds"),
+            points_under(
+                registry, F.col("b.rule"), F.col("last.scores"), F.col("last.record")
+            ),
+        )
         .otherwise(F.lit(0))
         .cast("bigint")
         .alias("points"),
         (~F.col("feeds")).alias("removed"),
         F.col("last.position").alias("position"),
         F.col("last.source_revision").alias("source_revision"),
+        F.col("b.rule").alias("rule"),
     )
 
 
@@ -268,6 +326,8 @@ def transform_recompute(
     boundary: Mapping[int, int],
     seasons: Iterable[Season],
     num_partitions: int | None = None,
+    window_rule: str = "v1",
+    registry: RuleRegistry | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(contributions, totals) of every board from bronze up to ``boundary``.
 
@@ -276,6 +336,7 @@ def transform_recompute(
     windows and the grouping are all keyed by (player, ...), so Spark only sorts
     inside partitions after that.
     """
+    bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     if num_partitions is None:
         events = events.repartition("player_id")
@@ -283,5 +344,5 @@ def transform_recompute(
         events = events.repartition(num_partitions, "player_id")
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
-    contributions = transform_contributions(events, seasons)
+    contributions = transform_contributions(events, seasons, window_rule, registry)
     return contributions, transform_totals(contributions)

@@ -21,8 +21,14 @@ MAX_ID_BYTES = 128
 
 
 class EventResult(BaseModel):
+    """The match record. Which fields are needed, and their bounds, is up to the
+    scoring rules of the boards the event feeds (conf/rules.py)."""
+
     model_config = ConfigDict(extra="forbid")
-    points: StrictInt
+    points: StrictInt | None = None
+    placement: StrictInt | None = None
+    kills: StrictInt | None = None
+    durationSeconds: StrictInt | None = None
 
 
 class ScoreEventIn(BaseModel):
@@ -62,9 +68,16 @@ def parse_rfc3339(value: str) -> datetime:
 
 
 class NormalizedEvent:
-    """A validated event with its canonical form, fingerprint and occurredAt."""
+    """A validated event with its canonical form, fingerprint and occurredAt.
 
-    __slots__ = ("event", "occurred_at", "canonical", "fingerprint")
+    ``scores`` (points per scoring rule version) and ``limits`` (the plausibility
+    bounds the owner transaction enforces) are set by the scoring step; they derive
+    from the record, so they are not part of the fingerprint.
+    """
+
+    __slots__ = (
+        "event", "occurred_at", "canonical", "fingerprint", "body", "scores", "limits"
+    )
 
     def __init__(self, event: ScoreEventIn, occurred_at: datetime) -> None:
         self.event = event
@@ -82,20 +95,45 @@ class NormalizedEvent:
             "kind": event.kind,
             "reason": event.reason,
         }
+        # Record fields beyond points only when present: a points-only event keeps
+        # the fingerprint it had before rules could read other fields.
+        for name, value in self.record.items():
+            if name != "points" and value is not None:
+                body[name] = value
+        self.body = body
         self.canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         self.fingerprint = hashlib.blake2b(self.canonical, digest_size=12).hexdigest()
+        self.scores: dict[str, int] = {}
+        self.limits: tuple[int, int] = (0, 0)
+
+    @property
+    def record(self) -> dict[str, int | None]:
+        """The match record's fields (None when absent)."""
+        return self.event.result.model_dump()
+
+    @property
+    def points(self) -> int:
+        """The ``points`` field (0 when the record has none): what bronze's ``points``
+        column holds; the contribution to a board is ``scores[<board's rule>]``."""
+        return self.event.result.points or 0
+
+    def log_json(self) -> bytes:
+        """The event as written to the partition log: the canonical body plus the
+        points under every rule its boards use (the rule version is the key)."""
+        return orjson.dumps(
+            {**self.body, "scores": self.scores}, option=orjson.OPT_SORT_KEYS
+        )
 
 
 def normalize(
     event: ScoreEventIn,
     *,
     regions: list[str],
-    points_min: int,
-    points_max: int,
     now: datetime,
     max_future: timedelta,
 ) -> NormalizedEvent:
-    """Check what the schema cannot (bytes, printable, bounds, clock); normalize."""
+    """Check what the schema cannot (bytes, printable, clock); normalize. The
+    record's bounds belong to the scoring rules (conf/rules.py)."""
     for name in ("eventId", "playerId", "matchId"):
         value = getattr(event, name)
         if len(value.encode("utf-8")) > MAX_ID_BYTES:
@@ -105,11 +143,6 @@ def normalize(
     if event.region not in regions:
         raise EventInvalid(
             "region", f"unknown region; configured: {', '.join(regions)}"
-        )
-    points = event.result.points
-    if not points_min <= points <= points_max:
-        raise EventInvalid(
-            "result.points", f"must be an integer in [{points_min}, {points_max}]"
         )
     if event.kind == "correction" and not (event.reason and event.reason.strip()):
         raise EventInvalid("reason", "required for corrections")

@@ -56,6 +56,14 @@ class Keys:
     def rate(self, player_id: str) -> str:
         return f"{self.base}:rl:{player_id}"
 
+    def friends(self, player_id: str) -> str:
+        """Set of the player's friends' ids (replaced whole by PUT .../friends)."""
+        return f"{self.base}:fr:{player_id}"
+
+    def recent_matches(self, player_id: str) -> str:
+        """Zset matchId -> occurredAt ms of the player's recent accepted matches."""
+        return f"{self.base}:pm:{player_id}"
+
     @property
     def log(self) -> str:
         """Stream of accepted records; entry id ``<position>-0``."""

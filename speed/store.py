@@ -16,9 +16,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from conf.boards import BoardsConfig, BoardSpec, boards_for_event, season_cutoffs_ms
+from conf.rules import Implausible, RuleRegistry, default_registry
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
+from speed.scoring import score_event
 
 
 class EventConflict(Exception):
@@ -83,9 +85,11 @@ class SpeedLayer:
         partitions: int,
         retention_seconds: int,
         rate_limit: tuple[int, float] | None,
+        rules: RuleRegistry | None = None,
     ) -> None:
         self.client = client
         self.boards = boards
+        self.rules = rules or default_registry()
         self.partitions = partitions
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
@@ -129,10 +133,12 @@ class SpeedLayer:
 
     def _spec_for(self, board: str) -> BoardSpec:
         aggregation = "sum"
+        rule = self.boards.rule
         if board.startswith("season:"):
             season = self.boards.season(board.split(":")[1])
             aggregation = season.aggregation if season else "sum"
-        return BoardSpec(board, aggregation, self._cutoffs.get(board, 0))
+            rule = season.rule if season else rule
+        return BoardSpec(board, aggregation, self._cutoffs.get(board, 0), rule)
 
     def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
         """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
@@ -156,6 +162,7 @@ class SpeedLayer:
             keys.log,
             keys.position,
             keys.rate(player),
+            keys.recent_matches(player),
         ]
         capacity, refill_ms = self._rate_args
         args: list[Any] = [
@@ -163,17 +170,20 @@ class SpeedLayer:
             event.eventId,
             event.matchId,
             event.sourceRevision,
-            event.result.points,
+            call.event.points,
             call.event.fingerprint,
             now_ms,
             self.retention_seconds,
             capacity,
             refill_ms,
             partition,
-            call.event.canonical,
+            call.event.log_json(),
             1 if event.kind == "correction" else 0,
             len(feeding),
+            int(call.event.occurred_at.timestamp() * 1000),
+            *call.event.limits,
         ]
+        scores = call.event.scores
         board_cache = self._board_cache
         for spec, feeds in feeding:
             board = spec.board
@@ -188,7 +198,14 @@ class SpeedLayer:
                     keys.best(board, ""),
                 )
             script_keys += [*cached[:5], cached[5] + player]
-            args += [board, spec.aggregation, spec.cutoff_ms, 1 if feeds else 0]
+            args += [
+                board,
+                spec.aggregation,
+                spec.cutoff_ms,
+                1 if feeds else 0,
+                scores[spec.rule] if feeds else 0,
+                spec.rule,
+            ]
         return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
@@ -238,7 +255,13 @@ class SpeedLayer:
         return replies
 
     async def apply(self, events: list[NormalizedEvent]) -> list[Outcome]:
-        """Apply events in order; one pipelined round trip (plus rare retries)."""
+        """Apply events in order; one pipelined round trip (plus rare retries).
+
+        Events not scored yet (:func:`speed.scoring.score_event`) are scored here.
+        """
+        for e in events:
+            if not e.scores:
+                score_event(e, self.boards, self.rules)
         calls = [
             _Call(
                 e,
@@ -286,6 +309,11 @@ class SpeedLayer:
                     )
                 elif kind == "rate_limited":
                     outcomes[i] = Outcome(error=RateLimited(int(payload)))
+                elif kind == "implausible":
+                    detail = payload.decode() if isinstance(payload, bytes) else payload
+                    outcomes[i] = Outcome(
+                        error=Implausible(detail.split(":", 1)[0], detail)
+                    )
                 elif kind == "retry":
                     calls[i].extra_boards.append(
                         payload.decode() if isinstance(payload, bytes) else payload

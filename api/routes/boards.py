@@ -168,6 +168,7 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
                 "scope": described["scope"],
                 "aggregation": described["aggregation"],
                 "tieBreak": described["tieBreak"],
+                "rule": described["rule"],
                 "state": "closed" if closed else "open",
                 "latestGeneration": latest.id
                 if latest and name in latest.manifest.get("boards", {})

@@ -7,12 +7,14 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from prometheus_client import Counter
 from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
     BodyTooLarge,
     Conflict,
+    ImplausibleEvent,
     InvalidRequest,
     TooManyRequests,
     error_body,
@@ -20,11 +22,24 @@ from api.errors import (
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
+from conf.rules import Implausible, RuleInputError, RuleRegistry
 from conf.settings import Settings
 from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
+from speed.scoring import score_event
 from speed.store import EventConflict, RateLimited
 
 router = APIRouter(prefix="/v1", tags=["score-events"])
+
+IMPLAUSIBLE = Counter(
+    "lb_implausible_events_total",
+    "Events refused as implausible (422), by the plausibility bound they broke",
+    ["bound"],
+)
+
+
+def _implausible(exc: Implausible) -> ImplausibleEvent:
+    IMPLAUSIBLE.labels(exc.bound).inc()
+    return ImplausibleEvent(exc.detail, bound=exc.bound)
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
@@ -59,9 +74,14 @@ def _parse_json(body: bytes) -> Any:
 
 
 def validate_event(
-    raw: Any, settings: Settings, boards: BoardsConfig, now: datetime
+    raw: Any,
+    settings: Settings,
+    boards: BoardsConfig,
+    now: datetime,
+    rules: RuleRegistry,
 ) -> NormalizedEvent:
-    """Schema and semantic checks; raises InvalidRequest naming the field."""
+    """Schema, semantic and scoring-rule checks; raises InvalidRequest naming the
+    field, or ImplausibleEvent."""
     if not isinstance(raw, dict):
         raise InvalidRequest("an event must be a JSON object", field="body")
     try:
@@ -71,16 +91,20 @@ def validate_event(
         field = ".".join(str(p) for p in first["loc"]) or "body"
         raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
     try:
-        return normalize(
+        normalized = normalize(
             event,
             regions=boards.regions,
-            points_min=settings.points_min,
-            points_max=settings.points_max,
             now=now,
             max_future=timedelta(seconds=settings.max_future_seconds),
         )
     except EventInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
+    try:
+        return score_event(normalized, boards, rules)
+    except RuleInputError as exc:
+        raise InvalidRequest(str(exc), field=exc.field) from None
+    except Implausible as exc:
+        raise _implausible(exc) from None
 
 
 @router.post("/score-events")
@@ -89,10 +113,14 @@ async def submit_score_event(
 ) -> FastJSONResponse:
     """Accept one match result exactly once; answers after Redis made it durable."""
     body = await read_signed_body(request, settings)
-    event = validate_event(_parse_json(body), settings, boards, datetime.now(UTC))
+    event = validate_event(
+        _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
+    )
     (outcome,) = await speed.apply([event])
     if isinstance(outcome.error, EventConflict):
         raise Conflict(str(outcome.error))
+    if isinstance(outcome.error, Implausible):
+        raise _implausible(outcome.error)
     if isinstance(outcome.error, RateLimited):
         raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
     return FastJSONResponse(outcome.body)
@@ -119,8 +147,10 @@ async def submit_score_event_batch(
     valid: list[tuple[int, NormalizedEvent]] = []
     for index, raw in enumerate(raw_events):
         try:
-            valid.append((index, validate_event(raw, settings, boards, now)))
-        except InvalidRequest as exc:
+            valid.append(
+                (index, validate_event(raw, settings, boards, now, speed.rules))
+            )
+        except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)
     outcomes = await speed.apply([event for _, event in valid])
     for (index, _), outcome in zip(valid, outcomes, strict=True):
@@ -128,6 +158,9 @@ async def submit_score_event_batch(
             results[index] = outcome.body
         elif isinstance(outcome.error, EventConflict):
             results[index] = error_body("event_conflict", str(outcome.error))
+        elif isinstance(outcome.error, Implausible):
+            bad = _implausible(outcome.error)
+            results[index] = error_body(bad.code, bad.detail, **bad.extra)
         elif isinstance(outcome.error, RateLimited):
             results[index] = error_body(
                 "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after

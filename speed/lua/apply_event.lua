@@ -3,11 +3,14 @@
 -- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>",
 --         the result kept compact (it lives for the whole retention window):
 --         "<status>|<partition>|<position>|<board>,<total>,<version>[,<status>];..."
--- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>
+-- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>,
+--         u:<board>=<rule version the points were scored under>
 -- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
 -- KEYS[4] position counter     last position handed out on this partition
 -- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
--- then per board i (6 keys each, from KEYS[6]):
+-- KEYS[6] recent matches       zset matchId -> occurredAt ms of the player's accepted
+--         new matches (plausibility bounds; kept only when a rule has such bounds)
+-- then per board i (6 keys each, from KEYS[7]):
 --   totals   hash playerId -> "total|version" (the authoritative live total)
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
 --            player changed since the partition's base generation
@@ -19,19 +22,22 @@
 -- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
 -- order: score descending, then player id ascending (memcmp order of UTF-8).
 --
--- ARGV: playerId, eventId, matchId, revision, points, fingerprint, nowMs,
---       retentionSeconds, rateCapacity (0 = off), rateRefillMs, partition,
---       eventJson (normalized event, embedded verbatim in the log record),
---       isCorrection (1/0), nBoards,
---       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0)
+-- ARGV: playerId, eventId, matchId, revision, points (the record's; informational),
+--       fingerprint, nowMs, retentionSeconds, rateCapacity (0 = off), rateRefillMs,
+--       partition, eventJson (normalized event, embedded verbatim in the log record),
+--       isCorrection (1/0), nBoards, occurredMs, minGapMs (event time a new match
+--       needs since the player's previous one; 0 = no bound), maxPerHour (new
+--       matches per hour of event time; 0 = no bound),
+--       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0),
+--       points (the contribution under the board's rule), rule version
 --
 -- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
---         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId}
+--         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId} |
+--         {"implausible", detail}
 local player = ARGV[1]
 local event_id = ARGV[2]
 local match_id = ARGV[3]
 local revision = tonumber(ARGV[4])
-local points = tonumber(ARGV[5])
 local fingerprint = ARGV[6]
 local now_ms = tonumber(ARGV[7])
 local retention = tonumber(ARGV[8])
@@ -41,6 +47,10 @@ local partition = tonumber(ARGV[11])
 local event_json = ARGV[12]
 local is_correction = ARGV[13] == "1"
 local n_boards = tonumber(ARGV[14])
+local occurred_ms = tonumber(ARGV[15])
+local min_gap_ms = tonumber(ARGV[16])
+local max_per_hour = tonumber(ARGV[17])
+local HOUR_MS = 3600000
 
 -- (a) dedupe: same identity and content returns the saved result unchanged.
 local saved = redis.call("GET", KEYS[1])
@@ -55,11 +65,11 @@ end
 local boards = {}
 local given = {}
 for i = 1, n_boards do
-  local a = 14 + (i - 1) * 4
-  local k = 5 + (i - 1) * 6
+  local a = 17 + (i - 1) * 6
+  local k = 6 + (i - 1) * 6
   local b = {
     id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
-    feeds = ARGV[a + 4] == "1",
+    feeds = ARGV[a + 4] == "1", points = tonumber(ARGV[a + 5]), rule = ARGV[a + 6],
     totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
     bk = KEYS[k + 5], best = KEYS[k + 6],
   }
@@ -86,6 +96,27 @@ for i = 1, #stored, 2 do
   end
 end
 local is_new_match = #stored == 0
+
+-- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
+-- rejected outright, nothing applied, no token spent.
+if is_new_match and max_per_hour > 0 then
+  local recent = redis.call("ZCOUNT", KEYS[6], "(" .. (occurred_ms - HOUR_MS), occurred_ms)
+  if recent >= max_per_hour then
+    return {"implausible", string.format(
+      "max_matches_per_hour: %d accepted matches in the hour before this one; at most %d",
+      recent, max_per_hour)}
+  end
+end
+if is_new_match and min_gap_ms > 0 then
+  local prev = redis.call("ZREVRANGEBYSCORE", KEYS[6], occurred_ms, "-inf",
+    "WITHSCORES", "LIMIT", 0, 1)
+  if #prev > 0 and occurred_ms - tonumber(prev[2]) < min_gap_ms then
+    return {"implausible", string.format(
+      "max_points_per_minute: %d s since the previous match %s; these points need %d s",
+      math.floor((occurred_ms - tonumber(prev[2])) / 1000), prev[1],
+      math.ceil(min_gap_ms / 1000))}
+  end
+end
 
 -- Per-player token bucket for new match results only: redeliveries (caught above)
 -- and corrections never spend tokens. "capacity/refillSeconds" (API.md) is a burst of
@@ -236,7 +267,7 @@ else
     elseif b.feeds or old ~= nil then
       local new = 0
       if b.feeds then
-        new = points
+        new = b.points
       end
       local old_total = total
       local base = total or 0
@@ -255,6 +286,9 @@ else
       write_total(b, old_total, total, version)
       contribution[#contribution + 1] = "b:" .. b.id
       contribution[#contribution + 1] = new
+      -- The rule version the contribution was scored under.
+      contribution[#contribution + 1] = "u:" .. b.id
+      contribution[#contribution + 1] = b.rule
       any_applied = true
       items[#items + 1] = {board = b.id, total = total, version = version}
     end
@@ -262,6 +296,12 @@ else
   contribution[#contribution + 1] = "r"
   contribution[#contribution + 1] = revision
   redis.call("HSET", KEYS[2], unpack(contribution))
+  if is_new_match and any_applied and (min_gap_ms > 0 or max_per_hour > 0) then
+    -- A day of history is enough for both bounds; older matches drop out.
+    redis.call("ZADD", KEYS[6], occurred_ms, match_id)
+    redis.call("ZREMRANGEBYSCORE", KEYS[6], "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
+    redis.call("EXPIRE", KEYS[6], 2 * 24 * 3600)
+  end
   if any_applied then
     status = "accepted"
   elseif any_late then

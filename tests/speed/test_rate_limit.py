@@ -37,8 +37,6 @@ def _event(match: int, **overrides: Any) -> Any:
     return normalize(
         ScoreEventIn.model_validate(body),
         regions=["eu", "na"],
-        points_min=0,
-        points_max=1_000_000,
         now=datetime(2026, 11, 20, 12, tzinfo=UTC),
         max_future=timedelta(seconds=300),
     )
