@@ -5,12 +5,15 @@ They are ``async`` so FastAPI calls them inline instead of hopping to a worker t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.errors import BodyTooLarge
 from api.friends import FriendsReader
 from api.live import LiveReader
+from api.security import verify_admin
 from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
 from conf.settings import Settings
@@ -39,6 +42,42 @@ async def get_live(request: Request) -> LiveReader:
 
 async def get_friends(request: Request) -> FriendsReader:
     return request.app.state.friends  # type: ignore[no-any-return]
+@dataclass(frozen=True, slots=True)
+class AdminCall:
+    """A verified admin call: who made it (the admin key id) and its raw body."""
+
+    actor: str
+    body: bytes
+
+
+async def read_body_limited(request: Request, limit: int) -> bytes:
+    """The raw body, refusing more than ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"body larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def require_admin(request: Request) -> AdminCall:
+    """401 without a valid signature, 403 for a game-server key, else the actor."""
+    settings: Settings = request.app.state.settings
+    body = await read_body_limited(request, settings.max_body_bytes)
+    actor = verify_admin(
+        settings.admin_signing_keys,
+        settings.signing_keys,
+        request.headers.get("x-key-id"),
+        request.headers.get("x-signature"),
+        body,
+        settings.signature_window_seconds,
+    )
+    return AdminCall(actor, body)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -47,3 +86,4 @@ SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
 GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
 FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
+AdminDep = Annotated[AdminCall, Depends(require_admin)]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -25,6 +27,10 @@ class ApiError(Exception):
 
 class InvalidRequest(ApiError):
     status, code = 422, "invalid_request"
+
+
+class EventTooOld(InvalidRequest):
+    code = "too_old"
 
 
 class Unauthorized(ApiError):
@@ -81,6 +87,51 @@ def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"error": code, "detail": detail, **extra}
 
 
+class ErrorOut(BaseModel):
+    """Every error answer: a stable code, a human-readable detail, and sometimes
+    more fields (``field`` of a 422, ``latestGeneration`` of a 410, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    error: str
+    detail: str
+
+
+def _described(text: str) -> dict[str, Any]:
+    return {"model": ErrorOut, "description": text}
+
+
+# OpenAPI ``responses=`` of the routers: the error shape and when each status occurs.
+WRITE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _described("missing, wrong or expired signature (X-Key-Id, X-Signature)"),
+    409: _described("event_conflict: same eventId with different content"),
+    413: _described("payload_too_large: body larger than LB_MAX_BODY_BYTES"),
+    422: _described("invalid_request (names the field), too_old or implausible"),
+    429: _described("rate_limited: see the Retry-After header"),
+    503: _described(
+        "unavailable: the outcome is unknown; redeliver the same event (safe)"
+    ),
+}
+READ_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _described("a player token is missing or invalid (friends)"),
+    404: _described("board_not_found, player_not_found or generation_not_found"),
+    410: _described("generation_expired: the pinned generation is no longer kept"),
+    422: _described("invalid_request: names the bad parameter"),
+    503: _described("unavailable: retry shortly"),
+}
+
+# Where a Redis client error names the server: a unix socket path or any absolute
+# path stays out of answers (it tells a client about the host's layout).
+_PATHS = re.compile(r"(unix://)?(/[^\s:,;'\"]+)+")
+
+
+def store_error_reason(exc: BaseException) -> str:
+    """A short, path-free reason for a store failure, e.g. ``ConnectionError:
+    Error 111 connecting to <redis>. Connection refused.``"""
+    text = _PATHS.sub("<redis>", str(exc)).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
 def _location(loc: tuple[Any, ...]) -> str:
     # Drop FastAPI's "body"/"query" prefix: clients know where they sent the field.
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
@@ -106,10 +157,16 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     async def _unavailable(_: Request, exc: Exception) -> FastJSONResponse:
-        # The store being unreachable is not the client's fault and loses nothing:
-        # nothing was acknowledged, so the client retries.
+        # A write may have reached Redis before the connection failed or timed out
+        # (a stalled server applies it when it resumes), so its outcome is unknown.
+        # Redelivering the same event is safe: dedupe returns the saved result.
         return FastJSONResponse(
-            error_body("unavailable", f"store unavailable: {exc}"),
+            error_body(
+                "unavailable",
+                "store unavailable; the outcome of a write is unknown: redeliver "
+                "the same event (same eventId and content), which is safe",
+                reason=store_error_reason(exc),
+            ),
             status_code=503,
             headers={"Retry-After": "1"},
         )

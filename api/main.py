@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,12 +22,30 @@ from api.routes import friends, health, score_events
 from api.segments import GenerationRegistry
 from conf.boards import load_boards
 from conf.rules import default_registry
-from conf.settings import Settings
+from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
 REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
+log = logging.getLogger("leaderboard.api")
+
+
+def warn_about_dev_key(settings: Settings) -> bool:
+    """One loud start-up warning when the public dev key signs writes (not in a demo).
+
+    Production refuses that key outright (``Settings``); elsewhere it is allowed for
+    local use, but anyone who read the README can then sign scores.
+    """
+    if not settings.uses_dev_key or settings.demo:
+        return False
+    log.warning(
+        "!!! LB_HMAC_KEYS accepts the public development key %r: anyone can sign "
+        "score events. Set LB_HMAC_KEYS to your own keyId:secret pairs (and "
+        "LB_PRODUCTION=true outside local use). !!!",
+        LOCAL_DEV_KEYS,
+    )
+    return True
 
 
 class ObserveMiddleware:
@@ -58,8 +77,9 @@ class ObserveMiddleware:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     boards = load_boards(settings.boards_file)
+    warn_about_dev_key(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,7 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             client,
             boards,
             settings.partitions,
-            settings.retention_seconds,
+            settings.record_ttl_seconds,
             settings.rate_limit_bucket,
             default_registry(settings.points_min, settings.points_max),
         )

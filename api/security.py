@@ -1,4 +1,9 @@
-"""HMAC request signing for writes (API.md: X-Key-Id, X-Signature: t=...,v1=...)."""
+"""HMAC request signing (API.md: X-Key-Id, X-Signature: t=...,v1=...).
+
+Game servers sign writes with ``LB_HMAC_KEYS``; operators sign ``/v1/admin/*`` calls
+with ``LB_ADMIN_KEYS``. The two key sets are disjoint, so neither kind of key works
+where the other is required.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import hashlib
 import hmac
 import time
 
-from api.errors import Unauthorized
+from api.errors import Forbidden, Unauthorized
 
 
 def sign(secret: bytes, body: bytes, timestamp: int | None = None) -> str:
@@ -50,3 +55,23 @@ def verify(
     if not any(hmac.compare_digest(expected, v) for v in parts.get("v1", [])):
         raise Unauthorized("signature does not match")
     return key_id
+
+
+def verify_admin(
+    admin_keys: dict[str, bytes],
+    game_keys: dict[str, bytes],
+    key_id: str | None,
+    signature: str | None,
+    body: bytes,
+    window_seconds: int,
+    now: float | None = None,
+) -> str:
+    """Return the admin key id of a validly signed admin call.
+
+    A valid game-server signature is authenticated but not allowed here: Forbidden
+    (403). Anything else that does not verify with an admin key: Unauthorized (401).
+    """
+    if key_id and key_id not in admin_keys and key_id in game_keys:
+        verify(game_keys, key_id, signature, body, window_seconds, now)
+        raise Forbidden("a game-server key cannot make admin calls")
+    return verify(admin_keys, key_id, signature, body, window_seconds, now)

@@ -236,6 +236,8 @@ class GenerationRegistry:
         self.segments_dir = Path(segments_dir)
         self.retained = retained
         self._generations: dict[int, Generation] = {}
+        # Older generations mapped on demand by by_number (bases not yet rebased).
+        self._extra: dict[int, Generation] = {}
         self._last_scan = 0.0
         self._lock = threading.Lock()
 
@@ -274,6 +276,11 @@ class GenerationRegistry:
                         f"g{number}", number, found[number], manifest
                     )
             self._generations = generations
+            self._extra = {
+                n: g
+                for n, g in self._extra.items()
+                if n in found and n not in generations
+            }
 
     def latest(self) -> Generation | None:
         self.refresh()
@@ -282,8 +289,33 @@ class GenerationRegistry:
         return self._generations[max(self._generations)]
 
     def by_number(self, number: int) -> Generation | None:
+        """A retained generation, or an older one still on disk: a partition's base
+        stays on disk until the rebase past it (retention protects it), and live
+        reads need it mapped even when it is no longer among the newest K."""
         self.refresh()
-        return self._generations.get(number)
+        generation = self._generations.get(number)
+        if generation is None:
+            generation = self._older(number)
+        return generation
+
+    def _older(self, number: int) -> Generation | None:
+        with self._lock:
+            known = self._extra.get(number)
+            if known is not None:
+                return known
+            directory = self.segments_dir / f"g{number}"
+            try:
+                manifest = orjson.loads((directory / "manifest.json").read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                return None
+            if not manifest.get("complete"):
+                return None
+            # Few bases are ever older than the newest K (one per rebase in flight).
+            if len(self._extra) >= 4:
+                self._extra.pop(min(self._extra))
+            generation = Generation(f"g{number}", number, directory, manifest)
+            self._extra[number] = generation
+            return generation
 
     def get(self, generation_id: str | None) -> Generation:
         """The pinned generation (or the latest); raises when expired or unknown."""

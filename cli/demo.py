@@ -130,6 +130,7 @@ def run_demo(
     players: int = 100_000,
     events: int = 1_000_000,
     port: int | None = None,
+    keep_running: bool = False,
 ) -> int:
     from cli.stack import down, up
     from jobs.publish import run_publish
@@ -142,6 +143,7 @@ def run_demo(
     shutil.rmtree(data_dir, ignore_errors=True)
     settings = settings.model_copy(update={"rate_limit": "off", "data_dir": data_dir})
     os.environ["LB_RATE_LIMIT"] = "off"  # inherited by the API process
+    os.environ["LB_DEMO"] = "true"  # the dev key is expected here: no warning
     os.environ["LB_DATA_DIR"] = str(data_dir.resolve())
     print(f"demo data in {data_dir}")
     timings: dict[str, float] = {}

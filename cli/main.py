@@ -1,20 +1,261 @@
-"""The `lb` command line (API.md: up, down, publish, season close, rebuild, demo)."""
+"""The `lb` command line: run the leaderboard stack, publish generations, demo it.
+
+Every command reads its settings from LB_* environment variables, validated once at
+start-up (a bad value is named: "LB_PARTITIONS: ..."). Expected failures print one or
+two lines saying what is wrong and how to fix it, and exit with the codes below;
+`--debug` adds the traceback.
+
+Adding a command: put it in its own module `cli/<topic>.py` exposing
+``register(subparsers)``; each parser it adds sets ``func=handler`` where
+``handler(args, settings) -> int`` returns the exit code. Then list the module in
+``COMMAND_MODULES`` below. Parsers made by ``subparsers.add_parser`` inherit this
+file's help formatting (description and epilog kept as written, defaults shown).
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib
 import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from conf.boards import BoardsFileError, load_boards
-from conf.settings import Settings
+from conf.settings import Settings, SettingsError, load_settings
+
+# Modules adding their own commands through ``register(subparsers)``; a module not
+# present in this checkout is skipped (so a branch can land its module later).
+COMMAND_MODULES: tuple[str, ...] = (
+    "cli.season",
+    "cli.ops",
+    "cli.replay",
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 3
+EXIT_NOT_INSTALLED = 4
+EXIT_BUSY = 5
+EXIT_INTERRUPTED = 130
+EXIT_BUG = 70
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    success
+  {EXIT_FAILED}    the command ran and failed (its message says what failed)
+  {EXIT_CONFIG}    usage or configuration error: bad argument, invalid LB_* variable,
+       broken boards file, the development key with LB_PRODUCTION=true
+  {EXIT_UNAVAILABLE}    a service is unavailable: Redis unreachable, port in use,
+       the API did not become ready
+  {EXIT_NOT_INSTALLED}    something is not installed: Delta jars (make jars),
+       redis-server (make redis)
+  {EXIT_BUSY}    busy: another `lb publish` holds this data dir's publish lock
+  {EXIT_BUG}   unexpected error (a bug): rerun with --debug and report the traceback
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+
+ENVIRONMENT = """\
+environment (see README, Configuration):
+  LB_DATA_DIR     Delta tables, segments, local Redis data, pid files (default ./.lb)
+  LB_REDIS_URL    use this Redis instead of the one `lb up` starts
+  LB_BOARDS_FILE  regions and seasons (default: conf/boards.yaml in the package)
+  LB_HMAC_KEYS    keyId:secret[,keyId:secret] of the game servers
+  LB_PARTITIONS   number of partitions (default 8)
+  LB_PRODUCTION   true outside local use: the development key is refused"""
+
+TOP_EXAMPLES = """\
+examples:
+  lb demo                      play a synthetic season, publish it, open the page
+  lb up --port 8080            start Redis and the API in the background
+  lb publish                   land, recompute and publish one generation
+  lb down                      stop what `lb up` started
+  lb --debug publish           the same, with a traceback on failure
+  lb <command> --help          options and examples of one command"""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that explains: one-line paragraphs are wrapped to the terminal, while
+    multi-line ones (examples, tables) keep their lines; an option's default is
+    shown after its help when it has a meaningful one."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if "\n" in paragraph.strip("\n"):
+                paragraphs.append(
+                    "\n".join(indent + line for line in paragraph.splitlines())
+                )
+            else:
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and default not in (None, False, argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class LbParser(argparse.ArgumentParser):
+    """An ArgumentParser whose subcommands format their help like the top level."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class PublishLocked(RuntimeError):
+    """Another `lb publish` holds this data dir's publish lock."""
+
+
+class RedisUnreachable(RuntimeError):
+    """Redis does not answer at the URL the command would use."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the user sees for an expected failure: a line, a fix, an exit code."""
+
+    message: str
+    hint: str | None
+    code: int
+
+
+def redact(url: str) -> str:
+    """A Redis URL without its password (safe to print)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def _class_named(module: str, name: str) -> type[BaseException] | None:
+    """An exception class of another module, if it defines it (loosely coupled:
+    cli/stack.py's named errors are mapped here without importing them eagerly)."""
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) else None
+
+
+def explain(exc: BaseException) -> Failure | None:
+    """The one place mapping expected failures to messages and exit codes.
+
+    Returns None for an unexpected exception (a bug).
+    """
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from jobs.jars import JarsMissing
+    from speed.server import RedisServerError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return Failure("interrupted", None, EXIT_INTERRUPTED)
+    if isinstance(exc, SettingsError):
+        return Failure(
+            f"invalid setting: {exc}",
+            "fix the variable in your environment (README, Configuration)",
+            EXIT_CONFIG,
+        )
+    if isinstance(exc, BoardsFileError):
+        return Failure(
+            f"broken boards file: {exc}",
+            "fix that field, or unset LB_BOARDS_FILE to use the packaged default",
+            EXIT_CONFIG,
+        )
+    if isinstance(exc, JarsMissing):
+        return Failure(
+            str(exc).split(". Run")[0],
+            "run `make jars` once while online (it fetches them into .cache/jars)",
+            EXIT_NOT_INSTALLED,
+        )
+    if isinstance(exc, PublishLocked):
+        return Failure(
+            str(exc),
+            "wait for it to finish (one publish at a time per LB_DATA_DIR)",
+            EXIT_BUSY,
+        )
+    if isinstance(exc, RedisUnreachable | RedisConnectionError | RedisTimeoutError):
+        return Failure(
+            f"Redis is unreachable: {exc}",
+            "start the stack with `lb up`, or point LB_REDIS_URL at a running Redis",
+            EXIT_UNAVAILABLE,
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return Failure(
+            f"port already in use: {exc.strerror}",
+            "choose another with --port, or stop what listens there",
+            EXIT_UNAVAILABLE,
+        )
+    if isinstance(exc, RedisServerError):
+        missing = "not found" in str(exc)
+        return Failure(
+            str(exc),
+            None if missing else "see the Redis log named above",
+            EXIT_NOT_INSTALLED if missing else EXIT_UNAVAILABLE,
+        )
+    # cli/stack.py's named failures of `lb up` (port in use, Redis unreachable with
+    # the /readyz reason, API not ready); their messages say what to do.
+    for name in ("PortInUse", "RedisUnreachable", "NotReady", "ApiNotReady"):
+        cls = _class_named("cli.stack", name)
+        if cls is not None and isinstance(exc, cls):
+            return Failure(str(exc), None, EXIT_UNAVAILABLE)
+    stack_error = _class_named("cli.stack", "StackError")
+    if stack_error is not None and isinstance(exc, stack_error):
+        return Failure(str(exc), None, EXIT_FAILED)
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):  # a command's own named failure
+        return Failure(str(exc), getattr(exc, "hint", None), code)
+    return None
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def check_redis(settings: Settings, timeout: float = 2.0) -> str:
+    """Ping the Redis the command would use; raise :class:`RedisUnreachable` if not.
+
+    Done before starting Spark, so a wrong LB_REDIS_URL fails in a second with its
+    reason instead of after Spark's start-up with a long traceback.
+    """
+    import redis
+
+    from speed.server import resolve_redis_url
+
+    url = resolve_redis_url(settings)
+    source = "LB_REDIS_URL" if settings.redis_url else "the Redis `lb up` started"
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout
+    )
+    try:
+        client.ping()
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise RedisUnreachable(f"{redact(url)} ({source}): {exc}") from None
+    finally:
+        client.close()
+    return url
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from cli.stack import up
 
     url = up(settings, args.port)
-    print(f"API ready at {url}")
-    return 0
+    print(f"API ready at {url}  (page: {url}/, API docs: {url}/docs)")
+    return EXIT_OK
 
 
 def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
@@ -22,11 +263,17 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
     stopped = down(settings)
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-    return 0
+    return EXIT_OK
 
 
 def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     import fcntl
+
+    from jobs.jars import jar_paths
+
+    # Cheap checks first: the jars and Redis, before Spark takes seconds to start.
+    jar_paths()
+    check_redis(settings)
 
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
@@ -38,11 +285,12 @@ def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        print(
-            "lb publish: another publish is running for this data dir", file=sys.stderr
-        )
-        return 1
-    generation = run_publish(settings)
+        raise PublishLocked(
+            f"another `lb publish` is running for {settings.data_dir}"
+        ) from None
+    from cli.quiet import quiet_spark
+
+    generation = run_publish(settings, spark=quiet_spark(settings, "publish"))
     # The speed layer's changed-sets and histograms now follow the new generation.
     report = rebase_published(settings, generation)
     stale = {p: o for p, o in report.partitions.items() if o != "ok"}
@@ -53,47 +301,162 @@ def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
     print(generation)
-    return 0
+    return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from cli.demo import run_demo
 
-    return run_demo(settings, players=args.players, events=args.events)
+    return run_demo(
+        settings,
+        players=args.players,
+        events=args.events,
+        port=args.port,
+        keep_running=not args.exit,
+    )
+
+
+def _add_core_commands(sub: Any) -> None:
+    p_up = sub.add_parser(
+        "up",
+        help="start Redis and the API in the background",
+        description=(
+            "Start a local redis-server (unless LB_REDIS_URL points to one) and the "
+            "API on 127.0.0.1:PORT, in the background. Returns when /readyz answers "
+            "200. Pid files and logs go to $LB_DATA_DIR/run."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb up                         API on http://127.0.0.1:8080\n"
+            "  lb up --port 9000             another port\n"
+            "  LB_REDIS_URL=redis://host:6379/0 lb up   use an existing Redis"
+        ),
+    )
+    p_up.add_argument(
+        "--port", type=int, default=8080, help="TCP port of the API on 127.0.0.1"
+    )
+    p_up.set_defaults(func=_cmd_up)
+
+    p_down = sub.add_parser(
+        "down",
+        help="stop what `lb up` started",
+        description=(
+            "Stop the API and the redis-server that `lb up` started for this "
+            "LB_DATA_DIR (nothing else). Data stays on disk."
+        ),
+        epilog="examples:\n  lb down",
+    )
+    p_down.set_defaults(func=_cmd_down)
+
+    p_publish = sub.add_parser(
+        "publish",
+        help="land the logs, recompute and publish one generation",
+        description=(
+            "Land every partition's log into Delta (bronze), recompute exact totals "
+            "(silver) and ranks (gold), write the serving segments and the manifest, "
+            "then rebase the speed layer onto the new generation. Prints the "
+            "generation id on its last line. Needs Redis (checked first) and the "
+            "Delta jars (both checked before Spark starts). Spark's own log goes to "
+            "$LB_DATA_DIR/logs/spark.log, not the console."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb publish                    prints e.g. g7 on its last line\n"
+            "  gen=$(lb publish | tail -1)   capture the generation id"
+        ),
+    )
+    p_publish.set_defaults(func=_cmd_publish)
+
+    p_demo = sub.add_parser(
+        "demo",
+        help="play a synthetic season, publish it, and serve the page",
+        description=(
+            "Start a fresh stack in $LB_DATA_DIR/demo, ingest a synthetic season "
+            "through the signed API (redeliveries, corrections, ties), publish a "
+            "generation with Spark, show the top 10 and a player's rank in every "
+            "mode, then print the page's URL and keep serving until Ctrl-C "
+            "(or stop at once with --exit)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb demo                       default size, stays up until Ctrl-C\n"
+            "  lb demo --exit                scripted use: stop when done\n"
+            "  lb demo --players 1000000 --events 5000000   a bigger season"
+        ),
+    )
+    p_demo.add_argument(
+        "--players", type=int, default=20_000, help="distinct players in the season"
+    )
+    p_demo.add_argument(
+        "--events", type=int, default=200_000, help="score events to ingest"
+    )
+    p_demo.add_argument(
+        "--port", type=int, default=None, help="API port (default: a free port)"
+    )
+    p_demo.add_argument(
+        "--exit",
+        action="store_true",
+        help="stop the stack when done instead of serving until Ctrl-C",
+    )
+    p_demo.set_defaults(func=_cmd_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lb", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_up = sub.add_parser("up", help="start Redis and the API in the background")
-    p_up.add_argument("--port", type=int, default=8080)
-    p_up.set_defaults(func=_cmd_up)
-    sub.add_parser("down", help="stop what `lb up` started").set_defaults(
-        func=_cmd_down
+    parser = LbParser(
+        prog="lb",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="\n\n".join((TOP_EXAMPLES, ENVIRONMENT, EXIT_CODES)),
     )
-    sub.add_parser(
-        "publish", help="land the logs, recompute and publish one generation"
-    ).set_defaults(func=_cmd_publish)
-    p_demo = sub.add_parser("demo", help="the main job on embedded defaults")
-    p_demo.add_argument("--players", type=int, default=100_000)
-    p_demo.add_argument("--events", type=int, default=1_000_000)
-    p_demo.set_defaults(func=_cmd_demo)
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback when a command fails",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="<command>", title="commands"
+    )
+    _add_core_commands(sub)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
     return parser
+
+
+def _report(command: str, exc: BaseException, debug: bool) -> int:
+    failure = explain(exc)
+    if debug:
+        traceback.print_exception(exc)
+    if failure is None:
+        print(
+            f"lb {command}: unexpected error: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        if not debug:
+            print(
+                "  this is a bug: rerun with --debug and report the traceback",
+                file=sys.stderr,
+            )
+        return EXIT_BUG
+    print(f"lb {command}: {failure.message}", file=sys.stderr)
+    if failure.hint:
+        print(f"  fix: {failure.hint}", file=sys.stderr)
+    return failure.code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace, Settings], int] = args.func
     try:
-        settings = Settings()
+        settings = load_settings()
         load_boards(settings.boards_file)
-    except (BoardsFileError, ValueError) as exc:
-        print(f"lb: configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return int(args.func(args, settings))
-    except RuntimeError as exc:
-        print(f"lb {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return int(handler(args, settings))
+    except (Exception, KeyboardInterrupt) as exc:
+        return _report(args.command, exc, args.debug)
 
 
 if __name__ == "__main__":

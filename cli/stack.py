@@ -1,27 +1,79 @@
-"""`lb up` / `lb down`: the local stack in the background, tracked by pid files."""
+"""`lb up` / `lb down`: the local stack in the background, under one supervisor.
+
+`lb up` takes the data dir's lock (``run/stack.lock``), checks that the port is free
+and that no process of an earlier stack still runs, then starts
+:mod:`cli.supervisor` in a new session with the locked descriptor. The supervisor
+holds the lock for the stack's lifetime and owns Redis and the API. `lb up` returns
+once ``/readyz`` answers 200 with the instance token of this start, so an API of
+another stack that answers on the same port is never taken for ours.
+
+Every failure is a :class:`StackError` (a RuntimeError: `lb` prints it on one line).
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
-import signal
+import secrets
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from cli.supervisor import (
+    API_PID,
+    API_URL_FILE,
+    ERROR_FILE,
+    REDIS_PID,
+    REDIS_URL_FILE,
+    STACK_FILE,
+    TOKEN_ENV,
+    end_processes,
+    stack_pids,
+)
 from conf.settings import Settings
-from speed.server import RedisServer
+from speed.server import AOF_DIR, processes_with_open_files
 
-REDIS_PID = "redis.pid"
-API_PID = "api.pid"
-REDIS_URL_FILE = "redis.url"
-API_URL_FILE = "api.url"
+LOCK_FILE = "stack.lock"
+READY_SECONDS = 60.0
+
+__all__ = [
+    "API_PID",
+    "REDIS_PID",
+    "StackError",
+    "StackRunning",
+    "PortInUse",
+    "RedisUnreachable",
+    "StackStartFailed",
+    "up",
+    "down",
+]
 
 
 class StackError(RuntimeError):
-    pass
+    """`lb up` / `lb down` could not do what was asked; the message says why."""
+
+
+class StackRunning(StackError):
+    """Another stack (or what is left of one) runs on this data dir."""
+
+
+class PortInUse(StackError):
+    """The API port is taken by another process."""
+
+
+class RedisUnreachable(StackError):
+    """The API started but cannot reach Redis."""
+
+
+class StackStartFailed(StackError):
+    """The supervisor, Redis or the API exited during start-up."""
 
 
 def _read(path: Path) -> str | None:
@@ -31,13 +83,12 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _alive(pid: int, expect: str) -> bool:
-    """True if ``pid`` runs and is the program we started (its cmdline names it)."""
+def _stack_info(settings: Settings) -> dict[str, Any]:
+    text = _read(settings.run_dir / STACK_FILE)
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return False
-    return expect.encode() in cmdline
+        return dict(json.loads(text)) if text else {}
+    except ValueError:
+        return {}
 
 
 def local_redis_url(settings: Settings) -> str | None:
@@ -49,101 +100,181 @@ def api_url(settings: Settings) -> str | None:
     return _read(settings.run_dir / API_URL_FILE)
 
 
-def wait_ready(url: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+def _take_lock(settings: Settings) -> int:
+    """The data dir's stack lock, held (non-blocking); StackRunning if taken."""
+    fd = os.open(settings.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _stack_info(settings).get("supervisor", "?")
+        raise StackRunning(
+            f"already running for {settings.data_dir} (supervisor pid {pid}); "
+            "`lb down` first"
+        ) from None
+    return fd
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # The API's uvicorn binds with SO_REUSEADDR too: same test, same answer.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"port {port} on {host} is in use by another process; "
+                    "choose another with --port"
+                ) from None
+            raise StackError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+
+
+def _stack_members(settings: Settings, token: str | None) -> list[int]:
+    """Live processes of this data dir's stack: those with its instance token, and
+    whatever has its AOF open (redis-server rewrites its environment area for its
+    process title, so the token cannot be read back from it)."""
+    members = set(stack_pids(token)) if token else set()
+    aof = settings.redis_dir / AOF_DIR
+    if aof.is_dir():
+        members |= set(processes_with_open_files(aof))
+    members.discard(os.getpid())
+    return sorted(members)
+
+
+def _check_no_leftovers(settings: Settings) -> None:
+    """Refuse while processes of an earlier stack of this data dir still run."""
+    pids = _stack_members(settings, _stack_info(settings).get("token"))
+    if pids:
+        raise StackRunning(
+            f"processes of an earlier stack still run for {settings.data_dir} "
+            f"(pids {', '.join(map(str, pids))}); `lb down` first"
+        )
+
+
+def _supervisor_error(settings: Settings, process: subprocess.Popen[bytes]) -> str:
+    reason = _read(settings.run_dir / ERROR_FILE)
+    return reason or f"the supervisor exited with {process.returncode}"
+
+
+def wait_ready(
+    url: str,
+    timeout: float,
+    process: subprocess.Popen[bytes],
+    token: str | None = None,
+    settings: Settings | None = None,
+) -> None:
+    """Wait until ``url``/readyz answers 200 from the API with ``token``.
+
+    Fails at once (without waiting out ``timeout``) when the supervisor exits, when
+    another program answers on the port, or when our API says Redis is unreachable
+    for a reason other than Redis still loading its AOF.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise StackError(f"API exited with {process.returncode}")
+            reason = (
+                _supervisor_error(settings, process)
+                if settings is not None
+                else f"API exited with {process.returncode}"
+            )
+            raise StackStartFailed(reason)
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
+            reply = httpx.get(f"{url}/readyz", timeout=1)
         except httpx.HTTPError:
-            pass
+            time.sleep(0.1)
+            continue
+        try:
+            body = reply.json()
+        except ValueError:
+            body = None
+        instance = body.get("instance") if isinstance(body, dict) else None
+        if token is not None and instance != token:
+            raise PortInUse(f"another program answers on {url}; choose another --port")
+        if reply.status_code == 200:
+            return
+        detail = str(body.get("detail", "")) if isinstance(body, dict) else ""
+        if reply.status_code == 503 and "BusyLoading" not in detail:
+            raise RedisUnreachable(detail or "Redis is unreachable")
         time.sleep(0.1)
-    raise StackError(f"API did not become ready within {timeout} s")
+    raise StackStartFailed(f"API did not become ready within {timeout:.0f} s")
 
 
 def up(settings: Settings, port: int) -> str:
-    """Start Redis (unless LB_REDIS_URL is set) and the API; return the API URL."""
+    """Start the supervisor (Redis unless LB_REDIS_URL is set, and the API); return
+    the API URL once it is ready."""
     run = settings.run_dir
     run.mkdir(parents=True, exist_ok=True)
-    pid = _read(run / API_PID)
-    if pid and _alive(int(pid), "uvicorn"):
-        raise StackError(f"already running (API pid {pid}); `lb down` first")
-
-    redis_url = settings.redis_url
-    if not redis_url:
-        server = RedisServer(
-            settings.redis_dir, unix_socket=True, appendfsync=settings.appendfsync
-        )
-        server.start()
-        assert server.process is not None
-        (run / REDIS_PID).write_text(str(server.process.pid))
-        redis_url = server.url
-        (run / REDIS_URL_FILE).write_text(redis_url)
-
-    env = dict(
-        os.environ, LB_REDIS_URL=redis_url, LB_DATA_DIR=str(settings.data_dir.resolve())
-    )
-    log = open(run / "api.log", "ab")  # noqa: SIM115 - handed to the child process
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.main:create_app",
-            "--factory",
-            "--host",
-            settings.api_host,
-            "--port",
-            str(port),
-            "--workers",
-            str(settings.api_workers),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    (run / API_PID).write_text(str(process.pid))
-    url = f"http://{settings.api_host}:{port}"
-    (run / API_URL_FILE).write_text(url)
+    lock_fd = _take_lock(settings)
     try:
-        wait_ready(url, 60, process)
+        _check_no_leftovers(settings)
+        _check_port_free(settings.api_host, port)
+        token = secrets.token_hex(16)
+        env = dict(
+            os.environ,
+            LB_DATA_DIR=str(settings.data_dir.resolve()),
+            **{TOKEN_ENV: token},
+        )
+        (run / ERROR_FILE).unlink(missing_ok=True)
+        log = open(run / "supervisor.log", "ab")  # noqa: SIM115 - the child's output
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.supervisor",
+                "--port",
+                str(port),
+                "--token",
+                token,
+                "--lock-fd",
+                str(lock_fd),
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(lock_fd,),
+            start_new_session=True,
+        )
+        log.close()
+        (run / STACK_FILE).write_text(
+            json.dumps({"supervisor": process.pid, "token": token, "port": port})
+        )
+    finally:
+        # The supervisor holds the lock through its inherited descriptor.
+        os.close(lock_fd)
+    url = f"http://{settings.api_host}:{port}"
+    try:
+        wait_ready(url, READY_SECONDS, process, token, settings)
     except StackError:
         down(settings)
         raise
     return url
 
 
-def _stop(pid_file: Path, expect: str) -> bool:
-    pid_text = _read(pid_file)
-    stopped = False
-    if pid_text and pid_text.isdigit() and _alive(int(pid_text), expect):
-        pid = int(pid_text)
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        while _alive(pid, expect) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(pid, expect):
-            os.kill(pid, signal.SIGKILL)
-        stopped = True
-    pid_file.unlink(missing_ok=True)
-    return stopped
-
-
 def down(settings: Settings) -> list[str]:
-    """Stop exactly what `lb up` started for this data dir (API first, then Redis)."""
+    """Stop the stack of this data dir: the supervisor (which stops the API, then
+    Redis), then any process of the stack still alive (orphaned workers)."""
     run = settings.run_dir
-    stopped = []
-    if _stop(run / API_PID, "uvicorn"):
-        stopped.append("api")
-    if _stop(run / REDIS_PID, "redis-server"):
-        stopped.append("redis")
-    (run / API_URL_FILE).unlink(missing_ok=True)
-    (run / REDIS_URL_FILE).unlink(missing_ok=True)
-    return stopped
+    info = _stack_info(settings)
+    token = info.get("token")
+    stopped: list[str] = []
+    pids = _stack_members(settings, token)
+    if not pids:
+        (run / STACK_FILE).unlink(missing_ok=True)
+        return stopped
+    names = {pid: _read(Path(f"/proc/{pid}/comm")) or "?" for pid in pids}
+    api_pid, redis_pid = _read(run / API_PID), _read(run / REDIS_PID)
+    supervisor = info.get("supervisor")
+    if isinstance(supervisor, int) and supervisor in pids:
+        end_processes([supervisor], timeout=60)
+    # Whatever the supervisor did not stop (it was killed, or orphans escaped it).
+    end_processes(_stack_members(settings, token))
+    for pid, name in names.items():
+        if str(pid) == redis_pid or name.startswith("redis"):
+            stopped.append("redis")
+        elif str(pid) == api_pid or pid != supervisor:
+            stopped.append("api")
+    for name in (API_PID, REDIS_PID, API_URL_FILE, REDIS_URL_FILE, STACK_FILE):
+        (run / name).unlink(missing_ok=True)
+    return sorted(set(stopped))

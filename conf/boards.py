@@ -17,6 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from conf.periods import period_ids
 from conf.rules import RULE_VERSIONS
 
 SCOPE_GLOBAL = "global"
@@ -129,13 +130,7 @@ def boards_for_event(
 ) -> list[BoardSpec]:
     """Every board whose window holds ``occurred_at`` and whose scope matches."""
     moment = occurred_at.astimezone(UTC)
-    iso_year, iso_week, _ = moment.isocalendar()
-    periods = [
-        ("daily", moment.strftime("%Y-%m-%d")),
-        ("weekly", f"{iso_year:04d}-W{iso_week:02d}"),
-        ("monthly", moment.strftime("%Y-%m")),
-        ("alltime", "all"),
-    ]
+    periods = period_ids(moment)
     specs: list[BoardSpec] = []
     for season in config.seasons:
         if season.start <= moment < season.end:

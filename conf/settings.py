@@ -2,15 +2,41 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, computed_field, field_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_DEV_KEYS = "dev:dev-secret"
 # 32 bytes: RFC 7518 wants an HS256 key at least as long as the hash.
 LOCAL_PLAYER_TOKEN_KEY = "dev-player-token-key-0123456789ab"
+# Local default admin key (signs /v1/admin/* calls); refused outside local use.
+LOCAL_DEV_ADMIN_KEYS = "admin:dev-admin-secret"
+ENV_PREFIX = "LB_"
+
+
+class SettingsError(ValueError):
+    """An ``LB_*`` variable is invalid; the message names the variable."""
+
+
+def _parse_keys(value: str, variable: str) -> dict[str, bytes]:
+    """``keyId:secret[,keyId:secret]`` -> {keyId: secret bytes}."""
+    keys: dict[str, bytes] = {}
+    for item in value.split(","):
+        key_id, sep, secret = item.strip().partition(":")
+        if not sep or not key_id or not secret:
+            raise ValueError(f"{variable} must be 'keyId:secret[,keyId:secret]'")
+        keys[key_id] = secret.encode()
+    return keys
 
 
 class Settings(BaseSettings):
@@ -22,6 +48,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     boards_file: Path | None = None
     hmac_keys: str = LOCAL_DEV_KEYS
+    # Keys of operators for /v1/admin/* (same signature scheme as writes); a key id
+    # may not be both a game-server and an admin key.
+    admin_keys: str = LOCAL_DEV_ADMIN_KEYS
     partitions: int = Field(default=8, ge=1, le=4096)
     rate_limit: str = "5/60"
     retained_generations: int = Field(default=3, ge=1)
@@ -30,6 +59,9 @@ class Settings(BaseSettings):
     # Dedupe and contribution records live this long; 120 days covers a season
     # plus its lateness with room to spare.
     retention_seconds: int = Field(default=120 * 24 * 3600, ge=60)
+    # ISO-8601 duration (API.md): an occurredAt older than now minus this is refused
+    # with too_old, so an event can never outlive its dedupe record.
+    dedupe_window: timedelta = timedelta(days=30)
     # Bounds of scoring rule v1 (result.points).
     points_min: int = 0
     points_max: int = 1_000_000
@@ -45,8 +77,14 @@ class Settings(BaseSettings):
     player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
     # Most friends one player may list.
     max_friends: int = Field(default=1000, ge=1, le=100_000)
+    # Set by `lb up` for each start; /healthz and /readyz echo it, so `lb up` knows
+    # it is talking to the API it started and not to whatever holds the port.
+    instance_token: str | None = None
     # True outside local use: placeholder secrets are refused.
     production: bool = False
+    # Set by `lb demo` for the API it starts: the public dev key is expected there,
+    # so the start-up warning about it is left out.
+    demo: bool = False
 
     @field_validator("appendfsync")
     @classmethod
@@ -54,6 +92,21 @@ class Settings(BaseSettings):
         if value not in {"always", "everysec", "no"}:
             raise ValueError("LB_APPENDFSYNC must be always, everysec or no")
         return value
+
+    @field_validator("dedupe_window")
+    @classmethod
+    def _window_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("LB_DEDUPE_WINDOW must be a positive ISO-8601 duration")
+        return value
+
+    @property
+    def record_ttl_seconds(self) -> int:
+        """Lifetime of dedupe and contribution records: at least the dedupe window
+        plus the allowed clock skew, so a redelivery accepted by the window always
+        finds its record."""
+        window = int(self.dedupe_window.total_seconds()) + self.max_future_seconds
+        return max(self.retention_seconds, window + 3600)
 
     @field_validator("rate_limit")
     @classmethod
@@ -79,6 +132,31 @@ class Settings(BaseSettings):
                 raise ValueError("LB_HMAC_KEYS must be 'keyId:secret[,keyId:secret]'")
         return value
 
+    @model_validator(mode="after")
+    def _no_dev_key_in_production(self) -> Settings:
+        # Refused at start-up, not at the first write: a service that starts and then
+        # answers 500 to every write is worse than one that does not start.
+        if self.production and self.uses_dev_key:
+            raise ValueError(
+                f"LB_PRODUCTION=true: the public development key {LOCAL_DEV_KEYS!r} "
+                "in LB_HMAC_KEYS is refused; set LB_HMAC_KEYS to your own "
+                "keyId:secret pairs"
+            )
+        if self.production and self.admin_keys == LOCAL_DEV_ADMIN_KEYS:
+            raise ValueError(
+                f"LB_PRODUCTION=true: the public development admin key "
+                f"{LOCAL_DEV_ADMIN_KEYS!r} in LB_ADMIN_KEYS is refused; set "
+                "LB_ADMIN_KEYS to your own keyId:secret pairs"
+            )
+        return self
+
+    @property
+    def uses_dev_key(self) -> bool:
+        """True when LB_HMAC_KEYS accepts the public development key."""
+        return any(
+            item.strip() == LOCAL_DEV_KEYS for item in self.hmac_keys.split(",")
+        )
+
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
     def signing_keys(self) -> dict[str, bytes]:
@@ -95,6 +173,31 @@ class Settings(BaseSettings):
         if self.production and self.player_token_key == LOCAL_PLAYER_TOKEN_KEY:
             raise ValueError("the local player-token key is refused outside local use")
         return self.player_token_key.encode()
+    @field_validator("admin_keys")
+    @classmethod
+    def _admin_keys_format(cls, value: str) -> str:
+        _parse_keys(value, "LB_ADMIN_KEYS")
+        return value
+
+    @model_validator(mode="after")
+    def _keys_disjoint(self) -> Settings:
+        shared = set(_parse_keys(self.hmac_keys, "LB_HMAC_KEYS")) & set(
+            _parse_keys(self.admin_keys, "LB_ADMIN_KEYS")
+        )
+        if shared:
+            raise ValueError(
+                "LB_ADMIN_KEYS and LB_HMAC_KEYS share key ids: "
+                + ", ".join(sorted(shared))
+            )
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def admin_signing_keys(self) -> dict[str, bytes]:
+        """Admin key id -> secret (LB_ADMIN_KEYS)."""
+        if self.production and self.admin_keys == LOCAL_DEV_ADMIN_KEYS:
+            raise ValueError("the local dev admin key is refused outside local use")
+        return _parse_keys(self.admin_keys, "LB_ADMIN_KEYS")
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -122,5 +225,39 @@ class Settings(BaseSettings):
         return self.data_dir / "run"
 
 
+def env_name(field: str) -> str:
+    """The environment variable of a settings field: ``partitions`` -> LB_PARTITIONS."""
+    return ENV_PREFIX + field.upper()
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per bad variable, named as the user sets it (``LB_PARTITIONS``)."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc", ()) if part != "__root__"]
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if loc:
+            given = error.get("input")
+            shown = f" (got {given!r})" if isinstance(given, str | int | float) else ""
+            name = env_name(loc[0])
+            prefix = "" if message.startswith(name) else f"{name}: "
+            lines.append(f"{prefix}{message}{shown}")
+        else:
+            # Model-level checks already name their variables.
+            lines.append(message)
+    return "; ".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate every ``LB_*`` variable once, at start-up.
+
+    :raises SettingsError: naming each invalid variable (``LB_PARTITIONS: ...``).
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc)) from None
+
+
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()

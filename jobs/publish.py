@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -56,6 +57,7 @@ from pyspark.sql import types as T
 from conf.boards import BoardsConfig, load_boards
 from conf.rules import default_registry
 from conf.settings import Settings
+from jobs.audit import land_audit
 from jobs.land import (
     bronze_path,
     extract_landed_through,
@@ -65,6 +67,7 @@ from jobs.land import (
 )
 from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute, transform_totals
+from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
@@ -74,6 +77,7 @@ MANIFEST_FILE = "manifest.json"
 DEFAULT_BUCKET_TARGET = 100
 GENERATION = re.compile(r"^g(\d+)$")
 TMP_PREFIX = ".tmp-"
+log = logging.getLogger(__name__)
 
 SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
 INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
@@ -113,12 +117,57 @@ def generation_number(generation: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def protected_generations(settings: Settings) -> set[str]:
-    """Generations retention must keep whatever their age (award snapshots).
+# A generation that left the newest K stays on disk this long: an API process maps
+# the newest K as of its last scan (a few seconds old), so a page or pinned read it
+# is serving from that generation finishes on files that still exist.
+RETENTION_GRACE_SECONDS = 600
 
-    Hook: awards are not built yet, so nothing is protected beyond the newest K.
+
+class RetentionUnsafe(RuntimeError):
+    """What the speed layer stands on cannot be read: retention deletes nothing."""
+
+
+def base_generations(settings: Settings) -> set[str]:
+    """The base generation of every partition of the speed layer (``lb:{pN}:base``).
+
+    :raises RetentionUnsafe: when Redis cannot be read.
     """
-    return set()
+    import redis
+
+    from speed.partitions import Keys
+    from speed.server import resolve_redis_url
+
+    try:
+        client = redis.Redis.from_url(resolve_redis_url(settings), socket_timeout=10)
+        try:
+            pipe = client.pipeline(transaction=False)
+            for partition in range(settings.partitions):
+                pipe.hget(Keys(partition).base_generation, "g")
+            numbers = pipe.execute()
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, RuntimeError) as exc:
+        raise RetentionUnsafe(f"cannot read the partitions' bases: {exc}") from exc
+    return {f"g{int(n)}" for n in numbers if n is not None and int(n) > 0}
+
+
+def protected_generations(settings: Settings) -> set[str]:
+    """Generations retention must keep whatever their age.
+
+    * every partition's base generation: live reads merge the speed layer's changes
+      with exactly that generation, so removing it before the rebase onto a newer
+      one would degrade every live read (issue 7, item 4);
+    * award snapshots: the season-close code extends this set with the generations
+      its award snapshots name (add them here, e.g. from the awards table under
+      ``settings.data_dir``), so they stay readable forever.
+
+    Pinned cursors are covered by :func:`apply_retention` itself: a cursor is honoured
+    while its generation is one of the newest ``retained_generations`` (API.md), plus
+    ``RETENTION_GRACE_SECONDS``.
+
+    :raises RetentionUnsafe: when the bases cannot be read (then nothing is deleted).
+    """
+    return base_generations(settings)
 
 
 def _sha256(path: Path) -> str:
@@ -338,12 +387,34 @@ def repair_segments(
             _atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
 
 
+def _published_at(row: PublishedRow) -> float:
+    try:
+        text = json.loads(row.manifest_json)["publishedAt"]
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (ValueError, KeyError, TypeError):
+        return time.time()  # unknown: treat as just published (keeps it longer)
+
+
 def apply_retention(
-    settings: Settings, published: Iterable[PublishedRow], protected: set[str]
+    settings: Settings,
+    published: Iterable[PublishedRow],
+    protected: set[str],
+    now: float | None = None,
 ) -> list[str]:
-    """Delete segment dirs older than the newest ``retained_generations``."""
-    numbers = sorted((r.number, r.generation) for r in published)
-    keep = {g for _, g in numbers[-settings.retained_generations:]} | protected
+    """Delete segment dirs older than the newest ``retained_generations``, except the
+    ``protected`` ones and those that left the newest K less than
+    ``RETENTION_GRACE_SECONDS`` ago (when the K-th newer generation was published)."""
+    rows = sorted(published, key=lambda r: r.number)
+    numbers = [(r.number, r.generation) for r in rows]
+    retained = settings.retained_generations
+    keep = {g for _, g in numbers[-retained:]} | protected
+    now = time.time() if now is None else now
+    for i, row in enumerate(rows):
+        pushed_out_by = i + retained
+        if pushed_out_by < len(rows) and (
+            now - _published_at(rows[pushed_out_by]) < RETENTION_GRACE_SECONDS
+        ):
+            keep.add(row.generation)
     deleted = []
     for _, generation in numbers:
         directory = settings.segments_dir / generation
@@ -364,6 +435,15 @@ def load_manifest_row(
         .option("txnVersion", number)
         .save(str(path))
     )
+
+
+def _retain(settings: Settings, published: list[PublishedRow]) -> list[str]:
+    try:
+        protected = protected_generations(settings)
+    except RetentionUnsafe as exc:
+        log.warning("retention skipped: %s", exc)
+        return []
+    return apply_retention(settings, published, protected)
 
 
 # ------------------------------------------------------------------------- the job
@@ -464,6 +544,9 @@ def run_publish(
     ``timings``, when given, receives the wall-clock seconds of each phase.
     """
     clock = _PhaseClock(timings)
+    if land:
+        # Which Redis to land from is settled before Spark starts: never a default.
+        resolve_redis_url(settings)
     if fail_before_manifest:
         fail_at = "before_manifest_row"
     if spark is None:
@@ -480,13 +563,15 @@ def run_publish(
 
     published = extract_published(spark, manifest_path)
     repair_segments(settings, published)
-    apply_retention(settings, published, protected_generations(settings))
+    _retain(settings, published)
     number = max((r.number for r in published), default=0) + 1
     generation = f"g{number}"
 
     clock.lap("repair")
     if land:
         landed = run_land(settings, spark, after_commit=after_land_commit)
+        # Admin actions recorded in Redis since the last publish reach Delta too.
+        land_audit(settings, spark)
     else:
         landed = extract_landed_through(spark, bronze_path(settings))
     boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
@@ -554,7 +639,7 @@ def run_publish(
 
     clock.lap("manifest")
     published = extract_published(spark, manifest_path)
-    apply_retention(settings, published, protected_generations(settings))
+    _retain(settings, published)
     clock.lap("retention")
     return generation
 

@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.boards import SCOPE_GLOBAL, Season, to_ms
+from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
 from conf.rules import RuleRegistry, default_registry
 from jobs.rules import points_under
 
@@ -118,11 +119,12 @@ def board_columns(
     thursday = F.date_add(day, F.lit(3) - F.weekday(day))
     iso_year = F.year(thursday)
     iso_week = F.floor((F.dayofyear(thursday) - 1) / 7).cast("int") + 1
+    # The patterns live in conf.periods, shared with the speed layer.
     periods = [
-        ("daily", F.date_format(day, "yyyy-MM-dd")),
-        ("weekly", F.format_string("%04d-W%02d", iso_year, iso_week)),
-        ("monthly", F.date_format(day, "yyyy-MM")),
-        ("alltime", F.lit("all")),
+        ("daily", F.format_string(DAILY, F.year(day), F.month(day), F.dayofmonth(day))),
+        ("weekly", F.format_string(WEEKLY, iso_year, iso_week)),
+        ("monthly", F.format_string(MONTHLY, F.year(day), F.month(day))),
+        ("alltime", F.lit(ALLTIME)),
     ]
     items: list[Column] = []
     for season in seasons:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
-# Ids are non-empty printable strings of at most 128 bytes (checked in bytes below,
-# since 128 characters of UTF-8 can be up to 512 bytes).
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+# The schema bounds ids loosely (a decomposed id is longer than its NFC form);
+# normalize() applies API.md's rule after NFC: 1-64 letters, digits and _ - . :
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
-MAX_ID_BYTES = 128
+MAX_ID_CHARS = 64
+ID_PUNCTUATION = frozenset("_-.:")
+ID_FIELDS = ("eventId", "playerId", "matchId")
 
 
 class EventResult(BaseModel):
@@ -56,7 +58,39 @@ class EventInvalid(ValueError):
         self.message = message
 
 
+class TooOld(EventInvalid):
+    """occurredAt is older than the dedupe window (422 ``too_old``)."""
+
+
+def _id_char_ok(char: str, first: bool) -> bool:
+    if char in ID_PUNCTUATION:
+        return True
+    category = unicodedata.category(char)
+    # Letters (any script), decimal digits, and the combining marks some scripts
+    # need on a letter even after NFC (e.g. Devanagari vowel signs).
+    return category[0] == "L" or category == "Nd" or (category[0] == "M" and not first)
+
+
+def normalize_id(field: str, value: str) -> str:
+    """The NFC form of an id; raises EventInvalid naming ``field`` if it breaks the
+    rule of API.md (1-64 letters, digits and ``_ - . :`` after NFC).
+
+    NFC makes a composed and a decomposed ``José`` one player; refusing '/' and the
+    like keeps every accepted id readable back through a URL path.
+    """
+    nfc = unicodedata.normalize("NFC", value)
+    if not 1 <= len(nfc) <= MAX_ID_CHARS:
+        raise EventInvalid(field, f"must be 1-{MAX_ID_CHARS} characters after NFC")
+    if not all(_id_char_ok(c, i == 0) for i, c in enumerate(nfc)):
+        raise EventInvalid(
+            field, "only letters, digits and _ - . : are allowed (after Unicode NFC)"
+        )
+    return nfc
+
+
 def parse_rfc3339(value: str) -> datetime:
+    """An RFC 3339 timestamp with offset, in UTC; ValueError if it is not one or its
+    UTC instant leaves the representable range (year 1 to 9999)."""
     if not RFC3339.match(value):
         raise ValueError(
             "must be an RFC 3339 timestamp with offset, e.g. 2026-11-20T10:00:00Z"
@@ -64,7 +98,14 @@ def parse_rfc3339(value: str) -> datetime:
     text = value.replace("z", "Z").replace("t", "T").replace(" ", "T")
     # Python accepts at most microseconds; trim extra fractional digits.
     text = re.sub(r"\.(\d{6})\d+", r".\1", text)
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except (OverflowError, ValueError):
+        # 9999-12-31T23:59:59-23:59 is a valid string whose UTC instant is past
+        # year 9999; 2026-02-30 is not a date at all.
+        raise ValueError(
+            "must be a valid date and time within years 1 to 9999"
+        ) from None
 
 
 class NormalizedEvent:
@@ -131,15 +172,14 @@ def normalize(
     regions: list[str],
     now: datetime,
     max_future: timedelta,
+    dedupe_window: timedelta | None = None,
 ) -> NormalizedEvent:
-    """Check what the schema cannot (bytes, printable, clock); normalize. The
-    record's bounds belong to the scoring rules (conf/rules.py)."""
-    for name in ("eventId", "playerId", "matchId"):
-        value = getattr(event, name)
-        if len(value.encode("utf-8")) > MAX_ID_BYTES:
-            raise EventInvalid(name, f"must be at most {MAX_ID_BYTES} bytes")
-        if not PRINTABLE.match(value) or not value.isprintable():
-            raise EventInvalid(name, "must be a printable string")
+    """Check what the schema cannot (id alphabet, clock); normalize ids to NFC and
+    occurredAt to UTC. The record's bounds belong to the scoring rules
+    (conf/rules.py)."""
+    ids = {name: normalize_id(name, getattr(event, name)) for name in ID_FIELDS}
+    if any(ids[name] != getattr(event, name) for name in ID_FIELDS):
+        event = event.model_copy(update=ids)
     if event.region not in regions:
         raise EventInvalid(
             "region", f"unknown region; configured: {', '.join(regions)}"
@@ -154,4 +194,13 @@ def normalize(
         raise EventInvalid(
             "occurredAt", f"more than {int(max_future.total_seconds())} s in the future"
         )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    if dedupe_window is not None:
+        try:
+            oldest = now - dedupe_window
+        except OverflowError:  # a window reaching before year 1 bounds nothing
+            pass
+    if occurred_at < oldest:
+        # Its dedupe record may be gone: accepting it could count it twice.
+        raise TooOld("occurredAt", f"older than the dedupe window ({dedupe_window})")
     return NormalizedEvent(event, occurred_at)

@@ -6,10 +6,14 @@ reply to a write means the write is on disk.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -19,6 +23,62 @@ from conf.settings import Settings
 
 class RedisServerError(RuntimeError):
     pass
+
+
+class RedisDataInUse(RedisServerError):
+    """Another process has this data dir's AOF open: a second server on the same
+    files would interleave two histories in one log."""
+
+
+class RedisNotConfigured(RuntimeError):
+    """Neither LB_REDIS_URL nor a local stack names the Redis to use."""
+
+
+# Files created by the local Redis (AOF, its manifest, the log) are readable by
+# their owner only: they hold every event of the partition logs.
+PRIVATE_UMASK = 0o077
+AOF_DIR = "appendonlydir"  # Redis 7's multi-part AOF directory, under --dir
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: get SIGTERM when the parent dies, so a
+    killed supervisor does not leave its children running (Linux prctl)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # pragma: no cover - not Linux: best effort
+        pass
+
+
+def processes_with_open_files(directory: Path) -> dict[int, str]:
+    """pid -> program name of every process with a file under ``directory`` open.
+
+    Reads ``/proc/<pid>/fd``; processes of other users are not visible and skipped.
+    """
+    root = str(Path(directory).resolve()) + os.sep
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(root):
+                try:
+                    name = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    name = "?"
+                found[pid] = name
+                break
+    return found
 
 
 def free_port() -> int:
@@ -49,6 +109,9 @@ class RedisServer:
         unix_socket: bool = False,
         appendfsync: str = "always",
         log_file: Path | None = None,
+        new_session: bool = True,
+        env: dict[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port if port is not None else (0 if unix_socket else free_port())
@@ -56,6 +119,11 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.log_file = log_file or self.data_dir / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
+        # A supervisor keeps Redis in its own process group (new_session=False) so
+        # that stopping the group stops it; tests give it a session of its own.
+        self.new_session = new_session
+        self.env = env
+        self.preexec = preexec
 
     @property
     def url(self) -> str:
@@ -94,14 +162,32 @@ class RedisServer:
             ]
         return args
 
+    def aof_dir(self) -> Path:
+        return self.data_dir / AOF_DIR
+
     def start(self, timeout: float = 20.0) -> RedisServer:
+        """Start the server; refuses (RedisDataInUse) while any process has this data
+        dir's AOF open, e.g. a server orphaned by a killed stack."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.data_dir, 0o700)
+        if self.aof_dir().is_dir():
+            holders = processes_with_open_files(self.aof_dir())
+            holders.pop(os.getpid(), None)
+            if holders:
+                listed = ", ".join(f"{p} ({n})" for p, n in sorted(holders.items()))
+                raise RedisDataInUse(
+                    f"the AOF in {self.aof_dir()} is open by pid {listed}; "
+                    "stop it (`lb down`) before starting Redis on it"
+                )
         self.process = subprocess.Popen(
             self.command(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=self.new_session,
+            env=self.env,
+            umask=PRIVATE_UMASK,
+            preexec_fn=self.preexec,
         )
         self.wait_ready(timeout)
         return self
@@ -146,10 +232,22 @@ class RedisServer:
 
 
 def resolve_redis_url(settings: Settings) -> str:
-    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR, else default."""
+    """LB_REDIS_URL, else the server `lb up` started for LB_DATA_DIR.
+
+    Never a default address: a job that lands and trims logs must not reach some
+    other Redis that happens to listen on the usual port.
+
+    :raises RedisNotConfigured: when neither names a Redis.
+    """
     if settings.redis_url:
         return settings.redis_url
     try:
-        return (settings.run_dir / "redis.url").read_text().strip()
+        url = (settings.run_dir / "redis.url").read_text().strip()
     except OSError:
-        return "redis://127.0.0.1:6379/0"
+        url = ""
+    if not url:
+        raise RedisNotConfigured(
+            f"no Redis for data dir {settings.data_dir}: start the stack with "
+            "`lb up` or set LB_REDIS_URL"
+        )
+    return url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ def settings(
         data_dir=tmp_path / "lb",
         partitions=4,
         rate_limit="off",
+        # Fixed event dates in tests (November 2026) must not age out of the window.
+        dedupe_window=timedelta(days=3650),
     )
 
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 
 from api.deps import BoardsDep, GenerationsDep, LiveDep
 from api.errors import (
+    READ_ERROR_RESPONSES,
     BoardNotFound,
     GenerationExpired,
     GenerationNotFound,
@@ -30,7 +31,9 @@ from api.segments import (
 )
 from conf.boards import BoardsConfig, describe_board, season_cutoffs_ms
 
-router = APIRouter(prefix="/v1/boards", tags=["boards"])
+router = APIRouter(
+    prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RESPONSES
+)
 
 Mode = Literal["live", "snapshot", "approx"]
 ModeQuery = Annotated[Mode, Query()]

@@ -7,27 +7,35 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from starlette.responses import Response
 
-from api.deps import SpeedDep
-from api.errors import NotReady
+from api.deps import SettingsDep, SpeedDep
+from api.errors import NotReady, store_error_reason
 from api.responses import FastJSONResponse
+from conf.settings import Settings
 
 router = APIRouter(tags=["health"])
 
 
+def _instance(settings: Settings) -> dict[str, str]:
+    token = settings.instance_token
+    return {"instance": token} if token else {}
+
+
 @router.get("/healthz")
-async def read_health() -> FastJSONResponse:
-    """The process is alive."""
-    return FastJSONResponse({"status": "ok"})
+async def read_health(settings: SettingsDep) -> FastJSONResponse:
+    """The process is alive; ``instance`` names the `lb up` that started it."""
+    return FastJSONResponse({"status": "ok", **_instance(settings)})
 
 
 @router.get("/readyz")
-async def read_readiness(speed: SpeedDep) -> FastJSONResponse:
-    """Ready when Redis answers."""
+async def read_readiness(speed: SpeedDep, settings: SettingsDep) -> FastJSONResponse:
+    """Ready when Redis answers; ``instance`` lets `lb up` tell its own API apart."""
     try:
         await speed.client.ping()
     except (RedisError, OSError) as exc:
-        raise NotReady(f"redis unavailable: {exc}") from None
-    return FastJSONResponse({"status": "ready"})
+        raise NotReady(
+            f"redis unavailable: {store_error_reason(exc)}", **_instance(settings)
+        ) from None
+    return FastJSONResponse({"status": "ready", **_instance(settings)})
 
 
 @router.get("/metrics")

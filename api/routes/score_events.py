@@ -12,8 +12,10 @@ from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
+    WRITE_ERROR_RESPONSES,
     BodyTooLarge,
     Conflict,
+    EventTooOld,
     ImplausibleEvent,
     InvalidRequest,
     TooManyRequests,
@@ -24,11 +26,19 @@ from api.security import verify
 from conf.boards import BoardsConfig
 from conf.rules import Implausible, RuleInputError, RuleRegistry
 from conf.settings import Settings
-from speed.events import EventInvalid, NormalizedEvent, ScoreEventIn, normalize
+from speed.events import (
+    EventInvalid,
+    NormalizedEvent,
+    ScoreEventIn,
+    TooOld,
+    normalize,
+)
 from speed.scoring import score_event
 from speed.store import EventConflict, RateLimited
 
-router = APIRouter(prefix="/v1", tags=["score-events"])
+router = APIRouter(
+    prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
+)
 
 IMPLAUSIBLE = Counter(
     "lb_implausible_events_total",
@@ -96,7 +106,10 @@ def validate_event(
             regions=boards.regions,
             now=now,
             max_future=timedelta(seconds=settings.max_future_seconds),
+            dedupe_window=settings.dedupe_window,
         )
+    except TooOld as exc:
+        raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
     try:

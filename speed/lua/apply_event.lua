@@ -119,9 +119,11 @@ if is_new_match and min_gap_ms > 0 then
 end
 
 -- Per-player token bucket for new match results only: redeliveries (caught above)
--- and corrections never spend tokens. "capacity/refillSeconds" (API.md) is a burst of
--- capacity, then ONE token every refillSeconds (5/60: 5 at once, then 1 a minute).
-if rate_capacity > 0 and is_new_match and not is_correction then
+-- and corrections of a stored match never spend tokens; a "correction" of a match
+-- never seen is a new match (API.md), else it would bypass the limit.
+-- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
+-- refillSeconds (5/60: 5 at once, then 1 a minute).
+if rate_capacity > 0 and is_new_match then
   local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
   local tokens = tonumber(bucket[1]) or rate_capacity
   local last = tonumber(bucket[2]) or now_ms

@@ -1,0 +1,109 @@
+"""Retention never removes a generation the speed layer stands on (issue 7, item 4)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from conf.settings import Settings
+from jobs.publish import (
+    GOLD_MANIFEST,
+    RETENTION_GRACE_SECONDS,
+    PublishedRow,
+    apply_retention,
+    extract_published,
+    protected_generations,
+    rfc3339,
+    run_publish,
+)
+from speed.rebase import rebase_published
+from tests.conftest import SignedClient, event
+
+BOARD = "season:S4:global"
+
+
+def _rows(settings: Settings, published_at: list[float]) -> list[PublishedRow]:
+    from datetime import UTC, datetime
+
+    rows = []
+    for number, moment in enumerate(published_at, start=1):
+        generation = f"g{number}"
+        (settings.segments_dir / generation).mkdir(parents=True)
+        stamp = rfc3339(datetime.fromtimestamp(moment, UTC))
+        rows.append(
+            PublishedRow(generation, number, json.dumps({"publishedAt": stamp}))
+        )
+    return rows
+
+
+@pytest.mark.unit
+def test_retention_keeps_newest_k_protected_and_recently_superseded(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path / "lb", retained_generations=2)
+    now = time.time()
+    hour = 3600.0
+    rows = _rows(settings, [now - 5 * hour, now - 4 * hour, now - 3 * hour,
+                            now - 60, now - 30])
+    # g1 is a partition's base; g2 left the newest 2 when g4 came (60 s ago): grace;
+    # g3 left them when g5 came (30 s ago): grace too.
+    deleted = apply_retention(settings, rows, {"g1"}, now=now)
+    assert deleted == []
+    later = now + RETENTION_GRACE_SECONDS + 1
+    assert apply_retention(settings, rows, {"g1"}, now=later) == ["g2", "g3"]
+    assert sorted(p.name for p in settings.segments_dir.iterdir()) == [
+        "g1", "g4", "g5"
+    ]
+
+
+@pytest.mark.integration
+def test_publishes_without_rebase_keep_the_base_generation(
+    spark: Any, settings: Settings
+) -> None:
+    settings = settings.model_copy(update={"retained_generations": 1})
+    with TestClient(create_app(settings)) as client:
+        api = SignedClient(client)
+        for i, points in enumerate((30, 20, 10)):
+            reply = api.post(
+                "/v1/score-events",
+                event(eventId=f"E{i}", playerId=f"P{i}", matchId=f"M{i}",
+                      result={"points": points}),
+            )
+            assert reply.status_code == 200
+        assert run_publish(settings, spark=spark) == "g1"
+        assert set(rebase_published(settings, "g1").partitions.values()) == {"ok"}
+        # Two publishes killed before their rebase: every partition stays on g1.
+        api.post("/v1/score-events", event(eventId="E9", playerId="P2",
+                                           matchId="M9", result={"points": 50}))
+        assert run_publish(settings, spark=spark) == "g2"
+        assert run_publish(settings, spark=spark) == "g3"
+        assert protected_generations(settings) == {"g1"}
+        assert (settings.segments_dir / "g1" / "manifest.json").exists()
+        # Live reads still stand on g1, exactly.
+        client.app.state.generations.refresh(force=True)  # type: ignore[attr-defined]
+        top = api.get(f"/v1/boards/{BOARD}/top").json()
+        assert (top["exactness"], top["basis"]) == ("exact", "live"), top
+        assert top["generation"]["id"] == "g1"
+        assert [(e["playerId"], e["score"]) for e in top["entries"]] == [
+            ("P2", 60), ("P0", 30), ("P1", 20)
+        ]
+        rank = api.get(f"/v1/boards/{BOARD}/players/P1").json()
+        assert (rank["exactness"], rank["rank"]) == ("exact", 3)
+        # Once rebased past it, g1 is an ordinary old generation again.
+        rebase_published(settings, "g3")
+        assert protected_generations(settings) == {"g3"}
+        published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
+        later = time.time() + RETENTION_GRACE_SECONDS + 1
+        deleted = apply_retention(
+            settings, published, protected_generations(settings), now=later
+        )
+        assert deleted == ["g1", "g2"]
+        top = api.get(f"/v1/boards/{BOARD}/top").json()
+        assert (top["exactness"], top["basis"]) == ("exact", "live")
+        assert top["generation"]["id"] == "g3"
