@@ -18,9 +18,10 @@ from api.friends import FriendsReader
 from api.live import LiveReader
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
-from api.routes import friends, health, score_events
-from api.segments import GenerationRegistry
+from api.routes import flags, friends, health, quarantine, score_events
+from api.segments import GenerationRegistry, quarantine_thresholds
 from conf.boards import load_boards
+from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from speed.server import resolve_redis_url
@@ -78,7 +79,10 @@ class ObserveMiddleware:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
-    boards = load_boards(settings.boards_file)
+    # Seasons promoted to another scoring rule (lb replay --promote) score under it.
+    boards = effective_boards(
+        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
     warn_about_dev_key(settings)
 
     @asynccontextmanager
@@ -94,6 +98,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)
         app.state.friends = FriendsReader(app.state.live)
+        app.state.speed.thresholds = lambda: quarantine_thresholds(
+            app.state.generations
+        )
         # Everything built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
@@ -121,4 +128,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
     app.include_router(friends.router)
+    app.include_router(flags.router)
+    app.include_router(quarantine.router)
     return app

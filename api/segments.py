@@ -82,6 +82,9 @@ class BoardSegment:
     bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # Encoded first rows (enc(score) + player id), filled by live top reads.
     encoded_prefix: list[bytes] = field(default_factory=list)
+    # Shadowed players' scores (jobs/shadow.py): not on the board, but their own
+    # rank read answers as if they were.
+    hidden: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
@@ -93,6 +96,15 @@ class BoardSegment:
             scores=table.column("score").to_numpy(),
             index=index.column("row").to_numpy(),
         )
+        if meta.get("hidden"):
+            hidden = _read_table(directory / meta["hidden"])
+            segment.hidden = dict(
+                zip(
+                    hidden.column("player_id").to_pylist(),
+                    hidden.column("score").to_pylist(),
+                    strict=True,
+                )
+            )
         buckets_file = directory / meta.get("buckets", f"{board}.buckets.arrow")
         if buckets_file.exists():
             buckets = _read_table(buckets_file)
@@ -334,3 +346,18 @@ class GenerationRegistry:
         if latest is not None and number < latest.number:
             raise GenerationExpiredError(generation_id, latest.id)
         raise GenerationNotFoundError(f"generation {generation_id} does not exist")
+
+
+def quarantine_thresholds(
+    registry: GenerationRegistry,
+) -> dict[str, dict[str, int]]:
+    """board -> cohort -> points above which an event is held (latest generation's
+    ``quarantine`` map; empty before the first generation)."""
+    latest = registry.latest()
+    if latest is None:
+        return {}
+    raw = latest.manifest.get("quarantine") or {}
+    return {
+        str(board): {str(c): int(v) for c, v in cohorts.items()}
+        for board, cohorts in raw.items()
+    }

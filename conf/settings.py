@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
     # Most friends one player may list.
     max_friends: int = Field(default=1000, ge=1, le=100_000)
+    # Quarantine: an event above this quantile of its board's and cohort's per-match
+    # points is held, once a (board, cohort) has this many contributions.
+    quarantine_quantile: float = Field(default=0.9999, gt=0, lt=1)
+    quarantine_min_samples: int = Field(default=1000, ge=1)
     # Set by `lb up` for each start; /healthz and /readyz echo it, so `lb up` knows
     # it is talking to the API it started and not to whatever holds the port.
     instance_token: str | None = None

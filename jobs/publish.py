@@ -55,6 +55,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, load_boards
+from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import land_audit
@@ -65,8 +66,10 @@ from jobs.land import (
     table_exists,
     transform_records,
 )
+from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import transform_recompute, transform_totals
+from jobs.shadow import extract_shadowed, hidden_rows, transform_public, write_hidden
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -503,8 +506,9 @@ def build_manifest(
     published_at: datetime,
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
+    quarantine: Mapping[str, Mapping[str, int]] | None = None,
 ) -> str:
-    body = {
+    body: dict[str, Any] = {
         "generation": generation,
         "publishedAt": rfc3339(published_at),
         "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
@@ -512,11 +516,15 @@ def build_manifest(
         "boards": {
             board: {
                 k: boards[board][k]
-                for k in ("population", "file", "index", "buckets", "sha256")
+                for k in ("population", "file", "index", "buckets", "sha256", "hidden")
+                if k in boards[board]
             }
             for board in sorted(boards)
         },
     }
+    if quarantine:
+        # board -> cohort -> points above which the owner transaction holds an event.
+        body["quarantine"] = {b: dict(c) for b, c in sorted(quarantine.items())}
     return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -583,17 +591,28 @@ def run_publish(
         # Nothing landed yet: an empty bronze frame publishes an empty generation.
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
+    # Promoted rules apply to their seasons; registered replays add their namespace
+    # boards (season:<S>@<R>:<scope>), computed in the same pass.
+    rule_state = load_rule_state(settings.data_dir)
+    boards = effective_boards(boards, rule_state)
     contributions, _ = transform_recompute(
         events,
         boundary,
-        boards.seasons,
+        [*boards.seasons, *namespace_seasons(boards, rule_state)],
         window_rule=boards.rule,
         registry=default_registry(settings.points_min, settings.points_max),
     )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    ranked = transform_rank(totals_now, partitions)
+    thresholds = extract_thresholds(
+        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
+        settings.quarantine_quantile,
+        settings.quarantine_min_samples,
+    )
+    # Shadowed players stay out of the public snapshot (jobs/shadow.py).
+    shadowed = extract_shadowed(settings) if land else set()
+    ranked = transform_rank(transform_public(totals_now, shadowed), partitions)
     load_gold_snapshot(ranked, gold_path, generation)
     clock.lap("rank_gold")
 
@@ -604,6 +623,7 @@ def run_publish(
     tmp.mkdir()
     try:
         board_files = write_segments(table, tmp, bucket_target)
+        write_hidden(hidden_rows(totals_now, shadowed), tmp, board_files)
         _fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -616,7 +636,9 @@ def run_publish(
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
     published_at = datetime.now(UTC)
-    manifest_json = build_manifest(generation, published_at, boundary, board_files)
+    manifest_json = build_manifest(
+        generation, published_at, boundary, board_files, thresholds
+    )
     row = {
         "generation": generation,
         "generation_number": number,

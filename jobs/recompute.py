@@ -39,7 +39,24 @@ RECORD_COLUMNS = {
     "kills": "bigint",
     "duration_seconds": "bigint",
     "scores": "map<string,bigint>",
+    "status": "string",
 }
+
+
+def transform_held(events: DataFrame, released: DataFrame) -> DataFrame:
+    """Drop quarantined records that no ``released`` record (within the boundary)
+    released. Run after ``transform_accepted``: a held record takes its match's
+    revision (a resend is superseded) even while it applies nothing."""
+    flagged = released.withColumn("_released", F.lit(True))
+    return (
+        events.join(F.broadcast(flagged), ["player_id", "event_id"], "left")
+        .where(
+            F.col("status").isNull()
+            | (F.col("status") != "quarantined")
+            | F.col("_released").isNotNull()
+        )
+        .drop("_released")
+    )
 
 
 def transform_within_boundary(
@@ -307,7 +324,10 @@ def transform_contributions(
         F.col("last.position").alias("position"),
         F.col("last.source_revision").alias("source_revision"),
         F.col("b.rule").alias("rule"),
-    )
+        F.col("last.region").alias("region"),
+        # A match the board's rule cannot score (a replay under a rule reading fields
+        # the record lacks) contributes nothing.
+    ).where(F.col("points").isNotNull())
 
 
 def transform_totals(contributions: DataFrame) -> DataFrame:
@@ -344,7 +364,15 @@ def transform_recompute(
         events = events.repartition("player_id")
     else:
         events = events.repartition(num_partitions, "player_id")
+    # A release is not an event of its own: it makes the held record count.
+    released = (
+        events.where(F.col("status") == "released")
+        .select("player_id", "event_id")
+        .distinct()
+    )
+    events = events.where(F.col("status").isNull() | (F.col("status") != "released"))
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
+    events = transform_held(events, released)
     contributions = transform_contributions(events, seasons, window_rule, registry)
     return contributions, transform_totals(contributions)

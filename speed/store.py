@@ -7,6 +7,7 @@ after another in order, so a batch's results come back in the order it was sent.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -47,6 +48,8 @@ class _Call:
     partition: int
     specs: list[BoardSpec]
     extra_boards: list[str] = field(default_factory=list)
+    # "apply", or "release" (a quarantined event, as of its acceptance time).
+    mode: str = "apply"
 
 
 def decode_result(raw: bytes | str, event_id: str, player_id: str) -> dict[str, Any]:
@@ -106,6 +109,10 @@ class SpeedLayer:
         self._keys_cache: dict[int, Keys] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
+        # Quarantine thresholds of the latest generation: board -> cohort (region) ->
+        # points; the API points this at its generation registry.
+        self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
+        self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -163,6 +170,8 @@ class SpeedLayer:
             keys.position,
             keys.rate(player),
             keys.recent_matches(player),
+            keys.flags,
+            keys.quarantine,
         ]
         capacity, refill_ms = self._rate_args
         args: list[Any] = [
@@ -182,8 +191,10 @@ class SpeedLayer:
             len(feeding),
             int(call.event.occurred_at.timestamp() * 1000),
             *call.event.limits,
+            call.mode,
         ]
         scores = call.event.scores
+        thresholds = self._thresholds_now
         board_cache = self._board_cache
         for spec, feeds in feeding:
             board = spec.board
@@ -205,6 +216,7 @@ class SpeedLayer:
                 1 if feeds else 0,
                 scores[spec.rule] if feeds else 0,
                 spec.rule,
+                thresholds.get(board, {}).get(event.region, 0),
             ]
         return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
 
@@ -254,7 +266,9 @@ class SpeedLayer:
                 raise reply
         return replies
 
-    async def apply(self, events: list[NormalizedEvent]) -> list[Outcome]:
+    async def apply(
+        self, events: list[NormalizedEvent], *, release_at_ms: int | None = None
+    ) -> list[Outcome]:
         """Apply events in order; one pipelined round trip (plus rare retries).
 
         Events not scored yet (:func:`speed.scoring.score_event`) are scored here.
@@ -262,11 +276,13 @@ class SpeedLayer:
         for e in events:
             if not e.scores:
                 score_event(e, self.boards, self.rules)
+        self._thresholds_now = self.thresholds() if release_at_ms is None else {}
         calls = [
             _Call(
                 e,
                 partition_of(e.event.playerId, self.partitions),
                 self._boards_for(e.occurred_at, e.event.region),
+                mode="apply" if release_at_ms is None else "release",
             )
             for e in events
         ]
@@ -277,7 +293,9 @@ class SpeedLayer:
         for _ in range(64):
             if not pending:
                 break
-            now_ms = int(self.clock() * 1000)
+            now_ms = release_at_ms
+            if now_ms is None:
+                now_ms = int(self.clock() * 1000)
             replies = await self._evalsha_all(
                 [self._script_args(calls[i], now_ms) for i in pending]
             )
@@ -306,6 +324,18 @@ class SpeedLayer:
                             "eventId already used for this player "
                             "with different content"
                         )
+                    )
+                elif kind in ("superseded", "noop"):
+                    # Release outcomes: nothing was applied.
+                    event = calls[i].event.event
+                    detail = payload.decode() if isinstance(payload, bytes) else payload
+                    outcomes[i] = Outcome(
+                        body={
+                            "eventId": event.eventId,
+                            "playerId": event.playerId,
+                            "status": kind,
+                            "detail": detail,
+                        }
                     )
                 elif kind == "rate_limited":
                     outcomes[i] = Outcome(error=RateLimited(int(payload)))

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request
 
 from api.deps import BoardsDep, FriendsDep, GenerationsDep, LiveDep, SettingsDep
 from api.errors import InvalidRequest, PlayerNotFound
+from api.flags import shadowed_among
 from api.friends import (
     NotExact,
     rank_members,
@@ -90,7 +91,10 @@ async def read_friends_ranking(
     """The player and friends ranked among themselves (needs the player's token)."""
     _check_board(config, board)
     require_player(authorization, settings.player_token_secret, player_id)
-    members = [player_id, *await read_friends(live, player_id)]
+    friends = await read_friends(live, player_id)
+    # Shadowed friends are hidden like everywhere public; the player sees itself.
+    hidden = await shadowed_among(live.speed, friends)
+    members = [player_id, *(f for f in friends if f not in hidden)]
     header: dict[str, Any] | None = None
     if mode == "live" and generation is None:
         try:

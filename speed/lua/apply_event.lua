@@ -10,7 +10,11 @@
 -- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
 -- KEYS[6] recent matches       zset matchId -> occurredAt ms of the player's accepted
 --         new matches (plausibility bounds; kept only when a rule has such bounds)
--- then per board i (6 keys each, from KEYS[7]):
+-- KEYS[7] flags                hash playerId -> "shadow" (shadow removal): a shadowed
+--         player's totals change, but it stays out of changed-sets and Fenwick trees
+-- KEYS[8] quarantine           hash "<len(playerId)>:<playerId><eventId>" -> the log
+--         record of a held event (status "quarantined")
+-- then per board i (6 keys each, from KEYS[9]):
 --   totals   hash playerId -> "total|version" (the authoritative live total)
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
 --            player changed since the partition's base generation
@@ -27,13 +31,16 @@
 --       partition, eventJson (normalized event, embedded verbatim in the log record),
 --       isCorrection (1/0), nBoards, occurredMs, minGapMs (event time a new match
 --       needs since the player's previous one; 0 = no bound), maxPerHour (new
---       matches per hour of event time; 0 = no bound),
+--       matches per hour of event time; 0 = no bound), mode ("apply", or "release":
+--       apply a quarantined event as of its acceptance, nowMs = its receivedAtMs),
 --       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0),
---       points (the contribution under the board's rule), rule version
+--       points (the contribution under the board's rule), rule version, quarantine
+--       threshold (points above it hold the event as "quarantined"; 0 = none)
 --
 -- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
 --         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId} |
---         {"implausible", detail}
+--         {"implausible", detail} | {"superseded", ""} (release of an event a later
+--         revision replaced) | {"noop", why} (release of an event not held)
 local player = ARGV[1]
 local event_id = ARGV[2]
 local match_id = ARGV[3]
@@ -50,11 +57,18 @@ local n_boards = tonumber(ARGV[14])
 local occurred_ms = tonumber(ARGV[15])
 local min_gap_ms = tonumber(ARGV[16])
 local max_per_hour = tonumber(ARGV[17])
+local mode = ARGV[18]
 local HOUR_MS = 3600000
+local held_field = string.len(player) .. ":" .. player .. event_id
 
 -- (a) dedupe: same identity and content returns the saved result unchanged.
 local saved = redis.call("GET", KEYS[1])
-if saved then
+if mode == "release" then
+  -- Only a held event is released, and only once.
+  if redis.call("HEXISTS", KEYS[8], held_field) == 0 then
+    return {"noop", "not held in quarantine"}
+  end
+elseif saved then
   local sep = string.find(saved, "|", 1, true)
   if string.sub(saved, 1, sep - 1) == fingerprint then
     return {"duplicate", string.sub(saved, sep + 1)}
@@ -65,11 +79,12 @@ end
 local boards = {}
 local given = {}
 for i = 1, n_boards do
-  local a = 17 + (i - 1) * 6
-  local k = 6 + (i - 1) * 6
+  local a = 18 + (i - 1) * 7
+  local k = 8 + (i - 1) * 6
   local b = {
     id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
     feeds = ARGV[a + 4] == "1", points = tonumber(ARGV[a + 5]), rule = ARGV[a + 6],
+    threshold = tonumber(ARGV[a + 7]),
     totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
     bk = KEYS[k + 5], best = KEYS[k + 6],
   }
@@ -80,11 +95,17 @@ end
 -- (b) contribution: a revision not above the stored one changes nothing.
 local stored = redis.call("HGETALL", KEYS[2])
 local stored_rev = 0
+local held_id = nil
+local held_before = 0
 local applied = {}
 for i = 1, #stored, 2 do
   local f = stored[i]
   if f == "r" then
     stored_rev = tonumber(stored[i + 1])
+  elseif f == "q" then
+    held_id = stored[i + 1]
+  elseif f == "qr" then
+    held_before = tonumber(stored[i + 1])
   elseif string.sub(f, 1, 2) == "b:" then
     local board = string.sub(f, 3)
     applied[board] = tonumber(stored[i + 1])
@@ -96,10 +117,20 @@ for i = 1, #stored, 2 do
   end
 end
 local is_new_match = #stored == 0
+if mode == "release" then
+  -- As if accepted then: only while no later revision replaced it; the revision it
+  -- is compared with is the one stored before it was held.
+  if held_id ~= event_id or stored_rev ~= revision then
+    redis.call("HDEL", KEYS[8], held_field)
+    return {"superseded", ""}
+  end
+  stored_rev = held_before
+  is_new_match = false
+end
 
 -- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
 -- rejected outright, nothing applied, no token spent.
-if is_new_match and max_per_hour > 0 then
+if mode == "apply" and is_new_match and max_per_hour > 0 then
   local recent = redis.call("ZCOUNT", KEYS[6], "(" .. (occurred_ms - HOUR_MS), occurred_ms)
   if recent >= max_per_hour then
     return {"implausible", string.format(
@@ -107,7 +138,7 @@ if is_new_match and max_per_hour > 0 then
       recent, max_per_hour)}
   end
 end
-if is_new_match and min_gap_ms > 0 then
+if mode == "apply" and is_new_match and min_gap_ms > 0 then
   local prev = redis.call("ZREVRANGEBYSCORE", KEYS[6], occurred_ms, "-inf",
     "WITHSCORES", "LIMIT", 0, 1)
   if #prev > 0 and occurred_ms - tonumber(prev[2]) < min_gap_ms then
@@ -123,7 +154,7 @@ end
 -- never seen is a new match (API.md), else it would bypass the limit.
 -- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
 -- refillSeconds (5/60: 5 at once, then 1 a minute).
-if rate_capacity > 0 and is_new_match then
+if mode == "apply" and rate_capacity > 0 and is_new_match then
   local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
   local tokens = tonumber(bucket[1]) or rate_capacity
   local last = tonumber(bucket[2]) or now_ms
@@ -221,9 +252,15 @@ local function track(b, old, new)
   end
 end
 
+-- A shadowed player is hidden from every public answer: restore re-adds it at its
+-- total then (speed/lua/flag_player.lua).
+local shadowed = redis.call("HGET", KEYS[7], player) == "shadow"
+
 local function write_total(b, old, total, version)
   redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
-  track(b, old, total)
+  if not shadowed then
+    track(b, old, total)
+  end
 end
 
 -- Largest contribution left in a best-of board, 0 when none.
@@ -240,7 +277,31 @@ local items = {}
 local any_applied = false
 local any_late = false
 
-if stored_rev > 0 and revision <= stored_rev then
+-- Quarantine: a contribution above its board's threshold (the historical p99.99 of
+-- the event's cohort, published with the generation) holds the whole event:
+-- recorded and durable, applied to nothing until an admin releases it.
+local held = false
+if mode == "apply" and not (stored_rev > 0 and revision <= stored_rev) then
+  for _, b in ipairs(boards) do
+    local late = b.cutoff > 0 and now_ms > b.cutoff
+    if b.feeds and not late and b.threshold > 0 and b.points > b.threshold then
+      held = true
+    end
+  end
+end
+
+if held then
+  status = "quarantined"
+  for _, b in ipairs(boards) do
+    if b.feeds then
+      local total, version = read_total(b)
+      items[#items + 1] = {board = b.id, total = total or 0, version = version}
+    end
+  end
+  -- The match's revision is taken (a resend is superseded); its contributions stay
+  -- those of the revision before, remembered for the release.
+  redis.call("HSET", KEYS[2], "r", revision, "q", event_id, "qr", stored_rev)
+elseif stored_rev > 0 and revision <= stored_rev then
   -- Superseded: report the current totals of the boards this event would feed.
   status = "superseded"
   for _, b in ipairs(boards) do
@@ -298,6 +359,10 @@ else
   contribution[#contribution + 1] = "r"
   contribution[#contribution + 1] = revision
   redis.call("HSET", KEYS[2], unpack(contribution))
+  if held_id then
+    -- This revision replaces a held one: releasing that one later changes nothing.
+    redis.call("HDEL", KEYS[2], "q", "qr")
+  end
   if is_new_match and any_applied and (min_gap_ms > 0 or max_per_hour > 0) then
     -- A day of history is enough for both bounds; older matches drop out.
     redis.call("ZADD", KEYS[6], occurred_ms, match_id)
@@ -325,11 +390,21 @@ local result = cjson.encode({
   partition = partition, position = position,
 })
 
--- (e) the log record carries everything the batch layer needs on its own.
+-- (e) the log record carries everything the batch layer needs on its own. A release
+-- is logged as "released" (the batch layer applies the held record, at its position).
+local logged = status
+if mode == "release" then
+  logged = "released"
+end
 local record = string.format(
   '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s}',
-  partition, position, now_ms, status, event_json, result)
+  partition, position, now_ms, logged, event_json, result)
 redis.call("XADD", KEYS[3], string.format("%d-0", position), "r", record)
+if held then
+  redis.call("HSET", KEYS[8], held_field, record)
+elseif mode == "release" then
+  redis.call("HDEL", KEYS[8], held_field)
+end
 
 -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
 local parts = {}

@@ -3,7 +3,9 @@
 --
 -- KEYS[1] base hash (g = generation number, pos = its boundary on this partition)
 -- KEYS[2] partition log stream     KEYS[3] landed position
--- then per board (7 keys each, from KEYS[4]): totals, chz, chs, fw, bk, bk-next, cnt-next
+-- KEYS[4] flags hash (playerId -> "shadow"): shadowed players stay out of chz and the
+--         Fenwick tree; one the generation still holds gets its chs entry (hidden)
+-- then per board (7 keys each, from KEYS[5]): totals, chz, chs, fw, bk, bk-next, cnt-next
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
 --       {"<board>": {"<playerId>": <score in the new generation> | null}} for the
 --       players changed after the boundary, then the nBoards board ids.
@@ -30,7 +32,7 @@ end
 
 local index = {}
 for i = 1, n do
-  index[ARGV[4 + i]] = 4 + (i - 1) * 7
+  index[ARGV[4 + i]] = 5 + (i - 1) * 7
 end
 
 local tail = {}
@@ -58,6 +60,14 @@ end
 
 local function enc(score)
   return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+local shadowed = {}
+local flags = redis.call("HGETALL", KEYS[4])
+for i = 1, #flags, 2 do
+  if flags[i + 1] == "shadow" then
+    shadowed[flags[i]] = true
+  end
 end
 
 local rebased = 0
@@ -101,14 +111,26 @@ for i = 1, n do
     local cur = redis.call("HGET", totals, player)
     if cur then
       local live = tonumber(string.sub(cur, 1, string.find(cur, "|", 1, true) - 1))
-      live_members[#live_members + 1] = enc(live) .. player
-      counts[bucket(live)] = counts[bucket(live)] + 1
+      if not shadowed[player] then
+        live_members[#live_members + 1] = enc(live) .. player
+        counts[bucket(live)] = counts[bucket(live)] + 1
+      end
       local old = snap[board][player]
       if old ~= cjson.null then
         snap_members[#snap_members + 1] = enc(old) .. player
         counts[bucket(old)] = counts[bucket(old)] - 1
       end
       rebased = rebased + 1
+    end
+  end
+  -- Shadowed after the generation was computed (so it holds them) and not changed
+  -- since: hide their base rows.
+  for player in pairs(shadowed) do
+    local known = snap[board]
+    local old = known and known[player]
+    if old ~= nil and old ~= cjson.null and not (tail[board] or {})[player] then
+      snap_members[#snap_members + 1] = enc(old) .. player
+      counts[bucket(old)] = counts[bucket(old)] - 1
     end
   end
   -- ZADD in chunks: Lua's unpack has a limited stack.
