@@ -10,6 +10,9 @@ PIP := $(VENV)/bin/pip
 CACHE ?= .cache
 STAMP := $(VENV)/.installed
 JARS_STAMP := $(CACHE)/jars/.fetched
+# Airflow lives in its own venv: its dependency tree pins the web stack for its own UI.
+AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
 
 help: ## list the targets
@@ -23,6 +26,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create the virtual environment and install the project
 
+$(AIRFLOW_STAMP): pyproject.toml
+	python3 -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/pip install --quiet -e '.[airflow]'
+	touch $@
+
+airflow-venv: $(AIRFLOW_STAMP) ## install Airflow 3 and the project into .venv-airflow
+
+promtool: ## install Debian's prometheus (for promtool) when it is missing
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing prometheus (promtool) from Debian's packages"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  systemctl disable --now prometheus >/dev/null 2>&1 || service prometheus stop >/dev/null 2>&1 || true; }
+
 redis: ## install Debian's redis-server when it is missing
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server from Debian's packages"; \
@@ -30,19 +48,25 @@ redis: ## install Debian's redis-server when it is missing
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	  systemctl disable --now redis-server >/dev/null 2>&1 || service redis-server stop >/dev/null 2>&1 || true; }
 
+chromium: ## install Debian's chromium (for the page's browser test) when it is missing
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium from Debian's packages"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
 $(JARS_STAMP): $(STAMP) jobs/jars.py
 	$(PY) -m jobs.jars --fetch
 	touch $@
 
 jars: $(JARS_STAMP) ## fetch Delta Lake's Spark jars from Maven Central into .cache/jars
 
-setup: venv redis jars ## everything the demo and the tests need
+setup: venv redis jars ## everything the demo needs
 
 demo: setup ## run the main job (lb demo) on embedded defaults
 	$(VENV)/bin/lb demo
 
-test: setup ## run the test suite (SLOW=1 includes slow tests)
-	$(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
+	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
 
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
@@ -53,6 +77,9 @@ bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segme
 bench-publish: setup ## publish benchmark with the DuckDB reference
 	$(PY) -m bench.publish
 
+airflow: setup airflow-venv ## Airflow standalone with dags/ (UI on :8081, data under $$LB_DATA_DIR/airflow)
+	$(PY) -m cli.airflow_home --exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
+
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy speed api jobs conf cli
@@ -60,4 +87,4 @@ lint: venv ## ruff and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: help venv redis jars setup demo test bench bench-reads bench-publish lint clean
+.PHONY: help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.metrics import REDIS_ERRORS
 from api.responses import FastJSONResponse
 
 
@@ -81,6 +82,16 @@ class GenerationExpired(ApiError):
 
 class NotReady(ApiError):
     status, code = 503, "not_ready"
+
+
+class LiveUnavailable(ApiError):
+    """Redis is unreachable and the latest generation cannot answer this read."""
+
+    status, code = 503, "unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": "1", "X-Live-Layer": "unavailable"}
 
 
 def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -160,6 +171,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # A write may have reached Redis before the connection failed or timed out
         # (a stalled server applies it when it resumes), so its outcome is unknown.
         # Redelivering the same event is safe: dedupe returns the saved result.
+        REDIS_ERRORS.labels("request").inc()
         return FastJSONResponse(
             error_body(
                 "unavailable",

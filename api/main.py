@@ -16,9 +16,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import install_error_handlers
 from api.friends import FriendsReader
 from api.live import LiveReader
+from api.metrics import observe_read
 from api.responses import FastJSONResponse
 from api.routes import boards as boards_routes
-from api.routes import flags, friends, health, quarantine, score_events
+from api.routes import flags, friends, health, histogram, quarantine, score_events, web
 from api.segments import GenerationRegistry, quarantine_thresholds
 from conf.boards import load_boards
 from conf.rule_state import effective_boards, load_rule_state
@@ -73,8 +74,10 @@ class ObserveMiddleware:
             await self.app(scope, receive, observe_send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
             REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(time.perf_counter() - started)
+            LATENCY.labels(path).observe(elapsed)
+            observe_read(path, scope.get("query_string", b""), elapsed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -130,4 +133,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(friends.router)
     app.include_router(flags.router)
     app.include_router(quarantine.router)
+    app.include_router(histogram.router)
+    web.install(app)  # the page at / and its assets under /web/
     return app

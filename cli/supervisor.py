@@ -125,6 +125,10 @@ class Supervisor:
             (self.run / REDIS_PID).write_text(str(self.redis.process.pid))
             redis_url = self.redis.url
             (self.run / REDIS_URL_FILE).write_text(redis_url)
+        # Every worker's metrics in one directory, emptied at each start (ops, #9).
+        from api.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+
+        metrics_dir = str(prepare_multiprocess_dir(self.settings))
         log = open(self.run / "api.log", "ab")  # noqa: SIM115 - the child's stdout
         self.api = subprocess.Popen(
             [
@@ -143,7 +147,7 @@ class Supervisor:
                 "--log-level",
                 "warning",
             ],
-            env=self._env(LB_REDIS_URL=redis_url),
+            env=self._env(LB_REDIS_URL=redis_url, **{MULTIPROC_ENV: metrics_dir}),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

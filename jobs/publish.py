@@ -80,6 +80,7 @@ MANIFEST_FILE = "manifest.json"
 DEFAULT_BUCKET_TARGET = 100
 GENERATION = re.compile(r"^g(\d+)$")
 TMP_PREFIX = ".tmp-"
+JOB_UMASK = 0o027
 log = logging.getLogger(__name__)
 
 SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
@@ -552,6 +553,37 @@ def run_publish(
     ``timings``, when given, receives the wall-clock seconds of each phase.
     """
     clock = _PhaseClock(timings)
+    # Segment files and directories: owner rw, group r (Delta's follow Spark's
+    # fs.permissions.umask-mode, set in jobs.spark).
+    previous_umask = os.umask(JOB_UMASK)
+    try:
+        return _run_publish(
+            settings,
+            clock,
+            spark=spark,
+            boards=boards,
+            bucket_target=bucket_target,
+            fail_before_manifest=fail_before_manifest,
+            fail_at=fail_at,
+            after_land_commit=after_land_commit,
+            land=land,
+        )
+    finally:
+        os.umask(previous_umask)
+
+
+def _run_publish(
+    settings: Settings,
+    clock: _PhaseClock,
+    *,
+    spark: SparkSession | None,
+    boards: BoardsConfig | None,
+    bucket_target: int,
+    fail_before_manifest: bool,
+    fail_at: str | None,
+    after_land_commit: Callable[[int], None] | None,
+    land: bool,
+) -> str:
     if land:
         # Which Redis to land from is settled before Spark starts: never a default.
         resolve_redis_url(settings)

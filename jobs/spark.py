@@ -11,6 +11,7 @@ from jobs.jars import JARS_DIR, jar_paths
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 # Small shuffles: local[2] has two cores, and most jobs here shuffle modest data.
+JOB_UMASK_MODE = "027"
 DEFAULT_SHUFFLE_PARTITIONS = int(os.environ.get("LB_SPARK_SHUFFLE_PARTITIONS", "4"))
 
 
@@ -57,6 +58,10 @@ def get_spark(
         # Delta's own retention checks and stats are not needed for local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # Delta files get owner rw, group r, nothing for others: Hadoop's local file
+        # system sets permissions itself from this mask (default 022), whatever the
+        # process umask is.
+        .config("spark.hadoop.fs.permissions.umask-mode", JOB_UMASK_MODE)
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

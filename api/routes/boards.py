@@ -10,6 +10,12 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Query
 
+from api.degraded import (
+    REDIS_DOWN,
+    degraded_response,
+    degraded_row,
+    degraded_snapshot,
+)
 from api.deps import BoardsDep, GenerationsDep, LiveDep
 from api.errors import (
     READ_ERROR_RESPONSES,
@@ -242,6 +248,13 @@ async def read_top(
             result = await live.top(board, limit)
         except NotExact:
             pass
+        except REDIS_DOWN:
+            gen, segment = degraded_snapshot(config, registry, board, "top")
+            population = segment.population if segment else 0
+            entries = segment.entries(0, limit) if segment else []
+            return degraded_response(
+                {**_header(board, mode, gen, population), "entries": entries}
+            )
         else:
             header = _live_header(
                 board, mode, result["base"], result["asOf"], result["population"]
@@ -307,6 +320,20 @@ async def read_player_rank(
         except NotExact:
             return FastJSONResponse(
                 await _approx_answer(live, registry, board, player_id, mode)
+            )
+        except REDIS_DOWN:
+            gen, segment = degraded_snapshot(config, registry, board, "rank")
+            segment, row = degraded_row(gen, segment, player_id)
+            entry = segment.entry(row)
+            return degraded_response(
+                {
+                    **_header(board, mode, gen, segment.population),
+                    "playerId": player_id,
+                    "score": entry["score"],
+                    "rank": entry["rank"],
+                    "position": entry["position"],
+                    "topPercent": round(100 * entry["rank"] / segment.population, 6),
+                }
             )
         if await is_shadowed(live.speed, player_id):
             # A shadowed player's own read answers as if present: count it back in.
@@ -395,6 +422,19 @@ async def read_nearby(
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
         except NotExact:
             gen, segment = _snapshot_fallback(config, registry, board)
+        except REDIS_DOWN:
+            gen, segment = degraded_snapshot(config, registry, board, "nearby")
+            segment, row = degraded_row(gen, segment, player_id)
+            start = max(0, row - radius)
+            stop = min(segment.population, row + radius + 1)
+            return degraded_response(
+                {
+                    **_header(board, mode, gen, segment.population),
+                    "playerId": player_id,
+                    "entries": segment.entries(start, stop),
+                    "cursors": _cursors(gen, board, segment, start, stop),
+                }
+            )
         else:
             header = _live_header(
                 board, mode, result["base"], result["asOf"], result["population"]

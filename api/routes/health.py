@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import APIRouter, Request
 from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from api.deps import SettingsDep, SpeedDep
 from api.errors import NotReady, store_error_reason
+from api.metrics import render_metrics
 from api.responses import FastJSONResponse
 from conf.settings import Settings
 
@@ -39,6 +39,6 @@ async def read_readiness(speed: SpeedDep, settings: SettingsDep) -> FastJSONResp
 
 
 @router.get("/metrics")
-async def read_metrics() -> Response:
-    """Prometheus metrics of this process."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+async def read_metrics(request: Request) -> Response:
+    """Prometheus metrics of the service (every worker) and its state gauges."""
+    return await render_metrics(request)

@@ -21,11 +21,13 @@ from api.errors import (
     TooManyRequests,
     error_body,
 )
+from api.metrics import record_outcomes, record_rejected
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
 from conf.rules import Implausible, RuleInputError, RuleRegistry
 from conf.settings import Settings
+from speed.audit import AUDIT_STREAM, audit_entry
 from speed.events import (
     EventInvalid,
     NormalizedEvent,
@@ -34,7 +36,7 @@ from speed.events import (
     normalize,
 )
 from speed.scoring import score_event
-from speed.store import EventConflict, RateLimited
+from speed.store import EventConflict, Outcome, RateLimited, SpeedLayer
 
 router = APIRouter(
     prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
@@ -66,7 +68,8 @@ async def read_signed_body(request: Request, settings: Settings) -> bytes:
             raise BodyTooLarge(f"body larger than {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
-    verify(
+    # Who signed: the actor of audit entries (corrections).
+    request.state.key_id = verify(
         settings.signing_keys,
         request.headers.get("x-key-id"),
         request.headers.get("x-signature"),
@@ -120,22 +123,65 @@ def validate_event(
         raise _implausible(exc) from None
 
 
+# A correction that changed something (or was recorded for review) is audited.
+AUDITED_STATUSES = frozenset({"accepted", "late-review", "quarantined"})
+
+
+async def audit_corrections(
+    speed: SpeedLayer, actor: str, applied: list[tuple[NormalizedEvent, Outcome]]
+) -> None:
+    """One audit entry per correction the speed layer took (one round trip)."""
+    entries = []
+    for normalized, outcome in applied:
+        event = normalized.event
+        body = outcome.body
+        if event.kind != "correction" or not body:
+            continue
+        if body["status"] not in AUDITED_STATUSES:
+            continue
+        details = {
+            "playerId": event.playerId,
+            "matchId": event.matchId,
+            "sourceRevision": event.sourceRevision,
+            "status": body["status"],
+            "position": body["position"],
+            "partition": body["partition"],
+            "totals": {b["board"]: b["total"] for b in body["boards"]},
+        }
+        entries.append(
+            audit_entry(actor, "correction", event.eventId, event.reason, details)
+        )
+    if entries:
+        pipe = speed.client.pipeline(transaction=False)
+        for entry in entries:
+            pipe.xadd(AUDIT_STREAM, {"r": entry})
+        await pipe.execute()
+
+
 @router.post("/score-events")
 async def submit_score_event(
     request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
 ) -> FastJSONResponse:
     """Accept one match result exactly once; answers after Redis made it durable."""
     body = await read_signed_body(request, settings)
-    event = validate_event(
-        _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
-    )
+    try:
+        event = validate_event(
+            _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
+        )
+    except (InvalidRequest, ImplausibleEvent) as exc:
+        record_rejected(exc.code)
+        raise
     (outcome,) = await speed.apply([event])
     if isinstance(outcome.error, EventConflict):
+        record_rejected("event_conflict")
         raise Conflict(str(outcome.error))
     if isinstance(outcome.error, Implausible):
         raise _implausible(outcome.error)
     if isinstance(outcome.error, RateLimited):
+        record_rejected("rate_limited")
         raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
+    record_outcomes([outcome.body["status"]] if outcome.body else [])
+    await audit_corrections(speed, request.state.key_id, [(event, outcome)])
     return FastJSONResponse(outcome.body)
 
 
@@ -166,6 +212,11 @@ async def submit_score_event_batch(
         except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)
     outcomes = await speed.apply([event for _, event in valid])
+    await audit_corrections(
+        speed,
+        request.state.key_id,
+        [(event, o) for (_, event), o in zip(valid, outcomes, strict=True)],
+    )
     for (index, _), outcome in zip(valid, outcomes, strict=True):
         if outcome.body is not None:
             results[index] = outcome.body
@@ -178,4 +229,9 @@ async def submit_score_event_batch(
             results[index] = error_body(
                 "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after
             )
+    for item in results:
+        if item is not None and "error" in item:
+            record_rejected(item["error"])
+        elif item is not None:
+            record_outcomes([item["status"]])
     return FastJSONResponse({"results": results})

@@ -139,7 +139,9 @@ def test_production_refuses_the_dev_key_at_start_up(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="LB_PRODUCTION"):
         load_settings(production=True, hmac_keys="gs1:s3cret,dev:dev-secret")
     # Own keys are fine in production.
-    assert load_settings(production=True, hmac_keys="gs1:s3cret").signing_keys == {
+    assert load_settings(
+        production=True, hmac_keys="gs1:s3cret", admin_keys="ops1:adm1n"
+    ).signing_keys == {
         "gs1": b"s3cret"
     }
     done = _lb("up", "--port", "1", env=_env(tmp_path, LB_PRODUCTION="true"))

@@ -84,6 +84,16 @@ def test_publishes_without_rebase_keep_the_base_generation(
         assert run_publish(settings, spark=spark) == "g2"
         assert run_publish(settings, spark=spark) == "g3"
         assert protected_generations(settings) == {"g1"}
+        # Item 10: what the jobs write is not world-readable.
+        written = [
+            path
+            for root in (settings.delta_dir, settings.segments_dir)
+            for path in root.rglob("*")
+        ]
+        assert any(p.suffix == ".parquet" for p in written)
+        assert any(p.suffix == ".arrow" for p in written)
+        for path in written:
+            assert path.stat().st_mode & 0o007 == 0, path
         assert (settings.segments_dir / "g1" / "manifest.json").exists()
         # Live reads still stand on g1, exactly.
         client.app.state.generations.refresh(force=True)  # type: ignore[attr-defined]

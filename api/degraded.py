@@ -1,0 +1,65 @@
+"""Reads while Redis is unreachable: answer from the latest generation.
+
+A live or approximate read needs the speed layer; without it the latest published
+generation still answers exactly what it is, so the answer carries the snapshot's
+labels (``basis: snapshot``, its generation, ``asOf`` = its boundary) plus
+``liveLayer: "unavailable"`` and the header ``X-Live-Layer: unavailable``. Writes keep
+answering 503 with ``Retry-After`` (api/errors.py): an event cannot be acknowledged
+without Redis making it durable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from api.errors import LiveUnavailable
+from api.metrics import DEGRADED_READS, REDIS_ERRORS
+from api.responses import FastJSONResponse
+from api.segments import (
+    BoardSegment,
+    Generation,
+    GenerationNotFoundError,
+    GenerationRegistry,
+)
+from conf.boards import BoardsConfig
+
+REDIS_DOWN = (RedisError, OSError)
+LIVE_LAYER_HEADER = "X-Live-Layer"
+
+
+def degraded_snapshot(
+    config: BoardsConfig, registry: GenerationRegistry, board: str, endpoint: str
+) -> tuple[Generation, BoardSegment | None]:
+    """The latest generation's board; LiveUnavailable when none is published."""
+    REDIS_ERRORS.labels("read").inc()
+    try:
+        generation = registry.get(None)
+    except GenerationNotFoundError:
+        raise LiveUnavailable(
+            "the live layer is unavailable and no generation is published yet"
+        ) from None
+    DEGRADED_READS.labels(endpoint).inc()
+    return generation, generation.board(board)
+
+
+def degraded_row(
+    generation: Generation, segment: BoardSegment | None, player_id: str
+) -> tuple[BoardSegment, int]:
+    """The player's row in the generation. A player missing there may exist live:
+    the answer is unknown, not 404."""
+    row = segment.row_of(player_id) if segment else None
+    if segment is None or row is None:
+        raise LiveUnavailable(
+            f"the live layer is unavailable and player {player_id!r} is not in "
+            f"{generation.id}"
+        )
+    return segment, row
+
+
+def degraded_response(body: dict[str, Any]) -> FastJSONResponse:
+    return FastJSONResponse(
+        {**body, "liveLayer": "unavailable"},
+        headers={LIVE_LAYER_HEADER: "unavailable"},
+    )

@@ -1,0 +1,239 @@
+"""Prometheus metrics, correct with several API workers.
+
+Counters and histograms (events by outcome, rank latency by mode, Redis errors) are
+per-process values; with ``PROMETHEUS_MULTIPROC_DIR`` set (``lb up`` sets it, see
+:func:`prepare_multiprocess_dir`) prometheus-client keeps them in memory-mapped files
+that ``/metrics`` sums over every worker, so whichever worker answers a scrape, the
+totals are the service's. The variable must be set before prometheus-client is first
+imported, which is why ``lb up`` passes it in the workers' environment.
+
+State gauges (backlog, generation age, lag, changed players, last verify, seasons)
+are not per process at all: each scrape reads them from Redis and the data dir
+(:mod:`api.operations`), so every worker answers the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import redis
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api.operations import SEASON_STATES, OpsState, collect_state
+from conf.settings import Settings
+from speed.server import resolve_redis_url
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MULTIPROC_SUBDIR = "prometheus"
+
+EVENTS = Counter(
+    "lb_events_total",
+    "Score events by outcome: accepted, duplicate, superseded, late-review, "
+    "quarantined, rejected",
+    ["status"],
+)
+EVENTS_REJECTED = Counter(
+    "lb_events_rejected_total", "Score events refused, by error code", ["error"]
+)
+RANK_LATENCY = Histogram(
+    "lb_rank_request_seconds",
+    "Read latency by endpoint and mode (live, snapshot, approx)",
+    ["endpoint", "mode"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+REDIS_ERRORS = Counter(
+    "lb_redis_errors_total", "Requests that failed on Redis, by side", ["side"]
+)
+DEGRADED_READS = Counter(
+    "lb_degraded_reads_total",
+    "Live or approximate reads answered from the latest generation (Redis down)",
+    ["endpoint"],
+)
+
+READ_ENDPOINTS = {
+    "/v1/boards/{board}/top": "top",
+    "/v1/boards/{board}/players/{player_id}": "rank",
+    "/v1/boards/{board}/players/{player_id}/nearby": "nearby",
+    "/v1/boards/{board}/players/{player_id}/friends": "friends",
+    "/v1/boards/{board}/entries": "entries",
+}
+
+
+def prepare_multiprocess_dir(settings: Settings) -> Path:
+    """An empty directory for the workers' metric files, under the data dir's run
+    directory; emptied at every start so values of a previous run never count."""
+    path = (settings.run_dir / MULTIPROC_SUBDIR).resolve()
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record_outcomes(statuses: list[str]) -> None:
+    for status in statuses:
+        EVENTS.labels(status).inc()
+
+
+def record_rejected(error: str, count: int = 1) -> None:
+    EVENTS.labels("rejected").inc(count)
+    EVENTS_REJECTED.labels(error).inc(count)
+
+
+def observe_read(route_path: str, query_string: bytes, seconds: float) -> None:
+    """Latency of a ranked read, labelled with its mode (from the query)."""
+    endpoint = READ_ENDPOINTS.get(route_path)
+    if endpoint is None:
+        return
+    mode = "live"
+    if endpoint == "entries":
+        mode = "snapshot"
+    elif query_string:
+        query = parse_qs(query_string.decode("latin-1"))
+        if "generation" in query:
+            mode = "snapshot"
+        else:
+            mode = query.get("mode", ["live"])[0]
+            if mode not in ("live", "snapshot", "approx"):
+                mode = "invalid"
+    RANK_LATENCY.labels(endpoint, mode).observe(seconds)
+
+
+class StateCollector:
+    """The gauges of one :class:`OpsState` (one scrape)."""
+
+    def __init__(self, state: OpsState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state
+        up = GaugeMetricFamily("lb_redis_up", "1 when Redis answered this scrape")
+        up.add_metric([], 0 if s.redis_error else 1)
+        yield up
+        backlog = GaugeMetricFamily(
+            "lb_log_backlog",
+            "Log positions handed out but not landed in Delta",
+            labels=["partition"],
+        )
+        oldest = GaugeMetricFamily(
+            "lb_oldest_unlanded_event_age_seconds",
+            "Age of the oldest event not landed in Delta (0 when none)",
+            labels=["partition"],
+        )
+        lag_pos = GaugeMetricFamily(
+            "lb_generation_lag_positions",
+            "Accepted log positions after the latest generation's boundary",
+            labels=["partition"],
+        )
+        lag_s = GaugeMetricFamily(
+            "lb_score_to_generation_lag_seconds",
+            "Age of the oldest accepted event not in the latest generation (0: none)",
+            labels=["partition"],
+        )
+        for p in s.partitions:
+            label = [str(p.partition)]
+            backlog.add_metric(label, p.backlog)
+            oldest.add_metric(label, p.oldest_unlanded_age_seconds or 0.0)
+            lag_pos.add_metric(label, p.generation_lag_positions)
+            lag_s.add_metric(label, p.generation_lag_seconds or 0.0)
+        yield from (backlog, oldest, lag_pos, lag_s)
+        age = GaugeMetricFamily(
+            "lb_generation_age_seconds", "Seconds since the latest generation's publish"
+        )
+        number = GaugeMetricFamily(
+            "lb_generation_number", "Number of the latest generation (0: none)"
+        )
+        gen = s.generation or {}
+        if gen.get("ageSeconds") is not None:
+            age.add_metric([], gen["ageSeconds"])
+        number.add_metric([], int(str(gen.get("id", "g0"))[1:] or 0))
+        yield from (age, number)
+        changed = GaugeMetricFamily(
+            "lb_changed_players",
+            "Players changed since the base generation, per board",
+            labels=["board"],
+        )
+        for board, count in s.changed_players.items():
+            changed.add_metric([board], count)
+        yield changed
+        divergence = GaugeMetricFamily(
+            "lb_verify_divergences", "Divergences found by the last lb verify"
+        )
+        last_run = GaugeMetricFamily(
+            "lb_verify_last_run_timestamp_seconds", "When the last lb verify finished"
+        )
+        verify = s.last_verify
+        if verify is not None:
+            divergence.add_metric([], len(verify.get("divergences") or []))
+            finished = verify.get("finished_at")
+            if finished:
+                from datetime import datetime
+
+                last_run.add_metric([], datetime.fromisoformat(finished).timestamp())
+        yield from (divergence, last_run)
+        seasons = GaugeMetricFamily(
+            "lb_season_state",
+            "Season finalization state: 1 for the season's current state",
+            labels=["season", "state"],
+        )
+        for season in s.seasons:
+            for state in SEASON_STATES:
+                seasons.add_metric(
+                    [season["season"], state], 1 if season["state"] == state else 0
+                )
+        yield seasons
+
+
+def _sync_client(request: Request) -> redis.Redis:
+    """One blocking client per app for scrapes; fails fast instead of retrying."""
+    client = getattr(request.app.state, "metrics_redis", None)
+    if client is None:
+        settings: Settings = request.app.state.settings
+        client = redis.Redis.from_url(
+            resolve_redis_url(settings),
+            socket_timeout=2,
+            socket_connect_timeout=2,
+            retry=Retry(NoBackoff(), 0),
+        )
+        request.app.state.metrics_redis = client
+    return client
+
+
+async def render_metrics(request: Request) -> Response:
+    """This service's metrics: every worker's counters plus the state gauges."""
+    app_state: Any = request.app.state
+    state = await asyncio.to_thread(
+        collect_state,
+        app_state.settings,
+        _sync_client(request),
+        app_state.generations,
+        app_state.boards,
+    )
+    gauges = CollectorRegistry(auto_describe=False)
+    gauges.register(StateCollector(state))  # type: ignore[arg-type]
+    if state.redis_error:
+        REDIS_ERRORS.labels("metrics").inc()
+    if os.environ.get(MULTIPROC_ENV):
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        body = generate_latest(merged)
+    else:
+        body = generate_latest(REGISTRY)
+    return Response(body + generate_latest(gauges), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,174 @@
+"""The operational state of a data dir: what ``lb status`` shows and ``/metrics``
+exports as gauges.
+
+Everything here is read from shared state (Redis, the published generations, the last
+verify result, the boards file), never from one process's memory, so any API worker
+answers a scrape with the same values.
+
+* backlog of a partition: positions handed out but not landed (``pos - landed``);
+* oldest unlanded event: age of the first log entry after ``landed``;
+* generation lag: positions after the latest generation's boundary, and the age of the
+  first of them still in the log (a lower bound while a publish is landing them);
+* changed players per board: members of the changed-sets (live side), all partitions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import redis
+
+from api.segments import GenerationRegistry
+from conf.boards import BoardsConfig
+from conf.settings import Settings
+from speed.partitions import KEY_PREFIX, Keys
+
+SEASON_STATES = ("open", "closing", "closed")
+
+
+@dataclass
+class PartitionState:
+    partition: int
+    position: int
+    landed: int
+    backlog: int
+    oldest_unlanded_age_seconds: float | None
+    base_generation: int
+    generation_lag_positions: int
+    generation_lag_seconds: float | None
+
+
+@dataclass
+class OpsState:
+    now: str
+    redis_error: str | None = None
+    generation: dict[str, Any] | None = None
+    partitions: list[PartitionState] = field(default_factory=list)
+    changed_players: dict[str, int] = field(default_factory=dict)
+    seasons: list[dict[str, Any]] = field(default_factory=list)
+    last_verify: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _first_after(client: redis.Redis, keys: Keys, position: int) -> int | None:
+    """receivedAtMs of the first log entry after ``position``, None when none."""
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+        keys.log, min=f"({position}-0" if position else "-", max="+", count=1
+    )
+    if not entries:
+        return None
+    record = orjson.loads(entries[0][1][b"r"])
+    return int(record["receivedAtMs"])
+
+
+def season_states(
+    config: BoardsConfig, now: datetime, closed: set[str]
+) -> list[dict[str, Any]]:
+    """open until the cutoff (end + allowedLateness), then closing until closed."""
+    out = []
+    for season in config.seasons:
+        if season.id in closed:
+            state = "closed"
+        elif now >= season.cutoff:
+            state = "closing"
+        else:
+            state = "open"
+        out.append(
+            {"season": season.id, "state": state, "closesAt": season.cutoff.isoformat()}
+        )
+    return out
+
+
+def closed_seasons(settings: Settings) -> set[str]:
+    """Seasons with an award snapshot, when the season job is installed."""
+    import importlib
+
+    try:
+        season_job = importlib.import_module("jobs.season")  # issue 8, optional
+    except ImportError:
+        return set()
+    finder = getattr(season_job, "closed_seasons", None)
+    if finder is None:
+        return set()
+    try:
+        return set(finder(settings))
+    except Exception:  # noqa: BLE001 - status must render whatever the job does
+        return set()
+
+
+def collect_state(
+    settings: Settings,
+    client: redis.Redis,
+    registry: GenerationRegistry,
+    config: BoardsConfig,
+) -> OpsState:
+    """Read the whole operational state; Redis failures are reported, not raised."""
+    from jobs.verify import read_last_verify
+
+    now = datetime.now(UTC)
+    now_ms = time.time() * 1000
+    state = OpsState(now=now.isoformat())
+    generation = registry.latest()
+    boundary: dict[str, int] = {}
+    if generation is not None:
+        published = _parse_time(generation.header.get("publishedAt"))
+        boundary = generation.boundary
+        state.generation = {
+            "id": generation.id,
+            "publishedAt": generation.header.get("publishedAt"),
+            "ageSeconds": (now - published).total_seconds() if published else None,
+            "boundary": boundary,
+        }
+    state.seasons = season_states(config, now, closed_seasons(settings))
+    state.last_verify = read_last_verify(settings)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for p in range(settings.partitions):
+            keys = Keys(p)
+            pipe.get(keys.position)
+            pipe.get(keys.landed)
+            pipe.hget(keys.base_generation, "g")
+        values = pipe.execute()
+        for p in range(settings.partitions):
+            keys = Keys(p)
+            position, landed, base = (int(v or 0) for v in values[3 * p : 3 * p + 3])
+            oldest = _first_after(client, keys, landed) if position > landed else None
+            through = int(boundary.get(str(p), 0))
+            lagging = (
+                _first_after(client, keys, through) if position > through else None
+            )
+            state.partitions.append(
+                PartitionState(
+                    p,
+                    position,
+                    landed,
+                    max(0, position - landed),
+                    None if oldest is None else max(0.0, (now_ms - oldest) / 1000),
+                    base,
+                    max(0, position - through),
+                    None if lagging is None else max(0.0, (now_ms - lagging) / 1000),
+                )
+            )
+        counts: dict[str, int] = {}
+        for key in client.scan_iter(match=f"{KEY_PREFIX}:*:chz:*", count=1000):
+            board = key.decode().split(":chz:", 1)[1]
+            counts[board] = counts.get(board, 0) + int(client.zcard(key))
+        state.changed_players = dict(sorted(counts.items()))
+    except (redis.RedisError, OSError) as exc:
+        state.redis_error = str(exc) or type(exc).__name__
+    return state

@@ -1,0 +1,108 @@
+"""`lb status`: one screen with the stack, the latest generation, backlog, seasons and
+the last verify."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from api.operations import collect_state
+from api.segments import GenerationRegistry
+from cli.stack import api_url
+from conf.boards import load_boards
+from conf.settings import Settings
+from speed.server import resolve_redis_url
+
+
+def _probe_api(url: str | None) -> str:
+    if url is None:
+        return "not started by lb up"
+    try:
+        reply = httpx.get(f"{url}/readyz", timeout=2)
+    except httpx.HTTPError as exc:
+        return f"{url}: unreachable ({type(exc).__name__})"
+    return f"{url}: {'ready' if reply.status_code == 200 else reply.status_code}"
+
+
+def collect_status(settings: Settings) -> dict[str, Any]:
+    url = resolve_redis_url(settings)
+    client = redis.Redis.from_url(
+        url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        registry = GenerationRegistry(
+            settings.segments_dir, settings.retained_generations
+        )
+        state = collect_state(
+            settings, client, registry, load_boards(settings.boards_file)
+        )
+    finally:
+        client.close()
+    body = state.as_dict()
+    body["stack"] = {
+        "redis": f"{url}: "
+        + (f"DOWN ({state.redis_error})" if state.redis_error else "up"),
+        "api": _probe_api(api_url(settings)),
+    }
+    return body
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+def render_status(status: dict[str, Any]) -> str:
+    lines = [f"status at {status['now']}", ""]
+    lines += [f"redis       {status['stack']['redis']}"]
+    lines += [f"api         {status['stack']['api']}"]
+    generation = status.get("generation")
+    if generation:
+        lines.append(
+            f"generation  {generation['id']} published {generation['publishedAt']} "
+            f"({_age(generation['ageSeconds'])} ago)"
+        )
+    else:
+        lines.append("generation  none published yet")
+    lines += [
+        "",
+        "partition  position  landed  backlog  oldest unlanded  after generation  base",
+    ]
+    for p in status["partitions"]:
+        lines.append(
+            f"{p['partition']:>9}  {p['position']:>8}  {p['landed']:>6}  "
+            f"{p['backlog']:>7}  {_age(p['oldest_unlanded_age_seconds']):>15}  "
+            f"{p['generation_lag_positions']:>16}  g{p['base_generation']}"
+        )
+    if not status["partitions"]:
+        lines.append("(Redis unreachable: no partition state)")
+    lines += ["", "season  state    closes at"]
+    for season in status["seasons"]:
+        lines.append(f"{season['season']:<7} {season['state']:<8} {season['closesAt']}")
+    verify = status.get("last_verify")
+    lines.append("")
+    if verify:
+        count = len(verify.get("divergences") or [])
+        lines.append(
+            f"last verify {verify.get('run_id')} at {verify.get('finished_at')}: "
+            f"{verify.get('checked')} checked, {count} divergences"
+            + (" (OK)" if count == 0 else " (FAILED)")
+        )
+        lines += [f"  {d}" for d in (verify.get("divergences") or [])[:10]]
+    else:
+        lines.append("last verify none yet")
+    changed = status.get("changed_players") or {}
+    if changed:
+        lines += ["", "changed players since the base generation:"]
+        lines += [f"  {board}: {count}" for board, count in changed.items()]
+    return "\n".join(lines)

@@ -1,0 +1,475 @@
+"""Verify served answers against an offline computation in Spark (``lb verify``).
+
+For every board (or one), the served answers -- read through the API's own routes,
+in process -- are compared with a slow offline computation from the Delta bronze
+table:
+
+* snapshot: the latest generation's answers (``mode=snapshot``) against totals
+  recomputed from bronze up to the generation's boundary;
+* live: the live answers against totals recomputed from bronze plus the Redis log, up
+  to the positions the answers name in ``asOf``.
+
+Checked per board: the top 100 display positions, N sampled players (fixed seed per
+run id, so a run can be repeated), and the players at each award-tier boundary (the
+last position inside a tier and the first outside) where the board has tiers. The
+offline rank is a plain window rank over a full sort of the board (not the publisher's
+rank code), so one bug cannot hide in both.
+
+Each run appends one row to the Delta table ``ops_verify_runs`` and writes the last
+result to ``$LB_DATA_DIR/run/verify.json`` (read by ``/metrics`` and ``lb status``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from conf.boards import BoardsConfig, Season, load_boards
+from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
+from conf.rules import RuleRegistry, default_registry
+from conf.settings import Settings
+from jobs.land import bronze_path, table_exists, transform_records
+from jobs.recompute import transform_recompute
+from jobs.shadow import extract_shadowed, transform_public
+from speed.partitions import Keys
+from speed.server import resolve_redis_url
+
+VERIFY_RUNS = "ops_verify_runs"
+LAST_VERIFY_FILE = "verify.json"
+TOP = 100
+LIVE_ATTEMPTS = 5
+
+RUNS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("started_at", T.TimestampType(), False),
+        T.StructField("finished_at", T.TimestampType(), False),
+        T.StructField("generation", T.StringType(), True),
+        T.StructField("boards", T.ArrayType(T.StringType()), False),
+        T.StructField("checked", T.LongType(), False),
+        T.StructField("divergence_count", T.LongType(), False),
+        T.StructField("divergences", T.ArrayType(T.StringType()), False),
+        T.StructField("live_as_of", T.MapType(T.StringType(), T.LongType()), True),
+        T.StructField("ok", T.BooleanType(), False),
+    ]
+)
+
+
+@dataclass
+class VerifyResult:
+    run_id: str
+    started_at: str
+    finished_at: str
+    generation: str | None
+    boards: list[str]
+    checked: int
+    divergences: list[str] = field(default_factory=list)
+    live_as_of: dict[str, int] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences
+
+
+def last_verify_path(settings: Settings) -> Path:
+    return settings.run_dir / LAST_VERIFY_FILE
+
+
+def read_last_verify(settings: Settings) -> dict[str, Any] | None:
+    """The last run's result as written by :func:`run_verify`, or None."""
+    try:
+        data = json.loads(last_verify_path(settings).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ------------------------------------------------------------------ offline side
+
+
+def extract_log_records(
+    spark: SparkSession, settings: Settings, after: Mapping[int, int]
+) -> DataFrame:
+    """Unlanded Redis log records (position > ``after``) as bronze rows."""
+    client = redis.Redis.from_url(resolve_redis_url(settings))
+    lines: list[tuple[str]] = []
+    try:
+        for partition in range(settings.partitions):
+            start = after.get(partition, 0)
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+                Keys(partition).log, min=f"({start}-0" if start else "-", max="+"
+            )
+            lines += [(fields[b"r"].decode(),) for _, fields in entries]
+    finally:
+        client.close()
+    text = T.StructType([T.StructField("value", T.StringType())])
+    return transform_records(spark.createDataFrame(lines, text))
+
+
+def extract_events(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Every log record: landed (bronze) and not yet landed (Redis log)."""
+    path = bronze_path(settings)
+    landed: dict[int, int] = {}
+    if table_exists(path):
+        bronze = spark.read.format("delta").load(str(path))
+        landed = {
+            int(r[0]): int(r[1])
+            for r in bronze.groupBy("partition").agg(F.max("position")).collect()
+        }
+    tail = extract_log_records(spark, settings, landed)
+    if not table_exists(path):
+        return tail
+    return bronze.unionByName(tail, allowMissingColumns=True)
+
+
+def transform_offline_ranks(totals: DataFrame) -> DataFrame:
+    """Display position and competition rank per board by a full window sort."""
+    order = Window.partitionBy("board").orderBy(
+        F.col("score").desc(), F.col("player_id").asc()
+    )
+    by_score = Window.partitionBy("board").orderBy(F.col("score").desc())
+    whole = Window.partitionBy("board")
+    return totals.select(
+        "board",
+        "player_id",
+        "score",
+        F.row_number().over(order).alias("position"),
+        F.rank().over(by_score).alias("rank"),
+        F.count(F.lit(1)).over(whole).alias("population"),
+    )
+
+
+@dataclass
+class Offline:
+    """The offline answers of one board that a run compares."""
+
+    population: int
+    top: list[tuple[int, int, str, int]]  # position, rank, player, score
+    players: dict[str, tuple[int, int, int]]  # player -> position, rank, score
+
+
+def tier_positions(config: BoardsConfig, board: str, population: int) -> set[int]:
+    """Last position inside and first outside each award tier of a season board."""
+    if not board.startswith("season:") or population == 0:
+        return set()
+    season = config.season(board.split(":")[1])
+    tiers = getattr(season, "tiers", None) or []
+    positions: set[int] = set()
+    for tier in tiers:
+        top = getattr(tier, "top", None)
+        percent = getattr(tier, "top_percent", None) or getattr(
+            tier, "topPercent", None
+        )
+        if top:
+            last = int(top)
+        elif percent:
+            last = math.ceil(population * float(percent) / 100)
+        else:
+            continue
+        positions |= {p for p in (last, last + 1) if 1 <= p <= population}
+    return positions
+
+
+def compute_offline(
+    spark: SparkSession,
+    events: DataFrame,
+    boundary: Mapping[int, int],
+    config: BoardsConfig,
+    boards: list[str],
+    sample: int,
+    seed: int,
+    shadowed: Iterable[str] = (),
+    registry: RuleRegistry | None = None,
+    replays: Iterable[Season] = (),
+) -> dict[str, Offline]:
+    """``shadowed`` players are left out, as every public answer leaves them out;
+    ``replays`` are the namespace seasons of registered replays (conf/rule_state)."""
+    _, totals = transform_recompute(
+        events,
+        boundary,
+        [*config.seasons, *replays],
+        window_rule=config.rule,
+        registry=registry,
+    )
+    totals = transform_public(totals, shadowed)
+    ranked = transform_offline_ranks(totals.where(F.col("board").isin(boards))).cache()
+    try:
+        populations = {
+            r["board"]: int(r["n"])
+            for r in ranked.groupBy("board").agg(F.count(F.lit(1)).alias("n")).collect()
+        }
+        rng = random.Random(seed)
+        wanted: list[tuple[str, int]] = []
+        for board in boards:
+            population = populations.get(board, 0)
+            positions = set(range(1, min(TOP, population) + 1))
+            positions |= set(
+                rng.sample(range(1, population + 1), min(sample, population))
+            )
+            positions |= tier_positions(config, board, population)
+            wanted += [(board, p) for p in sorted(positions)]
+        schema = T.StructType(
+            [
+                T.StructField("board", T.StringType()),
+                T.StructField("position", T.IntegerType()),
+            ]
+        )
+        picks = spark.createDataFrame(wanted, schema)
+        rows = ranked.join(picks, ["board", "position"]).collect()
+    finally:
+        ranked.unpersist()
+    out = {b: Offline(populations.get(b, 0), [], {}) for b in boards}
+    for r in sorted(rows, key=lambda r: (r["board"], r["position"])):
+        item = out[r["board"]]
+        entry = (int(r["position"]), int(r["rank"]), r["player_id"], int(r["score"]))
+        if entry[0] <= TOP:
+            item.top.append(entry)
+        item.players[r["player_id"]] = (entry[0], entry[1], entry[3])
+    return out
+
+
+# ------------------------------------------------------------------ served side
+
+
+def _compare_board(
+    label: str,
+    board: str,
+    offline: Offline,
+    read: Any,
+    params: dict[str, str],
+    as_of: dict[str, int] | None,
+) -> tuple[int, list[str]]:
+    """Compare one board's served answers (``read(path, params)``) with offline."""
+    found: list[str] = []
+    checked = 0
+    top = read(f"/v1/boards/{board}/top", {"limit": str(TOP), **params})
+    if as_of is not None and top.get("asOf") != as_of:
+        return 0, []  # the board moved since the live reads began: skipped
+    served = [
+        (e["position"], e["rank"], e["playerId"], e["score"])
+        for e in top.get("entries", [])
+    ]
+    checked += 1
+    if top.get("population", 0) != offline.population:
+        found.append(
+            f"{label} {board}: population served {top.get('population')} "
+            f"offline {offline.population}"
+        )
+    for i in range(max(len(served), len(offline.top))):
+        have = served[i] if i < len(served) else None
+        want = offline.top[i] if i < len(offline.top) else None
+        if have != want:
+            found.append(
+                f"{label} {board} top position {i + 1}: served "
+                f"{_fmt(have)} offline {_fmt(want)}"
+            )
+    for player, (position, rank, score) in sorted(offline.players.items()):
+        if position <= TOP:
+            continue  # checked with the top list
+        body = read(f"/v1/boards/{board}/players/{player}", params)
+        checked += 1
+        if as_of is not None and body.get("asOf") != as_of:
+            continue
+        have2 = (body.get("position"), body.get("rank"), body.get("score"))
+        if have2 != (position, rank, score):
+            found.append(
+                f"{label} {board} player {player}: served position/rank/score "
+                f"{have2} offline {(position, rank, score)}"
+            )
+    return checked, found
+
+
+def _fmt(entry: tuple[int, int, str, int] | None) -> str:
+    if entry is None:
+        return "nothing"
+    position, rank, player, score = entry
+    return f"{player} (rank {rank}, score {score})"
+
+
+def run_verify(
+    settings: Settings,
+    *,
+    spark: SparkSession | None = None,
+    board: str | None = None,
+    sample: int = 100,
+    seed: int | None = None,
+) -> VerifyResult:
+    """Compare served snapshot and live answers with the offline computation."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    if spark is None:
+        from jobs.spark import get_spark
+
+        spark = get_spark("verify")
+    # Promoted seasons score under their new rule, as the publisher computes them.
+    rule_state = load_rule_state(settings.data_dir)
+    config = effective_boards(load_boards(settings.boards_file), rule_state)
+    registry = default_registry(settings.points_min, settings.points_max)
+    started = datetime.now(UTC)
+    run_id = uuid.uuid4().hex[:12]
+    seed = seed if seed is not None else int(run_id, 16) % (2**31)
+    result = VerifyResult(run_id, started.isoformat(), "", None, [], 0)
+
+    with TestClient(create_app(settings)) as client:
+
+        def read(path: str, params: dict[str, str]) -> Any:
+            reply = client.get(path, params=params)
+            if reply.status_code == 404:
+                return {"entries": [], "population": 0}
+            return reply.json()
+
+        registry = client.app.state.generations  # type: ignore[attr-defined]
+        registry.refresh(force=True)
+        generation = registry.latest()
+        if generation is None:
+            result.notes.append("no generation published: nothing to verify")
+            return _finish(spark, settings, result)
+        result.generation = generation.id
+        boards = [board] if board else sorted(generation.board_names())
+        result.boards = boards
+        events = extract_events(spark, settings)
+
+        # Snapshot: the generation's boundary.
+        boundary = {int(p): int(v) for p, v in generation.boundary.items()}
+        # The generation left out the players shadowed when it was published.
+        hidden = {
+            player
+            for name in generation.board_names()
+            for player in (getattr(generation.board(name), "hidden", None) or {})
+        }
+        replays = namespace_seasons(config, rule_state)
+        offline = compute_offline(
+            spark,
+            events,
+            boundary,
+            config,
+            boards,
+            sample,
+            seed,
+            hidden,
+            registry,
+            replays,
+        )
+        pinned = {"generation": generation.id}
+        for name in boards:
+            checked, found = _compare_board(
+                f"snapshot {generation.id}", name, offline[name], read, pinned, None
+            )
+            result.checked += checked
+            result.divergences += found
+
+        # Live: the positions the live answers name; the same for every board, or
+        # the board moved meanwhile and is read again.
+        for _ in range(LIVE_ATTEMPTS):
+            first = read(f"/v1/boards/{boards[0]}/top", {"limit": "1"})
+            as_of = {str(k): int(v) for k, v in (first.get("asOf") or {}).items()}
+            if first.get("basis") != "live":
+                result.notes.append(f"live layer answered {first.get('basis')!r}")
+                break
+            live_boundary = {int(p): v for p, v in as_of.items()}
+            offline_live = compute_offline(
+                spark,
+                extract_events(spark, settings),
+                live_boundary,
+                config,
+                boards,
+                sample,
+                seed,
+                extract_shadowed(settings),
+                registry,
+                replays,
+            )
+            found_all: list[str] = []
+            checked_all = 0
+            moved = False
+            for name in boards:
+                checked, found = _compare_board(
+                    "live", name, offline_live[name], read, {}, as_of
+                )
+                if checked == 0:
+                    moved = True
+                    break
+                checked_all += checked
+                found_all += found
+            if moved:
+                continue
+            result.live_as_of = as_of
+            result.checked += checked_all
+            result.divergences += found_all
+            break
+        else:
+            result.notes.append("live layer kept moving: live answers not compared")
+    return _finish(spark, settings, result)
+
+
+def _finish(
+    spark: SparkSession, settings: Settings, result: VerifyResult
+) -> VerifyResult:
+    finished = datetime.now(UTC)
+    result.finished_at = finished.isoformat()
+    load_run(spark, settings, result, finished)
+    path = last_verify_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    body = {
+        **asdict(result),
+        "ok": result.ok,
+        "divergenceCount": len(result.divergences),
+    }
+    tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+    return result
+
+
+def load_run(
+    spark: SparkSession, settings: Settings, result: VerifyResult, finished: datetime
+) -> None:
+    """Append the run's row to ``ops_verify_runs``."""
+    row = (
+        result.run_id,
+        datetime.fromisoformat(result.started_at),
+        finished,
+        result.generation,
+        result.boards,
+        int(result.checked),
+        len(result.divergences),
+        result.divergences,
+        result.live_as_of,
+        result.ok,
+    )
+    settings.delta_dir.mkdir(parents=True, exist_ok=True)
+    (
+        spark.createDataFrame([row], RUNS_SCHEMA)
+        .write.format("delta")
+        .mode("append")
+        .save(str(settings.delta_dir / VERIFY_RUNS))
+    )
+
+
+def describe(result: VerifyResult) -> Iterable[str]:
+    yield (
+        f"verify {result.run_id}: generation {result.generation}, "
+        f"{len(result.boards)} boards, {result.checked} answers checked, "
+        f"{len(result.divergences)} divergences"
+    )
+    for note in result.notes:
+        yield f"note: {note}"
+    for line in result.divergences:
+        yield f"DIVERGENCE {line}"

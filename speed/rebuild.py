@@ -1,0 +1,760 @@
+"""Rebuild the speed layer from the newest generation and the log (``lb rebuild``).
+
+What Redis holds for a partition is a function of that partition's log records in
+position order (landed ones are in Delta bronze, the rest still in the Redis log):
+
+* ``totals`` (``total|version`` per board and player): the ``result`` item of the last
+  record that touched the pair; every record carries the total and version it left, so
+  no scoring is re-done here (versions are not part of a generation, so the whole log
+  is read for them, not only the tail after the boundary);
+* the changed-sets and the Fenwick tree: relative to the newest generation G, exactly
+  as :mod:`speed.rebase` leaves them: players touched after G's boundary, their live
+  total (``chz``) and their score in G (``chs``), and G's per-bucket counts of the
+  partition moved by those players;
+* the contribution records (``ct``, revision and per-board points), best-of sets
+  (``mx``) and dedupe records (``ev``, fingerprint and saved result) with what is left
+  of their retention; ``pos`` and ``landed`` from the last position seen.
+
+Everything is built aside (``<partition>:rb:*`` keys), compared with the live keys
+(the diff ``--dry-run`` prints) and switched in by ``rebuild_partition.lua``, atomically
+per partition; the script refuses the switch when events arrived after the build read
+the log, and the partition is built again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import orjson
+import redis
+
+from api.segments import BoardSegment, Generation, GenerationRegistry
+from conf.boards import BoardsConfig, boards_for_event, load_boards
+from conf.rule_state import effective_boards, load_rule_state
+from conf.settings import Settings
+from speed.events import parse_rfc3339
+from speed.lua import load
+from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
+from speed.rebase import bucket_lowers, partition_counts
+from speed.server import resolve_redis_url
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 10
+# Per-board structures that are built aside and switched in by renaming.
+BOARD_STRUCTURES = ("tot", "chz", "chs", "fw", "bk")
+# Item statuses of a log record whose board was recorded but not applied.
+NOT_APPLIED = frozenset({"late-review", "quarantined"})
+PIPELINE_CHUNK = 2000
+
+
+class RebuildGap(RuntimeError):
+    """The log records of a partition are not consecutive: events are missing."""
+
+
+class RebuildRaced(RuntimeError):
+    """A partition kept receiving events while it was being rebuilt."""
+
+
+# ----------------------------------------------------------------------- the fold
+
+
+@dataclass
+class PartitionState:
+    """The speed-layer state of one partition, as the log records imply it."""
+
+    partition: int
+    boundary: int
+    position: int = 0
+    totals: dict[str, dict[str, tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    changed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # (player, match) -> contribution record fields; last touch in epoch ms.
+    contributions: dict[tuple[str, str], dict[str, int | str]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    contribution_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (board, player) -> matchId -> points, for aggregation "max"; last touch in ms.
+    best: dict[tuple[str, str], dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    best_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (player, eventId) -> (dedupe record value, acceptance in ms)
+    dedupe: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Shadowed players of the partition (flags are not rebuilt: they are read).
+    shadowed: set[str] = field(default_factory=set)
+
+
+def compact_result(result: dict[str, Any]) -> str:
+    """The saved result of a dedupe record, as ``apply_event.lua`` writes it."""
+    parts = []
+    for item in result.get("boards") or []:
+        part = f"{item['board']},{int(item['total'])},{int(item['version'])}"
+        if item.get("status"):
+            part += f",{item['status']}"
+        parts.append(part)
+    return (
+        f"{result['status']}|{int(result['partition'])}|{int(result['position'])}|"
+        + ";".join(parts)
+    )
+
+
+def fingerprint(event: dict[str, Any]) -> str:
+    """The content fingerprint of a logged event (the log embeds the canonical JSON,
+    sorted keys, so dumping it sorted again gives the same bytes)."""
+    canonical = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
+
+
+class Folder:
+    """Applies log records of one partition, in position order, to a state."""
+
+    def __init__(self, config: BoardsConfig, state: PartitionState) -> None:
+        self.config = config
+        self.state = state
+        self._aggregation: dict[str, str] = {}
+
+    def rule(self, board: str) -> str:
+        """The scoring rule of a board (conf/rules.py)."""
+        if board.startswith("season:"):
+            season = self.config.season(board.split(":")[1])
+            if season is not None:
+                return season.rule
+        return self.config.rule
+
+    def aggregation(self, board: str) -> str:
+        found = self._aggregation.get(board)
+        if found is None:
+            found = "sum"
+            if board.startswith("season:"):
+                season = self.config.season(board.split(":")[1])
+                found = season.aggregation if season else "sum"
+            self._aggregation[board] = found
+        return found
+
+    def apply(self, record: dict[str, Any]) -> None:
+        state = self.state
+        position = int(record["position"])
+        if position != state.position + 1:
+            raise RebuildGap(
+                f"partition {state.partition}: expected position "
+                f"{state.position + 1}, found {position}"
+            )
+        state.position = position
+        event = record["event"]
+        result = record["result"]
+        status = record["status"]
+        player = event["playerId"]
+        received = int(record["receivedAtMs"])
+        state.dedupe[(player, event["eventId"])] = (
+            f"{fingerprint(event)}|{compact_result(result)}",
+            received,
+        )
+        items = result.get("boards") or []
+        for item in items:
+            board = item["board"]
+            state.totals[board][player] = (int(item["total"]), int(item["version"]))
+            if position > state.boundary:
+                state.changed[board].add(player)
+        match = (player, event["matchId"])
+        state.contribution_ms[match] = received
+        if status == "superseded":
+            return
+        fields = state.contributions[match]
+        if status == "quarantined":
+            # Held: the match's revision is taken, its contributions stay those of
+            # the revision before (apply_event.lua), remembered for a release.
+            fields["qr"] = fields.get("r", 0)
+            fields["q"] = event["eventId"]
+            fields["r"] = int(event["sourceRevision"])
+            return
+        # Points per board under the board's rule, as the speed layer applied them
+        # (records from before rules were versioned carry only points).
+        scores = event.get("scores") or {}
+        feeds = {
+            spec.board: int(scores.get(spec.rule, event["points"]))
+            for spec in boards_for_event(
+                self.config, parse_rfc3339(event["occurredAt"]), event["region"]
+            )
+        }
+        for item in items:
+            if item.get("status", status) in NOT_APPLIED:
+                continue
+            board = item["board"]
+            points = feeds.get(board, 0)
+            fields[f"b:{board}"] = points
+            fields[f"u:{board}"] = self.rule(board)
+            if self.aggregation(board) == "max":
+                best = state.best[(board, player)]
+                if board in feeds:
+                    best[event["matchId"]] = points
+                else:
+                    best.pop(event["matchId"], None)
+                state.best_ms[(board, player)] = received
+        fields["r"] = int(event["sourceRevision"])
+        # An applied revision (or the release of the held one) ends any hold.
+        fields.pop("q", None)
+        fields.pop("qr", None)
+
+
+# ------------------------------------------------------------ structures of a state
+
+
+def fenwick_bytes(counts: np.ndarray) -> bytes:
+    """A Fenwick tree over ``counts`` as big-endian i32 slots (BITFIELD layout)."""
+    tree = [int(c) for c in counts]
+    size = len(tree)
+    for j in range(1, size + 1):
+        parent = j + (j & -j)
+        if parent <= size:
+            tree[parent - 1] += tree[j - 1]
+    return b"".join(struct.pack(">i", v) for v in tree)
+
+
+def fenwick_counts(raw: bytes | None, size: int) -> list[int]:
+    """Per-bucket counts of a stored Fenwick tree of ``size`` slots."""
+    raw = (raw or b"").ljust(size * 4, b"\0")
+    tree = [struct.unpack_from(">i", raw, 4 * i)[0] for i in range(size)]
+    counts = list(tree)
+    for j in range(size, 0, -1):
+        parent = j + (j & -j)
+        if parent <= size:
+            counts[parent - 1] -= counts[j - 1]
+    return counts
+
+
+@dataclass
+class BoardBuild:
+    """The five per-board structures of one partition, ready to write."""
+
+    totals: dict[str, bytes]
+    changed_live: list[bytes]
+    changed_snapshot: list[bytes]
+    fenwick: bytes
+    buckets: dict[str, float]
+    counts: list[int]
+
+
+def _bucket_of(lowers: np.ndarray, score: int) -> int:
+    """0-based bucket of a score: the largest lower <= score, else the first."""
+    if len(lowers) == 0:
+        return 0
+    return max(0, int(np.searchsorted(lowers, score, side="right")) - 1)
+
+
+def build_boards(
+    state: PartitionState,
+    generation: Generation | None,
+    base_counts: dict[str, np.ndarray],
+) -> dict[str, BoardBuild]:
+    """Totals, changed-sets, Fenwick tree and bucket bounds of every board."""
+    boards = set(state.totals)
+    if generation is not None:
+        boards |= set(generation.board_names())
+    built: dict[str, BoardBuild] = {}
+    for board in sorted(boards):
+        segment: BoardSegment | None = (
+            generation.board(board) if generation is not None else None
+        )
+        totals = state.totals.get(board, {})
+        lowers = bucket_lowers(segment) if segment is not None else np.empty(0)
+        size = max(1, len(lowers))
+        if segment is not None:
+            counts = base_counts[board][state.partition].astype(np.int64).copy()
+        else:
+            counts = np.zeros(size, dtype=np.int64)
+        live: list[bytes] = []
+        snap: list[bytes] = []
+        # Without a generation every player on the board is "changed since g0".
+        changed = state.changed.get(board, set()) if generation else set(totals)
+        for player in changed:
+            if player not in totals:
+                continue
+            total = totals[player][0]
+            # A shadowed player is in no public structure (flag_player.lua).
+            if player not in state.shadowed:
+                live.append(encode_entry(total, player))
+                counts[_bucket_of(lowers, total)] += 1
+            row = segment.row_of(player) if segment is not None else None
+            if row is not None and segment is not None:
+                old = int(segment.scores[row])
+                snap.append(encode_entry(old, player))
+                counts[_bucket_of(lowers, old)] -= 1
+        # Shadowed and unchanged since the generation, which still holds them (they
+        # were shadowed after it was computed): their base rows are hidden.
+        for player in state.shadowed - changed:
+            row = segment.row_of(player) if segment is not None else None
+            if row is not None and segment is not None:
+                old = int(segment.scores[row])
+                snap.append(encode_entry(old, player))
+                counts[_bucket_of(lowers, old)] -= 1
+        buckets = {
+            f"{i + 1}/{size}": float(lower) for i, lower in enumerate(lowers.tolist())
+        }
+        built[board] = BoardBuild(
+            totals={p: f"{t}|{v}".encode() for p, (t, v) in totals.items()},
+            changed_live=sorted(live),
+            changed_snapshot=sorted(snap),
+            fenwick=fenwick_bytes(counts),
+            buckets=buckets,
+            counts=[int(c) for c in counts],
+        )
+    return built
+
+
+# --------------------------------------------------------------------- key names
+
+
+def staged_key(keys: Keys, structure: str, board: str) -> str:
+    return f"{keys.base}:rb:{structure}:{board}"
+
+
+def live_key(keys: Keys, structure: str, board: str) -> str:
+    return {
+        "tot": keys.totals,
+        "chz": keys.changed_live,
+        "chs": keys.changed_snapshot,
+        "fw": keys.fenwick,
+        "bk": keys.buckets,
+    }[structure](board)
+
+
+def live_boards(client: redis.Redis, partition: int) -> set[str]:
+    """Boards with any per-board structure in Redis on this partition."""
+    found: set[str] = set()
+    for structure in BOARD_STRUCTURES:
+        prefix = f"{KEY_PREFIX}:{tag(partition)}:{structure}:"
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            found.add(key.decode()[len(prefix) :])
+    return found
+
+
+# -------------------------------------------------------------------------- diff
+
+
+@dataclass
+class Difference:
+    partition: int
+    board: str | None
+    what: str
+    player: str | None = None
+    live: Any = None
+    rebuilt: Any = None
+
+    def __str__(self) -> str:
+        where = f"p{self.partition}"
+        if self.board:
+            where += f" {self.board}"
+        if self.player is not None:
+            where += f" player {self.player}"
+        return f"{where}: {self.what}: live {self.live!r} -> rebuilt {self.rebuilt!r}"
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def diff_partition(
+    client: redis.Redis,
+    state: PartitionState,
+    built: dict[str, BoardBuild],
+    generation: Generation | None,
+) -> list[Difference]:
+    """What differs between the live keys of a partition and the rebuilt state."""
+    keys = Keys(state.partition)
+    p = state.partition
+    out: list[Difference] = []
+    base = client.hgetall(keys.base_generation)
+    want_base = (
+        {"g": str(generation.number), "pos": str(state.boundary)} if generation else {}
+    )
+    have_base = {_text(k): _text(v) for k, v in base.items()}
+    if have_base != want_base:
+        out.append(Difference(p, None, "base", live=have_base, rebuilt=want_base))
+    have_pos = int(client.get(keys.position) or 0)
+    if have_pos != state.position:
+        out.append(
+            Difference(p, None, "position", live=have_pos, rebuilt=state.position)
+        )
+    for board in sorted(set(built) | live_boards(client, p)):
+        want = built.get(board)
+        totals = {
+            _text(k): _text(v) for k, v in client.hgetall(keys.totals(board)).items()
+        }
+        want_totals = {k: v.decode() for k, v in want.totals.items()} if want else {}
+        for player in sorted(set(totals) | set(want_totals)):
+            if totals.get(player) != want_totals.get(player):
+                out.append(
+                    Difference(
+                        p,
+                        board,
+                        "total|version",
+                        player,
+                        totals.get(player),
+                        want_totals.get(player),
+                    )
+                )
+        for structure, wanted in (
+            ("changed-set live", want.changed_live if want else []),
+            ("changed-set snapshot", want.changed_snapshot if want else []),
+        ):
+            key = (
+                keys.changed_live(board)
+                if structure.endswith("live")
+                else keys.changed_snapshot(board)
+            )
+            have: set[bytes] = set(client.zrange(key, 0, -1))  # type: ignore[arg-type]
+            for member in sorted(have ^ set(wanted)):
+                out.append(
+                    Difference(
+                        p,
+                        board,
+                        structure,
+                        member[8:].decode(errors="replace"),
+                        member in have,
+                        member in wanted,
+                    )
+                )
+        want_counts = want.counts if want else []
+        raw: bytes | None = client.get(keys.fenwick(board))  # type: ignore[assignment]
+        have_counts = fenwick_counts(raw, len(raw) // 4) if raw else []
+        if have_counts != want_counts:
+            out.append(
+                Difference(
+                    p, board, "histogram counts", live=have_counts, rebuilt=want_counts
+                )
+            )
+        stored: list[tuple[bytes, float]] = client.zrange(  # type: ignore[assignment]
+            keys.buckets(board), 0, -1, withscores=True
+        )
+        have_bk = {_text(m): s for m, s in stored}
+        if have_bk != (want.buckets if want else {}):
+            out.append(
+                Difference(
+                    p,
+                    board,
+                    "bucket bounds",
+                    live=len(have_bk),
+                    rebuilt=len(want.buckets) if want else 0,
+                )
+            )
+    return out
+
+
+def diff_records(client: redis.Redis, state: PartitionState) -> list[Difference]:
+    """Contribution, best-of and dedupe records: missing or different live."""
+    keys = Keys(state.partition)
+    p = state.partition
+    out: list[Difference] = []
+    now_ms = int(time.time() * 1000)
+    pipe = client.pipeline(transaction=False)
+    contribution_keys = list(state.contributions)
+    for player, match in contribution_keys:
+        pipe.hgetall(keys.contribution(player, match))
+    dedupe_keys = list(state.dedupe)
+    for player, event_id in dedupe_keys:
+        pipe.get(keys.dedupe(player, event_id))
+    replies = pipe.execute()
+    for (player, match), have in zip(
+        contribution_keys, replies[: len(contribution_keys)], strict=True
+    ):
+        want = {k: str(v) for k, v in state.contributions[(player, match)].items()}
+        have_text = {_text(k): _text(v) for k, v in have.items()}
+        if have_text != want:
+            out.append(
+                Difference(p, None, f"contribution {match}", player, have_text, want)
+            )
+    for (player, event_id), have in zip(
+        dedupe_keys, replies[len(contribution_keys) :], strict=True
+    ):
+        value, received = state.dedupe[(player, event_id)]
+        if _text(have) != value and _ttl_left(received, now_ms, 0) is not None:
+            out.append(
+                Difference(p, None, f"dedupe {event_id}", player, _text(have), value)
+            )
+    return out
+
+
+def _ttl_left(received_ms: int, now_ms: int, retention_seconds: int) -> int | None:
+    """Seconds of retention left for a record written at ``received_ms``."""
+    if retention_seconds <= 0:
+        return 1
+    left = retention_seconds - (now_ms - received_ms) // 1000
+    return int(left) if left > 0 else None
+
+
+# ------------------------------------------------------------------------ switch
+
+
+def stage_partition(
+    client: redis.Redis, state: PartitionState, built: dict[str, BoardBuild]
+) -> None:
+    """Write the rebuilt per-board structures beside the live keys."""
+    keys = Keys(state.partition)
+    pipe = client.pipeline(transaction=False)
+    for board, b in built.items():
+        staged = {s: staged_key(keys, s, board) for s in BOARD_STRUCTURES}
+        pipe.delete(*staged.values())
+        items = list(b.totals.items())
+        for first in range(0, len(items), PIPELINE_CHUNK):
+            pipe.hset(
+                staged["tot"], mapping=dict(items[first : first + PIPELINE_CHUNK])
+            )
+        for key, members in (
+            (staged["chz"], b.changed_live),
+            (staged["chs"], b.changed_snapshot),
+        ):
+            for first in range(0, len(members), PIPELINE_CHUNK):
+                pipe.zadd(
+                    key, dict.fromkeys(members[first : first + PIPELINE_CHUNK], 0)
+                )
+        pipe.set(staged["fw"], b.fenwick)
+        if b.buckets:
+            pipe.zadd(staged["bk"], b.buckets)
+    pipe.execute()
+
+
+def restore_records(
+    client: redis.Redis, state: PartitionState, retention_seconds: int
+) -> int:
+    """Write contribution, best-of and dedupe records that are missing live (an
+    existing record is newer or equal: never overwritten). Returns records written."""
+    keys = Keys(state.partition)
+    now_ms = int(time.time() * 1000)
+    writes: list[tuple[str, Callable[[Any], None]]] = []
+    for (player, match), fields in state.contributions.items():
+        ttl = _ttl_left(
+            state.contribution_ms[(player, match)], now_ms, retention_seconds
+        )
+        if ttl is None:
+            continue
+        key = keys.contribution(player, match)
+
+        def write_ct(pipe: Any, key: str = key, f: dict = fields, t: int = ttl) -> None:
+            pipe.hset(key, mapping=f)
+            pipe.expire(key, t)
+
+        writes.append((key, write_ct))
+    for (board, player), matches in state.best.items():
+        ttl = _ttl_left(state.best_ms[(board, player)], now_ms, retention_seconds)
+        if ttl is None or not matches:
+            continue
+        key = keys.best(board, player)
+
+        def write_mx(
+            pipe: Any, key: str = key, m: dict = matches, t: int = ttl
+        ) -> None:
+            pipe.zadd(key, m)
+            pipe.expire(key, t)
+
+        writes.append((key, write_mx))
+    for (player, event_id), (value, received) in state.dedupe.items():
+        ttl = _ttl_left(received, now_ms, retention_seconds)
+        if ttl is None:
+            continue
+        key = keys.dedupe(player, event_id)
+
+        def write_ev(pipe: Any, key: str = key, v: str = value, t: int = ttl) -> None:
+            pipe.set(key, v, ex=t, nx=True)
+
+        writes.append((key, write_ev))
+    written = 0
+    for first in range(0, len(writes), PIPELINE_CHUNK):
+        chunk = writes[first : first + PIPELINE_CHUNK]
+        pipe = client.pipeline(transaction=False)
+        for key, _ in chunk:
+            pipe.exists(key)
+        present = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        for (_, write), exists in zip(chunk, present, strict=True):
+            if not exists:
+                write(pipe)
+                written += 1
+        pipe.execute()
+    return written
+
+
+def switch_partition(
+    client: redis.Redis,
+    state: PartitionState,
+    built: dict[str, BoardBuild],
+    generation: Generation | None,
+    landed: int,
+) -> str:
+    """Rename the staged keys over the live ones in one script call."""
+    keys = Keys(state.partition)
+    boards = sorted(set(built) | live_boards(client, state.partition))
+    script_keys = [keys.base_generation, keys.position, keys.landed]
+    for board in boards:
+        for structure in BOARD_STRUCTURES:
+            script_keys += [
+                staged_key(keys, structure, board),
+                live_key(keys, structure, board),
+            ]
+    script = client.register_script(load("rebuild_partition"))
+    kind, payload = script(
+        keys=script_keys,
+        args=[
+            state.position,
+            generation.number if generation else 0,
+            state.boundary,
+            landed,
+        ],
+    )
+    return f"{_text(kind)}: {_text(payload)}" if _text(kind) != "ok" else "ok"
+
+
+# ------------------------------------------------------------------------ the job
+
+
+@dataclass
+class RebuildReport:
+    generation: str | None
+    partitions: dict[int, str]
+    differences: list[Difference]
+    records_restored: int = 0
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+
+def log_records(
+    client: redis.Redis, partition: int, after: int
+) -> Iterator[dict[str, Any]]:
+    """Records of the partition's Redis log after position ``after``."""
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+        Keys(partition).log, min=f"({after}-0" if after else "-", max="+"
+    )
+    for _, fields in entries:
+        yield orjson.loads(fields[b"r"])
+
+
+def bronze_records(settings: Settings, spark: Any) -> dict[int, list[dict[str, Any]]]:
+    """Landed log records per partition, in position order, from Delta bronze."""
+    from jobs.land import bronze_path, table_exists
+
+    path = bronze_path(settings)
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    if not table_exists(path):
+        return out
+    rows = (
+        spark.read.format("delta")
+        .load(str(path))
+        .select("partition", "position", "raw")
+        .orderBy("partition", "position")
+        .toLocalIterator()
+    )
+    for row in rows:
+        out[int(row["partition"])].append(orjson.loads(row["raw"]))
+    return out
+
+
+def run_rebuild(
+    settings: Settings,
+    *,
+    spark: Any = None,
+    dry_run: bool = False,
+    progress: Callable[[str], None] | None = None,
+    before_switch: Callable[[int], None] | None = None,
+) -> RebuildReport:
+    """Rebuild every partition's speed layer; with ``dry_run`` only diff.
+
+    :param before_switch: test hook called with the partition number between the
+        build and the switch (to race an event against the switch).
+    """
+    say = progress or (lambda _: None)
+    if spark is None:
+        from jobs.spark import get_spark
+
+        spark = get_spark("rebuild")
+    # Promoted seasons score under their new rule (conf/rule_state.py).
+    config = effective_boards(
+        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
+    registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
+    registry.refresh(force=True)
+    generation = registry.latest()
+    boundary = generation.boundary if generation else {}
+    say(
+        f"rebuilding from {generation.id if generation else 'no generation'}"
+        f" and the log after its boundary"
+    )
+    landed_rows = bronze_records(settings, spark)
+    base_counts: dict[str, np.ndarray] = {}
+    if generation is not None:
+        for board in generation.board_names():
+            segment = generation.board(board)
+            if segment is not None:
+                base_counts[board] = partition_counts(segment, settings.partitions)
+    client = redis.Redis.from_url(resolve_redis_url(settings))
+    report = RebuildReport(generation.id if generation else None, {}, [])
+    try:
+        for partition in range(settings.partitions):
+            landed = landed_rows.get(partition, [])
+            landed_through = int(landed[-1]["position"]) if landed else 0
+            outcome = "unresolved"
+            for _ in range(MAX_ATTEMPTS):
+                state = PartitionState(partition, int(boundary.get(str(partition), 0)))
+                state.shadowed = {
+                    _text(p)
+                    for p, f in client.hgetall(Keys(partition).flags).items()
+                    if _text(f) == "shadow"
+                }
+                folder = Folder(config, state)
+                for record in landed:
+                    folder.apply(record)
+                for record in log_records(client, partition, landed_through):
+                    folder.apply(record)
+                built = build_boards(state, generation, base_counts)
+                differences = diff_partition(client, state, built, generation)
+                differences += diff_records(client, state)
+                if dry_run:
+                    report.differences += differences
+                    outcome = "dry-run"
+                    break
+                # Records first: an event arriving meanwhile writes its own (newer)
+                # record, which restore never overwrites, and forces a retry below.
+                restored = restore_records(client, state, settings.retention_seconds)
+                stage_partition(client, state, built)
+                if before_switch is not None:
+                    before_switch(partition)
+                outcome = switch_partition(
+                    client, state, built, generation, max(landed_through, 0)
+                )
+                if outcome.startswith("retry"):
+                    continue  # events arrived after the build read the log
+                report.differences += differences
+                report.records_restored += restored
+                break
+            report.partitions[partition] = outcome
+            say(
+                f"partition {partition + 1}/{settings.partitions}: "
+                f"{state.position} positions, {len(built)} boards, "
+                f"{len(differences)} differences, {outcome}"
+            )
+            if outcome not in ("ok", "dry-run"):
+                raise RebuildRaced(f"partition {partition}: {outcome}")
+    finally:
+        client.close()
+    return report
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def describe(differences: Iterable[Difference], limit: int = 200) -> list[str]:
+    lines = [str(d) for d in differences]
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
+    return lines
