@@ -321,7 +321,7 @@ def run_verify(
     # Promoted seasons score under their new rule, as the publisher computes them.
     rule_state = load_rule_state(settings.data_dir)
     config = effective_boards(load_boards(settings.boards_file), rule_state)
-    registry = default_registry(settings.points_min, settings.points_max)
+    rules = default_registry(settings.points_min, settings.points_max)
     started = datetime.now(UTC)
     run_id = uuid.uuid4().hex[:12]
     seed = seed if seed is not None else int(run_id, 16) % (2**31)
@@ -364,7 +364,7 @@ def run_verify(
             sample,
             seed,
             hidden,
-            registry,
+            rules,
             replays,
         )
         pinned = {"generation": generation.id}
@@ -393,7 +393,7 @@ def run_verify(
                 sample,
                 seed,
                 extract_shadowed(settings),
-                registry,
+                rules,
                 replays,
             )
             found_all: list[str] = []

@@ -166,6 +166,18 @@ class NormalizedEvent:
         )
 
 
+# Keys of a logged event that are not part of its canonical form (derived from it).
+LOG_ONLY_FIELDS = frozenset({"scores"})
+
+
+def fingerprint_of_logged(logged: dict[str, object]) -> str:
+    """The fingerprint of an event as logged by :meth:`NormalizedEvent.log_json`:
+    the canonical body is the logged one without the derived fields."""
+    body = {k: v for k, v in logged.items() if k not in LOG_ONLY_FIELDS}
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
+
+
 def normalize(
     event: ScoreEventIn,
     *,

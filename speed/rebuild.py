@@ -23,7 +23,6 @@ the log, and the partition is built again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import struct
 import time
@@ -41,7 +40,7 @@ from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.boards import BoardsConfig, boards_for_event, load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
-from speed.events import parse_rfc3339
+from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
@@ -109,10 +108,9 @@ def compact_result(result: dict[str, Any]) -> str:
 
 
 def fingerprint(event: dict[str, Any]) -> str:
-    """The content fingerprint of a logged event (the log embeds the canonical JSON,
-    sorted keys, so dumping it sorted again gives the same bytes)."""
-    canonical = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
+    """The content fingerprint of a logged event (the log embeds the canonical JSON
+    plus derived fields; speed/events.py owns the format)."""
+    return fingerprint_of_logged(event)
 
 
 class Folder:

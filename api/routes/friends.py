@@ -3,8 +3,6 @@ player and friends (private: needs that player's token)."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
@@ -30,23 +28,21 @@ from api.routes.boards import (
 )
 from api.routes.score_events import _parse_json, read_signed_body
 from api.tokens import require_player
+from speed.events import EventInvalid, normalize_id
 
 router = APIRouter(prefix="/v1", tags=["friends"])
 
-# API.md: ids are 1-64 letters, digits and _ - . : after Unicode NFC.
-PLAYER_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 FriendsMode = Literal["live", "snapshot"]
 
 
 def _player_id(value: Any, field: str) -> str:
+    """A player id by API.md's rule (the one score events use), in NFC."""
     if not isinstance(value, str):
         raise InvalidRequest(f"{field}: must be a string", field=field)
-    value = unicodedata.normalize("NFC", value)
-    if not PLAYER_ID.match(value):
-        raise InvalidRequest(
-            f"{field}: 1-64 letters, digits and _ - . : expected", field=field
-        )
-    return value
+    try:
+        return normalize_id(field, value)
+    except EventInvalid as exc:
+        raise InvalidRequest(str(exc), field=field) from None
 
 
 def parse_friends(raw: Any, player_id: str, limit: int) -> list[str]:

@@ -158,6 +158,9 @@ def test_friend_list_writes_are_trusted_and_validated(seeded: SignedClient) -> N
         assert reply.json()["error"] == "invalid_request"
     too_many = put_friends(seeded, "P2", [f"F{i}" for i in range(1001)])
     assert too_many.status_code == 422
+    # Ids follow the score events' rule: letters of any script, stored in NFC.
+    decomposed = put_friends(seeded, "P2", ["Jose\u0301"])
+    assert decomposed.json()["friends"] == ["Jos\u00e9"]
 
 
 def test_friends_of_a_player_not_on_the_board(

@@ -90,3 +90,37 @@ def test_min_gap_and_limits() -> None:
     ) == {"v1": 7, "v2": 1}
     with pytest.raises(KeyError):
         registry.get("v9")
+
+
+def test_logged_event_has_the_fingerprint_of_the_canonical_one() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import orjson
+
+    from speed.events import ScoreEventIn, fingerprint_of_logged, normalize
+
+    event = normalize(
+        ScoreEventIn.model_validate(
+            {
+                "eventId": "E1",
+                "playerId": "P1",
+                "matchId": "M1",
+                "sourceRevision": 1,
+                "occurredAt": "2026-11-20T10:00:00Z",
+                "region": "eu",
+                "result": {
+                    "points": 3,
+                    "placement": 2,
+                    "kills": 1,
+                    "durationSeconds": 60,
+                },
+            }
+        ),
+        regions=["eu"],
+        now=datetime(2026, 11, 21, tzinfo=UTC),
+        max_future=timedelta(minutes=5),
+    )
+    event.scores = {"v1": 3, "v2": 106}
+    logged = orjson.loads(event.log_json())
+    assert logged["scores"] == {"v1": 3, "v2": 106}
+    assert fingerprint_of_logged(logged) == event.fingerprint
