@@ -260,6 +260,10 @@ local function write_total(b, old, total, version)
   redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
   if not shadowed then
     track(b, old, total)
+  else
+    -- Hidden from the histogram, but the board has one, as for any player on it
+    -- (an INCRBY of 0 creates the tree if missing and changes nothing).
+    redis.call("BITFIELD", b.fw, "INCRBY", "i32", "#0", 0)
   end
 end
 
@@ -291,13 +295,9 @@ if mode == "apply" and not (stored_rev > 0 and revision <= stored_rev) then
 end
 
 if held then
+  -- No board items: nothing was applied to any board (the log, the rebase and the
+  -- rebuild then see no board touched by this record).
   status = "quarantined"
-  for _, b in ipairs(boards) do
-    if b.feeds then
-      local total, version = read_total(b)
-      items[#items + 1] = {board = b.id, total = total or 0, version = version}
-    end
-  end
   -- The match's revision is taken (a resend is superseded); its contributions stay
   -- those of the revision before, remembered for the release.
   redis.call("HSET", KEYS[2], "r", revision, "q", event_id, "qr", stored_rev)
