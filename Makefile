@@ -66,7 +66,10 @@ demo: setup ## run the main job (lb demo) on embedded defaults
 	$(VENV)/bin/lb demo
 
 test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
-	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest -m "$(if $(SLOW),not drills,not slow and not drills)" $(PYTEST_ARGS)
+
+drills: setup ## fault drills on real stacks: kill -9 of the API and Redis, killed publishes, a stalled Redis (a few minutes)
+	$(VENV)/bin/pytest -m drills tests/drills $(PYTEST_ARGS)
 
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
@@ -77,8 +80,17 @@ bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segme
 bench-publish: setup ## publish benchmark with the DuckDB reference
 	$(PY) -m bench.publish
 
-airflow: setup airflow-venv ## Airflow standalone with dags/ (UI on :8081, data under $$LB_DATA_DIR/airflow)
-	$(PY) -m cli.airflow_home --exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
+airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
+	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \
+	export LB_DATA_DIR="$$(cd "$$data" && pwd)"; \
+	export AIRFLOW_HOME="$$LB_DATA_DIR/airflow"; \
+	export AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags"; \
+	export AIRFLOW__CORE__LOAD_EXAMPLES=False; \
+	export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$$AIRFLOW_HOME/airflow.db"; \
+	export AIRFLOW__API__PORT="$${AIRFLOW_PORT:-8081}"; \
+	export PATH="$(abspath $(AIRFLOW_VENV))/bin:$$PATH"; \
+	echo "Airflow UI: http://localhost:$$AIRFLOW__API__PORT (user admin, password in $$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"; \
+	exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
@@ -87,4 +99,4 @@ lint: venv ## ruff and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean
+.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean

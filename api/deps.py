@@ -5,10 +5,12 @@ They are ``async`` so FastAPI calls them inline instead of hopping to a worker t
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from pydantic import AfterValidator
 
 from api.errors import BodyTooLarge
 from api.friends import FriendsReader
@@ -87,3 +89,12 @@ GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
 FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
 AdminDep = Annotated[AdminCall, Depends(require_admin)]
+
+
+def _nfc(value: str) -> str:
+    return unicodedata.normalize("NFC", value)
+
+
+# A player id in a URL path, in NFC as writes store it (speed.events.normalize_id), so
+# a decomposed "José" reads the player a composed one wrote.
+PlayerIdPath = Annotated[str, AfterValidator(_nfc)]

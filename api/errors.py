@@ -80,6 +80,22 @@ class GenerationExpired(ApiError):
     status, code = 410, "generation_expired"
 
 
+class AwardsNotFound(ApiError):
+    status, code = 404, "awards_not_found"
+
+
+class SeasonNotFound(ApiError):
+    status, code = 404, "season_not_found"
+
+
+class SeasonNotClosed(ApiError):
+    status, code = 409, "season_not_closed"
+
+
+class AdjudicationClash(ApiError):
+    status, code = 409, "adjudication_conflict"
+
+
 class NotReady(ApiError):
     status, code = 503, "not_ready"
 

@@ -75,13 +75,17 @@ async def set_flag(
             if generation is None:
                 raise FlagRetry(f"base generation g{number} is not readable")
         boards = await _boards_of(speed, partition, player_id)
-        base_scores: dict[str, int] = {}
+        base_scores: dict[str, tuple[int, int | None]] = {}
         if generation is not None:
             for board in generation.board_names():
                 segment = generation.board(board)
                 row = segment.row_of(player_id) if segment else None
                 if segment is not None and row is not None:
-                    base_scores[board] = int(segment.scores[row])
+                    achieved = getattr(segment, "achieved", None)
+                    base_scores[board] = (
+                        int(segment.scores[row]),
+                        int(achieved[row]) if achieved is not None else None,
+                    )
                     boards.add(board)
         ordered = sorted(boards)
         script_keys = [keys.flags, keys.base_generation]
@@ -94,8 +98,12 @@ async def set_flag(
                 keys.fenwick(board),
                 keys.buckets(board),
             ]
-            score = base_scores.get(board)
-            args += [board, "" if score is None else score]
+            score, achieved = base_scores.get(board, (None, None))
+            args += [
+                board,
+                "" if score is None else score,
+                "" if achieved is None else achieved,
+            ]
         kind, payload = await script(keys=script_keys, args=args)
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "retry":

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.segments import BoardSegment, Generation, GenerationRegistry
+from conf.boards import board_order
 from speed.lua import load
 from speed.partitions import (
     Keys,
+    decode_achieved,
     decode_entry,
     encode_entry,
     encode_score,
@@ -53,15 +55,22 @@ class Base:
     def count_above(self, score: int) -> int:
         return self.segment.count_above(score) if self.segment else 0
 
-    def rows_before(self, score: int, player_id: str) -> int:
+    def rows_before(
+        self, score: int, player_id: str, achieved: int | None = None
+    ) -> int:
         return (
-            self.segment.first_row_at_or_after(score, player_id) if self.segment else 0
+            self.segment.first_row_at_or_after(score, player_id, achieved)
+            if self.segment
+            else 0
         )
 
     def encoded(self, row: int) -> bytes:
         assert self.segment is not None
+        achieved = self.segment.achieved
         return encode_entry(
-            int(self.segment.scores[row]), self.segment.players.str_at(row)
+            int(self.segment.scores[row]),
+            self.segment.players.str_at(row),
+            None if achieved is None else int(achieved[row]),
         )
 
     def encoded_prefix(self, rows: int) -> list[bytes]:
@@ -101,6 +110,14 @@ def _total(raw: bytes | None) -> int | None:
     return int(raw.split(b"|", 1)[0])
 
 
+def _standing(raw: bytes | None) -> tuple[int, int | None] | None:
+    """(total, achievedMs or None) of a totals value "total|version[|achievedMs]"."""
+    if raw is None:
+        return None
+    parts = raw.split(b"|")
+    return int(parts[0]), int(parts[2]) if len(parts) > 2 else None
+
+
 class LiveReader:
     """Exact live and approximate reads over Redis plus the mapped generations."""
 
@@ -116,6 +133,17 @@ class LiveReader:
     @property
     def partitions(self) -> int:
         return self.speed.partitions
+
+    def _order(self, board: str) -> tuple[bool, bool]:
+        """(first_achieved, unique rank) of the board."""
+        return board_order(self.speed.boards, board)
+
+    async def _standing(
+        self, board: str, player_id: str
+    ) -> tuple[int, int | None] | None:
+        keys = Keys(partition_of(player_id, self.partitions))
+        raw = await self.speed.client.hget(keys.totals(board), player_id)
+        return _standing(raw.encode() if isinstance(raw, str) else raw)
 
     def _base(self, bases: list[int], board: str) -> Base:
         """The common base generation of all partitions, mapped; else NotExact."""
@@ -157,30 +185,36 @@ class LiveReader:
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player."""
         owner = partition_of(player_id, self.partitions)
-        score = await self.live_total(board, player_id)
+        _, unique = self._order(board)
+        standing = await self._standing(board, player_id)
         for _ in range(ATTEMPTS):
-            if score is None:
+            if standing is None:
                 raise PlayerMissing(player_id)
+            score, achieved = standing
             replies = await self._counts_round(
-                board, encode_score(score), encode_entry(score, player_id), player_id
+                board,
+                encode_score(score),
+                encode_entry(score, player_id, achieved),
+                player_id,
             )
             verified = replies[owner][8]
-            current = _total(verified) if verified else None
-            if current != score:
+            current = _standing(verified) if verified else None
+            if current != standing:
                 # The player moved between the two reads: read again at the new score.
-                score = current
+                standing = current
                 continue
             base = self._base([_int(r[0]) for r in replies], board)
             above = base.count_above(score) + sum(
                 _int(r[2]) - _int(r[3]) for r in replies
             )
-            before = base.rows_before(score, player_id) + sum(
+            before = base.rows_before(score, player_id, achieved) + sum(
                 _int(r[4]) - _int(r[5]) for r in replies
             )
             population = base.population + sum(_int(r[6]) - _int(r[7]) for r in replies)
             return {
                 "score": score,
-                "rank": above + 1,
+                "achieved": achieved,
+                "rank": before + 1 if unique else above + 1,
                 "position": before + 1,
                 "population": population,
                 "asOf": _as_of(replies),
@@ -258,7 +292,10 @@ class LiveReader:
                 return None
             live = [m for r in replies for m in r[4]]
             merged = sorted(unchanged + live)[:limit]
-            entries = _ranked(merged, first_position=1, first_rank=None)
+            timed, unique = self._order(board)
+            entries = _ranked(
+                merged, first_position=1, first_rank=None, timed=timed, unique=unique
+            )
             population = base.population + sum(_int(r[2]) - _int(r[3]) for r in replies)
             return {
                 "entries": entries,
@@ -280,10 +317,12 @@ class LiveReader:
             me = await self.rank(board, player_id)
             base: Base = me["base"]
             score, position = me["score"], me["position"]
-            center = encode_entry(score, player_id)
+            achieved = me["achieved"]
+            timed, unique = self._order(board)
+            center = encode_entry(score, player_id, achieved)
             margin = radius + 16
             for _ in range(ATTEMPTS * 2):
-                i0 = base.rows_before(score, player_id)
+                i0 = base.rows_before(score, player_id, achieved)
                 lo, hi = max(0, i0 - margin), min(base.population, i0 + margin + 1)
                 snap_min: bytes | str = ""
                 snap_max: bytes | str = ""
@@ -321,18 +360,20 @@ class LiveReader:
                     before, after = [], []
                 window = [*before, center, *after]
                 first_position = position - len(before)
-                top_score = decode_entry(window[0])[0]
+                top_score = decode_entry(window[0], timed)[0]
                 # Everything above the window's first score is outside the window: its
                 # rank needs one count, read with the same positions as the rest.
                 first_rank = None
-                if top_score != score:
+                if unique:
+                    first_rank = first_position
+                elif top_score != score:
                     counted = await self._count_above(board, top_score, base)
                     if counted["asOf"] != me["asOf"]:
                         break
                     first_rank = counted["above"] + 1
                 else:
                     first_rank = me["rank"]
-                entries = _ranked(window, first_position, first_rank)
+                entries = _ranked(window, first_position, first_rank, timed, unique)
                 return {**me, "entries": entries}
         raise NotExact("the board kept changing around the player")
 
@@ -381,20 +422,34 @@ class LiveReader:
 
 
 def _ranked(
-    members: list[bytes], first_position: int, first_rank: int | None
+    members: list[bytes],
+    first_position: int,
+    first_rank: int | None,
+    timed: bool = False,
+    unique: bool = False,
 ) -> list[dict[str, Any]]:
     """Entries for consecutive display positions; a score's rank is the position of its
-    first holder (or ``first_rank`` for the window's first score)."""
+    first holder (or ``first_rank`` for the window's first score); with ``unique``
+    ranks every rank is the position."""
     entries: list[dict[str, Any]] = []
     rank = 0
     previous: int | None = None
     for offset, member in enumerate(members):
-        score, player = decode_entry(member)
+        score, player = decode_entry(member, timed)
         position = first_position + offset
-        if score != previous:
+        if unique:
+            rank = position
+        elif score != previous:
             rank = first_rank if (offset == 0 and first_rank is not None) else position
             previous = score
-        entries.append(
-            {"position": position, "rank": rank, "playerId": player, "score": score}
-        )
+        entry: dict[str, Any] = {
+            "position": position,
+            "rank": rank,
+            "playerId": player,
+            "score": score,
+        }
+        if timed:
+            # For keyset cursors only; the routes drop it from answers.
+            entry["_t"] = decode_achieved(member)
+        entries.append(entry)
     return entries

@@ -18,8 +18,18 @@ from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import observe_read
 from api.responses import FastJSONResponse
+from api.routes import (
+    admin,
+    awards,
+    flags,
+    friends,
+    health,
+    histogram,
+    quarantine,
+    score_events,
+    web,
+)
 from api.routes import boards as boards_routes
-from api.routes import flags, friends, health, histogram, quarantine, score_events, web
 from api.segments import GenerationRegistry, quarantine_thresholds
 from conf.boards import load_boards
 from conf.rule_state import effective_boards, load_rule_state
@@ -130,6 +140,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(score_events.router)
     app.include_router(boards_routes.router)
+    app.include_router(awards.router)
+    app.include_router(admin.router)
     app.include_router(friends.router)
     app.include_router(flags.router)
     app.include_router(quarantine.router)

@@ -18,6 +18,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -68,6 +69,20 @@ DEGRADED_READS = Counter(
     "Live or approximate reads answered from the latest generation (Redis down)",
     ["endpoint"],
 )
+
+EVENT_STATUSES = (
+    "accepted",
+    "duplicate",
+    "superseded",
+    "late-review",
+    "quarantined",
+    "rejected",
+)
+# Every known series exists from the start (at 0), so rates and alerts see them.
+for _status in EVENT_STATUSES:
+    EVENTS.labels(_status)
+for _side in ("request", "read", "metrics"):
+    REDIS_ERRORS.labels(_side)
 
 READ_ENDPOINTS = {
     "/v1/boards/{board}/top": "top",
@@ -184,8 +199,6 @@ class StateCollector:
             divergence.add_metric([], len(verify.get("divergences") or []))
             finished = verify.get("finished_at")
             if finished:
-                from datetime import datetime
-
                 last_run.add_metric([], datetime.fromisoformat(finished).timestamp())
         yield from (divergence, last_run)
         seasons = GaugeMetricFamily(

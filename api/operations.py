@@ -94,21 +94,19 @@ def season_states(
     return out
 
 
-def closed_seasons(settings: Settings) -> set[str]:
-    """Seasons with an award snapshot, when the season job is installed."""
+def closed_seasons(settings: Settings, config: BoardsConfig) -> set[str]:
+    """Seasons with an award snapshot (version 1 or later), read from the award
+    files of the season job (``jobs.awards``, issue 8) when it is installed."""
     import importlib
 
     try:
-        season_job = importlib.import_module("jobs.season")  # issue 8, optional
+        awards = importlib.import_module("jobs.awards")
     except ImportError:
         return set()
-    finder = getattr(season_job, "closed_seasons", None)
-    if finder is None:
+    versions = getattr(awards, "versions", None)
+    if versions is None:
         return set()
-    try:
-        return set(finder(settings))
-    except Exception:  # noqa: BLE001 - status must render whatever the job does
-        return set()
+    return {s.id for s in config.seasons if versions(settings.data_dir, s.id)}
 
 
 def collect_state(
@@ -134,7 +132,7 @@ def collect_state(
             "ageSeconds": (now - published).total_seconds() if published else None,
             "boundary": boundary,
         }
-    state.seasons = season_states(config, now, closed_seasons(settings))
+    state.seasons = season_states(config, now, closed_seasons(settings, config))
     state.last_verify = read_last_verify(settings)
     try:
         pipe = client.pipeline(transaction=False)

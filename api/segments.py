@@ -85,6 +85,11 @@ class BoardSegment:
     # Shadowed players' scores (jobs/shadow.py): not on the board, but their own
     # rank read answers as if they were.
     hidden: dict[str, int] = field(default_factory=dict)
+    # first_achieved boards: when each row's player reached its score (epoch ms),
+    # the tie-break between score and player id; None on player_id boards.
+    achieved: np.ndarray | None = None
+    # rank: unique -- a row's rank is its position.
+    unique_rank: bool = False
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
@@ -95,6 +100,10 @@ class BoardSegment:
             players=_StringColumn(table.column("player_id")),
             scores=table.column("score").to_numpy(),
             index=index.column("row").to_numpy(),
+            achieved=table.column("achieved_ms").to_numpy()
+            if "achieved_ms" in table.column_names
+            else None,
+            unique_rank=meta.get("rank") == "unique",
         )
         if meta.get("hidden"):
             hidden = _read_table(directory / meta["hidden"])
@@ -140,28 +149,29 @@ class BoardSegment:
         """Competition rank of a score: 1 + players strictly above it."""
         return self.count_above(score) + 1
 
-    def first_row_after(self, score: int, player_id: str) -> int:
-        """First display row strictly after the ordering tuple (score, player id)."""
-        key = (-score, player_id.encode("utf-8"))
-        return bisect.bisect_right(
-            range(self.population),
-            key,
-            key=lambda i: (-int(self.scores[i]), self.players.bytes_at(i)),
-        )
+    def _order_key(self, i: int) -> tuple[int, int, bytes]:
+        achieved = int(self.achieved[i]) if self.achieved is not None else 0
+        return (-int(self.scores[i]), achieved, self.players.bytes_at(i))
 
-    def first_row_at_or_after(self, score: int, player_id: str) -> int:
-        key = (-score, player_id.encode("utf-8"))
-        return bisect.bisect_left(
-            range(self.population),
-            key,
-            key=lambda i: (-int(self.scores[i]), self.players.bytes_at(i)),
-        )
+    def first_row_after(
+        self, score: int, player_id: str, achieved: int | None = None
+    ) -> int:
+        """First display row strictly after the ordering tuple (score, [achieved,]
+        player id)."""
+        key = (-score, achieved or 0, player_id.encode("utf-8"))
+        return bisect.bisect_right(range(self.population), key, key=self._order_key)
+
+    def first_row_at_or_after(
+        self, score: int, player_id: str, achieved: int | None = None
+    ) -> int:
+        key = (-score, achieved or 0, player_id.encode("utf-8"))
+        return bisect.bisect_left(range(self.population), key, key=self._order_key)
 
     def entry(self, row: int) -> dict[str, Any]:
         score = int(self.scores[row])
         return {
             "position": row + 1,
-            "rank": self.rank_of_score(score),
+            "rank": row + 1 if self.unique_rank else self.rank_of_score(score),
             "playerId": self.players.str_at(row),
             "score": score,
         }
@@ -174,7 +184,9 @@ class BoardSegment:
         previous: int | None = None
         for row in range(start, stop):
             score = int(self.scores[row])
-            if score != previous:
+            if self.unique_rank:
+                rank = row + 1
+            elif score != previous:
                 rank = self.rank_of_score(score)
                 previous = score
             out.append(
@@ -352,8 +364,12 @@ def quarantine_thresholds(
     registry: GenerationRegistry,
 ) -> dict[str, dict[str, int]]:
     """board -> cohort -> points above which an event is held (latest generation's
-    ``quarantine`` map; empty before the first generation)."""
-    latest = registry.latest()
+    ``quarantine`` map; empty before the first generation).
+
+    Writes must not rescan the segments directory (reads do, rate-limited): this takes
+    the newest generation the registry has already mapped."""
+    known = registry._generations
+    latest = known[max(known)] if known else None
     if latest is None:
         return {}
     raw = latest.manifest.get("quarantine") or {}

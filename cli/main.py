@@ -161,7 +161,7 @@ def explain(exc: BaseException) -> Failure | None:
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     from jobs.jars import JarsMissing
-    from speed.server import RedisServerError
+    from speed.server import RedisNotConfigured, RedisServerError
 
     if isinstance(exc, KeyboardInterrupt):
         return Failure("interrupted", None, EXIT_INTERRUPTED)
@@ -195,6 +195,8 @@ def explain(exc: BaseException) -> Failure | None:
             "start the stack with `lb up`, or point LB_REDIS_URL at a running Redis",
             EXIT_UNAVAILABLE,
         )
+    if isinstance(exc, RedisNotConfigured):
+        return Failure(str(exc), None, EXIT_UNAVAILABLE)
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return Failure(
             f"port already in use: {exc.strerror}",
@@ -210,7 +212,7 @@ def explain(exc: BaseException) -> Failure | None:
         )
     # cli/stack.py's named failures of `lb up` (port in use, Redis unreachable with
     # the /readyz reason, API not ready); their messages say what to do.
-    for name in ("PortInUse", "RedisUnreachable", "NotReady", "ApiNotReady"):
+    for name in ("PortInUse", "RedisUnreachable", "StackStartFailed"):
         cls = _class_named("cli.stack", name)
         if cls is not None and isinstance(exc, cls):
             return Failure(str(exc), None, EXIT_UNAVAILABLE)
@@ -385,10 +387,10 @@ def _add_core_commands(sub: Any) -> None:
         ),
     )
     p_demo.add_argument(
-        "--players", type=int, default=20_000, help="distinct players in the season"
+        "--players", type=int, default=10_000, help="distinct players in the season"
     )
     p_demo.add_argument(
-        "--events", type=int, default=200_000, help="score events to ingest"
+        "--events", type=int, default=50_000, help="score events to ingest"
     )
     p_demo.add_argument(
         "--port", type=int, default=None, help="API port (default: a free port)"

@@ -10,7 +10,10 @@ from conf.settings import Settings
 
 
 def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    from cli.main import check_redis
     from speed.rebuild import describe, run_rebuild
+
+    check_redis(settings)  # before Spark starts: a wrong URL fails in a second
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -37,7 +40,10 @@ def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from cli.main import check_redis
     from jobs.verify import describe, run_verify
+
+    check_redis(settings)
 
     result = run_verify(settings, board=args.board, sample=args.sample, seed=args.seed)
     for line in describe(result):
@@ -63,6 +69,19 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "rebuild",
         help="rebuild the speed layer from the latest generation and the log tail",
+        description=(
+            "Rebuild every partition's speed layer (totals, changed-sets, Fenwick "
+            "trees, contribution and dedupe records, position counters) from the "
+            "newest generation plus every log record: landed Delta rows and the "
+            "unlanded Redis log. Builds aside, prints the differences with the live "
+            "state, then switches each partition in atomically. Progress goes to "
+            "stderr."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb rebuild --dry-run          what differs; changes nothing\n"
+            "  lb rebuild                    repair the speed layer after a loss"
+        ),
     )
     p.add_argument(
         "--dry-run",
@@ -72,7 +91,19 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_cmd_rebuild)
 
     p = sub.add_parser(
-        "verify", help="compare served answers with an offline computation from Delta"
+        "verify",
+        help="compare served answers with an offline computation from Delta",
+        description=(
+            "Compare the served snapshot and live answers (top 100, sampled players, "
+            "award-tier boundaries) of every board with an offline computation in "
+            "Spark from Delta. Exits 0 when they agree, 1 naming each divergence. "
+            "Each run appends a row to the Delta table ops_verify_runs."
+        ),
+        epilog=(
+            "examples:\n"
+            "  lb verify                     every board, 100 sampled players\n"
+            "  lb verify --board season:S4:global --sample 1000"
+        ),
     )
     p.add_argument("--board", help="only this board (default: every board)")
     p.add_argument(
@@ -84,6 +115,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "status",
         help="stack, latest generation and age, backlog, seasons, last verify",
+        description=(
+            "One screen: Redis and the API, the latest generation and its age, per "
+            "partition the log backlog and the age of the oldest unlanded event, "
+            "the seasons' states and the last verify."
+        ),
+        epilog="examples:\n  lb status\n  lb status --json | jq .partitions",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_status)

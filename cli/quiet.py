@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import sys
+import subprocess
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conf.settings import Settings
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SPARK_LOG_LEVEL = "WARN"
+_LAUNCH_LOCK = threading.Lock()
 
 
 def spark_log_path(settings: Settings) -> Path:
@@ -20,13 +21,15 @@ def spark_log_path(settings: Settings) -> Path:
 
 
 def quiet_spark(settings: Settings, app_name: str = "leaderboard") -> SparkSession:
-    """Start (or return the running) SparkSession with its log in a file.
+    """Start (or return the running) SparkSession with its console output in a file.
 
-    The JVM that PySpark launches inherits this process's stdout and stderr, and
-    log4j's console appender writes to them; pointing descriptors 1 and 2 at the log
-    file while the JVM starts sends everything it ever prints there. Python's own
-    output is back on the console as soon as the session exists.
+    PySpark launches its JVM with ``launch_gateway(conf, popen_kwargs)``, whose
+    ``popen_kwargs`` exist for capturing the JVM's stdout and stderr; the JVM (and
+    log4j's console appender in it) then writes to the log file for its whole life,
+    while this process's own output stays on the console. Safe to call from a
+    background thread.
     """
+    from pyspark.core import context as spark_context
     from pyspark.sql import SparkSession
 
     from jobs.jars import jar_paths
@@ -38,18 +41,19 @@ def quiet_spark(settings: Settings, app_name: str = "leaderboard") -> SparkSessi
     jar_paths()  # a missing jar is reported on the console, not in the log file
     path = spark_log_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    saved = (os.dup(1), os.dup(2))
-    try:
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        spark = get_spark(app_name)
-        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, log_fd):
-            os.close(fd)
+    original = spark_context.launch_gateway
+
+    with open(path, "ab") as log, _LAUNCH_LOCK:
+
+        def launch_to_log(conf: Any = None, popen_kwargs: Any = None) -> Any:
+            kwargs = dict(popen_kwargs or {})
+            kwargs.update(stdout=log, stderr=subprocess.STDOUT)
+            return original(conf, kwargs)
+
+        spark_context.launch_gateway = launch_to_log
+        try:
+            spark = get_spark(app_name)
+        finally:
+            spark_context.launch_gateway = original
+    spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
     return spark

@@ -7,9 +7,11 @@ seasons come from the boards file.
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -21,12 +23,37 @@ from conf.periods import period_ids
 from conf.rules import RULE_VERSIONS
 
 SCOPE_GLOBAL = "global"
+DEFAULT_WINDOW_LATENESS = timedelta(hours=1)
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 KNOWN_RULES = set(RULE_VERSIONS)
 
 
 class BoardsFileError(ValueError):
     """The boards file is unreadable or invalid; the message names the bad field."""
+
+
+class Tier(BaseModel):
+    """An award tier: the players ranked ``top`` or better, or within ``topPercent``
+    (``100 * rank / population <= topPercent``, the read API's ``topPercent``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str = Field(pattern=ID_PATTERN)
+    top: int | None = Field(default=None, ge=1)
+    top_percent: float | None = Field(alias="topPercent", default=None, gt=0, le=100)
+
+    @model_validator(mode="after")
+    def _one_criterion(self) -> Tier:
+        if (self.top is None) == (self.top_percent is None):
+            raise ValueError("a tier needs exactly one of top or topPercent")
+        return self
+
+    def holds(self, rank: int, population: int) -> bool:
+        if self.top is not None:
+            return rank <= self.top
+        assert self.top_percent is not None
+        # Exact in rationals: rank / population <= p / 100.
+        return rank * 100 <= Fraction(str(self.top_percent)) * population
 
 
 class Season(BaseModel):
@@ -37,8 +64,17 @@ class Season(BaseModel):
     end: datetime
     allowed_lateness: timedelta = Field(alias="allowedLateness", default=timedelta(0))
     aggregation: Literal["sum", "max"] = "sum"
-    tie_break: Literal["player_id"] = Field(alias="tieBreak", default="player_id")
+    # player_id: ties in display order by player id; first_achieved: by the time the
+    # player reached the score (occurredAt of the event that set it), then player id.
+    tie_break: Literal["player_id", "first_achieved"] = Field(
+        alias="tieBreak", default="player_id"
+    )
+    # competition: 1 + players with a strictly greater score (ties share a rank);
+    # unique: the display position (ties broken by the display order).
+    rank: Literal["competition", "unique"] = "competition"
     rule: str = "v1"
+    # Award tiers, best first; a player gets the first tier that holds its rank.
+    tiers: list[Tier] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> Season:
@@ -50,7 +86,17 @@ class Season(BaseModel):
             raise ValueError("allowedLateness must not be negative")
         if self.rule not in KNOWN_RULES:
             raise ValueError(f"unknown scoring rule {self.rule!r}")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError("tier names must be distinct")
         return self
+
+    def tier_of(self, rank: int, population: int) -> str | None:
+        """The first (best) tier holding ``rank``; None when no tier does."""
+        for tier in self.tiers:
+            if tier.holds(rank, population):
+                return tier.name
+        return None
 
     @property
     def cutoff(self) -> datetime:
@@ -59,13 +105,17 @@ class Season(BaseModel):
 
 
 class BoardsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     regions: list[str] = Field(default_factory=list)
     seasons: list[Season] = Field(default_factory=list)
     # Scoring rule of the daily, weekly, monthly and all-time boards (seasons name
     # their own).
     rule: str = "v1"
+    # Daily, weekly and monthly boards close at their period's end plus this.
+    window_lateness: timedelta = Field(
+        alias="windowLateness", default=DEFAULT_WINDOW_LATENESS
+    )
 
     @model_validator(mode="after")
     def _check(self) -> BoardsConfig:
@@ -79,7 +129,13 @@ class BoardsConfig(BaseModel):
             raise ValueError("season ids must be distinct")
         if self.rule not in KNOWN_RULES:
             raise ValueError(f"unknown scoring rule {self.rule!r}")
+        if self.window_lateness < timedelta(0):
+            raise ValueError("windowLateness must not be negative")
         return self
+
+    @property
+    def window_lateness_ms(self) -> int:
+        return int(self.window_lateness.total_seconds() * 1000)
 
     @property
     def scopes(self) -> list[str]:
@@ -109,6 +165,16 @@ def load_boards(path: Path | None = None) -> BoardsConfig:
         ) from exc
 
 
+def board_order(config: BoardsConfig, board: str) -> tuple[bool, bool]:
+    """(first_achieved, unique_rank) of a board id; rolling windows are (False,
+    False)."""
+    if board.startswith("season:"):
+        season = config.season(board.split(":")[1])
+        if season is not None:
+            return season.tie_break == "first_achieved", season.rank == "unique"
+    return False, False
+
+
 @dataclass(frozen=True, slots=True)
 class BoardSpec:
     """One board an event touches, with what the speed layer needs to apply it."""
@@ -130,7 +196,17 @@ def boards_for_event(
 ) -> list[BoardSpec]:
     """Every board whose window holds ``occurred_at`` and whose scope matches."""
     moment = occurred_at.astimezone(UTC)
-    periods = period_ids(moment)
+    lateness_ms = config.window_lateness_ms
+    day = moment.date()
+    # (window, period, cutoff): rolling windows close at period end + lateness.
+    periods = [
+        (
+            window,
+            period,
+            0 if window == "alltime" else period_end_ms(window, day) + lateness_ms,
+        )
+        for window, period in period_ids(moment)
+    ]
     specs: list[BoardSpec] = []
     for season in config.seasons:
         if season.start <= moment < season.end:
@@ -143,12 +219,94 @@ def boards_for_event(
                         season.rule,
                     )
                 )
-    for window, period in periods:
+    for window, period, cutoff_ms in periods:
         for scope in (SCOPE_GLOBAL, region):
             specs.append(
-                BoardSpec(f"{window}:{period}:{scope}", "sum", 0, config.rule)
+                BoardSpec(f"{window}:{period}:{scope}", "sum", cutoff_ms, config.rule)
             )
     return specs
+
+
+def period_end(window: str, day: date) -> datetime:
+    """UTC end (exclusive) of the daily/weekly/monthly period holding ``day``."""
+    if window == "daily":
+        end = day + timedelta(days=1)
+    elif window == "weekly":
+        end = day + timedelta(days=7 - day.weekday())  # next ISO Monday
+    elif window == "monthly":
+        end = date(day.year + day.month // 12, day.month % 12 + 1, 1)
+    else:
+        raise ValueError(f"{window} boards have no period end")
+    return datetime(end.year, end.month, end.day, tzinfo=UTC)
+
+
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+MS_PER_DAY = 86_400_000
+
+
+def period_end_ms(window: str, day: date) -> int:
+    """:func:`period_end` in epoch ms, by integer day arithmetic: defined for every
+    date (the end of 9999-12-31 is past ``datetime.max``), as Spark computes it."""
+    if window == "daily":
+        end = day.toordinal() + 1
+    elif window == "weekly":
+        end = day.toordinal() + 7 - day.weekday()
+    elif window == "monthly":
+        end = (
+            day.replace(day=1).toordinal() + calendar.monthrange(day.year, day.month)[1]
+        )
+    else:
+        raise ValueError(f"{window} boards have no period end")
+    return (end - EPOCH_ORDINAL) * MS_PER_DAY
+
+
+def period_start(window: str, period: str) -> date:
+    """First UTC day of a rolling window's period id (validated by BOARD_ID)."""
+    if window == "daily":
+        return date.fromisoformat(period)
+    if window == "weekly":
+        year, week = period.split("-W")
+        return date.fromisocalendar(int(year), int(week), 1)
+    if window == "monthly":
+        year, month = period.split("-")
+        return date(int(year), int(month), 1)
+    raise ValueError(f"{window} boards have no period")
+
+
+def board_closes_at(config: BoardsConfig, board: str) -> datetime | None:
+    """When a board closes (season: end + allowedLateness; rolling window: period end
+    + windowLateness); None for all-time boards and unknown ids."""
+    match = BOARD_ID.match(board)
+    if not match:
+        return None
+    window, period = match["window"], match["period"]
+    if window == "alltime":
+        return None
+    if window == "season":
+        season = config.season(period)
+        return season.cutoff if season else None
+    try:
+        start = period_start(window, period)
+    except ValueError:
+        return None
+    try:
+        return period_end(window, start) + config.window_lateness
+    except OverflowError:  # the last periods of year 9999 never close
+        return None
+
+
+def board_cutoff_ms(config: BoardsConfig, board: str) -> int:
+    """:func:`board_closes_at` in epoch ms, 0 when the board never closes; the same
+    cutoff :func:`boards_for_event` gives the board."""
+    match = BOARD_ID.match(board)
+    if match and match["window"] in ("daily", "weekly", "monthly"):
+        try:
+            start = period_start(match["window"], match["period"])
+        except ValueError:
+            return 0
+        return period_end_ms(match["window"], start) + config.window_lateness_ms
+    closes = board_closes_at(config, board)
+    return 0 if closes is None else to_ms(closes)
 
 
 BOARD_ID = re.compile(

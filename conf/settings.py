@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     # points is held, once a (board, cohort) has this many contributions.
     quarantine_quantile: float = Field(default=0.9999, gt=0, lt=1)
     quarantine_min_samples: int = Field(default=1000, ge=1)
+    # Airflow (dags/): publish_generation runs every this many minutes.
+    publish_every_minutes: int = Field(default=5, ge=1, le=1440)
     # Set by `lb up` for each start; /healthz and /readyz echo it, so `lb up` knows
     # it is talking to the API it started and not to whatever holds the port.
     instance_token: str | None = None
@@ -157,9 +159,7 @@ class Settings(BaseSettings):
     @property
     def uses_dev_key(self) -> bool:
         """True when LB_HMAC_KEYS accepts the public development key."""
-        return any(
-            item.strip() == LOCAL_DEV_KEYS for item in self.hmac_keys.split(",")
-        )
+        return any(item.strip() == LOCAL_DEV_KEYS for item in self.hmac_keys.split(","))
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property

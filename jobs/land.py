@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.settings import Settings
+from jobs.awards import late_review_key, queue_late_records
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -183,6 +184,14 @@ def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None
     )
 
 
+def queue_late_reviews(client: redis.Redis, out: Path) -> None:
+    """Copy the season late-review records of an extracted batch to their queues."""
+    with out.open("rb") as fh:
+        queued = queue_late_records(fh)
+    for season_id, records in queued.items():
+        client.hset(late_review_key(season_id), mapping=records)  # type: ignore[arg-type]
+
+
 def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
     """Record the landed position and trim the log up to it, never past it."""
     keys = Keys(partition)
@@ -209,6 +218,9 @@ def land_partition(
         first, last = extract_log(client, partition, through, out)
         rows = 0
         if first:
+            # Before the commit (after it the log may be trimmed): late-review
+            # records join their season's review queue; copying twice is harmless.
+            queue_late_reviews(client, out)
             batch = transform_records(spark.read.text(str(out)))
             load_bronze(batch, path, partition, last)
             rows = last - first + 1

@@ -60,6 +60,7 @@ from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import land_audit
 from jobs.land import (
+    BRONZE,
     bronze_path,
     extract_landed_through,
     run_land,
@@ -68,8 +69,9 @@ from jobs.land import (
 )
 from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
-from jobs.recompute import transform_recompute, transform_totals
+from jobs.recompute import transform_achieved, transform_recompute, transform_totals
 from jobs.shadow import extract_shadowed, hidden_rows, transform_public, write_hidden
+from jobs.table_versions import table_versions
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -84,6 +86,8 @@ JOB_UMASK = 0o027
 log = logging.getLogger(__name__)
 
 SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+# first_achieved boards add when each player reached its score (epoch ms).
+TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
 INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
 BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
 
@@ -161,9 +165,8 @@ def protected_generations(settings: Settings) -> set[str]:
     * every partition's base generation: live reads merge the speed layer's changes
       with exactly that generation, so removing it before the rebase onto a newer
       one would degrade every live read (issue 7, item 4);
-    * award snapshots: the season-close code extends this set with the generations
-      its award snapshots name (add them here, e.g. from the awards table under
-      ``settings.data_dir``), so they stay readable forever.
+    * award snapshots: the generations they were taken from
+      (``jobs.awards.award_generations``), kept forever.
 
     Pinned cursors are covered by :func:`apply_retention` itself: a cursor is honoured
     while its generation is one of the newest ``retained_generations`` (API.md), plus
@@ -171,7 +174,9 @@ def protected_generations(settings: Settings) -> set[str]:
 
     :raises RetentionUnsafe: when the bases cannot be read (then nothing is deleted).
     """
-    return base_generations(settings)
+    from jobs.awards import award_generations
+
+    return base_generations(settings) | award_generations(settings.data_dir)
 
 
 def _sha256(path: Path) -> str:
@@ -256,9 +261,13 @@ def write_board_segment(
     player_ids: pa.Array,
     scores: pa.Array,
     bucket_target: int,
+    achieved: pa.Array | None = None,
 ) -> dict[str, str]:
     """Write the three files of one board; returns file name -> sha256."""
-    data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    if achieved is None:
+        data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    else:
+        data = pa.table([player_ids, scores, achieved], schema=TIMED_SEGMENT_SCHEMA)
     index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
     lowers, counts = equi_depth_buckets(
         data.column("score").to_numpy(zero_copy_only=False), bucket_target
@@ -288,12 +297,15 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
         .where(F.col("generation") == generation)
         .inputFiles()
     )
-    columns = ["board", "position", "player_id", "score"]
+    columns = ["board", "position", "player_id", "score", "achieved_ms"]
     tables = [pq.read_table(_local_path(f), columns=columns) for f in sorted(files)]
     if not tables:
+        numeric = ("position", "score", "achieved_ms")
         return pa.table(
-            {c: pa.array([], pa.int64() if c in ("position", "score") else pa.string())
-             for c in columns}
+            {
+                c: pa.array([], pa.int64() if c in numeric else pa.string())
+                for c in columns
+            }
         )
     table = pa.concat_tables(tables)
     order = pc.sort_indices(
@@ -303,9 +315,16 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
 
 
 def write_segments(
-    table: pa.Table, directory: Path, bucket_target: int
+    table: pa.Table,
+    directory: Path,
+    bucket_target: int,
+    orders: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Write every board of a sorted gold table; returns the manifest's boards map."""
+    """Write every board of a sorted gold table; returns the manifest's boards map.
+
+    ``orders``: board -> (first_achieved, unique rank) for boards that are not the
+    default (player_id ties, competition rank); they are named in the manifest."""
+    orders = orders or {}
     boards: dict[str, dict[str, Any]] = {}
     if table.num_rows == 0:
         return boards
@@ -317,14 +336,23 @@ def write_segments(
     starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
     players = table.column("player_id").combine_chunks()
     scores = table.column("score").combine_chunks().cast(pa.int64())
+    achieved = (
+        table.column("achieved_ms").combine_chunks().cast(pa.int64())
+        if "achieved_ms" in table.column_names
+        else None
+    )
     for begin, end in zip(starts[:-1], starts[1:], strict=True):
         board = names[codes[begin]]
+        timed, unique = orders.get(board, (False, False))
         sums = write_board_segment(
             directory,
             board,
             players.slice(begin, end - begin),
             scores.slice(begin, end - begin),
             bucket_target,
+            achieved.slice(begin, end - begin)
+            if timed and achieved is not None
+            else None,
         )
         boards[board] = {
             "population": end - begin,
@@ -334,6 +362,10 @@ def write_segments(
             "sha256": sums[f"{board}.arrow"],
             "checksums": sums,
         }
+        if timed:
+            boards[board]["tieBreak"] = "first_achieved"
+        if unique:
+            boards[board]["rank"] = "unique"
     return boards
 
 
@@ -493,9 +525,19 @@ def load_silver(
 def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
     (
         ranked.withColumn("generation", F.lit(generation))
-        .select("board", "generation", "position", "rank", "player_id", "score")
+        .select(
+            "board",
+            "generation",
+            "position",
+            "rank",
+            "player_id",
+            "score",
+            F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
+        )
         .write.format("delta")
         .mode("overwrite")
+        # achieved_ms joined the table with first_achieved; older tables gain it.
+        .option("mergeSchema", "true")
         .partitionBy("generation")
         .option("replaceWhere", f"generation = '{generation}'")
         .save(str(path))
@@ -508,6 +550,8 @@ def build_manifest(
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
     quarantine: Mapping[str, Mapping[str, int]] | None = None,
+    table_versions: Mapping[str, int] | None = None,
+    landing_started_at: datetime | None = None,
 ) -> str:
     body: dict[str, Any] = {
         "generation": generation,
@@ -517,7 +561,16 @@ def build_manifest(
         "boards": {
             board: {
                 k: boards[board][k]
-                for k in ("population", "file", "index", "buckets", "sha256", "hidden")
+                for k in (
+                    "population",
+                    "file",
+                    "index",
+                    "buckets",
+                    "sha256",
+                    "tieBreak",
+                    "rank",
+                    "hidden",
+                )
                 if k in boards[board]
             }
             for board in sorted(boards)
@@ -526,6 +579,14 @@ def build_manifest(
     if quarantine:
         # board -> cohort -> points above which the owner transaction holds an event.
         body["quarantine"] = {b: dict(c) for b, c in sorted(quarantine.items())}
+    if table_versions:
+        # The Delta versions this generation was built from (time travel for
+        # analysts: docs/ANALYSTS.md).
+        body["tableVersions"] = {k: int(v) for k, v in sorted(table_versions.items())}
+    if landing_started_at is not None:
+        # Everything received before this moment is in the generation: a board that
+        # closed before it is final here (see jobs/season.py).
+        body["landingStartedAt"] = rfc3339(landing_started_at)
     return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -608,10 +669,15 @@ def _run_publish(
     generation = f"g{number}"
 
     clock.lap("repair")
+    landing_started_at = datetime.now(UTC) if land else None
     if land:
         landed = run_land(settings, spark, after_commit=after_land_commit)
         # Admin actions recorded in Redis since the last publish reach Delta too.
         land_audit(settings, spark)
+        # Award versions the API wrote (it has no Spark) reach Delta gold_awards.
+        from jobs.season import land_awards
+
+        land_awards(settings, spark)
     else:
         landed = extract_landed_through(spark, bronze_path(settings))
     boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
@@ -631,11 +697,17 @@ def _run_publish(
         events,
         boundary,
         [*boards.seasons, *namespace_seasons(boards, rule_state)],
+        window_lateness_ms=boards.window_lateness_ms,
         window_rule=boards.rule,
         registry=default_registry(settings.points_min, settings.points_max),
     )
     clock.lap("land")
     totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
+    achieved = transform_achieved(
+        events, boundary, boards.seasons, boards.window_lateness_ms
+    )
+    if achieved is not None:
+        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     thresholds = extract_thresholds(
         spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
@@ -644,7 +716,17 @@ def _run_publish(
     )
     # Shadowed players stay out of the public snapshot (jobs/shadow.py).
     shadowed = extract_shadowed(settings) if land else set()
-    ranked = transform_rank(transform_public(totals_now, shadowed), partitions)
+    orders = {
+        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
+        for s in boards.seasons
+        for scope in boards.scopes
+        if s.tie_break == "first_achieved" or s.rank == "unique"
+    }
+    ranked = transform_rank(
+        transform_public(totals_now, shadowed),
+        partitions,
+        [b for b, (_, u) in orders.items() if u],
+    )
     load_gold_snapshot(ranked, gold_path, generation)
     clock.lap("rank_gold")
 
@@ -654,7 +736,7 @@ def _run_publish(
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
     try:
-        board_files = write_segments(table, tmp, bucket_target)
+        board_files = write_segments(table, tmp, bucket_target, orders)
         write_hidden(hidden_rows(totals_now, shadowed), tmp, board_files)
         _fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
@@ -668,8 +750,17 @@ def _run_publish(
         raise PublishAborted(f"{generation}: aborted before the manifest row")
 
     published_at = datetime.now(UTC)
+    versions = table_versions(
+        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
+    )
     manifest_json = build_manifest(
-        generation, published_at, boundary, board_files, thresholds
+        generation,
+        published_at,
+        boundary,
+        board_files,
+        thresholds,
+        table_versions=versions,
+        landing_started_at=landing_started_at,
     )
     row = {
         "generation": generation,

@@ -2,8 +2,10 @@
 
 No window ordered over a whole board (that funnels a board through one task):
 
-1. range-partition and sort by (board, score desc, player asc) -- a total order,
-   since a player appears once per board; Spark compares strings by UTF-8 bytes;
+1. range-partition and sort by (board, score desc, achieved_ms asc, player asc) --
+   a total order, since a player appears once per board; Spark compares strings by
+   UTF-8 bytes; achieved_ms (when the player reached the score) is set on
+   ``tieBreak: first_achieved`` boards only;
 2. number the rows inside each Spark partition (``monotonically_increasing_id`` is
    ``partition id << 33 | row index``), then count rows per (Spark partition, board)
    and turn the counts into offsets (a small table, one row per board slice);
@@ -14,6 +16,8 @@ No window ordered over a whole board (that funnels a board through one task):
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -28,9 +32,20 @@ def transform_sorted_slices(totals: DataFrame, num_partitions: int) -> DataFrame
     Materialized with a local checkpoint: range boundaries come from sampling, so
     the partitioning must be computed once and reused by both later steps.
     """
-    order = [F.col("board"), F.col("score").desc(), F.col("player_id")]
+    # first_achieved boards order equal scores by achieved_ms (null elsewhere).
+    order = [
+        F.col("board"),
+        F.col("score").desc(),
+        F.coalesce(F.col("achieved_ms"), F.lit(0)),
+        F.col("player_id"),
+    ]
+    achieved = (
+        F.col("achieved_ms").cast("bigint")
+        if "achieved_ms" in totals.columns
+        else F.lit(None).cast("bigint")
+    )
     tagged = (
-        totals.select("board", "player_id", "score")
+        totals.select("board", "player_id", "score", achieved.alias("achieved_ms"))
         .repartitionByRange(num_partitions, *order)
         .sortWithinPartitions(*order)
         .withColumn("_part", F.spark_partition_id())
@@ -49,8 +64,10 @@ def transform_positions(sliced: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("_n"), F.min("_row").alias("_first")
     )
     # Small: one row per (board, Spark partition) the board spans.
-    before = Window.partitionBy("board").orderBy("_part").rowsBetween(
-        Window.unboundedPreceding, -1
+    before = (
+        Window.partitionBy("board")
+        .orderBy("_part")
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
     offsets = slices.withColumn(
         "_offset", F.coalesce(F.sum("_n").over(before), F.lit(0))
@@ -70,14 +87,22 @@ def transform_ranks(positioned: DataFrame) -> DataFrame:
     return positioned.join(firsts, ["board", "score"])
 
 
-def transform_rank(totals: DataFrame, num_partitions: int = 4) -> DataFrame:
-    """(board, position, rank, player_id, score) for every (board, player) total."""
+def transform_rank(
+    totals: DataFrame, num_partitions: int = 4, unique_boards: Iterable[str] = ()
+) -> DataFrame:
+    """(board, position, rank, player_id, score, achieved_ms) for every (board,
+    player) total. On ``unique_boards`` (``rank: unique``) the rank is the position."""
     sliced = transform_sorted_slices(totals, num_partitions)
     ranked = transform_ranks(transform_positions(sliced))
+    unique = sorted(unique_boards)
+    rank = F.col("rank")
+    if unique:
+        rank = F.when(F.col("board").isin(unique), F.col("position")).otherwise(rank)
     return ranked.select(
         "board",
         F.col("position").cast("bigint").alias("position"),
-        F.col("rank").cast("bigint").alias("rank"),
+        rank.cast("bigint").alias("rank"),
         "player_id",
         F.col("score").cast("bigint").alias("score"),
+        F.col("achieved_ms").cast("bigint").alias("achieved_ms"),
     )

@@ -10,7 +10,8 @@ without trusting the statuses the speed layer wrote:
   (position order) revision of the same (player, match) -- the Lua stores ``r`` for
   every non-superseded event, late ones included;
 * the boards an event feeds are exactly :func:`conf.boards.boards_for_event`;
-* a season board ignores an event received after its cutoff (end + lateness);
+* a board ignores an event received after its cutoff (season: end +
+  allowedLateness; daily/weekly/monthly: period end + windowLateness);
 * contribution (player, match, board) exists iff some accepted, non-late event of the
   match fed the board; its value is the points of the LAST accepted non-late event of
   the match if that event feeds the board, else 0 (removed; the player stays);
@@ -25,12 +26,13 @@ from collections.abc import Iterable, Mapping
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from conf.boards import SCOPE_GLOBAL, Season, to_ms
+from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
 from conf.rules import RuleRegistry, default_registry
 from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
+DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
 
 BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint,rule:string>"
 # Match-record columns of bronze (tables landed before they existed lack them).
@@ -103,11 +105,14 @@ def transform_accepted(events: DataFrame) -> DataFrame:
     )
 
 
-def _board(name: Column, aggregation: str, cutoff_ms: int, rule: str) -> Column:
+def _board(
+    name: Column, aggregation: str, cutoff_ms: int | Column, rule: str
+) -> Column:
+    cutoff = cutoff_ms if isinstance(cutoff_ms, Column) else F.lit(cutoff_ms)
     return F.struct(
         name.alias("board"),
         F.lit(aggregation).alias("aggregation"),
-        F.lit(cutoff_ms).cast("bigint").alias("cutoff_ms"),
+        cutoff.cast("bigint").alias("cutoff_ms"),
         F.lit(rule).alias("rule"),
     )
 
@@ -124,24 +129,45 @@ def board_columns(
     occurred_ms: Column,
     region: Column,
     seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
 ) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
     Computed from epoch milliseconds with date arithmetic only, so the answer does
-    not depend on the session time zone.
+    not depend on the session time zone. A rolling window's cutoff is its period's
+    end (next day, next ISO Monday, first of next month) plus ``window_lateness_ms``.
     """
     day = F.date_from_unix_date(F.floor(occurred_ms / F.lit(MS_PER_DAY)).cast("int"))
     # ISO week: the week's Thursday decides the ISO year (weekday(): Monday = 0).
     thursday = F.date_add(day, F.lit(3) - F.weekday(day))
     iso_year = F.year(thursday)
     iso_week = F.floor((F.dayofyear(thursday) - 1) / 7).cast("int") + 1
-    # The patterns live in conf.periods, shared with the speed layer.
+
+    def end_ms(end_day: Column) -> Column:
+        return F.unix_date(end_day).cast("bigint") * F.lit(MS_PER_DAY) + F.lit(
+            window_lateness_ms
+        )
+
+    # The patterns live in conf.periods, shared with the speed layer; a rolling
+    # window's cutoff is its period's end plus the lateness.
     periods = [
-        ("daily", F.format_string(DAILY, F.year(day), F.month(day), F.dayofmonth(day))),
-        ("weekly", F.format_string(WEEKLY, iso_year, iso_week)),
-        ("monthly", F.format_string(MONTHLY, F.year(day), F.month(day))),
-        ("alltime", F.lit(ALLTIME)),
+        (
+            "daily",
+            F.format_string(DAILY, F.year(day), F.month(day), F.dayofmonth(day)),
+            end_ms(F.date_add(day, 1)),
+        ),
+        (
+            "weekly",
+            F.format_string(WEEKLY, iso_year, iso_week),
+            end_ms(F.date_add(day, F.lit(7) - F.weekday(day))),
+        ),
+        (
+            "monthly",
+            F.format_string(MONTHLY, F.year(day), F.month(day)),
+            end_ms(F.add_months(F.trunc(day, "month"), 1)),
+        ),
+        ("alltime", F.lit(ALLTIME), F.lit(0)),
     ]
     items: list[Column] = []
     for season in seasons:
@@ -158,19 +184,24 @@ def board_columns(
                     ),
                 )
             )
-    for window, period in periods:
+    for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            items.append(_board(name, "sum", 0, window_rule))
+            items.append(_board(name, "sum", cutoff, window_rule))
     return F.filter(F.array(*items), lambda b: b.isNotNull())
 
 
 def transform_event_boards(
-    events: DataFrame, seasons: Iterable[Season], window_rule: str = "v1"
+    events: DataFrame,
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
 ) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
-    boards = board_columns(occurred_ms, F.col("region"), seasons, window_rule)
+    boards = board_columns(
+        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+    )
     return events.withColumn("boards", boards)
 
 
@@ -193,16 +224,25 @@ NARROW = [
 ]
 
 
-def _with_boards(e: Column, seasons: list[Season], window_rule: str) -> Column:
+def _with_boards(
+    e: Column,
+    seasons: list[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
+) -> Column:
     """An event struct (with occurred_ms, region) plus its ``boards`` array."""
     return e.withField(
-        "boards", board_columns(e["occurred_ms"], e["region"], seasons, window_rule)
+        "boards",
+        board_columns(
+            e["occurred_ms"], e["region"], seasons, window_lateness_ms, window_rule
+        ),
     )
 
 
 def transform_contributions(
     events: DataFrame,
     seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
 ) -> DataFrame:
@@ -265,7 +305,7 @@ def transform_contributions(
                     lambda x, y: (x["position"] > y["position"]).cast("int")
                     - (x["position"] < y["position"]).cast("int"),
                 ),
-                lambda e: _with_boards(e, seasons, window_rule),
+                lambda e: _with_boards(e, seasons, window_lateness_ms, window_rule),
             ).alias("evs"),
         )
     )
@@ -348,6 +388,7 @@ def transform_recompute(
     boundary: Mapping[int, int],
     seasons: Iterable[Season],
     num_partitions: int | None = None,
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
 ) -> tuple[DataFrame, DataFrame]:
@@ -374,5 +415,120 @@ def transform_recompute(
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
     events = transform_held(events, released)
-    contributions = transform_contributions(events, seasons, window_rule, registry)
+    contributions = transform_contributions(
+        events, seasons, window_lateness_ms, window_rule=window_rule, registry=registry
+    )
     return contributions, transform_totals(contributions)
+
+
+STATE = (
+    "struct<vals:map<string,struct<points:bigint,removed:boolean>>,"
+    "total:bigint,achieved:bigint,present:boolean>"
+)
+
+
+def transform_achieved(
+    bronze: DataFrame,
+    boundary: Mapping[int, int],
+    seasons: Iterable[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+) -> DataFrame | None:
+    """(board, player_id, achieved_ms) on ``tieBreak: first_achieved`` boards.
+
+    ``achieved_ms`` is the occurredAt of the event that set the player's current
+    total: replaying the player's accepted events in log order the way
+    apply_event.lua does (late ones skipped per board; a correction that moves a
+    match off the board leaves 0 there), it is the time of the last event whose
+    application changed the total, or of the first one applied. None when no season
+    breaks ties by first achievement.
+    """
+    seasons = list(seasons)
+    timed = [s for s in seasons if s.tie_break == "first_achieved"]
+    if not timed:
+        return None
+    prefixes = [f"season:{s.id}:" for s in timed]
+    events = transform_within_boundary(bronze, boundary).select(*NARROW)
+    events = transform_accepted(transform_first_acceptance(events)).where(
+        F.col("accepted")
+    )
+    occurred_ms = F.unix_millis(F.col("occurred_at"))
+    boards = F.filter(
+        board_columns(occurred_ms, F.col("region"), seasons, window_lateness_ms),
+        lambda b: F.exists(
+            F.array(*[F.lit(p) for p in prefixes]), lambda p: b["board"].startswith(p)
+        ),
+    )
+    item = F.struct(
+        F.col("position"),
+        F.col("match_id"),
+        F.col("points").cast("bigint").alias("points"),
+        occurred_ms.alias("occurred_ms"),
+        F.col("received_at_ms"),
+        boards.alias("boards"),
+    )
+    per_player = (
+        events.select("player_id", item.alias("e"))
+        .where(F.size("e.boards") > 0)
+        .groupBy("player_id")
+        .agg(F.array_sort(F.collect_list("e")).alias("evs"))
+    )
+    candidates = per_player.select(
+        "player_id",
+        "evs",
+        F.explode(
+            F.array_distinct(F.flatten(F.transform("evs", lambda e: e["boards"])))
+        ).alias("b"),
+    )
+    empty = F.map_from_arrays(
+        F.array().cast("array<string>"),
+        F.array().cast("array<struct<points:bigint,removed:boolean>>"),
+    )
+    initial = F.struct(
+        empty.alias("vals"),
+        F.lit(0).cast("bigint").alias("total"),
+        F.lit(None).cast("bigint").alias("achieved"),
+        F.lit(False).alias("present"),
+    ).cast(STATE)
+    b = F.col("b")
+
+    def step(state: Column, e: Column) -> Column:
+        fed = F.exists(e["boards"], lambda x: x["board"] == b["board"])
+        late = (b["cutoff_ms"] > 0) & (e["received_at_ms"] > b["cutoff_ms"])
+        has = F.array_contains(F.map_keys(state["vals"]), e["match_id"])
+        applies = ~late & (fed | has)
+        value = F.struct(
+            F.when(fed, e["points"]).otherwise(F.lit(0)).cast("bigint").alias("points"),
+            (~fed).alias("removed"),
+        )
+        vals = F.when(
+            applies,
+            F.map_concat(
+                F.map_filter(state["vals"], lambda k, _v: k != e["match_id"]),
+                F.create_map(e["match_id"], value),
+            ),
+        ).otherwise(state["vals"])
+        kept = F.transform(
+            F.filter(F.map_values(vals), lambda v: ~v["removed"]), lambda v: v["points"]
+        )
+        total = F.when(
+            b["aggregation"] == "max", F.coalesce(F.array_max(kept), F.lit(0))
+        ).otherwise(F.aggregate(kept, F.lit(0).cast("bigint"), lambda acc, v: acc + v))
+        changed = applies & (~state["present"] | (total != state["total"]))
+        return F.struct(
+            vals.alias("vals"),
+            total.cast("bigint").alias("total"),
+            F.when(changed, e["occurred_ms"])
+            .otherwise(state["achieved"])
+            .cast("bigint")
+            .alias("achieved"),
+            (state["present"] | applies).alias("present"),
+        )
+
+    folded = candidates.select(
+        F.col("b.board").alias("board"),
+        "player_id",
+        F.aggregate("evs", initial, step).alias("s"),
+    )
+    return folded.where(F.col("s.present")).select(
+        "board", "player_id", F.col("s.achieved").alias("achieved_ms")
+    )

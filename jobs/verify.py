@@ -43,7 +43,7 @@ from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
-from jobs.recompute import transform_recompute
+from jobs.recompute import transform_achieved, transform_recompute
 from jobs.shadow import extract_shadowed, transform_public
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
@@ -137,19 +137,35 @@ def extract_events(spark: SparkSession, settings: Settings) -> DataFrame:
     return bronze.unionByName(tail, allowMissingColumns=True)
 
 
-def transform_offline_ranks(totals: DataFrame) -> DataFrame:
-    """Display position and competition rank per board by a full window sort."""
+def transform_offline_ranks(
+    totals: DataFrame, unique_boards: Iterable[str] = ()
+) -> DataFrame:
+    """Display position and competition rank per board by a full window sort.
+
+    ``achieved_ms`` (first_achieved boards, when present) orders equal scores before
+    the player id; on ``unique_boards`` (``rank: unique``) the rank is the position.
+    """
+    achieved = (
+        F.coalesce(F.col("achieved_ms"), F.lit(0))
+        if "achieved_ms" in totals.columns
+        else F.lit(0)
+    )
     order = Window.partitionBy("board").orderBy(
-        F.col("score").desc(), F.col("player_id").asc()
+        F.col("score").desc(), achieved.asc(), F.col("player_id").asc()
     )
     by_score = Window.partitionBy("board").orderBy(F.col("score").desc())
     whole = Window.partitionBy("board")
+    position = F.row_number().over(order)
+    rank = F.rank().over(by_score)
+    unique = sorted(unique_boards)
+    if unique:
+        rank = F.when(F.col("board").isin(unique), position).otherwise(rank)
     return totals.select(
         "board",
         "player_id",
         "score",
-        F.row_number().over(order).alias("position"),
-        F.rank().over(by_score).alias("rank"),
+        position.alias("position"),
+        rank.alias("rank"),
         F.count(F.lit(1)).over(whole).alias("population"),
     )
 
@@ -178,7 +194,8 @@ def tier_positions(config: BoardsConfig, board: str, population: int) -> set[int
         if top:
             last = int(top)
         elif percent:
-            last = math.ceil(population * float(percent) / 100)
+            # A tier holds rank r when 100 * r <= percent * population.
+            last = math.floor(population * float(percent) / 100)
         else:
             continue
         positions |= {p for p in (last, last + 1) if 1 <= p <= population}
@@ -199,15 +216,28 @@ def compute_offline(
 ) -> dict[str, Offline]:
     """``shadowed`` players are left out, as every public answer leaves them out;
     ``replays`` are the namespace seasons of registered replays (conf/rule_state)."""
+    lateness = config.window_lateness_ms
     _, totals = transform_recompute(
         events,
         boundary,
         [*config.seasons, *replays],
+        window_lateness_ms=lateness,
         window_rule=config.rule,
         registry=registry,
     )
     totals = transform_public(totals, shadowed)
-    ranked = transform_offline_ranks(totals.where(F.col("board").isin(boards))).cache()
+    achieved = transform_achieved(events, boundary, config.seasons, lateness)
+    if achieved is not None:
+        totals = totals.join(achieved, ["board", "player_id"], "left")
+    unique = [
+        f"season:{s.id}:{scope}"
+        for s in config.seasons
+        if s.rank == "unique"
+        for scope in config.scopes
+    ]
+    ranked = transform_offline_ranks(
+        totals.where(F.col("board").isin(boards)), unique
+    ).cache()
     try:
         populations = {
             r["board"]: int(r["n"])
@@ -425,6 +455,12 @@ def _finish(
     finished = datetime.now(UTC)
     result.finished_at = finished.isoformat()
     load_run(spark, settings, result, finished)
+    write_last_verify(settings, result)
+    return result
+
+
+def write_last_verify(settings: Settings, result: VerifyResult) -> None:
+    """The last run's result for /metrics and lb status (atomic replace)."""
     path = last_verify_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -435,7 +471,6 @@ def _finish(
     }
     tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
-    return result
 
 
 def load_run(

@@ -17,17 +17,34 @@ KEY_PREFIX = "lb"
 SCORE_OFFSET = 2**52
 
 
-def encode_entry(score: int, player_id: str) -> bytes:
-    return struct.pack(">Q", SCORE_OFFSET - score) + player_id.encode("utf-8")
+# On ``tieBreak: first_achieved`` boards the time the player reached the score sits
+# between score and player id: 8 bytes big-endian of achievedMs + 2**52 (earlier
+# first; the offset keeps times before 1970 ordered too).
+TIME_OFFSET = 2**52
+
+
+def encode_entry(score: int, player_id: str, achieved_ms: int | None = None) -> bytes:
+    """Member of a changed-set: its byte order is the board's display order."""
+    middle = (
+        b"" if achieved_ms is None else struct.pack(">Q", achieved_ms + TIME_OFFSET)
+    )
+    return struct.pack(">Q", SCORE_OFFSET - score) + middle + player_id.encode("utf-8")
 
 
 def encode_score(score: int) -> bytes:
     return struct.pack(">Q", SCORE_OFFSET - score)
 
 
-def decode_entry(member: bytes) -> tuple[int, str]:
+def decode_entry(member: bytes, timed: bool = False) -> tuple[int, str]:
+    """(score, player id) of a member; ``timed`` on first_achieved boards."""
     (key,) = struct.unpack(">Q", member[:8])
-    return SCORE_OFFSET - key, member[8:].decode("utf-8")
+    start = 16 if timed else 8
+    return SCORE_OFFSET - key, member[start:].decode("utf-8")
+
+
+def decode_achieved(member: bytes) -> int:
+    (key,) = struct.unpack(">Q", member[8:16])
+    return int(key) - TIME_OFFSET
 
 
 def partition_of(player_id: str, partitions: int) -> int:

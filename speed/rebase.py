@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,18 +98,25 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
         record = orjson.loads(fields[b"r"])
         boards = record["result"].get("boards") or []
         for item in boards:
+            # Held for late review: the board did not change (and may be closed).
+            if item.get("status", record.get("status")) == "late-review":
+                continue
             pairs.add((item["board"], record["event"]["playerId"]))
     return pairs
 
 
 def rebase(
-    client: redis.Redis, generation: Generation, partitions: int
+    client: redis.Redis,
+    generation: Generation,
+    partitions: int,
+    exclude: Collection[str] = (),
 ) -> RebaseReport:
     """Rebase every partition onto ``generation``; idempotent (a partition already at
-    or past it reports ``stale``)."""
+    or past it reports ``stale``). Boards in ``exclude`` (closed, final in this
+    generation: ``speed/closed.py``) get no speed-layer state back."""
     script = client.register_script(load("rebase_partition"))
     boundary = generation.boundary
-    boards = generation.board_names()
+    boards = [b for b in generation.board_names() if b not in exclude]
     segments = {board: generation.board(board) for board in boards}
     counts = {
         board: partition_counts(segment, partitions)
@@ -140,15 +148,22 @@ def rebase(
             pipe.set(keys.staged_counts(board), packed)
         pipe.execute()
 
-        board_set = set(boards) | _boards_with_changes(client, partition)
-        snapshot: dict[str, dict[str, int | None]] = {}
+        board_set = (set(boards) | _boards_with_changes(client, partition)) - set(
+            exclude
+        )
+        snapshot: dict[str, dict[str, int | list[int] | None]] = {}
 
-        def lookup(board: str, player: str) -> int | None:
+        def lookup(board: str, player: str) -> int | list[int] | None:
             segment = segments.get(board)
             if segment is None:
                 return None
             row = segment.row_of(player)
-            return None if row is None else int(segment.scores[row])
+            if row is None:
+                return None
+            if segment.achieved is not None:
+                # first_achieved: the snapshot member carries the time too.
+                return [int(segment.scores[row]), int(segment.achieved[row])]
+            return int(segment.scores[row])
 
         pending = _tail_pairs(client, keys, position)
         # Shadowed players' scores in the generation (normally none: publish leaves
@@ -211,8 +226,16 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
         raise RuntimeError(
             f"generation {generation_id} is not readable in {settings.segments_dir}"
         )
+    from conf.boards import load_boards
+    from speed.closed import drop_board_keys, final_boards
+
+    final = final_boards(load_boards(settings.boards_file), generation.manifest)
     client = redis.Redis.from_url(resolve_redis_url(settings))
     try:
-        return rebase(client, generation, settings.partitions)
+        report = rebase(client, generation, settings.partitions, exclude=final)
+        # Closed windows leave Redis once their final generation is published.
+        if final:
+            drop_board_keys(client, settings.partitions, final)
+        return report
     finally:
         client.close()

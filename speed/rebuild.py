@@ -23,13 +23,11 @@ the log, and the partition is built again.
 
 from __future__ import annotations
 
-import logging
 import struct
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -37,16 +35,16 @@ import orjson
 import redis
 
 from api.segments import BoardSegment, Generation, GenerationRegistry
-from conf.boards import BoardsConfig, boards_for_event, load_boards
+from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
+from speed.closed import final_boards
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.server import resolve_redis_url
 
-log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 10
 # Per-board structures that are built aside and switched in by renaming.
 BOARD_STRUCTURES = ("tot", "chz", "chs", "fw", "bk")
@@ -58,9 +56,15 @@ PIPELINE_CHUNK = 2000
 class RebuildGap(RuntimeError):
     """The log records of a partition are not consecutive: events are missing."""
 
+    exit_code = 1
+    hint = "a position is neither in Delta bronze nor in the Redis log: see the gap"
+
 
 class RebuildRaced(RuntimeError):
     """A partition kept receiving events while it was being rebuilt."""
+
+    exit_code = 1
+    hint = "run `lb rebuild` again at a quieter moment (or stop the writers)"
 
 
 # ----------------------------------------------------------------------- the fold
@@ -77,6 +81,10 @@ class PartitionState:
         default_factory=lambda: defaultdict(dict)
     )
     changed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # first_achieved boards: board -> player -> when the total was reached (ms).
+    achieved: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     # (player, match) -> contribution record fields; last touch in epoch ms.
     contributions: dict[tuple[str, str], dict[str, int | str]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -139,6 +147,9 @@ class Folder:
             self._aggregation[board] = found
         return found
 
+    def first_achieved(self, board: str) -> bool:
+        return board_order(self.config, board)[0]
+
     def apply(self, record: dict[str, Any]) -> None:
         state = self.state
         position = int(record["position"])
@@ -158,9 +169,22 @@ class Folder:
             received,
         )
         items = result.get("boards") or []
+        occurred_ms: int | None = None
         for item in items:
             board = item["board"]
-            state.totals[board][player] = (int(item["total"]), int(item["version"]))
+            # apply_event.lua writes no total for a board that held the event for
+            # review (a closed board may have no total left in Redis at all).
+            if item.get("status", status) == "late-review":
+                continue
+            total = int(item["total"])
+            before = state.totals[board].get(player)
+            state.totals[board][player] = (total, int(item["version"]))
+            if self.first_achieved(board) and (before is None or before[0] != total):
+                if occurred_ms is None:
+                    occurred_ms = int(
+                        parse_rfc3339(event["occurredAt"]).timestamp() * 1000
+                    )
+                state.achieved[board][player] = occurred_ms
             if position > state.boundary:
                 state.changed[board].add(player)
         match = (player, event["matchId"])
@@ -253,11 +277,14 @@ def build_boards(
     state: PartitionState,
     generation: Generation | None,
     base_counts: dict[str, np.ndarray],
+    final: Collection[str] = frozenset(),
 ) -> dict[str, BoardBuild]:
-    """Totals, changed-sets, Fenwick tree and bucket bounds of every board."""
+    """Totals, changed-sets, Fenwick tree and bucket bounds of every board; boards in
+    ``final`` (closed, final in the generation) have left Redis and get nothing."""
     boards = set(state.totals)
     if generation is not None:
         boards |= set(generation.board_names())
+    boards -= set(final)
     built: dict[str, BoardBuild] = {}
     for board in sorted(boards):
         segment: BoardSegment | None = (
@@ -274,32 +301,35 @@ def build_boards(
         snap: list[bytes] = []
         # Without a generation every player on the board is "changed since g0".
         changed = state.changed.get(board, set()) if generation else set(totals)
+        times = state.achieved.get(board)
         for player in changed:
             if player not in totals:
                 continue
             total = totals[player][0]
             # A shadowed player is in no public structure (flag_player.lua).
             if player not in state.shadowed:
-                live.append(encode_entry(total, player))
+                live.append(
+                    encode_entry(total, player, times.get(player) if times else None)
+                )
                 counts[_bucket_of(lowers, total)] += 1
             row = segment.row_of(player) if segment is not None else None
             if row is not None and segment is not None:
                 old = int(segment.scores[row])
-                snap.append(encode_entry(old, player))
-                counts[_bucket_of(lowers, old)] -= 1
-        # Shadowed and unchanged since the generation, which still holds them (they
-        # were shadowed after it was computed): their base rows are hidden.
-        for player in state.shadowed - changed:
-            row = segment.row_of(player) if segment is not None else None
-            if row is not None and segment is not None:
-                old = int(segment.scores[row])
-                snap.append(encode_entry(old, player))
+                then = (
+                    int(segment.achieved[row]) if segment.achieved is not None else None
+                )
+                snap.append(encode_entry(old, player, then))
                 counts[_bucket_of(lowers, old)] -= 1
         buckets = {
             f"{i + 1}/{size}": float(lower) for i, lower in enumerate(lowers.tolist())
         }
         built[board] = BoardBuild(
-            totals={p: f"{t}|{v}".encode() for p, (t, v) in totals.items()},
+            totals={
+                p: (
+                    f"{t}|{v}|{times[p]}" if times and p in times else f"{t}|{v}"
+                ).encode()
+                for p, (t, v) in totals.items()
+            },
             changed_live=sorted(live),
             changed_snapshot=sorted(snap),
             fenwick=fenwick_bytes(counts),
@@ -637,24 +667,26 @@ def log_records(
         yield orjson.loads(fields[b"r"])
 
 
-def bronze_records(settings: Settings, spark: Any) -> dict[int, list[dict[str, Any]]]:
-    """Landed log records per partition, in position order, from Delta bronze."""
+def bronze_records(
+    settings: Settings, spark: Any, partition: int
+) -> Iterator[dict[str, Any]]:
+    """One partition's landed log records, in position order, from Delta bronze
+    (streamed: bronze is partitioned by partition, so this reads only its files)."""
     from jobs.land import bronze_path, table_exists
 
     path = bronze_path(settings)
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     if not table_exists(path):
-        return out
+        return
     rows = (
         spark.read.format("delta")
         .load(str(path))
-        .select("partition", "position", "raw")
-        .orderBy("partition", "position")
+        .where(f"partition = {int(partition)}")
+        .select("position", "raw")
+        .orderBy("position")
         .toLocalIterator()
     )
     for row in rows:
-        out[int(row["partition"])].append(orjson.loads(row["raw"]))
-    return out
+        yield orjson.loads(row["raw"])
 
 
 def run_rebuild(
@@ -687,19 +719,18 @@ def run_rebuild(
         f"rebuilding from {generation.id if generation else 'no generation'}"
         f" and the log after its boundary"
     )
-    landed_rows = bronze_records(settings, spark)
     base_counts: dict[str, np.ndarray] = {}
     if generation is not None:
         for board in generation.board_names():
             segment = generation.board(board)
             if segment is not None:
                 base_counts[board] = partition_counts(segment, settings.partitions)
+    # Closed windows final in the generation stay out of Redis (speed/closed.py).
+    final = final_boards(config, generation.manifest) if generation else set()
     client = redis.Redis.from_url(resolve_redis_url(settings))
     report = RebuildReport(generation.id if generation else None, {}, [])
     try:
         for partition in range(settings.partitions):
-            landed = landed_rows.get(partition, [])
-            landed_through = int(landed[-1]["position"]) if landed else 0
             outcome = "unresolved"
             for _ in range(MAX_ATTEMPTS):
                 state = PartitionState(partition, int(boundary.get(str(partition), 0)))
@@ -709,11 +740,12 @@ def run_rebuild(
                     if _text(f) == "shadow"
                 }
                 folder = Folder(config, state)
-                for record in landed:
+                for record in bronze_records(settings, spark, partition):
                     folder.apply(record)
+                landed_through = state.position
                 for record in log_records(client, partition, landed_through):
                     folder.apply(record)
-                built = build_boards(state, generation, base_counts)
+                built = build_boards(state, generation, base_counts, final)
                 differences = diff_partition(client, state, built, generation)
                 differences += diff_records(client, state)
                 if dry_run:
@@ -745,10 +777,6 @@ def run_rebuild(
     finally:
         client.close()
     return report
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def describe(differences: Iterable[Difference], limit: int = 200) -> list[str]:

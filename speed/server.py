@@ -33,6 +33,10 @@ class RedisDataInUse(RedisServerError):
 class RedisNotConfigured(RuntimeError):
     """Neither LB_REDIS_URL nor a local stack names the Redis to use."""
 
+    # cli/main.py's explain(): a service is unavailable (its message says the fix).
+    exit_code = 3
+    hint = None
+
 
 # Files created by the local Redis (AOF, its manifest, the log) are readable by
 # their owner only: they hold every event of the partition logs.

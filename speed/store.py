@@ -16,7 +16,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from conf.boards import BoardsConfig, BoardSpec, boards_for_event, season_cutoffs_ms
+from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
 from speed.events import NormalizedEvent
 from speed.lua import load
@@ -97,7 +97,6 @@ class SpeedLayer:
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
-        self._cutoffs = season_cutoffs_ms(boards)
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
         self._boards_cache: dict[
@@ -113,6 +112,13 @@ class SpeedLayer:
         # points; the API points this at its generation registry.
         self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
         self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
+        # first_achieved boards get the event's time with their aggregation.
+        self._first_achieved = {
+            f"season:{s.id}:{scope}"
+            for s in boards.seasons
+            if s.tie_break == "first_achieved"
+            for scope in boards.scopes
+        }
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -145,7 +151,7 @@ class SpeedLayer:
             season = self.boards.season(board.split(":")[1])
             aggregation = season.aggregation if season else "sum"
             rule = season.rule if season else rule
-        return BoardSpec(board, aggregation, self._cutoffs.get(board, 0), rule)
+        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board), rule)
 
     def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
         """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
@@ -196,6 +202,7 @@ class SpeedLayer:
         scores = call.event.scores
         thresholds = self._thresholds_now
         board_cache = self._board_cache
+        first_achieved = self._first_achieved
         for spec, feeds in feeding:
             board = spec.board
             cached = board_cache.get((partition, board))
@@ -209,9 +216,13 @@ class SpeedLayer:
                     keys.best(board, ""),
                 )
             script_keys += [*cached[:5], cached[5] + player]
+            aggregation = spec.aggregation
+            if first_achieved and board in first_achieved:
+                occurred_ms = int(call.event.occurred_at.timestamp() * 1000)
+                aggregation = f"{aggregation}:fa:{occurred_ms}"
             args += [
                 board,
-                spec.aggregation,
+                aggregation,
                 spec.cutoff_ms,
                 1 if feeds else 0,
                 scores[spec.rule] if feeds else 0,

@@ -37,15 +37,26 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
+# The default boards with rolling windows that stay open for ten years: most tests
+# send events dated 2026-11-20 and expect the daily and weekly boards to apply them
+# (closing windows are tested on their own, in tests/jobs/test_season.py).
+OPEN_WINDOWS_BOARDS = (
+    Path(__file__).resolve().parents[1] / "conf" / "boards.yaml"
+).read_text() + '\nwindowLateness: "P3650D"\n'
+
+
 @pytest.fixture
 def settings(
     redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
 ) -> Settings:
+    boards_file = tmp_path / "boards.yaml"
+    boards_file.write_text(OPEN_WINDOWS_BOARDS.replace('windowLateness: "PT1H"', ""))
     return Settings(
         redis_url=redis_server.url,
         data_dir=tmp_path / "lb",
         partitions=4,
         rate_limit="off",
+        boards_file=boards_file,
         # Fixed event dates in tests (November 2026) must not age out of the window.
         dedupe_window=timedelta(days=3650),
     )

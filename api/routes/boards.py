@@ -16,7 +16,7 @@ from api.degraded import (
     degraded_row,
     degraded_snapshot,
 )
-from api.deps import BoardsDep, GenerationsDep, LiveDep
+from api.deps import BoardsDep, GenerationsDep, LiveDep, PlayerIdPath, SettingsDep
 from api.errors import (
     READ_ERROR_RESPONSES,
     BoardNotFound,
@@ -36,8 +36,17 @@ from api.segments import (
     GenerationNotFoundError,
     GenerationRegistry,
 )
-from conf.boards import BoardsConfig, describe_board, season_cutoffs_ms
+from conf.boards import (
+    BoardsConfig,
+    board_closes_at,
+    describe_board,
+    period_end,
+    period_start,
+    season_cutoffs_ms,
+)
 from conf.rule_state import describe_replay_board
+from jobs.awards import rfc3339, versions
+from speed.closed import final_boards
 
 router = APIRouter(
     prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RESPONSES
@@ -98,11 +107,19 @@ def _snapshot(
 # Cursors are keyset positions on the ordering tuple (score, playerId), pinned to the
 # generation they came from; opaque to clients (base64url JSON).
 def encode_cursor(
-    generation: str, board: str, score: int, player_id: str, way: str
+    generation: str,
+    board: str,
+    score: int,
+    player_id: str,
+    way: str,
+    achieved: int | None = None,
 ) -> str:
-    raw = orjson.dumps(
-        {"g": generation, "b": board, "s": score, "p": player_id, "d": way}
-    )
+    data: dict[str, Any] = {"g": generation, "b": board, "s": score, "p": player_id}
+    data["d"] = way
+    if achieved is not None:
+        # first_achieved boards: the time is part of the ordering tuple.
+        data["t"] = achieved
+    raw = orjson.dumps(data)
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -117,6 +134,7 @@ def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
             and isinstance(data.get("s"), int)
             and isinstance(data.get("p"), str)
             and data.get("d") in ("after", "before")
+            and isinstance(data.get("t", 0), int)
         ):
             raise ValueError
         return data
@@ -137,6 +155,10 @@ def _cursors(
     if segment is None:
         return {"before": None, "after": None}
     before = after = None
+
+    def achieved(row: int) -> int | None:
+        return None if segment.achieved is None else int(segment.achieved[row])
+
     if start > 0:
         row = start
         before = encode_cursor(
@@ -145,6 +167,7 @@ def _cursors(
             int(segment.scores[row]),
             segment.players.str_at(row),
             "before",
+            achieved(row),
         )
     if stop < segment.population:
         row = stop - 1
@@ -154,24 +177,51 @@ def _cursors(
             int(segment.scores[row]),
             segment.players.str_at(row),
             "after",
+            achieved(row),
         )
     return {"before": before, "after": after}
 
 
+def _lifecycle(
+    config: BoardsConfig, settings_dir: Any, name: str, described: dict[str, str]
+) -> dict[str, Any]:
+    """state (open / closing / closed), closesAt and, for rolling windows, nextReset.
+
+    A season is ``closing`` from its close time until ``lb season close`` wrote its
+    award snapshot; a rolling window has no close command and is ``closed`` at once.
+    """
+    closes = board_closes_at(config, name)
+    now = datetime.now(UTC)
+    window = described["window"]
+    if closes is None or now <= closes:
+        state = "open"
+    elif window == "season":
+        state = "closed" if versions(settings_dir, described["period"]) else "closing"
+    else:
+        state = "closed"
+    info: dict[str, Any] = {
+        "state": state,
+        "closesAt": rfc3339(closes) if closes is not None else None,
+    }
+    if window in ("daily", "weekly", "monthly"):
+        end = period_end(window, period_start(window, described["period"]))
+        info["nextReset"] = rfc3339(end)
+    return info
+
+
 @router.get("")
-async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONResponse:
+async def read_boards(
+    config: BoardsDep, registry: GenerationsDep, settings: SettingsDep
+) -> FastJSONResponse:
     """Boards with window, scope, aggregation, tie-break, state, latest generation."""
     latest = registry.latest()
     names = set(latest.board_names()) if latest else set()
-    cutoffs = season_cutoffs_ms(config)
-    names.update(cutoffs)
-    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    names.update(season_cutoffs_ms(config))
     boards = []
     for name in sorted(names):
         described = describe_board(config, name)
         if described is None:
             continue
-        closed = name in cutoffs and now_ms > cutoffs[name]
         boards.append(
             {
                 "board": name,
@@ -181,13 +231,37 @@ async def read_boards(config: BoardsDep, registry: GenerationsDep) -> FastJSONRe
                 "aggregation": described["aggregation"],
                 "tieBreak": described["tieBreak"],
                 "rule": described["rule"],
-                "state": "closed" if closed else "open",
+                **_lifecycle(config, settings.data_dir, name, described),
                 "latestGeneration": latest.id
                 if latest and name in latest.manifest.get("boards", {})
                 else None,
             }
         )
     return FastJSONResponse({"boards": boards})
+
+
+_FINAL: dict[str, set[str]] = {}
+
+
+def _final_in_latest(
+    config: BoardsConfig, registry: GenerationRegistry, board: str
+) -> bool:
+    """True when the latest generation holds the board's final state: its speed-layer
+    keys are gone (speed/closed.py) and the generation answers exactly."""
+    latest = registry.latest()
+    if latest is None:
+        return False
+    final = _FINAL.get(latest.id)
+    if final is None:
+        if len(_FINAL) > 16:
+            _FINAL.clear()
+        final = _FINAL[latest.id] = final_boards(config, latest.manifest)
+    return board in final
+
+
+def _public(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Live entries without the internal keyset time of first_achieved boards."""
+    return [{k: v for k, v in e.items() if k != "_t"} for e in entries]
 
 
 def _player_row(
@@ -220,6 +294,19 @@ def _wants_snapshot(mode: Mode, generation: str | None) -> bool:
     return mode == "snapshot" or generation is not None
 
 
+def _closed_snapshot(
+    config: BoardsConfig,
+    registry: GenerationRegistry,
+    board: str,
+    mode: Mode,
+    generation: str | None,
+) -> bool:
+    """Read a closed board's final generation instead of the speed layer."""
+    return not _wants_snapshot(mode, generation) and _final_in_latest(
+        config, registry, board
+    )
+
+
 def _snapshot_fallback(
     config: BoardsConfig, registry: GenerationRegistry, board: str
 ) -> tuple[Generation, BoardSegment | None]:
@@ -242,7 +329,9 @@ async def read_top(
 ) -> FastJSONResponse:
     """The first ``limit`` display positions (live, or of a generation)."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if _closed_snapshot(config, registry, board, mode, generation):
+        gen, segment = _snapshot(config, registry, board, None)
+    elif not _wants_snapshot(mode, generation):
         # The histogram orders buckets, not players: a top list is always read live.
         try:
             result = await live.top(board, limit)
@@ -259,7 +348,7 @@ async def read_top(
             header = _live_header(
                 board, mode, result["base"], result["asOf"], result["population"]
             )
-            return FastJSONResponse({**header, "entries": result["entries"]})
+            return FastJSONResponse({**header, "entries": _public(result["entries"])})
         gen, segment = _snapshot_fallback(config, registry, board)
     else:
         gen, segment = _snapshot(config, registry, board, generation)
@@ -299,7 +388,7 @@ async def _approx_answer(
 @router.get("/{board}/players/{player_id}")
 async def read_player_rank(
     board: str,
-    player_id: str,
+    player_id: PlayerIdPath,
     config: BoardsDep,
     registry: GenerationsDep,
     live: LiveDep,
@@ -308,7 +397,9 @@ async def read_player_rank(
 ) -> FastJSONResponse:
     """A player's score, competition rank, display position and top percent."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if not _wants_snapshot(mode, generation) and not _final_in_latest(
+        config, registry, board
+    ):
         try:
             if mode == "approx":
                 return FastJSONResponse(
@@ -392,12 +483,22 @@ def _live_cursors(
         "before": None
         if first["position"] <= 1
         else encode_cursor(
-            base.generation.id, board, first["score"], first["playerId"], "before"
+            base.generation.id,
+            board,
+            first["score"],
+            first["playerId"],
+            "before",
+            first.get("_t"),
         ),
         "after": None
         if last["position"] >= population
         else encode_cursor(
-            base.generation.id, board, last["score"], last["playerId"], "after"
+            base.generation.id,
+            board,
+            last["score"],
+            last["playerId"],
+            "after",
+            last.get("_t"),
         ),
     }
 
@@ -405,7 +506,7 @@ def _live_cursors(
 @router.get("/{board}/players/{player_id}/nearby")
 async def read_nearby(
     board: str,
-    player_id: str,
+    player_id: PlayerIdPath,
     config: BoardsDep,
     registry: GenerationsDep,
     live: LiveDep,
@@ -415,7 +516,9 @@ async def read_nearby(
 ) -> FastJSONResponse:
     """Up to ``radius`` positions on each side of the player, in display order."""
     _check_board(config, board)
-    if not _wants_snapshot(mode, generation):
+    if _closed_snapshot(config, registry, board, mode, generation):
+        gen, segment = _snapshot(config, registry, board, None)
+    elif not _wants_snapshot(mode, generation):
         try:
             result = await live.nearby(board, player_id, radius)
         except PlayerMissing:
@@ -443,7 +546,7 @@ async def read_nearby(
                 {
                     **header,
                     "playerId": player_id,
-                    "entries": result["entries"],
+                    "entries": _public(result["entries"]),
                     "cursors": _live_cursors(
                         result["base"], board, result["entries"], result["population"]
                     ),
@@ -488,10 +591,10 @@ async def read_entries(
     elif cursor is None:
         start, stop = 0, min(limit, population)
     elif data["d"] == "after":
-        start = segment.first_row_after(data["s"], data["p"])
+        start = segment.first_row_after(data["s"], data["p"], data.get("t"))
         stop = min(population, start + limit)
     else:
-        stop = segment.first_row_at_or_after(data["s"], data["p"])
+        stop = segment.first_row_at_or_after(data["s"], data["p"], data.get("t"))
         start = max(0, stop - limit)
     entries = segment.entries(start, stop) if segment else []
     return FastJSONResponse(

@@ -15,7 +15,8 @@
 -- KEYS[8] quarantine           hash "<len(playerId)>:<playerId><eventId>" -> the log
 --         record of a held event (status "quarantined")
 -- then per board i (6 keys each, from KEYS[9]):
---   totals   hash playerId -> "total|version" (the authoritative live total)
+--   totals   hash playerId -> "total|version" (the authoritative live total), on
+--            first_achieved boards "total|version|achievedMs"
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
 --            player changed since the partition's base generation
 --   chs      changed-set, snapshot side: enc(base snapshot score) .. playerId for the
@@ -24,7 +25,9 @@
 --   bk       bucket boundaries: zset member = bucket index, score = lower bound
 --   best     best-of zset matchId -> points (only used by aggregation "max")
 -- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
--- order: score descending, then player id ascending (memcmp order of UTF-8).
+-- order: score descending, then player id ascending (memcmp order of UTF-8). On
+-- first_achieved boards members are enc(s) .. tenc(achievedMs) .. playerId, tenc(t)
+-- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
 --
 -- ARGV: playerId, eventId, matchId, revision, points (the record's; informational),
 --       fingerprint, nowMs, retentionSeconds, rateCapacity (0 = off), rateRefillMs,
@@ -35,7 +38,9 @@
 --       apply a quarantined event as of its acceptance, nowMs = its receivedAtMs),
 --       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0),
 --       points (the contribution under the board's rule), rule version, quarantine
---       threshold (points above it hold the event as "quarantined"; 0 = none)
+--       threshold (points above it hold the event as "quarantined"; 0 = none);
+--       aggregation is "sum" or "max", plus ":fa:<occurredMs>" on first_achieved
+--       boards (the event's time, recorded when it changes the player's total)
 --
 -- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
 --         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId} |
@@ -81,8 +86,10 @@ local given = {}
 for i = 1, n_boards do
   local a = 18 + (i - 1) * 7
   local k = 8 + (i - 1) * 6
+  local agg, fa_ms = string.match(ARGV[a + 2], "^(%a+):fa:(%-?%d+)$")
   local b = {
-    id = ARGV[a + 1], agg = ARGV[a + 2], cutoff = tonumber(ARGV[a + 3]),
+    id = ARGV[a + 1], agg = agg or ARGV[a + 2], fa = fa_ms and tonumber(fa_ms),
+    cutoff = tonumber(ARGV[a + 3]),
     feeds = ARGV[a + 4] == "1", points = tonumber(ARGV[a + 5]), rule = ARGV[a + 6],
     threshold = tonumber(ARGV[a + 7]),
     totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
@@ -170,19 +177,32 @@ end
 
 local position = redis.call("INCR", KEYS[4])
 
+-- total, version, achievedMs (nil off first_achieved boards) of the player.
 local function read_total(b)
   local cur = redis.call("HGET", b.totals, player)
   if not cur then
-    return nil, 0
+    return nil, 0, nil
   end
   local sep = string.find(cur, "|", 1, true)
-  return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))
+  local sep2 = string.find(cur, "|", sep + 1, true)
+  if sep2 then
+    return tonumber(string.sub(cur, 1, sep - 1)),
+      tonumber(string.sub(cur, sep + 1, sep2 - 1)), tonumber(string.sub(cur, sep2 + 1))
+  end
+  return tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1)), nil
 end
 
 local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
 local function enc(score)
   return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+local function member(b, score, achieved)
+  if b.fa then
+    return enc(score) .. struct.pack(">I8", SCORE_OFFSET + achieved) .. player
+  end
+  return enc(score) .. player
 end
 
 -- Bucket holding a score: the one with the largest lower bound <= score; scores below
@@ -229,14 +249,14 @@ end
 -- Moves the player in the changed-set and the Fenwick tree from old (nil when new to
 -- the board) to new. A player absent from chz has not changed since the base, so its
 -- old total is its score in the base generation: that goes to chs.
-local function track(b, old, new)
+local function track(b, old, old_achieved, new, new_achieved)
   if old then
-    local member_old = enc(old) .. player
+    local member_old = member(b, old, old_achieved)
     if redis.call("ZREM", b.chz, member_old) == 0 then
       redis.call("ZADD", b.chs, 0, member_old)
     end
   end
-  redis.call("ZADD", b.chz, 0, enc(new) .. player)
+  redis.call("ZADD", b.chz, 0, member(b, new, new_achieved))
   local to, size, lower = bucket_of(b, new)
   local from = nil
   if old then
@@ -256,14 +276,28 @@ end
 -- total then (speed/lua/flag_player.lua).
 local shadowed = redis.call("HGET", KEYS[7], player) == "shadow"
 
-local function write_total(b, old, total, version)
-  redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
-  if not shadowed then
-    track(b, old, total)
+local function write_total(b, old, old_achieved, total, version)
+  local achieved = nil
+  if b.fa then
+    -- The player reached this total now unless it is the total it already had.
+    achieved = old_achieved
+    if old == nil or old ~= total or achieved == nil then
+      achieved = b.fa
+    end
+    redis.call("HSET", b.totals, player, string.format("%d|%d|%d", total, version, achieved))
   else
+    redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
+  end
+  if shadowed then
     -- Hidden from the histogram, but the board has one, as for any player on it
     -- (an INCRBY of 0 creates the tree if missing and changes nothing).
     redis.call("BITFIELD", b.fw, "INCRBY", "i32", "#0", 0)
+    return
+  end
+  if b.fa then
+    track(b, old, old_achieved, total, achieved)
+  else
+    track(b, old, nil, total, nil)
   end
 end
 
@@ -320,7 +354,7 @@ else
   for _, b in ipairs(boards) do
     local late = b.cutoff > 0 and now_ms > b.cutoff
     local old = applied[b.id]
-    local total, version = read_total(b)
+    local total, version, achieved = read_total(b)
     if late and (b.feeds or old ~= nil) then
       -- (d) past a season's end + allowedLateness: recorded, not applied.
       any_late = true
@@ -346,7 +380,7 @@ else
         total = base + new - (old or 0)
       end
       version = version + 1
-      write_total(b, old_total, total, version)
+      write_total(b, old_total, achieved, total, version)
       contribution[#contribution + 1] = "b:" .. b.id
       contribution[#contribution + 1] = new
       -- The rule version the contribution was scored under.

@@ -5,7 +5,7 @@
 -- then per board (5 keys each, from KEYS[3]): totals, chz, chs, fw, bk
 -- ARGV: playerId, action ("shadow" | "restore"), expected base generation number,
 --       nBoards, then per board: boardId, the player's score in the base generation
---       ("" when not in it)
+--       ("" when not in it), when it reached that score (first_achieved boards; "")
 --
 -- Live reads count a player through the base generation (unless its base entry is in
 -- chs) and through chz. Shadow takes both away: its chz entry leaves, its base entry
@@ -27,8 +27,13 @@ if (action == "shadow") == flagged then
   return {"noop", ""}
 end
 
-local function enc(score)
-  return struct.pack(">I8", SCORE_OFFSET - score)
+-- Members as apply_event.lua writes them: enc(score) [.. tenc(achievedMs)] .. id.
+local function member(score, achieved)
+  local m = struct.pack(">I8", SCORE_OFFSET - score)
+  if achieved then
+    m = m .. struct.pack(">I8", SCORE_OFFSET + achieved)
+  end
+  return m .. player
 end
 
 local function bucket_of(bk, score)
@@ -63,26 +68,31 @@ local touched = 0
 for i = 1, n do
   local k = 3 + (i - 1) * 5
   local totals, chz, chs, fw, bk = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local base = tonumber(ARGV[4 + (i - 1) * 2 + 2])
+  local base = tonumber(ARGV[4 + (i - 1) * 3 + 2])
+  local base_achieved = tonumber(ARGV[4 + (i - 1) * 3 + 3])
   local cur = redis.call("HGET", totals, player)
   local total = base
+  local achieved = base_achieved
   if cur then
-    total = tonumber(string.sub(cur, 1, string.find(cur, "|", 1, true) - 1))
+    local sep = string.find(cur, "|", 1, true)
+    total = tonumber(string.sub(cur, 1, sep - 1))
+    local sep2 = string.find(cur, "|", sep + 1, true)
+    achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
   end
   if total ~= nil then
     touched = touched + 1
     if action == "shadow" then
-      if redis.call("ZREM", chz, enc(total) .. player) == 1 then
+      if redis.call("ZREM", chz, member(total, achieved)) == 1 then
         fenwick_add(fw, bk, total, -1)
       elseif base ~= nil then
         -- Unchanged since the base: counted through the base row, now hidden.
-        redis.call("ZADD", chs, 0, enc(base) .. player)
+        redis.call("ZADD", chs, 0, member(base, base_achieved))
         fenwick_add(fw, bk, base, -1)
       end
     else
-      redis.call("ZADD", chz, 0, enc(total) .. player)
+      redis.call("ZADD", chz, 0, member(total, achieved))
       if base ~= nil then
-        redis.call("ZADD", chs, 0, enc(base) .. player)
+        redis.call("ZADD", chs, 0, member(base, base_achieved))
       end
       fenwick_add(fw, bk, total, 1)
     end

@@ -8,7 +8,9 @@
 -- then per board (7 keys each, from KEYS[5]): totals, chz, chs, fw, bk, bk-next, cnt-next
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
 --       {"<board>": {"<playerId>": <score in the new generation> | null}} for the
---       players changed after the boundary, then the nBoards board ids.
+--       players changed after the boundary (on first_achieved boards
+--       [score, achievedMs] instead of the score), then the nBoards board ids.
+--       Members on first_achieved boards carry the time (see apply_event.lua).
 --
 -- Players whose last change is at or before the boundary leave the changed-sets (the
 -- generation now holds their score); those changed after it stay. The Fenwick tree is
@@ -45,11 +47,19 @@ for _, entry in ipairs(entries) do
   if type(items) == "table" then
     for _, item in ipairs(items) do
       local board = item.board
-      tail[board] = tail[board] or {}
-      tail[board][player] = true
-      local known = snap[board]
-      if index[board] == nil or known == nil or known[player] == nil then
-        missing[#missing + 1] = {board, player}
+      -- A board that held the event for late review did not change: skip it (a
+      -- closed board may have left Redis altogether, see speed/closed.py).
+      local held = (item.status or record.status) == "late-review"
+      if held then
+        board = nil
+      end
+      if board then
+        tail[board] = tail[board] or {}
+        tail[board][player] = true
+        local known = snap[board]
+        if index[board] == nil or known == nil or known[player] == nil then
+          missing[#missing + 1] = {board, player}
+        end
       end
     end
   end
@@ -60,6 +70,13 @@ end
 
 local function enc(score)
   return struct.pack(">I8", SCORE_OFFSET - score)
+end
+
+local function tenc(achieved)
+  if achieved == nil then
+    return ""
+  end
+  return struct.pack(">I8", SCORE_OFFSET + achieved)
 end
 
 local shadowed = {}
@@ -110,14 +127,21 @@ for i = 1, n do
   for player in pairs(tail[board] or {}) do
     local cur = redis.call("HGET", totals, player)
     if cur then
-      local live = tonumber(string.sub(cur, 1, string.find(cur, "|", 1, true) - 1))
+      local sep = string.find(cur, "|", 1, true)
+      local live = tonumber(string.sub(cur, 1, sep - 1))
+      local sep2 = string.find(cur, "|", sep + 1, true)
+      local achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
       if not shadowed[player] then
-        live_members[#live_members + 1] = enc(live) .. player
+        live_members[#live_members + 1] = enc(live) .. tenc(achieved) .. player
         counts[bucket(live)] = counts[bucket(live)] + 1
       end
       local old = snap[board][player]
       if old ~= cjson.null then
-        snap_members[#snap_members + 1] = enc(old) .. player
+        local old_achieved = nil
+        if type(old) == "table" then
+          old, old_achieved = old[1], old[2]
+        end
+        snap_members[#snap_members + 1] = enc(old) .. tenc(old_achieved) .. player
         counts[bucket(old)] = counts[bucket(old)] - 1
       end
       rebased = rebased + 1
@@ -129,7 +153,11 @@ for i = 1, n do
     local known = snap[board]
     local old = known and known[player]
     if old ~= nil and old ~= cjson.null and not (tail[board] or {})[player] then
-      snap_members[#snap_members + 1] = enc(old) .. player
+      local old_achieved = nil
+      if type(old) == "table" then
+        old, old_achieved = old[1], old[2]
+      end
+      snap_members[#snap_members + 1] = enc(old) .. tenc(old_achieved) .. player
       counts[bucket(old)] = counts[bucket(old)] - 1
     end
   end

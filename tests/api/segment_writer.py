@@ -36,22 +36,29 @@ def write_generation(
     boards: dict[str, dict[str, int]],
     boundary: dict[str, int] | None = None,
     bucket_target: int | None = None,
+    achieved: dict[str, dict[str, int]] | None = None,
 ) -> str:
+    """``achieved``: per first_achieved board, when each player reached its score;
+    those boards are ordered by (score desc, achieved, player) and carry the column."""
     gen = f"g{number}"
     directory = segments_dir / gen
     directory.mkdir(parents=True)
     meta = {}
     for board, totals in boards.items():
-        ordered = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
-        _write(
-            directory / f"{board}.arrow",
-            pa.table(
-                {
-                    "player_id": pa.array([p for p, _ in ordered], pa.string()),
-                    "score": pa.array([s for _, s in ordered], pa.int64()),
-                }
-            ),
+        times = (achieved or {}).get(board)
+        ordered = sorted(
+            totals.items(),
+            key=lambda kv: (-kv[1], times[kv[0]] if times else 0, kv[0].encode()),
         )
+        columns = {
+            "player_id": pa.array([p for p, _ in ordered], pa.string()),
+            "score": pa.array([s for _, s in ordered], pa.int64()),
+        }
+        if times is not None:
+            columns["achieved_ms"] = pa.array(
+                [times[p] for p, _ in ordered], pa.int64()
+            )
+        _write(directory / f"{board}.arrow", pa.table(columns))
         rows = sorted(range(len(ordered)), key=lambda i: ordered[i][0].encode())
         _write(
             directory / f"{board}.index.arrow",
@@ -62,6 +69,8 @@ def write_generation(
             "file": f"{board}.arrow",
             "index": f"{board}.index.arrow",
         }
+        if times is not None:
+            meta[board]["tieBreak"] = "first_achieved"
         if bucket_target is not None:
             lowers, sizes = equi_depth(list(totals.values()), bucket_target)
             _write(

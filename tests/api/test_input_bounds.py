@@ -145,3 +145,10 @@ def test_composed_and_decomposed_ids_are_one_player(api: SignedClient) -> None:
     assert again.json()["status"] == "duplicate"
     top = api.get("/v1/boards/season:S4:global/top").json()["entries"]
     assert [e["playerId"] for e in top] == [composed]
+    # Reads normalize too: either form finds the one player.
+    for form in (composed, decomposed):
+        read = api.get(f"/v1/boards/season:S4:global/players/{form}")
+        assert read.status_code == 200, read.text
+        assert read.json()["playerId"] == composed and read.json()["score"] == 60
+        near = api.get(f"/v1/boards/season:S4:global/players/{form}/nearby")
+        assert near.status_code == 200, near.text

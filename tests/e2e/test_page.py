@@ -8,8 +8,6 @@ the page shows against the API's JSON; screenshots go to test-output/web/.
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,13 +17,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from pyspark.sql import SparkSession
 
-from api.main import create_app
 from api.security import sign
 from conf.settings import Settings
-from speed.server import free_port
+from tests.live_server import serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -106,20 +102,8 @@ def stack(
     boards_file = tmp_path / "boards.yaml"
     boards_file.write_text(BOARDS_YAML)
     settings = settings.model_copy(update={"boards_file": boards_file})
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    live = Stack(f"http://127.0.0.1:{port}", settings)
-    try:
+    with serve(settings) as url:
+        live = Stack(url, settings)
         # 60 players, scores on a coarse grid so that many tie; two matches each.
         events = []
         for i in range(60):
@@ -133,9 +117,6 @@ def stack(
         # After the generation: live differs from the snapshot.
         live.post([_event("P007", "M3", 40), _event("P500", "M1", 60, "na")])
         yield live
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def _rows(page: Any, table: str) -> list[dict[str, Any]]:

@@ -159,7 +159,7 @@ def test_up_on_a_taken_port_fails_instead_of_trusting_the_other_api(
     try:
         started = time.monotonic()
         reply = lb("up", "--port", str(port), env=second)
-        assert reply.returncode == 1, reply.stdout
+        assert reply.returncode == 3, reply.stdout
         assert f"port {port}" in reply.stderr and "in use" in reply.stderr
         assert len(reply.stderr.strip().splitlines()) == 1
         assert time.monotonic() - started < 30
@@ -191,7 +191,7 @@ def test_redis_unreachable_fails_fast_with_the_reason(
     env["LB_REDIS_URL"] = f"unix://{tmp_path}/nothing-here.sock"
     started = time.monotonic()
     reply = lb("up", "--port", str(free_port()), env=env)
-    assert reply.returncode == 1
+    assert reply.returncode == 3
     assert "redis unavailable" in reply.stderr.lower()
     assert "ConnectionError" in reply.stderr
     assert len(reply.stderr.strip().splitlines()) == 1
@@ -239,7 +239,7 @@ def test_stack_files_are_private(data_dir: Path) -> None:
 def test_publish_without_a_redis_stops_with_a_clear_message(data_dir: Path) -> None:
     started = time.monotonic()
     reply = lb("publish", env=stack_env(data_dir))
-    assert reply.returncode == 1
+    assert reply.returncode == 3
     assert "no Redis for data dir" in reply.stderr and "LB_REDIS_URL" in reply.stderr
     assert "6379" not in reply.stderr + reply.stdout
     # Checked before Spark starts.

@@ -56,20 +56,22 @@ def log_records(events: Sequence[Ev]) -> list[dict[str, Any]]:
     out = []
     for i, e in enumerate(events):
         positions[e.partition] += 1
-        out.append({
-            "partition": e.partition,
-            "position": positions[e.partition],
-            "receivedAtMs": e.received_ms,
-            "event": {
-                "eventId": e.event_id or f"E{i}",
-                "playerId": e.player,
-                "matchId": e.match,
-                "sourceRevision": e.revision,
-                "occurredAt": e.occurred,
-                "region": e.region,
-                "points": e.points,
-            },
-        })
+        out.append(
+            {
+                "partition": e.partition,
+                "position": positions[e.partition],
+                "receivedAtMs": e.received_ms,
+                "event": {
+                    "eventId": e.event_id or f"E{i}",
+                    "playerId": e.player,
+                    "matchId": e.match,
+                    "sourceRevision": e.revision,
+                    "occurredAt": e.occurred,
+                    "region": e.region,
+                    "points": e.points,
+                },
+            }
+        )
     return out
 
 
@@ -146,5 +148,78 @@ def oracle_ranking(totals: dict[str, int]) -> list[tuple[int, int, str, int]]:
     out = []
     for i, (player, score) in enumerate(order):
         rank = 1 + sum(1 for s in totals.values() if s > score)
+        out.append((i + 1, rank, player, score))
+    return out
+
+
+def oracle_first_achieved(
+    config: BoardsConfig, records: Iterable[dict[str, Any]]
+) -> dict[str, dict[str, tuple[int, int]]]:
+    """Replay records one by one with running totals: {board: {player: (total,
+    achievedMs)}}, achievedMs being the occurredAt of the last event that changed the
+    player's total there (or of its first). Independent of oracle_totals on purpose."""
+    seen: set[tuple[str, str]] = set()
+    revision: dict[tuple[str, str], int] = {}
+    # (player, match) -> board -> (points, removed)
+    values: dict[tuple[str, str], dict[str, tuple[int, bool]]] = defaultdict(dict)
+    standing: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+    aggregation: dict[str, str] = {}
+    for rec in sorted(records, key=lambda r: (r["partition"], r["position"])):
+        ev = rec["event"]
+        if (ev["playerId"], ev["eventId"]) in seen:
+            continue
+        seen.add((ev["playerId"], ev["eventId"]))
+        key = (ev["playerId"], ev["matchId"])
+        if key in revision and ev["sourceRevision"] <= revision[key]:
+            continue
+        revision[key] = ev["sourceRevision"]
+        occurred = ts(ev["occurredAt"])
+        occurred_ms = int(occurred.timestamp() * 1000)
+        specs = {s.board: s for s in boards_for_event(config, occurred, ev["region"])}
+        for board in set(specs) | set(values[key]):
+            spec = specs.get(board)
+            if spec is not None:
+                aggregation[board] = spec.aggregation
+                cutoff = spec.cutoff_ms
+            else:
+                cutoff = next(
+                    (
+                        int(s.cutoff.timestamp() * 1000)
+                        for s in config.seasons
+                        if board.startswith(f"season:{s.id}:")
+                    ),
+                    0,
+                )
+            if cutoff > 0 and rec["receivedAtMs"] > cutoff:
+                continue
+            values[key][board] = (ev["points"], False) if spec else (0, True)
+            player = ev["playerId"]
+            kept = [
+                v[board][0]
+                for (p, _), v in values.items()
+                if p == player and board in v and not v[board][1]
+            ]
+            if aggregation[board] == "max":
+                total = max(kept, default=0)
+            else:
+                total = sum(kept)
+            before = standing[board].get(player)
+            if before is None or before[0] != total:
+                standing[board][player] = (total, occurred_ms)
+    return standing
+
+
+def oracle_order(
+    standing: dict[str, tuple[int, int]], unique: bool = False
+) -> list[tuple[int, int, str, int]]:
+    """(position, rank, player, score) by score desc, achievedMs asc, player bytes."""
+    order = sorted(
+        standing.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[0].encode("utf-8"))
+    )
+    out = []
+    for i, (player, (score, _)) in enumerate(order):
+        rank = (
+            i + 1 if unique else 1 + sum(1 for s, _ in standing.values() if s > score)
+        )
         out.append((i + 1, rank, player, score))
     return out

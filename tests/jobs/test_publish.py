@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,16 @@ from hypothesis import strategies as st
 from conf.boards import load_boards
 from conf.settings import Settings
 from jobs.land import bronze_path, load_bronze, run_land, transform_records
-from jobs.publish import PublishAborted, equi_depth_buckets, run_publish
+from jobs.publish import (
+    GOLD_MANIFEST,
+    RETENTION_GRACE_SECONDS,
+    PublishAborted,
+    apply_retention,
+    equi_depth_buckets,
+    extract_published,
+    protected_generations,
+    run_publish,
+)
 from speed.events import ScoreEventIn, normalize
 from speed.partitions import Keys
 from speed.store import SpeedLayer
@@ -180,6 +190,15 @@ def test_retention_keeps_newest_generations(spark, settings, api):
     api.post("/v1/score-events", event())
     for expected in ("g1", "g2", "g3"):
         assert run_publish(settings, spark=spark) == expected
+    # g1 left the newest two moments ago: it stays for the grace period, so reads an
+    # API process pinned to it just before finish (jobs/publish.py).
+    assert sorted(p.name for p in settings.segments_dir.iterdir()) == [
+        "g1", "g2", "g3"]
+    published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
+    later = time.time() + RETENTION_GRACE_SECONDS + 1
+    protected = protected_generations(settings)
+    assert protected == set()  # nothing rebased in this test
+    assert apply_retention(settings, published, protected, now=later) == ["g1"]
     assert sorted(p.name for p in settings.segments_dir.iterdir()) == ["g2", "g3"]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from cli.main import main as lb_main
 from conf.settings import Settings
 from jobs.land import run_land
 from jobs.publish import run_publish
@@ -124,6 +125,8 @@ def test_rebuild_after_wipe_restores_identical_answers(
     boards_settings: Settings,
     spark: Any,
     redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     api, settings = ops_api, boards_settings
     feed(api, 1)
@@ -150,6 +153,16 @@ def test_rebuild_after_wipe_restores_identical_answers(
     assert intact.differences == [], [str(d) for d in intact.differences[:5]]
 
     wipe_all_but_logs(redis_client)
+    # The command line: `lb rebuild --dry-run` prints the diff and changes nothing.
+    monkeypatch.setenv("LB_REDIS_URL", settings.redis_url or "")
+    monkeypatch.setenv("LB_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("LB_PARTITIONS", str(settings.partitions))
+    monkeypatch.setenv("LB_BOARDS_FILE", str(settings.boards_file))
+    assert lb_main(["rebuild", "--dry-run"]) == 0
+    printed = capsys.readouterr()
+    assert "total|version: live None -> rebuilt" in printed.out
+    assert "differences; nothing changed" in printed.out
+    assert "partition 4/4" in printed.err
     dry = run_rebuild(settings, spark=spark, dry_run=True)
     assert dry.differences and set(dry.partitions.values()) == {"dry-run"}
     assert speed_keys(redis_client) == {}  # the dry run changed nothing

@@ -1,0 +1,138 @@
+"""Admin calls of the season lifecycle: late review and adjudications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import AdminDep, BoardsDep, SettingsDep, SpeedDep
+from api.errors import (
+    AdjudicationClash,
+    InvalidRequest,
+    SeasonNotClosed,
+    SeasonNotFound,
+)
+from api.responses import FastJSONResponse
+from conf.boards import BoardsConfig, Season
+from conf.settings import Settings
+from jobs.awards import (
+    AdjudicationConflict,
+    AdjudicationInvalid,
+    decided_events,
+    late_item,
+    late_review_key,
+    pending_late,
+    read_version,
+)
+from jobs.awards import adjudicate as adjudicate_awards
+from speed.audit import record_audit
+from speed.partitions import Keys
+from speed.store import SpeedLayer
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+class AdjudicationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    accept: list[str] = Field(default_factory=list, max_length=10_000)
+    reject: list[str] = Field(default_factory=list, max_length=10_000)
+    reason: str = Field(min_length=1, max_length=1024)
+
+
+def _season(config: BoardsConfig, season_id: str) -> Season:
+    season = config.season(season_id)
+    if season is None:
+        raise SeasonNotFound(f"no season {season_id!r}")
+    return season
+
+
+async def _late_records(
+    speed: SpeedLayer, settings: Settings, season_id: str
+) -> list[Any]:
+    """Log tails first, then the landed queue (landing queues before trimming)."""
+    pipe = speed.client.pipeline(transaction=False)
+    for partition in range(settings.partitions):
+        pipe.xrange(Keys(partition).log, min="-", max="+")
+    tails = await pipe.execute()
+    queued = await speed.client.hgetall(late_review_key(season_id))
+    records = [orjson.loads(fields[b"r"]) for tail in tails for _, fields in tail]
+    records += [orjson.loads(raw) for raw in queued.values()]
+    decided = decided_events(settings.data_dir, season_id)
+    return pending_late(records, season_id, decided)
+
+
+@router.get("/seasons/{season_id}/late-review")
+async def read_late_review(
+    season_id: str,
+    admin: AdminDep,
+    settings: SettingsDep,
+    config: BoardsDep,
+    speed: SpeedDep,
+) -> FastJSONResponse:
+    """Events held after the season's cutoff and not adjudicated yet."""
+    _season(config, season_id)
+    records = await _late_records(speed, settings, season_id)
+    return FastJSONResponse({"events": [late_item(r) for r in records]})
+
+
+@router.post("/seasons/{season_id}/adjudications")
+async def create_adjudication(
+    season_id: str,
+    admin: AdminDep,
+    settings: SettingsDep,
+    config: BoardsDep,
+    speed: SpeedDep,
+) -> FastJSONResponse:
+    """Accept or reject late events: award version N + 1 with its changes."""
+    season = _season(config, season_id)
+    try:
+        body = AdjudicationIn.model_validate(orjson.loads(admin.body or b"{}"))
+    except (ValidationError, orjson.JSONDecodeError) as exc:
+        raise InvalidRequest(f"body: {exc}".splitlines()[0], field="body") from None
+    if read_version(settings.data_dir, season.id) is None:
+        raise SeasonNotClosed(f"season {season.id} has no award snapshot yet")
+    records = await _late_records(speed, settings, season.id)
+    try:
+        version = await run_in_threadpool(
+            adjudicate_awards,
+            settings.data_dir,
+            config,
+            season,
+            records,
+            body.accept,
+            body.reject,
+            body.reason,
+            admin.actor,
+        )
+    except AdjudicationInvalid as exc:
+        raise InvalidRequest(str(exc), field="accept") from None
+    except AdjudicationConflict as exc:
+        raise AdjudicationClash(str(exc)) from None
+    changes = version.meta.get("changes") or []
+    await record_audit(
+        speed.client,
+        admin.actor,
+        "adjudication",
+        f"season:{season.id}",
+        body.reason,
+        {
+            "version": version.version,
+            "accept": sorted(body.accept),
+            "reject": sorted(body.reject),
+            "hash": version.hash,
+            "changes": len(changes),
+        },
+    )
+    return FastJSONResponse(
+        {
+            "season": season.id,
+            "version": version.version,
+            "hash": version.hash,
+            "changes": changes,
+        }
+    )

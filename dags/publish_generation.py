@@ -1,0 +1,70 @@
+"""
+### publish_generation
+
+Publishes one generation of every board, every `LB_PUBLISH_EVERY_MINUTES` minutes
+(default 5): the same work as `lb publish`, one task per step so each can be retried
+and watched on its own.
+
+1. **land**: the partition logs (and the audit stream) into Delta bronze; returns
+   the boundary (landed-through position per partition);
+2. **recompute**: silver and the ranked gold snapshot of the next generation;
+3. **publish**: serving segments, manifest row, then `manifest.json` (visible);
+4. **rebase**: the speed layer onto the new generation.
+
+One run at a time (`max_active_runs=1`), no catch-up of missed intervals (a
+generation is "now", not "as of then"); every step is idempotent on retry.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import dag, task
+
+from dags._common import DEFAULT_ARGS, START, TAGS, settings
+
+
+def _interval() -> timedelta:
+    return timedelta(minutes=settings().publish_every_minutes)
+
+
+@dag(
+    dag_id="publish_generation",
+    schedule=_interval(),
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=TAGS,
+    doc_md=__doc__,
+)
+def publish_generation() -> None:
+    @task
+    def land() -> dict[str, int]:
+        from jobs.publish_steps import land_step
+
+        return land_step(settings())
+
+    @task
+    def recompute(boundary: dict[str, int]) -> str:
+        from jobs.publish_steps import recompute_step
+
+        return recompute_step(settings(), boundary)
+
+    @task
+    def publish(generation: str, boundary: dict[str, int]) -> str:
+        from jobs.publish_steps import publish_step
+
+        return publish_step(settings(), generation, boundary)
+
+    @task
+    def rebase(generation: str) -> dict[str, str]:
+        from jobs.publish_steps import rebase_step
+
+        return rebase_step(settings(), generation)
+
+    boundary = land()
+    rebase(publish(recompute(boundary), boundary))
+
+
+publish_generation()

@@ -1,0 +1,227 @@
+"""Reproduce a published top-100 from the Delta tables and check it against the API.
+
+A notebook-style walk-through (cells marked ``# %%``; open it in Jupyter or VS Code,
+or run it as a script):
+
+    LB_DATA_DIR=.lb .venv/bin/python docs/examples/reproduce_top100.py \\
+        --api http://127.0.0.1:8080 --board season:S4:global
+
+1. find the generation in ``gold_manifest`` and the Delta table versions it was
+   built from (``tableVersions`` in its manifest);
+2. read ``silver_contributions`` and ``silver_totals`` *as of those versions* (time
+   travel: silver is overwritten by every publish) and check that the totals are
+   the contributions added up;
+3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
+   competition rank = 1 + players with a strictly higher score;
+4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
+   generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``).
+
+Without Spark: the ``deltalake`` package reads the tables (and time-travels), DuckDB
+runs the SQL over them. With ``--engine spark`` the same SQL runs in Spark SQL
+(``VERSION AS OF``). Exit status 0 when everything agrees, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import httpx
+from deltalake import DeltaTable
+
+LIMIT = 100
+
+# The ranking every engine runs: display order and competition rank (DESIGN.md).
+# DuckDB and Spark both compare strings by their UTF-8 bytes, as the service does.
+RANK_SQL = """
+SELECT
+    ROW_NUMBER() OVER (ORDER BY score DESC, player_id) AS position,
+    RANK() OVER (ORDER BY score DESC) AS rank,
+    player_id,
+    score
+FROM {totals}
+WHERE board = '{board}'
+ORDER BY position
+LIMIT {limit}
+"""
+
+# Totals are the contributions added up (sum boards) or the best one (max boards);
+# a removed contribution counts 0 but keeps the player on the board.
+TOTALS_FROM_CONTRIBUTIONS_SQL = """
+SELECT player_id,
+       CASE WHEN any_value(aggregation) = 'max'
+            THEN max(CASE WHEN removed THEN 0 ELSE points END)
+            ELSE sum(CASE WHEN removed THEN 0 ELSE points END) END AS score
+FROM {contributions}
+WHERE board = '{board}'
+GROUP BY player_id
+"""
+
+
+# %% 1. The generation and the table versions it was built from
+def read_manifest(delta_dir: Path, generation: str | None) -> dict[str, Any]:
+    """The manifest of ``generation`` (default: the newest) from ``gold_manifest``."""
+    rows = DeltaTable(str(delta_dir / "gold_manifest")).to_pyarrow_table(
+        columns=["generation", "generation_number", "manifest_json"]
+    )
+    by_number = sorted(rows.to_pylist(), key=lambda r: r["generation_number"])
+    if not by_number:
+        raise SystemExit("no generation published yet: run `lb publish` first")
+    chosen = (
+        by_number[-1]
+        if generation is None
+        else next((r for r in by_number if r["generation"] == generation), None)
+    )
+    if chosen is None:
+        raise SystemExit(f"{generation} is not in gold_manifest")
+    manifest: dict[str, Any] = json.loads(chosen["manifest_json"])
+    if "tableVersions" not in manifest:
+        raise SystemExit(
+            f"{chosen['generation']} predates tableVersions in the manifest: "
+            "publish a new generation"
+        )
+    return manifest
+
+
+# %% 2. Silver as of the generation, with the deltalake package and DuckDB
+def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
+    """A DuckDB connection with each table registered *as of its version*."""
+    con = duckdb.connect()
+    for table, version in versions.items():
+        table_as_of = DeltaTable(str(delta_dir / table), version=version)
+        con.register(table, table_as_of.to_pyarrow_dataset())
+    return con
+
+
+def top_duckdb(
+    delta_dir: Path, versions: dict[str, int], board: str, limit: int = LIMIT
+) -> tuple[list[tuple[int, int, str, int]], int]:
+    """(our top ``limit``, players whose total differs from their contributions)."""
+    con = duckdb_session(delta_dir, versions)
+    from_contributions = TOTALS_FROM_CONTRIBUTIONS_SQL.format(
+        contributions="silver_contributions", board=board
+    )
+    mismatches = con.sql(
+        f"""
+        SELECT count(*) FROM ({from_contributions}) AS c
+        FULL JOIN (SELECT player_id, score FROM silver_totals WHERE board = '{board}') t
+          USING (player_id)
+        WHERE c.score IS DISTINCT FROM t.score
+        """
+    ).fetchall()[0][0]
+    top = con.sql(RANK_SQL.format(totals="silver_totals", board=board, limit=limit))
+    return [tuple(row) for row in top.fetchall()], int(mismatches)
+
+
+def gold_duckdb(
+    delta_dir: Path, versions: dict[str, int], board: str, generation: str
+) -> list[tuple[int, int, str, int]]:
+    """The published snapshot rows (gold) of the board, for comparison."""
+    con = duckdb_session(delta_dir, {"gold_snapshots": versions["gold_snapshots"]})
+    rows = con.sql(
+        f"""
+        SELECT position, rank, player_id, score FROM gold_snapshots
+        WHERE generation = '{generation}' AND board = '{board}' AND position <= {LIMIT}
+        ORDER BY position
+        """
+    )
+    return [tuple(row) for row in rows.fetchall()]
+
+
+# %% 2b. The same with Spark SQL: time travel with VERSION AS OF
+def top_spark(
+    spark: Any,
+    delta_dir: Path,
+    versions: dict[str, int],
+    board: str,
+    limit: int = LIMIT,
+) -> list[tuple[int, int, str, int]]:
+    totals = (
+        f"(SELECT * FROM delta.`{delta_dir / 'silver_totals'}` "
+        f"VERSION AS OF {versions['silver_totals']}) AS silver_totals"
+    )
+    rows = spark.sql(RANK_SQL.format(totals=totals, board=board, limit=limit))
+    return [
+        (r["position"], r["rank"], r["player_id"], r["score"]) for r in rows.collect()
+    ]
+
+
+# %% 3. The API's answer for the same generation
+def top_api(api: str, board: str, generation: str) -> list[tuple[int, int, str, int]]:
+    reply = httpx.get(
+        f"{api}/v1/boards/{board}/top",
+        params={"limit": LIMIT, "generation": generation},
+        timeout=30,
+    )
+    reply.raise_for_status()
+    body = reply.json()
+    assert (body["exactness"], body["basis"]) == ("exact", "snapshot"), body
+    return [
+        (e["position"], e["rank"], e["playerId"], e["score"]) for e in body["entries"]
+    ]
+
+
+# %% 4. Put together
+def check(
+    delta_dir: Path,
+    api: str | None,
+    board: str,
+    generation: str | None = None,
+    engine: str = "duckdb",
+) -> dict[str, Any]:
+    manifest = read_manifest(delta_dir, generation)
+    gen = manifest["generation"]
+    versions = manifest["tableVersions"]
+    ours, mismatches = top_duckdb(delta_dir, versions, board)
+    if engine == "spark":
+        from jobs.spark import get_spark
+
+        ours = top_spark(get_spark("analysts-example"), delta_dir, versions, board)
+    gold = gold_duckdb(delta_dir, versions, board, gen)
+    served = top_api(api, board, gen) if api else None
+    return {
+        "generation": gen,
+        "tableVersions": versions,
+        "boundary": manifest["boundary"],
+        "rows": len(ours),
+        "totals_match_contributions": mismatches == 0,
+        "matches_gold": ours == gold,
+        "matches_api": None if served is None else ours == served,
+        "top": ours,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", help="API base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--board", default="season:S4:global")
+    parser.add_argument("--generation", help="gN (default: the newest)")
+    parser.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("LB_DATA_DIR", ".lb"))
+    )
+    args = parser.parse_args(argv)
+    result = check(
+        args.data_dir / "delta", args.api, args.board, args.generation, args.engine
+    )
+    print(f"generation {result['generation']}, tables as of {result['tableVersions']}")
+    for position, rank, player, score in result["top"][:10]:
+        print(f"  {position:>3}  rank {rank:>3}  {player:<16} {score:>10,}")
+    print(f"  ... {result['rows']} rows reproduced")
+    checks = {
+        "totals = contributions added up": result["totals_match_contributions"],
+        "our ranking = gold_snapshots": result["matches_gold"],
+        "our ranking = the API": result["matches_api"],
+    }
+    for name, ok in checks.items():
+        print(f"{'skipped' if ok is None else 'ok' if ok else 'DIFFERS'}: {name}")
+    return 0 if all(ok is not False for ok in checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
