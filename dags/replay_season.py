@@ -16,24 +16,21 @@ Params: `season` (e.g. `S4`), `rule` (e.g. `v2`), `k` (default 10), `promote`
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, task
+
+from dags._common import DEFAULT_ARGS, START, TAGS, settings
 
 
 @dag(
     dag_id="replay_season",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    start_date=START,
     catchup=False,
     max_active_runs=1,
-    default_args={
-        "owner": "leaderboard",
-        "retries": 1,
-        "retry_delay": timedelta(seconds=30),
-    },
-    tags=["leaderboard"],
+    default_args=DEFAULT_ARGS,
+    tags=TAGS,
     params={
         "season": Param("S4", type="string"),
         "rule": Param("v2", type="string"),
@@ -48,12 +45,11 @@ def replay_season() -> None:
     def replay(params: dict[str, Any] | None = None) -> dict[str, Any]:
         import logging
 
-        from conf.settings import Settings
         from jobs.replay import run_replay
 
         p = params or {}
         summary = run_replay(
-            Settings(), str(p["season"]), str(p["rule"]), k=int(p.get("k", 10))
+            settings(), str(p["season"]), str(p["rule"]), k=int(p.get("k", 10))
         )
         for line in summary.lines():
             logging.getLogger(__name__).info("%s", line)
@@ -65,12 +61,11 @@ def replay_season() -> None:
 
     @task
     def promote(replayed: dict[str, Any], params: dict[str, Any] | None = None) -> str:
-        from conf.settings import Settings
         from jobs.replay import promote_season
 
         p = params or {}
         return promote_season(
-            Settings(),
+            settings(),
             str(p["season"]),
             str(p["rule"]),
             actor="airflow:replay_season",
