@@ -5,8 +5,9 @@ Publishes one generation of every board, every `LB_PUBLISH_EVERY_MINUTES` minute
 (default 5): the same work as `lb publish`, one task per step so each can be retried
 and watched on its own.
 
-1. **land**: the partition logs (and the audit stream) into Delta bronze; returns
-   the boundary (landed-through position per partition);
+1. **land**: the partition logs (with the audit stream and award versions) into
+   Delta; returns the boundary (landed-through position per partition) and when
+   landing started;
 2. **recompute**: silver and the ranked gold snapshot of the next generation;
 3. **publish**: serving segments, manifest row, then `manifest.json` (visible);
 4. **rebase**: the speed layer onto the new generation.
@@ -18,6 +19,7 @@ generation is "now", not "as of then"); every step is idempotent on retry.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from airflow.sdk import dag, task
 
@@ -40,22 +42,22 @@ def _interval() -> timedelta:
 )
 def publish_generation() -> None:
     @task
-    def land() -> dict[str, int]:
+    def land() -> dict[str, Any]:
         from jobs.publish_steps import land_step
 
         return land_step(settings())
 
     @task
-    def recompute(boundary: dict[str, int]) -> str:
+    def recompute(landed: dict[str, Any]) -> str:
         from jobs.publish_steps import recompute_step
 
-        return recompute_step(settings(), boundary)
+        return recompute_step(settings(), landed)
 
     @task
-    def publish(generation: str, boundary: dict[str, int]) -> str:
+    def publish(generation: str, landed: dict[str, Any]) -> str:
         from jobs.publish_steps import publish_step
 
-        return publish_step(settings(), generation, boundary)
+        return publish_step(settings(), generation, landed)
 
     @task
     def rebase(generation: str) -> dict[str, str]:
@@ -63,8 +65,8 @@ def publish_generation() -> None:
 
         return rebase_step(settings(), generation)
 
-    boundary = land()
-    rebase(publish(recompute(boundary), boundary))
+    landed = land()
+    rebase(publish(recompute(landed), landed))
 
 
 publish_generation()

@@ -70,7 +70,7 @@ from jobs.land import (
 from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import transform_achieved, transform_recompute, transform_totals
-from jobs.shadow import extract_shadowed, hidden_rows, transform_public, write_hidden
+from jobs.shadow import extract_shadowed, hidden_from, transform_public, write_hidden
 from jobs.table_versions import table_versions
 from speed.server import resolve_redis_url
 
@@ -633,6 +633,205 @@ def run_publish(
         os.umask(previous_umask)
 
 
+def board_orders(boards: BoardsConfig) -> dict[str, tuple[bool, bool]]:
+    """Season boards ranked other than by (score, player id): board ->
+    (first_achieved tie-break, unique ranks)."""
+    return {
+        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
+        for s in boards.seasons
+        for scope in boards.scopes
+        if s.tie_break == "first_achieved" or s.rank == "unique"
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LandedInputs:
+    """What the land phase hands to the next: the boundary (landed-through position
+    per partition) and when landing started (None when nothing was landed)."""
+
+    boundary: dict[int, int]
+    landing_started_at: datetime | None
+
+
+def land_inputs(
+    settings: Settings,
+    spark: SparkSession,
+    *,
+    land: bool = True,
+    after_land_commit: Callable[[int], None] | None = None,
+) -> LandedInputs:
+    """Phase 1: land the partition logs and what publish lands with them."""
+    landing_started_at = datetime.now(UTC) if land else None
+    if land:
+        landed = run_land(settings, spark, after_commit=after_land_commit)
+        # Admin actions recorded in Redis since the last publish reach Delta too.
+        land_audit(settings, spark)
+        # Award versions the API wrote (it has no Spark) reach Delta gold_awards.
+        from jobs.season import land_awards
+
+        land_awards(settings, spark)
+    else:
+        landed = extract_landed_through(spark, bronze_path(settings))
+    boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
+    return LandedInputs(boundary, landing_started_at)
+
+
+def next_generation(settings: Settings, spark: SparkSession) -> tuple[str, int]:
+    """Repair what a crashed publish left, apply retention, and number the next
+    generation."""
+    settings.delta_dir.mkdir(parents=True, exist_ok=True)
+    settings.segments_dir.mkdir(parents=True, exist_ok=True)
+    published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
+    repair_segments(settings, published)
+    _retain(settings, published)
+    number = max((r.number for r in published), default=0) + 1
+    return f"g{number}", number
+
+
+def recompute_generation(
+    settings: Settings,
+    spark: SparkSession,
+    boards: BoardsConfig,
+    generation: str,
+    boundary: Mapping[int, int],
+    clock: _PhaseClock | None = None,
+    read_flags: bool = True,
+) -> None:
+    """Phase 2: silver (contributions, totals) and the ranked gold snapshot of
+    ``generation`` from bronze up to ``boundary``.
+
+    Promoted rules apply to their seasons, registered replays add their namespace
+    boards (conf/rule_state.py), and shadowed players stay out of gold (read from
+    the speed layer's flags unless ``read_flags`` is false)."""
+    delta_dir = settings.delta_dir
+    bronze = bronze_path(settings)
+    if table_exists(bronze):
+        events = spark.read.format("delta").load(str(bronze))
+    else:
+        # Nothing landed yet: an empty bronze frame publishes an empty generation.
+        text = T.StructType([T.StructField("value", T.StringType())])
+        events = transform_records(spark.createDataFrame([], text))
+    rule_state = load_rule_state(settings.data_dir)
+    boards = effective_boards(boards, rule_state)
+    contributions, _ = transform_recompute(
+        events,
+        boundary,
+        [*boards.seasons, *namespace_seasons(boards, rule_state)],
+        window_lateness_ms=boards.window_lateness_ms,
+        window_rule=boards.rule,
+        registry=default_registry(settings.points_min, settings.points_max),
+    )
+    if clock is not None:
+        clock.lap("land")
+    totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
+    achieved = transform_achieved(
+        events, boundary, boards.seasons, boards.window_lateness_ms
+    )
+    if achieved is not None:
+        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    orders = board_orders(boards)
+    shadowed = extract_shadowed(settings) if read_flags else set()
+    ranked = transform_rank(
+        transform_public(totals_now, shadowed),
+        partitions,
+        [b for b, (_, u) in orders.items() if u],
+    )
+    load_gold_snapshot(ranked, delta_dir / GOLD_SNAPSHOTS, generation)
+    if clock is not None:
+        clock.lap("rank_gold")
+
+
+def publish_segments(
+    settings: Settings,
+    spark: SparkSession,
+    boards: BoardsConfig,
+    generation: str,
+    number: int,
+    inputs: LandedInputs,
+    *,
+    bucket_target: int = DEFAULT_BUCKET_TARGET,
+    fail_at: str | None = None,
+    clock: _PhaseClock | None = None,
+) -> str:
+    """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention."""
+    delta_dir = settings.delta_dir
+    manifest_path = delta_dir / GOLD_MANIFEST
+    boundary = inputs.boundary
+    table = read_gold_generation(spark, delta_dir / GOLD_SNAPSHOTS, generation)
+    if clock is not None:
+        clock.lap("read_gold")
+    target = settings.segments_dir / generation
+    tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        board_files = write_segments(table, tmp, bucket_target, board_orders(boards))
+        # Shadowed players: in silver, left out of this generation's gold.
+        hidden = hidden_from(
+            spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS)),
+            spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS)),
+            generation,
+        )
+        write_hidden(hidden, tmp, board_files)
+        _fsync_dir(tmp)
+        if target.exists():  # left by a crash before its manifest row: never visible
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+        _fsync_dir(settings.segments_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if clock is not None:
+        clock.lap("segments")
+    if fail_at == "before_manifest_row":
+        raise PublishAborted(f"{generation}: aborted before the manifest row")
+
+    published_at = datetime.now(UTC)
+    versions = table_versions(
+        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
+    )
+    thresholds = extract_thresholds(
+        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
+        settings.quarantine_quantile,
+        settings.quarantine_min_samples,
+    )
+    manifest_json = build_manifest(
+        generation,
+        published_at,
+        boundary,
+        board_files,
+        thresholds,
+        table_versions=versions,
+        landing_started_at=inputs.landing_started_at,
+    )
+    row = {
+        "generation": generation,
+        "generation_number": number,
+        "boundary": {str(p): int(v) for p, v in boundary.items()},
+        "board_count": len(board_files),
+        "populations": {b: int(v["population"]) for b, v in board_files.items()},
+        "checksums": {
+            name: digest
+            for v in board_files.values()
+            for name, digest in v["checksums"].items()
+        },
+        "published_at": published_at,
+        "complete": True,
+        "manifest_json": manifest_json,
+    }
+    load_manifest_row(spark, manifest_path, row, number)
+    if fail_at == "before_manifest_json":
+        raise PublishAborted(f"{generation}: aborted before manifest.json")
+    _atomic_write_text(target / MANIFEST_FILE, manifest_json)
+
+    if clock is not None:
+        clock.lap("manifest")
+    published = extract_published(spark, manifest_path)
+    _retain(settings, published)
+    if clock is not None:
+        clock.lap("retention")
+    return generation
+
+
 def _run_publish(
     settings: Settings,
     clock: _PhaseClock,
@@ -656,137 +855,26 @@ def _run_publish(
         spark = get_spark("publish")
     if boards is None:
         boards = load_boards(settings.boards_file)
-    delta_dir = settings.delta_dir
-    delta_dir.mkdir(parents=True, exist_ok=True)
-    settings.segments_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = delta_dir / GOLD_MANIFEST
-    gold_path = delta_dir / GOLD_SNAPSHOTS
-
-    published = extract_published(spark, manifest_path)
-    repair_segments(settings, published)
-    _retain(settings, published)
-    number = max((r.number for r in published), default=0) + 1
-    generation = f"g{number}"
-
+    # The phases are also separate Airflow tasks (jobs/publish_steps.py).
+    generation, number = next_generation(settings, spark)
     clock.lap("repair")
-    landing_started_at = datetime.now(UTC) if land else None
-    if land:
-        landed = run_land(settings, spark, after_commit=after_land_commit)
-        # Admin actions recorded in Redis since the last publish reach Delta too.
-        land_audit(settings, spark)
-        # Award versions the API wrote (it has no Spark) reach Delta gold_awards.
-        from jobs.season import land_awards
-
-        land_awards(settings, spark)
-    else:
-        landed = extract_landed_through(spark, bronze_path(settings))
-    boundary = {p: landed.get(p, 0) for p in range(settings.partitions)}
-
-    bronze = bronze_path(settings)
-    if table_exists(bronze):
-        events = spark.read.format("delta").load(str(bronze))
-    else:
-        # Nothing landed yet: an empty bronze frame publishes an empty generation.
-        text = T.StructType([T.StructField("value", T.StringType())])
-        events = transform_records(spark.createDataFrame([], text))
-    # Promoted rules apply to their seasons; registered replays add their namespace
-    # boards (season:<S>@<R>:<scope>), computed in the same pass.
-    rule_state = load_rule_state(settings.data_dir)
-    boards = effective_boards(boards, rule_state)
-    contributions, _ = transform_recompute(
-        events,
-        boundary,
-        [*boards.seasons, *namespace_seasons(boards, rule_state)],
-        window_lateness_ms=boards.window_lateness_ms,
-        window_rule=boards.rule,
-        registry=default_registry(settings.points_min, settings.points_max),
+    inputs = land_inputs(
+        settings, spark, land=land, after_land_commit=after_land_commit
     )
-    clock.lap("land")
-    totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
-    achieved = transform_achieved(
-        events, boundary, boards.seasons, boards.window_lateness_ms
+    recompute_generation(
+        settings, spark, boards, generation, inputs.boundary, clock, read_flags=land
     )
-    if achieved is not None:
-        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    thresholds = extract_thresholds(
-        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
-        settings.quarantine_quantile,
-        settings.quarantine_min_samples,
-    )
-    # Shadowed players stay out of the public snapshot (jobs/shadow.py).
-    shadowed = extract_shadowed(settings) if land else set()
-    orders = {
-        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
-        for s in boards.seasons
-        for scope in boards.scopes
-        if s.tie_break == "first_achieved" or s.rank == "unique"
-    }
-    ranked = transform_rank(
-        transform_public(totals_now, shadowed),
-        partitions,
-        [b for b, (_, u) in orders.items() if u],
-    )
-    load_gold_snapshot(ranked, gold_path, generation)
-    clock.lap("rank_gold")
-
-    table = read_gold_generation(spark, gold_path, generation)
-    clock.lap("read_gold")
-    target = settings.segments_dir / generation
-    tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
-    tmp.mkdir()
-    try:
-        board_files = write_segments(table, tmp, bucket_target, orders)
-        write_hidden(hidden_rows(totals_now, shadowed), tmp, board_files)
-        _fsync_dir(tmp)
-        if target.exists():  # left by a crash before its manifest row: never visible
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-        _fsync_dir(settings.segments_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    clock.lap("segments")
-    if fail_at == "before_manifest_row":
-        raise PublishAborted(f"{generation}: aborted before the manifest row")
-
-    published_at = datetime.now(UTC)
-    versions = table_versions(
-        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
-    )
-    manifest_json = build_manifest(
+    return publish_segments(
+        settings,
+        spark,
+        boards,
         generation,
-        published_at,
-        boundary,
-        board_files,
-        thresholds,
-        table_versions=versions,
-        landing_started_at=landing_started_at,
+        number,
+        inputs,
+        bucket_target=bucket_target,
+        fail_at=fail_at,
+        clock=clock,
     )
-    row = {
-        "generation": generation,
-        "generation_number": number,
-        "boundary": {str(p): int(v) for p, v in boundary.items()},
-        "board_count": len(board_files),
-        "populations": {b: int(v["population"]) for b, v in board_files.items()},
-        "checksums": {
-            name: digest
-            for v in board_files.values()
-            for name, digest in v["checksums"].items()
-        },
-        "published_at": published_at,
-        "complete": True,
-        "manifest_json": manifest_json,
-    }
-    load_manifest_row(spark, manifest_path, row, number)
-    if fail_at == "before_manifest_json":
-        raise PublishAborted(f"{generation}: aborted before manifest.json")
-    _atomic_write_text(target / MANIFEST_FILE, manifest_json)
-
-    clock.lap("manifest")
-    published = extract_published(spark, manifest_path)
-    _retain(settings, published)
-    clock.lap("retention")
-    return generation
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, Season, load_boards
+from conf.boards import BoardsConfig, Season, board_order, load_boards
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
@@ -111,7 +111,7 @@ def verify_awards(
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from jobs.recompute import transform_recompute
+    from jobs.recompute import transform_achieved, transform_recompute
     from jobs.verify import extract_events, transform_offline_ranks
 
     if spark is None:
@@ -131,9 +131,16 @@ def verify_awards(
             divergences.append(f"{board}: no award snapshot")
             continue
         boundary = {int(p): int(v) for p, v in (award.get("boundary") or {}).items()}
-        _, totals = transform_recompute(events, boundary, config.seasons)
+        lateness = config.window_lateness_ms
+        _, totals = transform_recompute(
+            events, boundary, config.seasons, window_lateness_ms=lateness
+        )
+        achieved = transform_achieved(events, boundary, config.seasons, lateness)
+        if achieved is not None:
+            totals = totals.join(achieved, ["board", "player_id"], "left")
+        unique = [board] if board_order(config, board)[1] else []
         rows = (
-            transform_offline_ranks(totals.where(F.col("board") == board))
+            transform_offline_ranks(totals.where(F.col("board") == board), unique)
             .orderBy("position")
             .collect()
         )
@@ -164,4 +171,8 @@ def verify_awards(
                 divergences.append(
                     f"{board} award entry {i + 1}: served {have} offline {want}"
                 )
-    return {"season": season_id, "checked": checked, "divergences": divergences}
+    return {
+        "season": season_id,
+        "checked": checked,
+        "divergences": divergences,
+    }

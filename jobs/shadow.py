@@ -52,15 +52,15 @@ def transform_public(totals: DataFrame, shadowed: Iterable[str]) -> DataFrame:
     return totals.where(~F.col("player_id").isin(hidden))
 
 
-def hidden_rows(
-    totals: DataFrame, shadowed: Iterable[str]
+def hidden_from(
+    silver_totals: DataFrame, gold: DataFrame, generation: str
 ) -> list[tuple[str, str, int]]:
-    """(board, player_id, score) of the shadowed players (few rows)."""
-    hidden = sorted(shadowed)
-    if not hidden:
-        return []
+    """(board, player_id, score) of the players silver holds but the generation's
+    gold left out: the shadowed ones (the publish reads the flags once, when it
+    ranks; this finds exactly whom that left out)."""
+    public = gold.where(F.col("generation") == generation).select("board", "player_id")
     rows = (
-        totals.where(F.col("player_id").isin(hidden))
+        silver_totals.join(public, ["board", "player_id"], "left_anti")
         .select("board", "player_id", "score")
         .collect()
     )

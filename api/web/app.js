@@ -82,6 +82,8 @@ function renderLabels(body) {
   renderAge();
   setText("#population", `${fmt.format(body.population)} players`);
   $("#population").dataset.population = body.population;
+  // Redis unreachable: the API answers from the latest generation and says so.
+  $("#live-layer").hidden = body.liveLayer !== "unavailable";
 }
 
 function renderAge() {
@@ -272,7 +274,7 @@ async function refreshAwards() {
     card.hidden = true;
     return;
   }
-  const { status, body } = await getJSON(`${boardPath(state.board)}/awards`);
+  const { status, body } = await getJSON(`${boardPath(state.board)}/awards?limit=${TOP_LIMIT}`);
   if (status !== 200 || !Array.isArray(body.entries)) {
     card.hidden = true; // 404 awards_not_found until the season is closed
     return;
@@ -296,7 +298,8 @@ async function refreshAwards() {
   setText(
     "#awards-meta",
     `Season ${body.season}, award version ${body.version}, from generation ` +
-      `${body.generation}${body.closedAt ? `, closed ${ago(body.closedAt)}` : ""}.`
+      `${body.generation}${body.closedAt ? `, closed ${ago(body.closedAt)}` : ""}; ` +
+      `the first ${body.entries.length} of ${fmt.format(body.population ?? body.entries.length)} players.`
   );
   card.hidden = false;
 }

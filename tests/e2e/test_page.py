@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from api.security import sign
 from conf.settings import Settings
+from jobs.season import close_season
 from tests.live_server import serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -46,14 +47,20 @@ seasons:
     start: "2026-01-01T00:00:00Z"
     end: "2100-01-01T00:00:00Z"
     aggregation: sum
+    tiers:
+      - {name: champion, top: 1}
+      - {name: top10, top: 10}
 """
 BOARD = "season:WEB:global"
+# close_season takes "now": the test closes the open-ended season as if in 2100.
+AFTER_CLOSE = datetime(2100, 1, 2, tzinfo=UTC)
 
 
 @dataclass
 class Stack:
     url: str
     settings: Settings
+    spark: SparkSession
 
     def post(self, events: list[dict[str, Any]]) -> None:
         body = orjson.dumps({"events": events})
@@ -103,7 +110,7 @@ def stack(
     boards_file.write_text(BOARDS_YAML)
     settings = settings.model_copy(update={"boards_file": boards_file})
     with serve(settings) as url:
-        live = Stack(url, settings)
+        live = Stack(url, settings, spark)
         # 60 players, scores on a coarse grid so that many tie; two matches each.
         events = []
         for i in range(60):
@@ -173,6 +180,7 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
                 assert f"{row['score']:,}" in row["text"]
             assert any(r["tie"] for r in rows), "the data set is built to have ties"
             assert page.locator("#exactness").inner_text() == "exact"
+            assert page.locator("#live-layer").is_hidden()
             assert page.locator("#basis").inner_text() == top["basis"] == "live"
             generation = top["generation"]["id"]
             expect(page.locator("#generation")).to_contain_text(
@@ -255,6 +263,24 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             width = phone.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, f"page is {width} px wide on a 390 px phone"
             phone.screenshot(path=str(OUTPUT / "phone.png"), full_page=True)
+
+            # Closing the season: the awards appear, as the API serves them.
+            close_season(stack.settings, "WEB", spark=stack.spark, now=AFTER_CLOSE)
+            awards = stack.get(f"/v1/boards/{BOARD}/awards", limit=20)
+            expect(page.locator("#awards-card")).to_be_visible(timeout=15_000)
+            shown = page.eval_on_selector_all(
+                "#awards tbody tr",
+                "rows => rows.map(r => [...r.cells].map(c => c.textContent))",
+            )
+            assert shown == [
+                [str(e["rank"]), e["playerId"], f"{e['score']:,}", e["tier"] or ""]
+                for e in awards["entries"]
+            ]
+            assert len(shown) == 20 and any(e["tier"] for e in awards["entries"])
+            expect(page.locator("#awards-meta")).to_contain_text(
+                f"Season WEB, award version {awards['version']}"
+            )
+            page.screenshot(path=str(OUTPUT / "awards.png"), full_page=True)
             assert errors == []
         finally:
             browser.close()

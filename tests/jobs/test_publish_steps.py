@@ -33,11 +33,15 @@ def test_steps_publish_what_run_publish_publishes(
             event(eventId=f"S{i}", playerId=f"s{i}", result={"points": 7 * (i % 4)}),
         )
         assert reply.status_code == 200
-    boundary = land_step(settings, spark)
+    landed = land_step(settings, spark)
+    boundary = landed["boundary"]
     assert sum(boundary.values()) == 9 and set(boundary) == {"0", "1", "2", "3"}
-    generation = recompute_step(settings, boundary, spark)
+    assert landed["landingStartedAt"]
+    generation = recompute_step(settings, landed, spark)
     assert generation == "g1"
-    assert publish_step(settings, generation, boundary, spark) == "g1"
+    assert publish_step(settings, generation, landed, spark) == "g1"
+    manifest = (settings.segments_dir / "g1" / "manifest.json").read_text()
+    assert '"landingStartedAt"' in manifest
     assert set(rebase_step(settings, "g1").values()) == {"ok"}
 
     # Same bronze, same boundary: run_publish's g2 has byte-identical segments.
@@ -51,11 +55,11 @@ def test_steps_publish_what_run_publish_publishes(
         assert (g1 / name).read_bytes() == (g2 / name).read_bytes(), name
 
     # A publish between recompute and publish: the step refuses, nothing is hidden.
-    g3 = recompute_step(settings, boundary, spark)
+    g3 = recompute_step(settings, landed, spark)
     assert g3 == "g3"
     assert run_publish(settings, spark=spark, land=False) == "g3"
     with pytest.raises(GenerationTaken):
-        publish_step(settings, g3, boundary, spark)
+        publish_step(settings, g3, landed, spark)
 
     with publish_lock(settings), pytest.raises(PublishBusy):
         land_step(settings, spark)
