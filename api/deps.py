@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from pydantic import AfterValidator
 
 from api.errors import BodyTooLarge
+from api.friends import FriendsReader
 from api.live import LiveReader
 from api.security import verify_admin
 from api.segments import GenerationRegistry
@@ -41,6 +42,8 @@ async def get_live(request: Request) -> LiveReader:
     return request.app.state.live  # type: ignore[no-any-return]
 
 
+async def get_friends(request: Request) -> FriendsReader:
+    return request.app.state.friends  # type: ignore[no-any-return]
 @dataclass(frozen=True, slots=True)
 class AdminCall:
     """A verified admin call: who made it (the admin key id) and its raw body."""
@@ -84,6 +87,7 @@ BoardsDep = Annotated[BoardsConfig, Depends(get_boards)]
 SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
 GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
+FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
 AdminDep = Annotated[AdminCall, Depends(require_admin)]
 
 

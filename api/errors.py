@@ -58,6 +58,12 @@ class TooManyRequests(ApiError):
         self.headers = {"Retry-After": str(retry_after)}
 
 
+class ImplausibleEvent(ApiError):
+    """Beyond a plausibility bound of a scoring rule: nothing was applied."""
+
+    status, code = 422, "implausible"
+
+
 class BoardNotFound(ApiError):
     status, code = 404, "board_not_found"
 

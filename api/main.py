@@ -14,13 +14,26 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
+from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import observe_read
 from api.responses import FastJSONResponse
-from api.routes import admin, awards, health, histogram, score_events, web
+from api.routes import (
+    admin,
+    awards,
+    flags,
+    friends,
+    health,
+    histogram,
+    quarantine,
+    score_events,
+    web,
+)
 from api.routes import boards as boards_routes
-from api.segments import GenerationRegistry
+from api.segments import GenerationRegistry, quarantine_thresholds
 from conf.boards import load_boards
+from conf.rule_state import effective_boards, load_rule_state
+from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
@@ -79,7 +92,10 @@ class ObserveMiddleware:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
-    boards = load_boards(settings.boards_file)
+    # Seasons promoted to another scoring rule (lb replay --promote) score under it.
+    boards = effective_boards(
+        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
     warn_about_dev_key(settings)
 
     @asynccontextmanager
@@ -91,8 +107,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.partitions,
             settings.record_ttl_seconds,
             settings.rate_limit_bucket,
+            default_registry(settings.points_min, settings.points_max),
         )
         app.state.live = LiveReader(app.state.speed, app.state.generations)
+        app.state.friends = FriendsReader(app.state.live)
+        app.state.speed.thresholds = lambda: quarantine_thresholds(
+            app.state.generations
+        )
         # Everything built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
@@ -121,6 +142,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(boards_routes.router)
     app.include_router(awards.router)
     app.include_router(admin.router)
+    app.include_router(friends.router)
+    app.include_router(flags.router)
+    app.include_router(quarantine.router)
     app.include_router(histogram.router)
     web.install(app)  # the page at / and its assets under /web/
     return app

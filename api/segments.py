@@ -82,6 +82,9 @@ class BoardSegment:
     bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # Encoded first rows (enc(score) + player id), filled by live top reads.
     encoded_prefix: list[bytes] = field(default_factory=list)
+    # Shadowed players' scores (jobs/shadow.py): not on the board, but their own
+    # rank read answers as if they were.
+    hidden: dict[str, int] = field(default_factory=dict)
     # first_achieved boards: when each row's player reached its score (epoch ms),
     # the tie-break between score and player id; None on player_id boards.
     achieved: np.ndarray | None = None
@@ -102,6 +105,15 @@ class BoardSegment:
             else None,
             unique_rank=meta.get("rank") == "unique",
         )
+        if meta.get("hidden"):
+            hidden = _read_table(directory / meta["hidden"])
+            segment.hidden = dict(
+                zip(
+                    hidden.column("player_id").to_pylist(),
+                    hidden.column("score").to_pylist(),
+                    strict=True,
+                )
+            )
         buckets_file = directory / meta.get("buckets", f"{board}.buckets.arrow")
         if buckets_file.exists():
             buckets = _read_table(buckets_file)
@@ -346,3 +358,22 @@ class GenerationRegistry:
         if latest is not None and number < latest.number:
             raise GenerationExpiredError(generation_id, latest.id)
         raise GenerationNotFoundError(f"generation {generation_id} does not exist")
+
+
+def quarantine_thresholds(
+    registry: GenerationRegistry,
+) -> dict[str, dict[str, int]]:
+    """board -> cohort -> points above which an event is held (latest generation's
+    ``quarantine`` map; empty before the first generation).
+
+    Writes must not rescan the segments directory (reads do, rate-limited): this takes
+    the newest generation the registry has already mapped."""
+    known = registry._generations
+    latest = known[max(known)] if known else None
+    if latest is None:
+        return {}
+    raw = latest.manifest.get("quarantine") or {}
+    return {
+        str(board): {str(c): int(v) for c, v in cohorts.items()}
+        for board, cohorts in raw.items()
+    }

@@ -20,11 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from conf.periods import period_ids
+from conf.rules import RULE_VERSIONS
 
 SCOPE_GLOBAL = "global"
 DEFAULT_WINDOW_LATENESS = timedelta(hours=1)
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-KNOWN_RULES = {"v1"}
+KNOWN_RULES = set(RULE_VERSIONS)
 
 
 class BoardsFileError(ValueError):
@@ -108,6 +109,9 @@ class BoardsConfig(BaseModel):
 
     regions: list[str] = Field(default_factory=list)
     seasons: list[Season] = Field(default_factory=list)
+    # Scoring rule of the daily, weekly, monthly and all-time boards (seasons name
+    # their own).
+    rule: str = "v1"
     # Daily, weekly and monthly boards close at their period's end plus this.
     window_lateness: timedelta = Field(
         alias="windowLateness", default=DEFAULT_WINDOW_LATENESS
@@ -123,6 +127,8 @@ class BoardsConfig(BaseModel):
         ids = [s.id for s in self.seasons]
         if len(set(ids)) != len(ids):
             raise ValueError("season ids must be distinct")
+        if self.rule not in KNOWN_RULES:
+            raise ValueError(f"unknown scoring rule {self.rule!r}")
         if self.window_lateness < timedelta(0):
             raise ValueError("windowLateness must not be negative")
         return self
@@ -177,6 +183,8 @@ class BoardSpec:
     aggregation: str
     # Processing-time cutoff in epoch ms (season boards); 0 when the board never closes.
     cutoff_ms: int
+    # Scoring rule version whose points this board takes (conf/rules.py).
+    rule: str = "v1"
 
 
 def to_ms(moment: datetime) -> int:
@@ -208,11 +216,14 @@ def boards_for_event(
                         f"season:{season.id}:{scope}",
                         season.aggregation,
                         to_ms(season.cutoff),
+                        season.rule,
                     )
                 )
     for window, period, cutoff_ms in periods:
         for scope in (SCOPE_GLOBAL, region):
-            specs.append(BoardSpec(f"{window}:{period}:{scope}", "sum", cutoff_ms))
+            specs.append(
+                BoardSpec(f"{window}:{period}:{scope}", "sum", cutoff_ms, config.rule)
+            )
     return specs
 
 
@@ -309,6 +320,27 @@ PERIOD_PATTERNS = {
 }
 
 
+def valid_period(window: str, period: str) -> bool:
+    """True when ``period`` names a real UTC day, ISO week or month (or ``all``).
+
+    ``daily:2026-13-45`` matches the shape but is no day: such a board cannot exist.
+    """
+    pattern = PERIOD_PATTERNS.get(window)
+    if pattern is None or not pattern.match(period):
+        return False
+    try:
+        if window == "daily":
+            date.fromisoformat(period)
+        elif window == "weekly":
+            # fromisocalendar refuses week 53 of a year that has only 52.
+            date.fromisocalendar(int(period[:4]), int(period[6:]), 1)
+        elif window == "monthly":
+            date(int(period[:4]), int(period[5:]), 1)
+    except ValueError:
+        return False
+    return True
+
+
 def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
     """Window, scope, aggregation, tie-break of a board id; None if it cannot exist."""
     match = BOARD_ID.match(board)
@@ -327,8 +359,9 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
             "scope": scope,
             "aggregation": season.aggregation,
             "tieBreak": season.tie_break,
+            "rule": season.rule,
         }
-    if not PERIOD_PATTERNS[window].match(period):
+    if not valid_period(window, period):
         return None
     return {
         "window": window,
@@ -336,6 +369,7 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
         "scope": scope,
         "aggregation": "sum",
         "tieBreak": "player_id",
+        "rule": config.rule,
     }
 
 

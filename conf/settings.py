@@ -17,6 +17,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_DEV_KEYS = "dev:dev-secret"
+# 32 bytes: RFC 7518 wants an HS256 key at least as long as the hash.
+LOCAL_PLAYER_TOKEN_KEY = "dev-player-token-key-0123456789ab"
 # Local default admin key (signs /v1/admin/* calls); refused outside local use.
 LOCAL_DEV_ADMIN_KEYS = "admin:dev-admin-secret"
 ENV_PREFIX = "LB_"
@@ -71,6 +73,14 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # uvicorn worker processes of `lb up`; they share the memory-mapped segments.
     api_workers: int = Field(default=1, ge=1, le=64)
+    # HS256 key of player tokens (Authorization: Bearer <JWT>, sub = playerId).
+    player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
+    # Most friends one player may list.
+    max_friends: int = Field(default=1000, ge=1, le=100_000)
+    # Quarantine: an event above this quantile of its board's and cohort's per-match
+    # points is held, once a (board, cohort) has this many contributions.
+    quarantine_quantile: float = Field(default=0.9999, gt=0, lt=1)
+    quarantine_min_samples: int = Field(default=1000, ge=1)
     # Airflow (dags/): publish_generation runs every this many minutes.
     publish_every_minutes: int = Field(default=5, ge=1, le=1440)
     # Set by `lb up` for each start; /healthz and /readyz echo it, so `lb up` knows
@@ -162,6 +172,11 @@ class Settings(BaseSettings):
             raise ValueError("the local dev HMAC key is refused outside local use")
         return keys
 
+    @property
+    def player_token_secret(self) -> bytes:
+        if self.production and self.player_token_key == LOCAL_PLAYER_TOKEN_KEY:
+            raise ValueError("the local player-token key is refused outside local use")
+        return self.player_token_key.encode()
     @field_validator("admin_keys")
     @classmethod
     def _admin_keys_format(cls, value: str) -> str:

@@ -48,8 +48,14 @@ RECORD_SCHEMA = T.StructType(
                     T.StructField("occurredAt", T.StringType()),
                     T.StructField("region", T.StringType()),
                     T.StructField("points", T.LongType()),
+                    T.StructField("placement", T.LongType()),
+                    T.StructField("kills", T.LongType()),
+                    T.StructField("durationSeconds", T.LongType()),
                     T.StructField("kind", T.StringType()),
                     T.StructField("reason", T.StringType()),
+                    T.StructField(
+                        "scores", T.MapType(T.StringType(), T.LongType())
+                    ),
                 ]
             ),
         ),
@@ -106,8 +112,12 @@ def transform_records(raw: DataFrame) -> DataFrame:
         F.col("r.event.occurredAt").cast("timestamp").alias("occurred_at"),
         F.col("r.event.region").alias("region"),
         F.col("r.event.points").alias("points"),
+        F.col("r.event.placement").alias("placement"),
+        F.col("r.event.kills").alias("kills"),
+        F.col("r.event.durationSeconds").alias("duration_seconds"),
         F.col("r.event.kind").alias("kind"),
         F.col("r.event.reason").alias("reason"),
+        F.col("r.event.scores").alias("scores"),
         "raw",
     )
 
@@ -166,6 +176,8 @@ def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None
         batch.write.format("delta")
         .mode("append")
         .partitionBy("partition")
+        # Tables landed before the match-record columns existed gain them.
+        .option("mergeSchema", "true")
         .option("txnAppId", f"land-p{partition}")
         .option("txnVersion", last)
         .save(str(path))

@@ -55,6 +55,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, load_boards
+from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
+from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import land_audit
 from jobs.land import (
@@ -65,8 +67,10 @@ from jobs.land import (
     table_exists,
     transform_records,
 )
+from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import transform_achieved, transform_recompute, transform_totals
+from jobs.shadow import extract_shadowed, hidden_from, transform_public, write_hidden
 from jobs.table_versions import table_versions
 from speed.server import resolve_redis_url
 
@@ -547,6 +551,7 @@ def build_manifest(
     published_at: datetime,
     boundary: Mapping[int, int],
     boards: Mapping[str, Mapping[str, Any]],
+    quarantine: Mapping[str, Mapping[str, int]] | None = None,
     table_versions: Mapping[str, int] | None = None,
     landing_started_at: datetime | None = None,
 ) -> str:
@@ -566,12 +571,16 @@ def build_manifest(
                     "sha256",
                     "tieBreak",
                     "rank",
+                    "hidden",
                 )
                 if k in boards[board]
             }
             for board in sorted(boards)
         },
     }
+    if quarantine:
+        # board -> cohort -> points above which the owner transaction holds an event.
+        body["quarantine"] = {b: dict(c) for b, c in sorted(quarantine.items())}
     if table_versions:
         # The Delta versions this generation was built from (time travel for
         # analysts: docs/ANALYSTS.md).
@@ -688,9 +697,14 @@ def recompute_generation(
     generation: str,
     boundary: Mapping[int, int],
     clock: _PhaseClock | None = None,
+    read_flags: bool = True,
 ) -> None:
     """Phase 2: silver (contributions, totals) and the ranked gold snapshot of
-    ``generation`` from bronze up to ``boundary``."""
+    ``generation`` from bronze up to ``boundary``.
+
+    Promoted rules apply to their seasons, registered replays add their namespace
+    boards (conf/rule_state.py), and shadowed players stay out of gold (read from
+    the speed layer's flags unless ``read_flags`` is false)."""
     delta_dir = settings.delta_dir
     bronze = bronze_path(settings)
     if table_exists(bronze):
@@ -699,11 +713,15 @@ def recompute_generation(
         # Nothing landed yet: an empty bronze frame publishes an empty generation.
         text = T.StructType([T.StructField("value", T.StringType())])
         events = transform_records(spark.createDataFrame([], text))
+    rule_state = load_rule_state(settings.data_dir)
+    boards = effective_boards(boards, rule_state)
     contributions, _ = transform_recompute(
         events,
         boundary,
-        boards.seasons,
+        [*boards.seasons, *namespace_seasons(boards, rule_state)],
         window_lateness_ms=boards.window_lateness_ms,
+        window_rule=boards.rule,
+        registry=default_registry(settings.points_min, settings.points_max),
     )
     if clock is not None:
         clock.lap("land")
@@ -715,8 +733,11 @@ def recompute_generation(
         totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     orders = board_orders(boards)
+    shadowed = extract_shadowed(settings) if read_flags else set()
     ranked = transform_rank(
-        totals_now, partitions, [b for b, (_, u) in orders.items() if u]
+        transform_public(totals_now, shadowed),
+        partitions,
+        [b for b, (_, u) in orders.items() if u],
     )
     load_gold_snapshot(ranked, delta_dir / GOLD_SNAPSHOTS, generation)
     if clock is not None:
@@ -747,6 +768,13 @@ def publish_segments(
     tmp.mkdir()
     try:
         board_files = write_segments(table, tmp, bucket_target, board_orders(boards))
+        # Shadowed players: in silver, left out of this generation's gold.
+        hidden = hidden_from(
+            spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS)),
+            spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS)),
+            generation,
+        )
+        write_hidden(hidden, tmp, board_files)
         _fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -763,11 +791,17 @@ def publish_segments(
     versions = table_versions(
         delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
     )
+    thresholds = extract_thresholds(
+        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
+        settings.quarantine_quantile,
+        settings.quarantine_min_samples,
+    )
     manifest_json = build_manifest(
         generation,
         published_at,
         boundary,
         board_files,
+        thresholds,
         table_versions=versions,
         landing_started_at=inputs.landing_started_at,
     )
@@ -829,7 +863,9 @@ def _run_publish(
     inputs = land_inputs(
         settings, spark, land=land, after_land_commit=after_land_commit
     )
-    recompute_generation(settings, spark, boards, generation, inputs.boundary, clock)
+    recompute_generation(
+        settings, spark, boards, generation, inputs.boundary, clock, read_flags=land
+    )
     return publish_segments(
         settings,
         spark,

@@ -28,11 +28,37 @@ from pyspark.sql import functions as F
 
 from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
+from conf.rules import RuleRegistry, default_registry
+from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
 DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
 
-BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint>"
+BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint,rule:string>"
+# Match-record columns of bronze (tables landed before they existed lack them).
+RECORD_COLUMNS = {
+    "placement": "bigint",
+    "kills": "bigint",
+    "duration_seconds": "bigint",
+    "scores": "map<string,bigint>",
+    "status": "string",
+}
+
+
+def transform_held(events: DataFrame, released: DataFrame) -> DataFrame:
+    """Drop quarantined records that no ``released`` record (within the boundary)
+    released. Run after ``transform_accepted``: a held record takes its match's
+    revision (a resend is superseded) even while it applies nothing."""
+    flagged = released.withColumn("_released", F.lit(True))
+    return (
+        events.join(F.broadcast(flagged), ["player_id", "event_id"], "left")
+        .where(
+            F.col("status").isNull()
+            | (F.col("status") != "quarantined")
+            | F.col("_released").isNotNull()
+        )
+        .drop("_released")
+    )
 
 
 def transform_within_boundary(
@@ -79,13 +105,24 @@ def transform_accepted(events: DataFrame) -> DataFrame:
     )
 
 
-def _board(name: Column, aggregation: str, cutoff_ms: int | Column) -> Column:
+def _board(
+    name: Column, aggregation: str, cutoff_ms: int | Column, rule: str
+) -> Column:
     cutoff = cutoff_ms if isinstance(cutoff_ms, Column) else F.lit(cutoff_ms)
     return F.struct(
         name.alias("board"),
         F.lit(aggregation).alias("aggregation"),
         cutoff.cast("bigint").alias("cutoff_ms"),
+        F.lit(rule).alias("rule"),
     )
+
+
+def with_record_columns(events: DataFrame) -> DataFrame:
+    """Bronze with every match-record column (null where the table predates it)."""
+    for name, kind in RECORD_COLUMNS.items():
+        if name not in events.columns:
+            events = events.withColumn(name, F.lit(None).cast(kind))
+    return events
 
 
 def board_columns(
@@ -93,6 +130,7 @@ def board_columns(
     region: Column,
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
 ) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
@@ -139,12 +177,17 @@ def board_columns(
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"season:{season.id}:"), scope)
             items.append(
-                F.when(inside, _board(name, season.aggregation, to_ms(season.cutoff)))
+                F.when(
+                    inside,
+                    _board(
+                        name, season.aggregation, to_ms(season.cutoff), season.rule
+                    ),
+                )
             )
     for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            items.append(_board(name, "sum", cutoff))
+            items.append(_board(name, "sum", cutoff, window_rule))
     return F.filter(F.array(*items), lambda b: b.isNotNull())
 
 
@@ -152,10 +195,13 @@ def transform_event_boards(
     events: DataFrame,
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
 ) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
-    boards = board_columns(occurred_ms, F.col("region"), seasons, window_lateness_ms)
+    boards = board_columns(
+        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+    )
     return events.withColumn("boards", boards)
 
 
@@ -174,16 +220,22 @@ NARROW = [
     "points",
     "occurred_at",
     "region",
+    *RECORD_COLUMNS,
 ]
 
 
 def _with_boards(
-    e: Column, seasons: list[Season], window_lateness_ms: int = DEFAULT_LATENESS_MS
+    e: Column,
+    seasons: list[Season],
+    window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
 ) -> Column:
     """An event struct (with occurred_ms, region) plus its ``boards`` array."""
     return e.withField(
         "boards",
-        board_columns(e["occurred_ms"], e["region"], seasons, window_lateness_ms),
+        board_columns(
+            e["occurred_ms"], e["region"], seasons, window_lateness_ms, window_rule
+        ),
     )
 
 
@@ -191,11 +243,17 @@ def transform_contributions(
     events: DataFrame,
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
+    registry: RuleRegistry | None = None,
 ) -> DataFrame:
     """Contribution per (player, match, board) from events with ``accepted``.
 
     Columns: partition, player_id, match_id, board, aggregation, points, removed,
-    position (the record that set the value), source_revision.
+    position (the record that set the value), source_revision, rule (the scoring
+    rule version of the board the points are under).
+
+    Points under a board's rule are the record's recorded ``scores[rule]``, else
+    computed from the match record (jobs/rules.py).
 
     The accepted events of a match (usually one) are gathered, narrow, into a
     position-ordered array; boards are derived only then, from the gathered events,
@@ -206,6 +264,7 @@ def transform_contributions(
     the input is already hash-partitioned by player.
     """
     seasons = list(seasons)
+    registry = registry or default_registry()
     item = F.struct(
         F.col("position"),
         F.col("partition"),
@@ -214,6 +273,13 @@ def transform_contributions(
         F.col("points"),
         F.unix_millis(F.col("occurred_at")).alias("occurred_ms"),
         F.col("region"),
+        F.col("scores"),
+        F.struct(
+            F.col("points"),
+            F.col("placement"),
+            F.col("kills"),
+            F.col("duration_seconds").alias("durationSeconds"),
+        ).alias("record"),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
     # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
@@ -233,8 +299,13 @@ def transform_contributions(
             "player_id",
             "match_id",
             F.transform(
-                F.array_sort("evs"),
-                lambda e: _with_boards(e, seasons, window_lateness_ms),
+                # By position (the structs hold a map, which has no order).
+                F.array_sort(
+                    "evs",
+                    lambda x, y: (x["position"] > y["position"]).cast("int")
+                    - (x["position"] < y["position"]).cast("int"),
+                ),
+                lambda e: _with_boards(e, seasons, window_lateness_ms, window_rule),
             ).alias("evs"),
         )
     )
@@ -280,14 +351,23 @@ def transform_contributions(
         "match_id",
         F.col("b.board").alias("board"),
         F.col("b.aggregation").alias("aggregation"),
-        F.when(F.col("feeds"), F.col("last.points"))
+        F.when(
+            F.col("feeds"),
+            points_under(
+                registry, F.col("b.rule"), F.col("last.scores"), F.col("last.record")
+            ),
+        )
         .otherwise(F.lit(0))
         .cast("bigint")
         .alias("points"),
         (~F.col("feeds")).alias("removed"),
         F.col("last.position").alias("position"),
         F.col("last.source_revision").alias("source_revision"),
-    )
+        F.col("b.rule").alias("rule"),
+        F.col("last.region").alias("region"),
+        # A match the board's rule cannot score (a replay under a rule reading fields
+        # the record lacks) contributes nothing.
+    ).where(F.col("points").isNotNull())
 
 
 def transform_totals(contributions: DataFrame) -> DataFrame:
@@ -309,6 +389,8 @@ def transform_recompute(
     seasons: Iterable[Season],
     num_partitions: int | None = None,
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    window_rule: str = "v1",
+    registry: RuleRegistry | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(contributions, totals) of every board from bronze up to ``boundary``.
 
@@ -317,14 +399,25 @@ def transform_recompute(
     windows and the grouping are all keyed by (player, ...), so Spark only sorts
     inside partitions after that.
     """
+    bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     if num_partitions is None:
         events = events.repartition("player_id")
     else:
         events = events.repartition(num_partitions, "player_id")
+    # A release is not an event of its own: it makes the held record count.
+    released = (
+        events.where(F.col("status") == "released")
+        .select("player_id", "event_id")
+        .distinct()
+    )
+    events = events.where(F.col("status").isNull() | (F.col("status") != "released"))
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
-    contributions = transform_contributions(events, seasons, window_lateness_ms)
+    events = transform_held(events, released)
+    contributions = transform_contributions(
+        events, seasons, window_lateness_ms, window_rule=window_rule, registry=registry
+    )
     return contributions, transform_totals(contributions)
 
 

@@ -38,10 +38,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, load_boards
+from conf.boards import BoardsConfig, Season, load_boards
+from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
+from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.recompute import transform_achieved, transform_recompute
+from jobs.shadow import extract_shadowed, transform_public
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -207,11 +210,22 @@ def compute_offline(
     boards: list[str],
     sample: int,
     seed: int,
+    shadowed: Iterable[str] = (),
+    registry: RuleRegistry | None = None,
+    replays: Iterable[Season] = (),
 ) -> dict[str, Offline]:
+    """``shadowed`` players are left out, as every public answer leaves them out;
+    ``replays`` are the namespace seasons of registered replays (conf/rule_state)."""
     lateness = config.window_lateness_ms
     _, totals = transform_recompute(
-        events, boundary, config.seasons, window_lateness_ms=lateness
+        events,
+        boundary,
+        [*config.seasons, *replays],
+        window_lateness_ms=lateness,
+        window_rule=config.rule,
+        registry=registry,
     )
+    totals = transform_public(totals, shadowed)
     achieved = transform_achieved(events, boundary, config.seasons, lateness)
     if achieved is not None:
         totals = totals.join(achieved, ["board", "player_id"], "left")
@@ -334,7 +348,10 @@ def run_verify(
         from jobs.spark import get_spark
 
         spark = get_spark("verify")
-    config = load_boards(settings.boards_file)
+    # Promoted seasons score under their new rule, as the publisher computes them.
+    rule_state = load_rule_state(settings.data_dir)
+    config = effective_boards(load_boards(settings.boards_file), rule_state)
+    rules = default_registry(settings.points_min, settings.points_max)
     started = datetime.now(UTC)
     run_id = uuid.uuid4().hex[:12]
     seed = seed if seed is not None else int(run_id, 16) % (2**31)
@@ -361,7 +378,25 @@ def run_verify(
 
         # Snapshot: the generation's boundary.
         boundary = {int(p): int(v) for p, v in generation.boundary.items()}
-        offline = compute_offline(spark, events, boundary, config, boards, sample, seed)
+        # The generation left out the players shadowed when it was published.
+        hidden = {
+            player
+            for name in generation.board_names()
+            for player in (getattr(generation.board(name), "hidden", None) or {})
+        }
+        replays = namespace_seasons(config, rule_state)
+        offline = compute_offline(
+            spark,
+            events,
+            boundary,
+            config,
+            boards,
+            sample,
+            seed,
+            hidden,
+            rules,
+            replays,
+        )
         pinned = {"generation": generation.id}
         for name in boards:
             checked, found = _compare_board(
@@ -387,6 +422,9 @@ def run_verify(
                 boards,
                 sample,
                 seed,
+                extract_shadowed(settings),
+                rules,
+                replays,
             )
             found_all: list[str] = []
             checked_all = 0

@@ -23,8 +23,14 @@ ID_FIELDS = ("eventId", "playerId", "matchId")
 
 
 class EventResult(BaseModel):
+    """The match record. Which fields are needed, and their bounds, is up to the
+    scoring rules of the boards the event feeds (conf/rules.py)."""
+
     model_config = ConfigDict(extra="forbid")
-    points: StrictInt
+    points: StrictInt | None = None
+    placement: StrictInt | None = None
+    kills: StrictInt | None = None
+    durationSeconds: StrictInt | None = None
 
 
 class ScoreEventIn(BaseModel):
@@ -103,9 +109,16 @@ def parse_rfc3339(value: str) -> datetime:
 
 
 class NormalizedEvent:
-    """A validated event with its canonical form, fingerprint and occurredAt."""
+    """A validated event with its canonical form, fingerprint and occurredAt.
 
-    __slots__ = ("event", "occurred_at", "canonical", "fingerprint")
+    ``scores`` (points per scoring rule version) and ``limits`` (the plausibility
+    bounds the owner transaction enforces) are set by the scoring step; they derive
+    from the record, so they are not part of the fingerprint.
+    """
+
+    __slots__ = (
+        "event", "occurred_at", "canonical", "fingerprint", "body", "scores", "limits"
+    )
 
     def __init__(self, event: ScoreEventIn, occurred_at: datetime) -> None:
         self.event = event
@@ -123,33 +136,65 @@ class NormalizedEvent:
             "kind": event.kind,
             "reason": event.reason,
         }
+        # Record fields beyond points only when present: a points-only event keeps
+        # the fingerprint it had before rules could read other fields.
+        for name, value in self.record.items():
+            if name != "points" and value is not None:
+                body[name] = value
+        self.body = body
         self.canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         self.fingerprint = hashlib.blake2b(self.canonical, digest_size=12).hexdigest()
+        self.scores: dict[str, int] = {}
+        self.limits: tuple[int, int] = (0, 0)
+
+    @property
+    def record(self) -> dict[str, int | None]:
+        """The match record's fields (None when absent)."""
+        return self.event.result.model_dump()
+
+    @property
+    def points(self) -> int:
+        """The ``points`` field (0 when the record has none): what bronze's ``points``
+        column holds; the contribution to a board is ``scores[<board's rule>]``."""
+        return self.event.result.points or 0
+
+    def log_json(self) -> bytes:
+        """The event as written to the partition log: the canonical body plus the
+        points under every rule its boards use (the rule version is the key)."""
+        return orjson.dumps(
+            {**self.body, "scores": self.scores}, option=orjson.OPT_SORT_KEYS
+        )
+
+
+# Keys of a logged event that are not part of its canonical form (derived from it).
+LOG_ONLY_FIELDS = frozenset({"scores"})
+
+
+def fingerprint_of_logged(logged: dict[str, object]) -> str:
+    """The fingerprint of an event as logged by :meth:`NormalizedEvent.log_json`:
+    the canonical body is the logged one without the derived fields."""
+    body = {k: v for k, v in logged.items() if k not in LOG_ONLY_FIELDS}
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
 
 
 def normalize(
     event: ScoreEventIn,
     *,
     regions: list[str],
-    points_min: int,
-    points_max: int,
     now: datetime,
     max_future: timedelta,
     dedupe_window: timedelta | None = None,
 ) -> NormalizedEvent:
-    """Check what the schema cannot (id alphabet, bounds, clock); normalize ids to
-    NFC and occurredAt to UTC."""
+    """Check what the schema cannot (id alphabet, clock); normalize ids to NFC and
+    occurredAt to UTC. The record's bounds belong to the scoring rules
+    (conf/rules.py)."""
     ids = {name: normalize_id(name, getattr(event, name)) for name in ID_FIELDS}
     if any(ids[name] != getattr(event, name) for name in ID_FIELDS):
         event = event.model_copy(update=ids)
     if event.region not in regions:
         raise EventInvalid(
             "region", f"unknown region; configured: {', '.join(regions)}"
-        )
-    points = event.result.points
-    if not points_min <= points <= points_max:
-        raise EventInvalid(
-            "result.points", f"must be an integer in [{points_min}, {points_max}]"
         )
     if event.kind == "correction" and not (event.reason and event.reason.strip()):
         raise EventInvalid("reason", "required for corrections")

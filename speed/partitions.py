@@ -74,6 +74,28 @@ class Keys:
         return f"{self.base}:rl:{player_id}"
 
     @property
+    def quarantine(self) -> str:
+        """Hash "<len(playerId)>:<playerId><eventId>" -> log record of a held event."""
+        return f"{self.base}:qr"
+
+    @staticmethod
+    def held_field(player_id: str, event_id: str) -> str:
+        return f"{len(player_id)}:{player_id}{event_id}"
+
+    @property
+    def flags(self) -> str:
+        """Hash playerId -> flag ("shadow") of the partition's flagged players."""
+        return f"{self.base}:flags"
+
+    def friends(self, player_id: str) -> str:
+        """Set of the player's friends' ids (replaced whole by PUT .../friends)."""
+        return f"{self.base}:fr:{player_id}"
+
+    def recent_matches(self, player_id: str) -> str:
+        """Zset matchId -> occurredAt ms of the player's recent accepted matches."""
+        return f"{self.base}:pm:{player_id}"
+
+    @property
     def log(self) -> str:
         """Stream of accepted records; entry id ``<position>-0``."""
         return f"{self.base}:log"

@@ -166,13 +166,18 @@ def rebase(
             return int(segment.scores[row])
 
         pending = _tail_pairs(client, keys, position)
+        # Shadowed players' scores in the generation (normally none: publish leaves
+        # them out), so the script can hide any it still holds.
+        for flagged in client.hkeys(keys.flags):
+            name = flagged.decode() if isinstance(flagged, bytes) else flagged
+            pending |= {(board, name) for board in segments}
         outcome = "unresolved"
         for _ in range(MAX_ATTEMPTS):
             for board, player in pending:
                 board_set.add(board)
                 snapshot.setdefault(board, {})[player] = lookup(board, player)
             ordered = sorted(board_set)
-            script_keys = [keys.base_generation, keys.log, keys.landed]
+            script_keys = [keys.base_generation, keys.log, keys.landed, keys.flags]
             for board in ordered:
                 script_keys += [
                     keys.totals(board),

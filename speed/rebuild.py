@@ -23,7 +23,6 @@ the log, and the partition is built again.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import time
 from collections import defaultdict
@@ -37,9 +36,10 @@ import redis
 
 from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
+from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
 from speed.closed import final_boards
-from speed.events import parse_rfc3339
+from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
@@ -86,7 +86,7 @@ class PartitionState:
         default_factory=lambda: defaultdict(dict)
     )
     # (player, match) -> contribution record fields; last touch in epoch ms.
-    contributions: dict[tuple[str, str], dict[str, int]] = field(
+    contributions: dict[tuple[str, str], dict[str, int | str]] = field(
         default_factory=lambda: defaultdict(dict)
     )
     contribution_ms: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -97,6 +97,8 @@ class PartitionState:
     best_ms: dict[tuple[str, str], int] = field(default_factory=dict)
     # (player, eventId) -> (dedupe record value, acceptance in ms)
     dedupe: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Shadowed players of the partition (flags are not rebuilt: they are read).
+    shadowed: set[str] = field(default_factory=set)
 
 
 def compact_result(result: dict[str, Any]) -> str:
@@ -114,10 +116,9 @@ def compact_result(result: dict[str, Any]) -> str:
 
 
 def fingerprint(event: dict[str, Any]) -> str:
-    """The content fingerprint of a logged event (the log embeds the canonical JSON,
-    sorted keys, so dumping it sorted again gives the same bytes)."""
-    canonical = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
+    """The content fingerprint of a logged event (the log embeds the canonical JSON
+    plus derived fields; speed/events.py owns the format)."""
+    return fingerprint_of_logged(event)
 
 
 class Folder:
@@ -127,6 +128,14 @@ class Folder:
         self.config = config
         self.state = state
         self._aggregation: dict[str, str] = {}
+
+    def rule(self, board: str) -> str:
+        """The scoring rule of a board (conf/rules.py)."""
+        if board.startswith("season:"):
+            season = self.config.season(board.split(":")[1])
+            if season is not None:
+                return season.rule
+        return self.config.rule
 
     def aggregation(self, board: str) -> str:
         found = self._aggregation.get(board)
@@ -182,19 +191,30 @@ class Folder:
         state.contribution_ms[match] = received
         if status == "superseded":
             return
+        fields = state.contributions[match]
+        if status == "quarantined":
+            # Held: the match's revision is taken, its contributions stay those of
+            # the revision before (apply_event.lua), remembered for a release.
+            fields["qr"] = fields.get("r", 0)
+            fields["q"] = event["eventId"]
+            fields["r"] = int(event["sourceRevision"])
+            return
+        # Points per board under the board's rule, as the speed layer applied them
+        # (records from before rules were versioned carry only points).
+        scores = event.get("scores") or {}
         feeds = {
-            spec.board
+            spec.board: int(scores.get(spec.rule, event["points"]))
             for spec in boards_for_event(
                 self.config, parse_rfc3339(event["occurredAt"]), event["region"]
             )
         }
-        fields = state.contributions[match]
         for item in items:
             if item.get("status", status) in NOT_APPLIED:
                 continue
             board = item["board"]
-            points = int(event["points"]) if board in feeds else 0
+            points = feeds.get(board, 0)
             fields[f"b:{board}"] = points
+            fields[f"u:{board}"] = self.rule(board)
             if self.aggregation(board) == "max":
                 best = state.best[(board, player)]
                 if board in feeds:
@@ -203,6 +223,9 @@ class Folder:
                     best.pop(event["matchId"], None)
                 state.best_ms[(board, player)] = received
         fields["r"] = int(event["sourceRevision"])
+        # An applied revision (or the release of the held one) ends any hold.
+        fields.pop("q", None)
+        fields.pop("qr", None)
 
 
 # ------------------------------------------------------------ structures of a state
@@ -283,10 +306,12 @@ def build_boards(
             if player not in totals:
                 continue
             total = totals[player][0]
-            live.append(
-                encode_entry(total, player, times.get(player) if times else None)
-            )
-            counts[_bucket_of(lowers, total)] += 1
+            # A shadowed player is in no public structure (flag_player.lua).
+            if player not in state.shadowed:
+                live.append(
+                    encode_entry(total, player, times.get(player) if times else None)
+                )
+                counts[_bucket_of(lowers, total)] += 1
             row = segment.row_of(player) if segment is not None else None
             if row is not None and segment is not None:
                 old = int(segment.scores[row])
@@ -682,7 +707,10 @@ def run_rebuild(
         from jobs.spark import get_spark
 
         spark = get_spark("rebuild")
-    config = load_boards(settings.boards_file)
+    # Promoted seasons score under their new rule (conf/rule_state.py).
+    config = effective_boards(
+        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
     registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
     registry.refresh(force=True)
     generation = registry.latest()
@@ -706,6 +734,11 @@ def run_rebuild(
             outcome = "unresolved"
             for _ in range(MAX_ATTEMPTS):
                 state = PartitionState(partition, int(boundary.get(str(partition), 0)))
+                state.shadowed = {
+                    _text(p)
+                    for p, f in client.hgetall(Keys(partition).flags).items()
+                    if _text(f) == "shadow"
+                }
                 folder = Folder(config, state)
                 for record in bronze_records(settings, spark, partition):
                     folder.apply(record)

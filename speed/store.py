@@ -7,6 +7,7 @@ after another in order, so a batch's results come back in the order it was sent.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -16,9 +17,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
+from conf.rules import Implausible, RuleRegistry, default_registry
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
+from speed.scoring import score_event
 
 
 class EventConflict(Exception):
@@ -45,6 +48,8 @@ class _Call:
     partition: int
     specs: list[BoardSpec]
     extra_boards: list[str] = field(default_factory=list)
+    # "apply", or "release" (a quarantined event, as of its acceptance time).
+    mode: str = "apply"
 
 
 def decode_result(raw: bytes | str, event_id: str, player_id: str) -> dict[str, Any]:
@@ -83,9 +88,11 @@ class SpeedLayer:
         partitions: int,
         retention_seconds: int,
         rate_limit: tuple[int, float] | None,
+        rules: RuleRegistry | None = None,
     ) -> None:
         self.client = client
         self.boards = boards
+        self.rules = rules or default_registry()
         self.partitions = partitions
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
@@ -99,6 +106,12 @@ class SpeedLayer:
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        # Wall clock of the owner transaction (seconds); tests replace it to step time.
+        self.clock = time.time
+        # Quarantine thresholds of the latest generation: board -> cohort (region) ->
+        # points; the API points this at its generation registry.
+        self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
+        self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
         # first_achieved boards get the event's time with their aggregation.
         self._first_achieved = {
             f"season:{s.id}:{scope}"
@@ -133,10 +146,12 @@ class SpeedLayer:
 
     def _spec_for(self, board: str) -> BoardSpec:
         aggregation = "sum"
+        rule = self.boards.rule
         if board.startswith("season:"):
             season = self.boards.season(board.split(":")[1])
             aggregation = season.aggregation if season else "sum"
-        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board))
+            rule = season.rule if season else rule
+        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board), rule)
 
     def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
         """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
@@ -160,6 +175,9 @@ class SpeedLayer:
             keys.log,
             keys.position,
             keys.rate(player),
+            keys.recent_matches(player),
+            keys.flags,
+            keys.quarantine,
         ]
         capacity, refill_ms = self._rate_args
         args: list[Any] = [
@@ -167,17 +185,22 @@ class SpeedLayer:
             event.eventId,
             event.matchId,
             event.sourceRevision,
-            event.result.points,
+            call.event.points,
             call.event.fingerprint,
             now_ms,
             self.retention_seconds,
             capacity,
             refill_ms,
             partition,
-            call.event.canonical,
+            call.event.log_json(),
             1 if event.kind == "correction" else 0,
             len(feeding),
+            int(call.event.occurred_at.timestamp() * 1000),
+            *call.event.limits,
+            call.mode,
         ]
+        scores = call.event.scores
+        thresholds = self._thresholds_now
         board_cache = self._board_cache
         first_achieved = self._first_achieved
         for spec, feeds in feeding:
@@ -197,7 +220,15 @@ class SpeedLayer:
             if first_achieved and board in first_achieved:
                 occurred_ms = int(call.event.occurred_at.timestamp() * 1000)
                 aggregation = f"{aggregation}:fa:{occurred_ms}"
-            args += [board, aggregation, spec.cutoff_ms, 1 if feeds else 0]
+            args += [
+                board,
+                aggregation,
+                spec.cutoff_ms,
+                1 if feeds else 0,
+                scores[spec.rule] if feeds else 0,
+                spec.rule,
+                thresholds.get(board, {}).get(event.region, 0),
+            ]
         return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
@@ -246,13 +277,23 @@ class SpeedLayer:
                 raise reply
         return replies
 
-    async def apply(self, events: list[NormalizedEvent]) -> list[Outcome]:
-        """Apply events in order; one pipelined round trip (plus rare retries)."""
+    async def apply(
+        self, events: list[NormalizedEvent], *, release_at_ms: int | None = None
+    ) -> list[Outcome]:
+        """Apply events in order; one pipelined round trip (plus rare retries).
+
+        Events not scored yet (:func:`speed.scoring.score_event`) are scored here.
+        """
+        for e in events:
+            if not e.scores:
+                score_event(e, self.boards, self.rules)
+        self._thresholds_now = self.thresholds() if release_at_ms is None else {}
         calls = [
             _Call(
                 e,
                 partition_of(e.event.playerId, self.partitions),
                 self._boards_for(e.occurred_at, e.event.region),
+                mode="apply" if release_at_ms is None else "release",
             )
             for e in events
         ]
@@ -263,7 +304,9 @@ class SpeedLayer:
         for _ in range(64):
             if not pending:
                 break
-            now_ms = int(time.time() * 1000)
+            now_ms = release_at_ms
+            if now_ms is None:
+                now_ms = int(self.clock() * 1000)
             replies = await self._evalsha_all(
                 [self._script_args(calls[i], now_ms) for i in pending]
             )
@@ -293,8 +336,25 @@ class SpeedLayer:
                             "with different content"
                         )
                     )
+                elif kind in ("superseded", "noop"):
+                    # Release outcomes: nothing was applied.
+                    event = calls[i].event.event
+                    detail = payload.decode() if isinstance(payload, bytes) else payload
+                    outcomes[i] = Outcome(
+                        body={
+                            "eventId": event.eventId,
+                            "playerId": event.playerId,
+                            "status": kind,
+                            "detail": detail,
+                        }
+                    )
                 elif kind == "rate_limited":
                     outcomes[i] = Outcome(error=RateLimited(int(payload)))
+                elif kind == "implausible":
+                    detail = payload.decode() if isinstance(payload, bytes) else payload
+                    outcomes[i] = Outcome(
+                        error=Implausible(detail.split(":", 1)[0], detail)
+                    )
                 elif kind == "retry":
                     calls[i].extra_boards.append(
                         payload.decode() if isinstance(payload, bytes) else payload

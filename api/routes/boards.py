@@ -26,6 +26,7 @@ from api.errors import (
     NotReady,
     PlayerNotFound,
 )
+from api.flags import is_shadowed
 from api.live import Base, LiveReader, NotExact, PlayerMissing
 from api.responses import FastJSONResponse
 from api.segments import (
@@ -43,6 +44,7 @@ from conf.boards import (
     period_start,
     season_cutoffs_ms,
 )
+from conf.rule_state import describe_replay_board
 from jobs.awards import rfc3339, versions
 from speed.closed import final_boards
 
@@ -56,7 +58,8 @@ GenerationQuery = Annotated[str | None, Query(max_length=32)]
 
 
 def _check_board(config: BoardsConfig, board: str) -> dict[str, str]:
-    described = describe_board(config, board)
+    # A replay's namespace board (season:<S>@<R>:<scope>) reads like a board.
+    described = describe_board(config, board) or describe_replay_board(config, board)
     if described is None:
         raise BoardNotFound(f"no board {board!r}")
     return described
@@ -227,6 +230,7 @@ async def read_boards(
                 "scope": described["scope"],
                 "aggregation": described["aggregation"],
                 "tieBreak": described["tieBreak"],
+                "rule": described["rule"],
                 **_lifecycle(config, settings.data_dir, name, described),
                 "latestGeneration": latest.id
                 if latest and name in latest.manifest.get("boards", {})
@@ -422,6 +426,9 @@ async def read_player_rank(
                     "topPercent": round(100 * entry["rank"] / segment.population, 6),
                 }
             )
+        if await is_shadowed(live.speed, player_id):
+            # A shadowed player's own read answers as if present: count it back in.
+            result["population"] += 1
         header = _live_header(
             board, mode, result["base"], result["asOf"], result["population"]
         )
@@ -436,6 +443,21 @@ async def read_player_rank(
             }
         )
     gen, segment = _snapshot(config, registry, board, generation)
+    if segment is not None and player_id in segment.hidden:
+        # Shadowed in this generation: its own read answers as if it were present.
+        score = segment.hidden[player_id]
+        rank = segment.count_above(score) + 1
+        population = segment.population + 1
+        return FastJSONResponse(
+            {
+                **_header(board, mode, gen, population),
+                "playerId": player_id,
+                "score": score,
+                "rank": rank,
+                "position": segment.first_row_at_or_after(score, player_id) + 1,
+                "topPercent": round(100 * rank / population, 6),
+            }
+        )
     segment, row = _player_row(gen, segment, board, player_id)
     entry = segment.entry(row)
     return FastJSONResponse(

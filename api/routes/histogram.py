@@ -72,7 +72,8 @@ async def read_histogram(
     if segment is not None:
         lowers = [int(v) for v in segment.bucket_lowers]
         counts = [int(v) for v in segment.bucket_counts]
-        uppers: list[int | None] = [*lowers[1:], None]
+        # A segment without a buckets file (the reader allows it) has no buckets.
+        uppers: list[int | None] = [*lowers[1:], None] if lowers else []
         buckets = [
             BucketOut(lower=lo, upper=up, count=n)
             for lo, up, n in zip(lowers, uppers, counts, strict=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from prometheus_client import Counter
 from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep
@@ -15,6 +16,7 @@ from api.errors import (
     BodyTooLarge,
     Conflict,
     EventTooOld,
+    ImplausibleEvent,
     InvalidRequest,
     TooManyRequests,
     error_body,
@@ -23,7 +25,9 @@ from api.metrics import record_outcomes, record_rejected
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
+from conf.rules import Implausible, RuleInputError, RuleRegistry
 from conf.settings import Settings
+from speed.audit import AUDIT_STREAM, audit_entry
 from speed.events import (
     EventInvalid,
     NormalizedEvent,
@@ -31,11 +35,23 @@ from speed.events import (
     TooOld,
     normalize,
 )
-from speed.store import EventConflict, RateLimited
+from speed.scoring import score_event
+from speed.store import EventConflict, Outcome, RateLimited, SpeedLayer
 
 router = APIRouter(
     prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
 )
+
+IMPLAUSIBLE = Counter(
+    "lb_implausible_events_total",
+    "Events refused as implausible (422), by the plausibility bound they broke",
+    ["bound"],
+)
+
+
+def _implausible(exc: Implausible) -> ImplausibleEvent:
+    IMPLAUSIBLE.labels(exc.bound).inc()
+    return ImplausibleEvent(exc.detail, bound=exc.bound)
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
@@ -52,7 +68,8 @@ async def read_signed_body(request: Request, settings: Settings) -> bytes:
             raise BodyTooLarge(f"body larger than {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
-    verify(
+    # Who signed: the actor of audit entries (corrections).
+    request.state.key_id = verify(
         settings.signing_keys,
         request.headers.get("x-key-id"),
         request.headers.get("x-signature"),
@@ -70,9 +87,14 @@ def _parse_json(body: bytes) -> Any:
 
 
 def validate_event(
-    raw: Any, settings: Settings, boards: BoardsConfig, now: datetime
+    raw: Any,
+    settings: Settings,
+    boards: BoardsConfig,
+    now: datetime,
+    rules: RuleRegistry,
 ) -> NormalizedEvent:
-    """Schema and semantic checks; raises InvalidRequest naming the field."""
+    """Schema, semantic and scoring-rule checks; raises InvalidRequest naming the
+    field, or ImplausibleEvent."""
     if not isinstance(raw, dict):
         raise InvalidRequest("an event must be a JSON object", field="body")
     try:
@@ -82,11 +104,9 @@ def validate_event(
         field = ".".join(str(p) for p in first["loc"]) or "body"
         raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
     try:
-        return normalize(
+        normalized = normalize(
             event,
             regions=boards.regions,
-            points_min=settings.points_min,
-            points_max=settings.points_max,
             now=now,
             max_future=timedelta(seconds=settings.max_future_seconds),
             dedupe_window=settings.dedupe_window,
@@ -95,6 +115,47 @@ def validate_event(
         raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
+    try:
+        return score_event(normalized, boards, rules)
+    except RuleInputError as exc:
+        raise InvalidRequest(str(exc), field=exc.field) from None
+    except Implausible as exc:
+        raise _implausible(exc) from None
+
+
+# A correction that changed something (or was recorded for review) is audited.
+AUDITED_STATUSES = frozenset({"accepted", "late-review", "quarantined"})
+
+
+async def audit_corrections(
+    speed: SpeedLayer, actor: str, applied: list[tuple[NormalizedEvent, Outcome]]
+) -> None:
+    """One audit entry per correction the speed layer took (one round trip)."""
+    entries = []
+    for normalized, outcome in applied:
+        event = normalized.event
+        body = outcome.body
+        if event.kind != "correction" or not body:
+            continue
+        if body["status"] not in AUDITED_STATUSES:
+            continue
+        details = {
+            "playerId": event.playerId,
+            "matchId": event.matchId,
+            "sourceRevision": event.sourceRevision,
+            "status": body["status"],
+            "position": body["position"],
+            "partition": body["partition"],
+            "totals": {b["board"]: b["total"] for b in body["boards"]},
+        }
+        entries.append(
+            audit_entry(actor, "correction", event.eventId, event.reason, details)
+        )
+    if entries:
+        pipe = speed.client.pipeline(transaction=False)
+        for entry in entries:
+            pipe.xadd(AUDIT_STREAM, {"r": entry})
+        await pipe.execute()
 
 
 @router.post("/score-events")
@@ -104,18 +165,23 @@ async def submit_score_event(
     """Accept one match result exactly once; answers after Redis made it durable."""
     body = await read_signed_body(request, settings)
     try:
-        event = validate_event(_parse_json(body), settings, boards, datetime.now(UTC))
-    except InvalidRequest as exc:
+        event = validate_event(
+            _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
+        )
+    except (InvalidRequest, ImplausibleEvent) as exc:
         record_rejected(exc.code)
         raise
     (outcome,) = await speed.apply([event])
     if isinstance(outcome.error, EventConflict):
         record_rejected("event_conflict")
         raise Conflict(str(outcome.error))
+    if isinstance(outcome.error, Implausible):
+        raise _implausible(outcome.error)
     if isinstance(outcome.error, RateLimited):
         record_rejected("rate_limited")
         raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
     record_outcomes([outcome.body["status"]] if outcome.body else [])
+    await audit_corrections(speed, request.state.key_id, [(event, outcome)])
     return FastJSONResponse(outcome.body)
 
 
@@ -140,15 +206,25 @@ async def submit_score_event_batch(
     valid: list[tuple[int, NormalizedEvent]] = []
     for index, raw in enumerate(raw_events):
         try:
-            valid.append((index, validate_event(raw, settings, boards, now)))
-        except InvalidRequest as exc:
+            valid.append(
+                (index, validate_event(raw, settings, boards, now, speed.rules))
+            )
+        except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)
     outcomes = await speed.apply([event for _, event in valid])
+    await audit_corrections(
+        speed,
+        request.state.key_id,
+        [(event, o) for (_, event), o in zip(valid, outcomes, strict=True)],
+    )
     for (index, _), outcome in zip(valid, outcomes, strict=True):
         if outcome.body is not None:
             results[index] = outcome.body
         elif isinstance(outcome.error, EventConflict):
             results[index] = error_body("event_conflict", str(outcome.error))
+        elif isinstance(outcome.error, Implausible):
+            bad = _implausible(outcome.error)
+            results[index] = error_body(bad.code, bad.detail, **bad.extra)
         elif isinstance(outcome.error, RateLimited):
             results[index] = error_body(
                 "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after

@@ -3,11 +3,18 @@
 -- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>",
 --         the result kept compact (it lives for the whole retention window):
 --         "<status>|<partition>|<position>|<board>,<total>,<version>[,<status>];..."
--- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>
+-- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>,
+--         u:<board>=<rule version the points were scored under>
 -- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
 -- KEYS[4] position counter     last position handed out on this partition
 -- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
--- then per board i (6 keys each, from KEYS[6]):
+-- KEYS[6] recent matches       zset matchId -> occurredAt ms of the player's accepted
+--         new matches (plausibility bounds; kept only when a rule has such bounds)
+-- KEYS[7] flags                hash playerId -> "shadow" (shadow removal): a shadowed
+--         player's totals change, but it stays out of changed-sets and Fenwick trees
+-- KEYS[8] quarantine           hash "<len(playerId)>:<playerId><eventId>" -> the log
+--         record of a held event (status "quarantined")
+-- then per board i (6 keys each, from KEYS[9]):
 --   totals   hash playerId -> "total|version" (the authoritative live total), on
 --            first_achieved boards "total|version|achievedMs"
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
@@ -22,21 +29,27 @@
 -- first_achieved boards members are enc(s) .. tenc(achievedMs) .. playerId, tenc(t)
 -- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
 --
--- ARGV: playerId, eventId, matchId, revision, points, fingerprint, nowMs,
---       retentionSeconds, rateCapacity (0 = off), rateRefillMs, partition,
---       eventJson (normalized event, embedded verbatim in the log record),
---       isCorrection (1/0), nBoards,
---       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0);
+-- ARGV: playerId, eventId, matchId, revision, points (the record's; informational),
+--       fingerprint, nowMs, retentionSeconds, rateCapacity (0 = off), rateRefillMs,
+--       partition, eventJson (normalized event, embedded verbatim in the log record),
+--       isCorrection (1/0), nBoards, occurredMs, minGapMs (event time a new match
+--       needs since the player's previous one; 0 = no bound), maxPerHour (new
+--       matches per hour of event time; 0 = no bound), mode ("apply", or "release":
+--       apply a quarantined event as of its acceptance, nowMs = its receivedAtMs),
+--       then per board: boardId, aggregation, cutoffMs (0 = never), feeds (1/0),
+--       points (the contribution under the board's rule), rule version, quarantine
+--       threshold (points above it hold the event as "quarantined"; 0 = none);
 --       aggregation is "sum" or "max", plus ":fa:<occurredMs>" on first_achieved
 --       boards (the event's time, recorded when it changes the player's total)
 --
 -- Returns {"ok", resultJson} | {"duplicate", resultJson} | {"conflict", ""} |
---         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId}
+--         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId} |
+--         {"implausible", detail} | {"superseded", ""} (release of an event a later
+--         revision replaced) | {"noop", why} (release of an event not held)
 local player = ARGV[1]
 local event_id = ARGV[2]
 local match_id = ARGV[3]
 local revision = tonumber(ARGV[4])
-local points = tonumber(ARGV[5])
 local fingerprint = ARGV[6]
 local now_ms = tonumber(ARGV[7])
 local retention = tonumber(ARGV[8])
@@ -46,10 +59,21 @@ local partition = tonumber(ARGV[11])
 local event_json = ARGV[12]
 local is_correction = ARGV[13] == "1"
 local n_boards = tonumber(ARGV[14])
+local occurred_ms = tonumber(ARGV[15])
+local min_gap_ms = tonumber(ARGV[16])
+local max_per_hour = tonumber(ARGV[17])
+local mode = ARGV[18]
+local HOUR_MS = 3600000
+local held_field = string.len(player) .. ":" .. player .. event_id
 
 -- (a) dedupe: same identity and content returns the saved result unchanged.
 local saved = redis.call("GET", KEYS[1])
-if saved then
+if mode == "release" then
+  -- Only a held event is released, and only once.
+  if redis.call("HEXISTS", KEYS[8], held_field) == 0 then
+    return {"noop", "not held in quarantine"}
+  end
+elseif saved then
   local sep = string.find(saved, "|", 1, true)
   if string.sub(saved, 1, sep - 1) == fingerprint then
     return {"duplicate", string.sub(saved, sep + 1)}
@@ -60,13 +84,14 @@ end
 local boards = {}
 local given = {}
 for i = 1, n_boards do
-  local a = 14 + (i - 1) * 4
-  local k = 5 + (i - 1) * 6
+  local a = 18 + (i - 1) * 7
+  local k = 8 + (i - 1) * 6
   local agg, fa_ms = string.match(ARGV[a + 2], "^(%a+):fa:(%-?%d+)$")
   local b = {
     id = ARGV[a + 1], agg = agg or ARGV[a + 2], fa = fa_ms and tonumber(fa_ms),
     cutoff = tonumber(ARGV[a + 3]),
-    feeds = ARGV[a + 4] == "1",
+    feeds = ARGV[a + 4] == "1", points = tonumber(ARGV[a + 5]), rule = ARGV[a + 6],
+    threshold = tonumber(ARGV[a + 7]),
     totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
     bk = KEYS[k + 5], best = KEYS[k + 6],
   }
@@ -77,11 +102,17 @@ end
 -- (b) contribution: a revision not above the stored one changes nothing.
 local stored = redis.call("HGETALL", KEYS[2])
 local stored_rev = 0
+local held_id = nil
+local held_before = 0
 local applied = {}
 for i = 1, #stored, 2 do
   local f = stored[i]
   if f == "r" then
     stored_rev = tonumber(stored[i + 1])
+  elseif f == "q" then
+    held_id = stored[i + 1]
+  elseif f == "qr" then
+    held_before = tonumber(stored[i + 1])
   elseif string.sub(f, 1, 2) == "b:" then
     local board = string.sub(f, 3)
     applied[board] = tonumber(stored[i + 1])
@@ -93,21 +124,55 @@ for i = 1, #stored, 2 do
   end
 end
 local is_new_match = #stored == 0
+if mode == "release" then
+  -- As if accepted then: only while no later revision replaced it; the revision it
+  -- is compared with is the one stored before it was held.
+  if held_id ~= event_id or stored_rev ~= revision then
+    redis.call("HDEL", KEYS[8], held_field)
+    return {"superseded", ""}
+  end
+  stored_rev = held_before
+  is_new_match = false
+end
+
+-- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
+-- rejected outright, nothing applied, no token spent.
+if mode == "apply" and is_new_match and max_per_hour > 0 then
+  local recent = redis.call("ZCOUNT", KEYS[6], "(" .. (occurred_ms - HOUR_MS), occurred_ms)
+  if recent >= max_per_hour then
+    return {"implausible", string.format(
+      "max_matches_per_hour: %d accepted matches in the hour before this one; at most %d",
+      recent, max_per_hour)}
+  end
+end
+if mode == "apply" and is_new_match and min_gap_ms > 0 then
+  local prev = redis.call("ZREVRANGEBYSCORE", KEYS[6], occurred_ms, "-inf",
+    "WITHSCORES", "LIMIT", 0, 1)
+  if #prev > 0 and occurred_ms - tonumber(prev[2]) < min_gap_ms then
+    return {"implausible", string.format(
+      "max_points_per_minute: %d s since the previous match %s; these points need %d s",
+      math.floor((occurred_ms - tonumber(prev[2])) / 1000), prev[1],
+      math.ceil(min_gap_ms / 1000))}
+  end
+end
 
 -- Per-player token bucket for new match results only: redeliveries (caught above)
 -- and corrections of a stored match never spend tokens; a "correction" of a match
 -- never seen is a new match (API.md), else it would bypass the limit.
-if rate_capacity > 0 and is_new_match then
+-- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
+-- refillSeconds (5/60: 5 at once, then 1 a minute).
+if mode == "apply" and rate_capacity > 0 and is_new_match then
   local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
   local tokens = tonumber(bucket[1]) or rate_capacity
   local last = tonumber(bucket[2]) or now_ms
-  local per_ms = rate_capacity / rate_refill_ms
+  local per_ms = 1 / rate_refill_ms
   tokens = math.min(rate_capacity, tokens + math.max(0, now_ms - last) * per_ms)
   if tokens < 1 then
     return {"rate_limited", tostring(math.ceil((1 - tokens) / per_ms / 1000))}
   end
   redis.call("HSET", KEYS[5], "t", tostring(tokens - 1), "ts", tostring(now_ms))
-  redis.call("PEXPIRE", KEYS[5], rate_refill_ms * 2)
+  -- A bucket idle long enough to refill completely equals a missing one.
+  redis.call("PEXPIRE", KEYS[5], rate_capacity * rate_refill_ms)
 end
 
 local position = redis.call("INCR", KEYS[4])
@@ -207,19 +272,33 @@ local function track(b, old, old_achieved, new, new_achieved)
   end
 end
 
+-- A shadowed player is hidden from every public answer: restore re-adds it at its
+-- total then (speed/lua/flag_player.lua).
+local shadowed = redis.call("HGET", KEYS[7], player) == "shadow"
+
 local function write_total(b, old, old_achieved, total, version)
+  local achieved = nil
   if b.fa then
     -- The player reached this total now unless it is the total it already had.
-    local achieved = old_achieved
+    achieved = old_achieved
     if old == nil or old ~= total or achieved == nil then
       achieved = b.fa
     end
     redis.call("HSET", b.totals, player, string.format("%d|%d|%d", total, version, achieved))
-    track(b, old, old_achieved, total, achieved)
+  else
+    redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
+  end
+  if shadowed then
+    -- Hidden from the histogram, but the board has one, as for any player on it
+    -- (an INCRBY of 0 creates the tree if missing and changes nothing).
+    redis.call("BITFIELD", b.fw, "INCRBY", "i32", "#0", 0)
     return
   end
-  redis.call("HSET", b.totals, player, string.format("%d|%d", total, version))
-  track(b, old, nil, total, nil)
+  if b.fa then
+    track(b, old, old_achieved, total, achieved)
+  else
+    track(b, old, nil, total, nil)
+  end
 end
 
 -- Largest contribution left in a best-of board, 0 when none.
@@ -236,7 +315,27 @@ local items = {}
 local any_applied = false
 local any_late = false
 
-if stored_rev > 0 and revision <= stored_rev then
+-- Quarantine: a contribution above its board's threshold (the historical p99.99 of
+-- the event's cohort, published with the generation) holds the whole event:
+-- recorded and durable, applied to nothing until an admin releases it.
+local held = false
+if mode == "apply" and not (stored_rev > 0 and revision <= stored_rev) then
+  for _, b in ipairs(boards) do
+    local late = b.cutoff > 0 and now_ms > b.cutoff
+    if b.feeds and not late and b.threshold > 0 and b.points > b.threshold then
+      held = true
+    end
+  end
+end
+
+if held then
+  -- No board items: nothing was applied to any board (the log, the rebase and the
+  -- rebuild then see no board touched by this record).
+  status = "quarantined"
+  -- The match's revision is taken (a resend is superseded); its contributions stay
+  -- those of the revision before, remembered for the release.
+  redis.call("HSET", KEYS[2], "r", revision, "q", event_id, "qr", stored_rev)
+elseif stored_rev > 0 and revision <= stored_rev then
   -- Superseded: report the current totals of the boards this event would feed.
   status = "superseded"
   for _, b in ipairs(boards) do
@@ -265,7 +364,7 @@ else
     elseif b.feeds or old ~= nil then
       local new = 0
       if b.feeds then
-        new = points
+        new = b.points
       end
       local old_total = total
       local base = total or 0
@@ -284,6 +383,9 @@ else
       write_total(b, old_total, achieved, total, version)
       contribution[#contribution + 1] = "b:" .. b.id
       contribution[#contribution + 1] = new
+      -- The rule version the contribution was scored under.
+      contribution[#contribution + 1] = "u:" .. b.id
+      contribution[#contribution + 1] = b.rule
       any_applied = true
       items[#items + 1] = {board = b.id, total = total, version = version}
     end
@@ -291,6 +393,16 @@ else
   contribution[#contribution + 1] = "r"
   contribution[#contribution + 1] = revision
   redis.call("HSET", KEYS[2], unpack(contribution))
+  if held_id then
+    -- This revision replaces a held one: releasing that one later changes nothing.
+    redis.call("HDEL", KEYS[2], "q", "qr")
+  end
+  if is_new_match and any_applied and (min_gap_ms > 0 or max_per_hour > 0) then
+    -- A day of history is enough for both bounds; older matches drop out.
+    redis.call("ZADD", KEYS[6], occurred_ms, match_id)
+    redis.call("ZREMRANGEBYSCORE", KEYS[6], "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
+    redis.call("EXPIRE", KEYS[6], 2 * 24 * 3600)
+  end
   if any_applied then
     status = "accepted"
   elseif any_late then
@@ -312,11 +424,21 @@ local result = cjson.encode({
   partition = partition, position = position,
 })
 
--- (e) the log record carries everything the batch layer needs on its own.
+-- (e) the log record carries everything the batch layer needs on its own. A release
+-- is logged as "released" (the batch layer applies the held record, at its position).
+local logged = status
+if mode == "release" then
+  logged = "released"
+end
 local record = string.format(
   '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s}',
-  partition, position, now_ms, status, event_json, result)
+  partition, position, now_ms, logged, event_json, result)
 redis.call("XADD", KEYS[3], string.format("%d-0", position), "r", record)
+if held then
+  redis.call("HSET", KEYS[8], held_field, record)
+elseif mode == "release" then
+  redis.call("HDEL", KEYS[8], held_field)
+end
 
 -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
 local parts = {}

@@ -3,7 +3,9 @@
 --
 -- KEYS[1] base hash (g = generation number, pos = its boundary on this partition)
 -- KEYS[2] partition log stream     KEYS[3] landed position
--- then per board (7 keys each, from KEYS[4]): totals, chz, chs, fw, bk, bk-next, cnt-next
+-- KEYS[4] flags hash (playerId -> "shadow"): shadowed players stay out of chz and the
+--         Fenwick tree; one the generation still holds gets its chs entry (hidden)
+-- then per board (7 keys each, from KEYS[5]): totals, chz, chs, fw, bk, bk-next, cnt-next
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
 --       {"<board>": {"<playerId>": <score in the new generation> | null}} for the
 --       players changed after the boundary (on first_achieved boards
@@ -32,7 +34,7 @@ end
 
 local index = {}
 for i = 1, n do
-  index[ARGV[4 + i]] = 4 + (i - 1) * 7
+  index[ARGV[4 + i]] = 5 + (i - 1) * 7
 end
 
 local tail = {}
@@ -75,6 +77,14 @@ local function tenc(achieved)
     return ""
   end
   return struct.pack(">I8", SCORE_OFFSET + achieved)
+end
+
+local shadowed = {}
+local flags = redis.call("HGETALL", KEYS[4])
+for i = 1, #flags, 2 do
+  if flags[i + 1] == "shadow" then
+    shadowed[flags[i]] = true
+  end
 end
 
 local rebased = 0
@@ -121,8 +131,10 @@ for i = 1, n do
       local live = tonumber(string.sub(cur, 1, sep - 1))
       local sep2 = string.find(cur, "|", sep + 1, true)
       local achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
-      live_members[#live_members + 1] = enc(live) .. tenc(achieved) .. player
-      counts[bucket(live)] = counts[bucket(live)] + 1
+      if not shadowed[player] then
+        live_members[#live_members + 1] = enc(live) .. tenc(achieved) .. player
+        counts[bucket(live)] = counts[bucket(live)] + 1
+      end
       local old = snap[board][player]
       if old ~= cjson.null then
         local old_achieved = nil
@@ -133,6 +145,20 @@ for i = 1, n do
         counts[bucket(old)] = counts[bucket(old)] - 1
       end
       rebased = rebased + 1
+    end
+  end
+  -- Shadowed after the generation was computed (so it holds them) and not changed
+  -- since: hide their base rows.
+  for player in pairs(shadowed) do
+    local known = snap[board]
+    local old = known and known[player]
+    if old ~= nil and old ~= cjson.null and not (tail[board] or {})[player] then
+      local old_achieved = nil
+      if type(old) == "table" then
+        old, old_achieved = old[1], old[2]
+      end
+      snap_members[#snap_members + 1] = enc(old) .. tenc(old_achieved) .. player
+      counts[bucket(old)] = counts[bucket(old)] - 1
     end
   end
   -- ZADD in chunks: Lua's unpack has a limited stack.

@@ -114,6 +114,7 @@ def test_dagbag_imports_every_dag_with_its_policies(airflow: Airflow) -> None:
         "season_close",
         "rebuild_speed_layer",
         "verify_generation",
+        "replay_season",
     }
     for dag_id, dag in dags.items():
         assert dag["catchup"] is False, dag_id
@@ -146,6 +147,11 @@ def test_dagbag_imports_every_dag_with_its_policies(airflow: Airflow) -> None:
     assert "NullTimetable" in rebuild["schedule"]  # manual only
     assert rebuild["tasks"]["switch"]["upstream"] == ["needs_switch"]
     assert rebuild["tasks"]["needs_switch"]["upstream"] == ["diff"]
+    replay = dags["replay_season"]
+    assert "NullTimetable" in replay["schedule"]  # manual only
+    assert replay["tasks"]["wants_promotion"]["upstream"] == ["replay"]
+    assert replay["tasks"]["promote"]["upstream"] == ["replay", "wants_promotion"]
+    assert all(t["retries"] == 3 for t in replay["tasks"].values())
 
 
 def test_publish_interval_comes_from_settings(airflow: Airflow) -> None:

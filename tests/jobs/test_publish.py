@@ -107,7 +107,7 @@ def ingest(settings: Settings, events: list[dict[str, Any]]) -> list[dict[str, A
             now = datetime.now(UTC)
             normalized = [
                 normalize(ScoreEventIn.model_validate(e), regions=boards.regions,
-                          points_min=0, points_max=10**6, now=now,
+                          now=now,
                           max_future=timedelta(seconds=300))
                 for e in events
             ]

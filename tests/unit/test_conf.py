@@ -110,6 +110,7 @@ def test_describe_board() -> None:
         "scope": "eu",
         "aggregation": "sum",
         "tieBreak": "player_id",
+        "rule": "v1",
     }
     assert describe_board(config, "daily:2026-11-30:global") is not None
     for bad in (

@@ -49,8 +49,6 @@ def _normalize(event: ScoreEventIn) -> object:
     return normalize(
         event,
         regions=["eu"],
-        points_min=0,
-        points_max=100,
         now=datetime(2026, 11, 30, tzinfo=UTC),
         max_future=timedelta(minutes=5),
     )

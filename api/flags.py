@@ -1,0 +1,118 @@
+"""Shadow removal: hide a player from every public answer, keep its scores.
+
+Live answers change at once (``speed/lua/flag_player.lua`` takes the player out of
+its partition's changed-sets and Fenwick trees, and the owner transaction keeps it
+out while flagged); snapshots from the next generation, which publishes without
+shadowed players (their rows go to a side file, for their own rank reads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.segments import GenerationRegistry
+from speed.lua import load
+from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
+from speed.store import SpeedLayer
+
+ATTEMPTS = 5
+SHADOW = "shadow"
+
+
+class FlagRetry(RuntimeError):
+    """The partition's base generation kept moving (a rebase in progress)."""
+
+
+async def is_shadowed(speed: SpeedLayer, player_id: str) -> bool:
+    keys = Keys(partition_of(player_id, speed.partitions))
+    flag = await speed.client.hget(keys.flags, player_id)
+    return flag in (b"shadow", "shadow")
+
+
+async def shadowed_among(speed: SpeedLayer, players: list[str]) -> set[str]:
+    """The shadowed players among ``players`` (one pipelined round trip)."""
+    if not players:
+        return set()
+    pipe = speed.client.pipeline(transaction=False)
+    for player in players:
+        pipe.hget(Keys(partition_of(player, speed.partitions)).flags, player)
+    flags = await pipe.execute()
+    return {
+        p for p, f in zip(players, flags, strict=True) if f in (b"shadow", "shadow")
+    }
+
+
+async def _boards_of(speed: SpeedLayer, partition: int, player_id: str) -> set[str]:
+    """Boards of the partition whose live totals hold the player."""
+    keys = Keys(partition)
+    prefix = f"{KEY_PREFIX}:{tag(partition)}:tot:"
+    names = []
+    async for key in speed.client.scan_iter(match=f"{prefix}*", count=1000):
+        text = key.decode() if isinstance(key, bytes) else key
+        names.append(text[len(prefix) :])
+    pipe = speed.client.pipeline(transaction=False)
+    for name in names:
+        pipe.hexists(keys.totals(name), player_id)
+    found = await pipe.execute()
+    return {name for name, hit in zip(names, found, strict=True) if hit}
+
+
+async def set_flag(
+    speed: SpeedLayer, registry: GenerationRegistry, player_id: str, action: str
+) -> dict[str, Any]:
+    """Shadow or restore ``player_id``; idempotent (``changed`` False when it was
+    already in that state)."""
+    partition = partition_of(player_id, speed.partitions)
+    keys = Keys(partition)
+    script = speed.client.register_script(load("flag_player"))
+    for _ in range(ATTEMPTS):
+        raw = await speed.client.hget(keys.base_generation, "g")
+        number = int(raw) if raw else 0
+        generation = registry.by_number(number) if number else None
+        if number and generation is None:
+            registry.refresh(force=True)
+            generation = registry.by_number(number)
+            if generation is None:
+                raise FlagRetry(f"base generation g{number} is not readable")
+        boards = await _boards_of(speed, partition, player_id)
+        base_scores: dict[str, tuple[int, int | None]] = {}
+        if generation is not None:
+            for board in generation.board_names():
+                segment = generation.board(board)
+                row = segment.row_of(player_id) if segment else None
+                if segment is not None and row is not None:
+                    achieved = getattr(segment, "achieved", None)
+                    base_scores[board] = (
+                        int(segment.scores[row]),
+                        int(achieved[row]) if achieved is not None else None,
+                    )
+                    boards.add(board)
+        ordered = sorted(boards)
+        script_keys = [keys.flags, keys.base_generation]
+        args: list[Any] = [player_id, action, number, len(ordered)]
+        for board in ordered:
+            script_keys += [
+                keys.totals(board),
+                keys.changed_live(board),
+                keys.changed_snapshot(board),
+                keys.fenwick(board),
+                keys.buckets(board),
+            ]
+            score, achieved = base_scores.get(board, (None, None))
+            args += [
+                board,
+                "" if score is None else score,
+                "" if achieved is None else achieved,
+            ]
+        kind, payload = await script(keys=script_keys, args=args)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "retry":
+            continue
+        touched = int(payload) if kind == "ok" else 0
+        return {
+            "playerId": player_id,
+            "flag": SHADOW if action == "shadow" else None,
+            "changed": kind == "ok",
+            "boards": touched,
+        }
+    raise FlagRetry("the base generation kept moving; retry shortly")

@@ -1,0 +1,105 @@
+"""Friends: a player's friend list, and a board ranked among the player and friends.
+
+Friend lists live in Redis, one set per player on the player's partition. A friends
+ranking is filtered before ranking: only the player and the listed friends are read,
+never a board-wide candidate list truncated afterwards.
+
+Live mode reads the members' live totals with ``friends_scores.lua``, one atomic read
+per partition; a member without a live total takes its base-generation score. Each
+partition's read is its state as of its log position, and an event touches only its
+own partition, so the union is the exact state as of ``asOf``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from api.live import Base, LiveReader, NotExact
+from api.segments import BoardSegment
+from speed.lua import load
+from speed.partitions import Keys, partition_of
+
+
+async def write_friends(live: LiveReader, player_id: str, friends: list[str]) -> None:
+    """Replace the player's friend list (one MULTI on the player's partition)."""
+    key = Keys(partition_of(player_id, live.partitions)).friends(player_id)
+    pipe = live.speed.client.pipeline(transaction=True)
+    pipe.delete(key)
+    if friends:
+        pipe.sadd(key, *friends)
+    await pipe.execute()
+
+
+async def read_friends(live: LiveReader, player_id: str) -> list[str]:
+    key = Keys(partition_of(player_id, live.partitions)).friends(player_id)
+    members = await live.speed.client.smembers(key)
+    return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+
+def rank_members(scores: dict[str, int]) -> list[dict[str, Any]]:
+    """Display order (score desc, player id asc in UTF-8 bytes) with competition
+    ranks among the members only."""
+    order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0].encode("utf-8")))
+    entries: list[dict[str, Any]] = []
+    rank = 0
+    previous: int | None = None
+    for index, (player, score) in enumerate(order):
+        if score != previous:
+            rank, previous = index + 1, score
+        entries.append(
+            {"position": index + 1, "rank": rank, "playerId": player, "score": score}
+        )
+    return entries
+
+
+def snapshot_scores(segment: BoardSegment | None, members: list[str]) -> dict[str, int]:
+    scores: dict[str, int] = {}
+    if segment is None:
+        return scores
+    for member in members:
+        row = segment.row_of(member)
+        if row is not None:
+            scores[member] = int(segment.scores[row])
+    return scores
+
+
+class FriendsReader:
+    """Live scores of a few players on one board, exact as of a position vector."""
+
+    def __init__(self, live: LiveReader) -> None:
+        self.live = live
+        self._script = live.speed.client.register_script(load("friends_scores"))
+
+    async def live_scores(
+        self, board: str, members: list[str]
+    ) -> tuple[dict[str, int], Base, dict[str, int]]:
+        """(scores of the members on the board, base, asOf); NotExact during a
+        rebase."""
+        by_partition: dict[int, list[str]] = defaultdict(list)
+        for member in members:
+            by_partition[partition_of(member, self.live.partitions)].append(member)
+        calls = []
+        for p in range(self.live.partitions):
+            keys = Keys(p)
+            calls.append(
+                (
+                    [keys.base_generation, keys.position, keys.totals(board)],
+                    by_partition.get(p, []),
+                )
+            )
+        replies = await self.live.speed.run_script(self._script, calls)
+        bases = [int(r[0]) for r in replies]
+        base = self.live._base(bases, board)
+        scores: dict[str, int] = {}
+        for p, reply in enumerate(replies):
+            for member, raw in zip(by_partition.get(p, []), reply[2], strict=True):
+                if raw:
+                    scores[member] = int(bytes(raw).split(b"|", 1)[0])
+        missing = [m for m in members if m not in scores]
+        scores.update(snapshot_scores(base.segment, missing))
+        as_of = {str(p): int(r[1]) for p, r in enumerate(replies)}
+        return scores, base, as_of
+
+
+__all__ = ["FriendsReader", "NotExact", "rank_members", "read_friends", "write_friends"]

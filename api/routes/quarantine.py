@@ -1,0 +1,93 @@
+"""Admin: quarantine review (GET /v1/admin/quarantine, POST .../{eventId}), audited."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.deps import AdminDep, SpeedDep
+from api.errors import ApiError, InvalidRequest
+from api.quarantine import HeldAmbiguous, HeldNotFound, find_held, list_held
+from api.quarantine import reject as reject_held
+from api.quarantine import release as release_held
+from api.responses import FastJSONResponse
+from api.routes.score_events import _parse_json
+from speed.audit import record_audit
+
+router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
+
+
+class EventNotHeld(ApiError):
+    status, code = 404, "event_not_found"
+
+
+class EventIdAmbiguous(ApiError):
+    status, code = 409, "ambiguous_event"
+
+
+class DecisionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["release", "reject"]
+    reason: str = Field(min_length=1, max_length=1024)
+    # Needed only when several players used the same event id.
+    playerId: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+def _decision(raw: Any) -> DecisionIn:
+    try:
+        return DecisionIn.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
+
+
+@router.get("")
+async def read_quarantine(admin: AdminDep, speed: SpeedDep) -> FastJSONResponse:
+    """Events held as quarantined, oldest first."""
+    return FastJSONResponse({"events": await list_held(speed)})
+
+
+@router.post("/{event_id}")
+async def decide_quarantine(
+    event_id: str, admin: AdminDep, speed: SpeedDep
+) -> FastJSONResponse:
+    """Release a held event (applied once, as of its acceptance) or reject it."""
+    body = _decision(_parse_json(admin.body))
+    try:
+        record = await find_held(speed, event_id, body.playerId)
+    except HeldNotFound as exc:
+        raise EventNotHeld(str(exc)) from None
+    except HeldAmbiguous as exc:
+        raise EventIdAmbiguous(str(exc)) from None
+    player = record["event"]["playerId"]
+    if body.action == "release":
+        outcome = await release_held(speed, record)
+        if outcome.body is None:
+            raise EventNotHeld(str(outcome.error))
+        result = outcome.body
+        status = result["status"]
+    else:
+        if not await reject_held(speed, record):
+            raise EventNotHeld(f"event {event_id!r} is no longer held")
+        status = "rejected"
+        result = {"eventId": event_id, "playerId": player, "status": status}
+    if status == "noop":
+        raise EventNotHeld(f"event {event_id!r} is no longer held")
+    await record_audit(
+        speed.client,
+        admin.actor,
+        f"quarantine.{body.action}",
+        event_id,
+        body.reason,
+        {
+            "playerId": player,
+            "outcome": status,
+            "position": record["position"],
+            "partition": record["partition"],
+        },
+    )
+    return FastJSONResponse({"decision": body.action, "result": result})

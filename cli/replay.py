@@ -1,0 +1,82 @@
+"""`lb replay`: recompute a season under another scoring rule, diff, and promote."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import getpass
+import sys
+from typing import Any
+
+from conf.settings import Settings
+
+EXAMPLES = """\
+examples:
+  lb replay --season S4 --rule v2             boards season:S4@v2:<scope> + diff
+  lb replay --season S4 --rule v2 --k 5       count players moving more than 5 ranks
+  lb replay --season S4 --rule v2 --promote --reason "v2 approved"
+"""
+
+
+def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from cli.main import EXIT_CONFIG, EXIT_OK, PublishLocked, check_redis
+    from jobs.jars import jar_paths
+    from jobs.replay import ReplayError, run_replay
+
+    jar_paths()
+    check_redis(settings)
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    # A replay publishes: it takes the data dir's publish lock like `lb publish`.
+    lock = open(settings.run_dir / "publish.lock", "w")  # noqa: SIM115 - held to exit
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise PublishLocked(
+            f"another `lb publish` is running for {settings.data_dir}"
+        ) from None
+    from cli.quiet import quiet_spark
+
+    try:
+        summary = run_replay(
+            settings,
+            args.season,
+            args.rule,
+            k=args.k,
+            promote=args.promote,
+            actor=f"cli:{getpass.getuser()}",
+            reason=args.reason,
+            spark=quiet_spark(settings, "replay"),
+        )
+    except ReplayError as exc:
+        print(f"lb replay: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    for line in summary.lines():
+        print(line)
+    print(summary.promoted or summary.generation)
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="recompute a season under another scoring rule and diff it",
+        description=(
+            "Recompute a season from its recorded events under another scoring rule "
+            "into the boards season:<S>@<R>:<scope> (readable like a board, not "
+            "listed in GET /v1/boards), publish a generation holding both, and print "
+            "the diff (also written to the Delta table gold_replay_diffs). "
+            "--promote then switches the season to the rule, audited, through a new "
+            "generation."
+        ),
+        epilog=EXAMPLES,
+    )
+    p.add_argument("--season", required=True, help="season id, e.g. S4")
+    p.add_argument("--rule", required=True, help="scoring rule version, e.g. v2")
+    p.add_argument(
+        "--k", type=int, default=10, help="report players moving more than K ranks"
+    )
+    p.add_argument(
+        "--promote", action="store_true", help="switch the season to the rule"
+    )
+    p.add_argument("--reason", default=None, help="why (recorded in the audit trail)")
+    p.set_defaults(func=_cmd_replay)

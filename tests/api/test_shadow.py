@@ -1,0 +1,165 @@
+"""Shadow removal: a shadowed player vanishes from every public answer at once (live),
+sees itself as if present, and comes back with the same (updated) score."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from api.tokens import issue_player_token
+from conf.settings import Settings
+from speed.audit import AUDIT_STREAM
+from speed.partitions import Keys
+from speed.rebase import rebase
+from tests.api.segment_writer import write_generation
+from tests.api.test_friends import put_friends
+from tests.conftest import SignedClient, event
+
+pytestmark = pytest.mark.integration
+BOARD = "season:S4:global"
+SEED = {"P1": 920, "P2": 900, "P3": 900, "P4": 880, "P5": 10}
+
+
+def admin(api: SignedClient) -> SignedClient:
+    return SignedClient(api.client, "admin", b"dev-admin-secret")
+
+
+def flag(api: SignedClient, player: str, action: str, reason: str = "review") -> Any:
+    return admin(api).post(
+        f"/v1/admin/players/{player}/flags", {"action": action, "reason": reason}
+    )
+
+
+def seed(api: SignedClient, totals: dict[str, int]) -> None:
+    for player, points in totals.items():
+        reply = api.post(
+            "/v1/score-events",
+            event(
+                eventId=f"s-{player}",
+                playerId=player,
+                matchId=f"s-{player}",
+                result={"points": points},
+            ),
+        )
+        assert reply.status_code == 200, reply.text
+
+
+def expected_top(totals: dict[str, int]) -> list[dict[str, Any]]:
+    order = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+    return [
+        {
+            "position": i + 1,
+            "rank": 1 + sum(1 for s in totals.values() if s > score),
+            "playerId": p,
+            "score": score,
+        }
+        for i, (p, score) in enumerate(order)
+    ]
+
+
+def public_answers(api: SignedClient, totals: dict[str, int]) -> None:
+    """Top, others' ranks, nearby and the histogram agree with ``totals``."""
+    top = api.get(f"/v1/boards/{BOARD}/top").json()
+    assert top["entries"] == expected_top(totals)
+    assert top["population"] == len(totals)
+    for player, score in totals.items():
+        me = api.get(f"/v1/boards/{BOARD}/players/{player}").json()
+        assert (me["score"], me["population"]) == (score, len(totals))
+        assert me["rank"] == 1 + sum(1 for s in totals.values() if s > score)
+    near = api.get(f"/v1/boards/{BOARD}/players/P4/nearby", params={"radius": 5})
+    assert [e["playerId"] for e in near.json()["entries"]] == [
+        e["playerId"] for e in expected_top(totals)
+    ]
+    approx = api.get(f"/v1/boards/{BOARD}/players/P5", params={"mode": "approx"})
+    # Whatever the buckets, the histogram's population is the visible players.
+    assert approx.json()["population"] == len(totals)
+
+
+def test_shadow_and_restore_live(
+    api: SignedClient, settings: Settings, redis_client: redis.Redis
+) -> None:
+    seed(api, SEED)
+    public_answers(api, SEED)
+    assert flag(api, "P1", "shadow").json()["changed"] is True
+    visible = {p: s for p, s in SEED.items() if p != "P1"}
+    public_answers(api, visible)
+    # The player's own read answers as if present.
+    own = api.get(f"/v1/boards/{BOARD}/players/P1").json()
+    assert (own["score"], own["rank"], own["population"]) == (920, 1, 5)
+    assert own["topPercent"] == 20.0
+    # Its scores keep counting while hidden.
+    up = api.post(
+        "/v1/score-events",
+        event(eventId="up", playerId="P1", matchId="up", result={"points": 100}),
+    )
+    assert up.json()["status"] == "accepted"
+    public_answers(api, visible)
+    # Friends: hidden from others' lists, present in its own.
+    put_friends(api, "P2", ["P1", "P3"])
+    put_friends(api, "P1", ["P2"])
+    secret = settings.player_token_secret
+    for player, members in (("P2", ["P2", "P3"]), ("P1", ["P1", "P2"])):
+        body = api.get(
+            f"/v1/boards/{BOARD}/players/{player}/friends",
+            headers={"Authorization": f"Bearer {issue_player_token(secret, player)}"},
+        ).json()
+        assert [e["playerId"] for e in body["entries"]] == members
+    # Idempotent; a game-server key may not flag.
+    assert flag(api, "P1", "shadow").json()["changed"] is False
+    game = api.post("/v1/admin/players/P1/flags", {"action": "restore", "reason": "x"})
+    assert game.status_code == 403
+    bad = flag(api, "P1", "ban")
+    assert bad.status_code == 422 and bad.json()["field"] == "action"
+
+    assert flag(api, "P1", "restore", "cleared").json()["changed"] is True
+    public_answers(api, {**SEED, "P1": 1020})
+    audit = [orjson.loads(f[b"r"]) for _, f in redis_client.xrange(AUDIT_STREAM)]
+    flags = [
+        (a["action"], a["subject"], a["reason"], a["actor"], a["details"]["changed"])
+        for a in audit
+        if a["action"].startswith("flag.")
+    ]
+    assert flags == [
+        ("flag.shadow", "P1", "review", "admin", True),
+        ("flag.shadow", "P1", "review", "admin", False),
+        ("flag.restore", "P1", "cleared", "admin", True),
+    ]
+
+
+def test_shadow_hides_a_player_only_in_the_base_generation(
+    api: SignedClient, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """P1 unchanged since the generation: it is counted through the base rows, and
+    shadowing must take it out of those too (live at once)."""
+    seed(api, SEED)
+    boundary = {
+        str(p): int(redis_client.get(Keys(p).position) or 0)
+        for p in range(settings.partitions)
+    }
+    for p in range(settings.partitions):
+        redis_client.set(Keys(p).landed, boundary[str(p)])
+    write_generation(settings.segments_dir, 1, {BOARD: SEED}, boundary, bucket_target=2)
+    registry = api.client.app.state.generations
+    registry.refresh(force=True)
+    report = rebase(redis_client, registry.by_number(1), settings.partitions)
+    assert set(report.partitions.values()) == {"ok"}
+    # The premise: nobody has changed since the base generation.
+    assert all(
+        redis_client.zcard(Keys(p).changed_live(BOARD)) == 0
+        for p in range(settings.partitions)
+    )
+    public_answers(api, SEED)
+    assert flag(api, "P1", "shadow").json() == {
+        "playerId": "P1",
+        "flag": "shadow",
+        "changed": True,
+        "boards": 10,
+    }
+    public_answers(api, {p: s for p, s in SEED.items() if p != "P1"})
+    own = api.get(f"/v1/boards/{BOARD}/players/P1").json()
+    assert (own["score"], own["rank"], own["population"]) == (920, 1, 5)
+    flag(api, "P1", "restore")
+    public_answers(api, SEED)
