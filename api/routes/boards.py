@@ -251,11 +251,14 @@ def _final_in_latest(
     latest = registry.latest()
     if latest is None:
         return False
-    final = _FINAL.get(latest.id)
+    # Keyed by the generation's directory: generation ids repeat across data dirs
+    # (several apps in one process, as in the tests).
+    key = str(latest.directory)
+    final = _FINAL.get(key)
     if final is None:
         if len(_FINAL) > 16:
             _FINAL.clear()
-        final = _FINAL[latest.id] = final_boards(config, latest.manifest)
+        final = _FINAL[key] = final_boards(config, latest.manifest)
     return board in final
 
 

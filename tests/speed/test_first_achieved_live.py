@@ -104,6 +104,7 @@ def test_first_achieved_live_equals_oracle(
     records: list[dict[str, Any]] = []
     history = [(positions(redis_client, cfg.partitions), 0)]
     generation = 0
+    published = 0
     for i, op in enumerate(ops):
         if op[0] == "event":
             _, player, match, revision, points, day = op
@@ -131,8 +132,10 @@ def test_first_achieved_live_equals_oracle(
             )
             history.append((positions(redis_client, cfg.partitions), len(records)))
         else:
-            # A generation whose boundary lags the newest events by 0..2.
-            boundary, count = history[max(0, len(history) - 1 - op[1])]
+            # A generation whose boundary lags the newest events by 0..2 (never
+            # behind the previous generation's, as publishes go).
+            published = max(published, len(history) - 1 - op[1])
+            boundary, count = history[published]
             state = oracle_first_achieved(config, records[:count])
             generation += 1
             for p in range(cfg.partitions):
