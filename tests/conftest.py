@@ -37,12 +37,16 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-# The default boards with rolling windows that stay open for ten years: most tests
-# send events dated 2026-11-20 and expect the daily and weekly boards to apply them
-# (closing windows are tested on their own, in tests/jobs/test_season.py).
+# The default boards with windows that stay open for ten years: most tests send
+# events dated 2026-11-20 and expect the daily, weekly and season S4 boards to apply
+# them whatever the wall clock says (S4 ends 2026-12-01; closing windows are tested
+# on their own, in tests/jobs/test_season.py).
 OPEN_WINDOWS_BOARDS = (
-    Path(__file__).resolve().parents[1] / "conf" / "boards.yaml"
-).read_text() + '\nwindowLateness: "P3650D"\n'
+    (Path(__file__).resolve().parents[1] / "conf" / "boards.yaml")
+    .read_text()
+    .replace('allowedLateness: "PT1H"', 'allowedLateness: "P3650D"')
+    + '\nwindowLateness: "P3650D"\n'
+)
 
 
 @pytest.fixture
