@@ -447,6 +447,7 @@ def transform_achieved(
     if not timed:
         return None
     prefixes = [f"season:{s.id}:" for s in timed]
+    bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     events = transform_accepted(transform_first_acceptance(events)).where(
         F.col("accepted")
