@@ -10,10 +10,9 @@ from fastapi import APIRouter, Request
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from api.deps import BoardsDep, SettingsDep, SpeedDep
+from api.deps import BoardsDep, SettingsDep, SpeedDep, read_body_limited
 from api.errors import (
     WRITE_ERROR_RESPONSES,
-    BodyTooLarge,
     Conflict,
     EventTooOld,
     ImplausibleEvent,
@@ -56,18 +55,7 @@ def _implausible(exc: Implausible) -> ImplausibleEvent:
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
     """The raw body, at most ``max_body_bytes``, after checking its signature."""
-    limit = settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"body larger than {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"body larger than {limit} bytes")
-        chunks.append(chunk)
-    body = b"".join(chunks)
+    body = await read_body_limited(request, settings.max_body_bytes)
     # Who signed: the actor of audit entries (corrections).
     request.state.key_id = verify(
         settings.signing_keys,
