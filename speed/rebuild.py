@@ -742,6 +742,51 @@ def restore_records(
     return written
 
 
+def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
+    """Contribution records of rescored boards (seasons promoted to another rule):
+    their per-board points were written under the old rule, and a later correction
+    subtracts what the record says, so the rescored boards' fields are rewritten
+    (and dropped where the new rule cannot score the match). A record whose revision
+    moved on meanwhile is newer: left alone. Returns records rewritten."""
+    boards = sorted(state.rescored)
+    if not boards:
+        return 0
+    keys = Keys(state.partition)
+    matches = list(state.contributions)
+    rewritten = 0
+    for first in range(0, len(matches), PIPELINE_CHUNK):
+        chunk = matches[first : first + PIPELINE_CHUNK]
+        pipe = client.pipeline(transaction=False)
+        for player, match in chunk:
+            pipe.hget(keys.contribution(player, match), "r")
+        revisions = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        for (player, match), live in zip(chunk, revisions, strict=True):
+            fields = state.contributions[(player, match)]
+            if live is None or int(live) != int(fields.get("r", -1)):
+                continue
+            key = keys.contribution(player, match)
+            keep: dict = {
+                f"{kind}:{board}": fields[f"{kind}:{board}"]
+                for board in boards
+                for kind in ("b", "u")
+                if f"{kind}:{board}" in fields
+            }
+            drop = [
+                f"{kind}:{board}"
+                for board in boards
+                for kind in ("b", "u")
+                if f"{kind}:{board}" not in fields
+            ]
+            if keep:
+                pipe.hset(key, mapping=keep)
+            if drop:
+                pipe.hdel(key, *drop)
+            rewritten += 1
+        pipe.execute()
+    return rewritten
+
+
 def switch_partition(
     client: redis.Redis,
     state: PartitionState,
@@ -892,6 +937,7 @@ def run_rebuild(
                 # Records first: an event arriving meanwhile writes its own (newer)
                 # record, which restore never overwrites, and forces a retry below.
                 restored = restore_records(client, state, settings.retention_seconds)
+                restored += rewrite_rescored(client, state)
                 stage_partition(client, state, built)
                 if before_switch is not None:
                     before_switch(partition)
