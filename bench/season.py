@@ -171,7 +171,8 @@ def main() -> None:
         used_before = int(client.info("memory")["used_memory"])
         spark = get_spark("bench-season")
         started = time.perf_counter()
-        snapshot = close_season(settings, "SB", spark=spark)
+        steps: dict[str, float] = {}
+        snapshot = close_season(settings, "SB", spark=spark, timings=steps)
         close_s = time.perf_counter() - started
         left = season_keys(client, args.partitions, boards)
         used_after = int(client.info("memory")["used_memory"])
@@ -181,6 +182,7 @@ def main() -> None:
             "partitions": args.partitions,
             "ingest_seconds": round(ingest_s, 1),
             "close_seconds": round(close_s, 1),
+            "close_steps": steps,
             "award_populations": snapshot.boards,
             "hash": snapshot.hash,
             "season_keys_before": len(names),

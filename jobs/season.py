@@ -24,6 +24,7 @@ import fcntl
 import getpass
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from jobs.awards import (
     versions,
     write_version,
 )
-from jobs.land import run_land, table_exists
+from jobs.land import LandingGap, run_land, table_exists
 from speed.audit import record_audit_sync
 from speed.closed import drop_closed_windows
 from speed.partitions import Keys
@@ -256,6 +257,20 @@ def _contributions(
         return pq.read_table(f"{tmp}/c")
 
 
+class _Laps:
+    """Wall-clock seconds per step into an optional dict."""
+
+    def __init__(self, out: dict[str, float] | None) -> None:
+        self.out = out
+        self.last = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        if self.out is not None:
+            self.out[step] = round(now - self.last, 3)
+        self.last = now
+
+
 def close_season(
     settings: Settings,
     season_id: str,
@@ -264,11 +279,14 @@ def close_season(
     boards: BoardsConfig | None = None,
     now: datetime | None = None,
     fail_at: str | None = None,
+    timings: dict[str, float] | None = None,
 ) -> AwardSnapshot:
     """Close a season: final generation plus immutable award snapshot version 1.
 
     ``fail_at`` is a test hook: ``"after_publish"`` or ``"before_rename"`` raise
-    :class:`SeasonError` at that step, as a crash would stop there.
+    :class:`SeasonError` at that step, as a crash would stop there. ``timings``, when
+    given, receives the wall-clock seconds of each step (``publish: <phase>`` for
+    the final publish's own phases).
 
     :raises SeasonError: unknown season, before its close time, incomplete landing.
     """
@@ -293,17 +311,24 @@ def close_season(
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
 
+    clock = _Laps(timings)
     with publish_lock(settings):
         clean_partial(settings.data_dir, season.id)
         client = redis.Redis.from_url(resolve_redis_url(settings))
         try:
             handed = _handed_out(client, settings.partitions)
-            landed = run_land(settings, spark)
+            try:
+                landed = run_land(settings, spark)
+            except LandingGap as exc:
+                # Positions handed out that the log no longer (or never) holds: the
+                # same verdict as a short landing, named the same way.
+                raise SeasonError(f"incomplete: {exc}") from exc
             missing = {
                 p: (landed.get(p, 0), handed[p])
                 for p in handed
                 if landed.get(p, 0) < handed[p]
             }
+            clock.lap("land + completeness check")
             if missing:
                 raise SeasonError(
                     "incomplete: "
@@ -313,8 +338,15 @@ def close_season(
                         for p, (got, want) in sorted(missing.items())
                     )
                 )
-            generation_id = run_publish(settings, spark=spark, boards=config)
+            phases: dict[str, float] = {}
+            generation_id = run_publish(
+                settings, spark=spark, boards=config, timings=phases
+            )
+            clock.lap("final publish")
+            if timings is not None:
+                timings.update({f"  publish: {k}": v for k, v in phases.items()})
             rebase_published(settings, generation_id)
+            clock.lap("rebase")
             if fail_at == "after_publish":
                 raise SeasonError("aborted after the final generation (test hook)")
             registry = GenerationRegistry(
@@ -344,7 +376,9 @@ def close_season(
                     if "achieved_ms" in segment.column_names
                     else None,
                 )
+            clock.lap("rank award boards")
             contributions = _contributions(spark, settings, generation_id, season)
+            clock.lap("read silver contributions")
             version = write_version(
                 settings.data_dir,
                 season,
@@ -356,7 +390,9 @@ def close_season(
                 closed_at=moment,
                 fail_before_rename=fail_at == "before_rename",
             )
+            clock.lap("write award snapshot")
             land_awards(settings, spark)
+            clock.lap("land gold_awards")
             record_audit_sync(
                 client,
                 cli_actor(),
@@ -368,6 +404,7 @@ def close_season(
         finally:
             client.close()
     drop_closed_windows(settings, config)
+    clock.lap("drop closed windows")
     return AwardSnapshot.of(version)
 
 
