@@ -51,6 +51,7 @@ RETRIES = 10
 # Events per second sent while the demo waits for Ctrl-C.
 TRICKLE_PER_SECOND = 20
 FALLBACK_BOARD = "alltime:all:global"
+DEMO_PARTITIONS = 2
 
 
 def synthetic_events(
@@ -284,6 +285,11 @@ def run_demo(
     settings = settings.model_copy(
         update={"rate_limit": "off", "data_dir": data_dir, "demo": True}
     )
+    if "LB_PARTITIONS" not in os.environ:
+        # Publishing lands each partition's log in a Delta commit of its own, whose
+        # fixed cost dominates a demo-sized publish; the demo's events fit in two.
+        settings = settings.model_copy(update={"partitions": DEMO_PARTITIONS})
+        os.environ["LB_PARTITIONS"] = str(DEMO_PARTITIONS)  # inherited by the API
     os.environ["LB_RATE_LIMIT"] = "off"  # inherited by the API process
     os.environ["LB_DEMO"] = "true"  # the dev key is expected here: no warning
     os.environ["LB_DATA_DIR"] = str(data_dir.resolve())
