@@ -15,7 +15,7 @@ import pytest
 
 from api.security import sign
 from speed.server import free_port
-from tests.conftest import event
+from tests.conftest import OPEN_DAYS, event
 
 pytestmark = pytest.mark.e2e
 EVENTS = 40
@@ -45,6 +45,7 @@ def test_metrics_sum_every_worker(tmp_path: Path) -> None:
         LB_DATA_DIR=str(tmp_path / "lb"),
         LB_RATE_LIMIT="off",
         LB_API_WORKERS="2",
+        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # event() is dated November 2026
     )
     env.pop("LB_REDIS_URL", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -13,7 +13,7 @@ import pytest
 
 from api.security import sign
 from speed.server import free_port
-from tests.conftest import event
+from tests.conftest import OPEN_DAYS, event
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,12 @@ def _running(pid: int) -> bool:
 
 
 def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None:
-    env = dict(os.environ, LB_DATA_DIR=str(tmp_path / "lb"), LB_RATE_LIMIT="off")
+    env = dict(
+        os.environ,
+        LB_DATA_DIR=str(tmp_path / "lb"),
+        LB_RATE_LIMIT="off",
+        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # event() is dated November 2026
+    )
     env.pop("LB_REDIS_URL", None)
     port = free_port()
     started = _lb("up", "--port", str(port), env=env)
