@@ -10,7 +10,8 @@ import orjson
 from fastapi import APIRouter, Query
 
 from api.deps import BoardsDep, SettingsDep
-from api.errors import AwardsNotFound, InvalidRequest
+from api.errors import AWARDS_ERROR_RESPONSES, AwardsNotFound, InvalidRequest
+from api.models import AwardsOut
 from api.responses import FastJSONResponse
 from conf.boards import describe_board
 from jobs.awards import AwardVersion, read_version
@@ -64,7 +65,9 @@ def _page(
     return entries, population
 
 
-@router.get("/{board}/awards")
+@router.get(
+    "/{board}/awards", response_model=AwardsOut, responses=AWARDS_ERROR_RESPONSES
+)
 async def read_awards(
     board: str,
     settings: SettingsDep,
