@@ -63,6 +63,7 @@ from serving.registry import (
 from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.partitions import Keys, partition_of
+from speed.scripts import APPROX_RANK
 
 Mode = Literal["live", "snapshot", "approx"]
 # Outside the speed layer's namespace: not state a rebuild restores.
@@ -719,9 +720,10 @@ class ReadService:
         if total != guess:
             _, _, counts = await self._approx_round(board, player_id, total)
         self._remember(board, player_id, total)
-        higher = sum(_int(c[0]) for c in counts)
-        same = sum(_int(c[1]) for c in counts)
-        population = sum(_int(c[2]) for c in counts)
+        field = APPROX_RANK.field
+        higher = sum(_int(field(c, "higher")) for c in counts)
+        same = sum(_int(field(c, "same_bucket")) for c in counts)
+        population = sum(_int(field(c, "all")) for c in counts)
         # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player)
         # unless it is shadowed: then the histogram lacks it and its own read counts
         # it back in, anywhere in its bucket.
@@ -737,7 +739,7 @@ class ReadService:
             "basis": "histogram",
             "errorBound": error,
             "generation": latest.header if latest else None,
-            "asOf": {str(p): _int(c[4]) for p, c in enumerate(counts)},
+            "asOf": {str(p): _int(field(c, "position")) for p, c in enumerate(counts)},
             "population": population,
             "playerId": player_id,
             "score": total,
@@ -776,17 +778,18 @@ class ReadService:
             pipe = self.speed.client.pipeline(transaction=False)
             pipe.hget(owner.totals(board), player_id)
             pipe.hget(owner.flags, player_id)
+            args = APPROX_RANK.args_of({"score": score})
             for p in range(self.live.partitions):
                 keys = Keys(p)
-                pipe.evalsha(
-                    script.sha,
-                    4,
-                    keys.fenwick(board),
-                    keys.buckets(board),
-                    keys.base_generation,
-                    keys.position,
-                    score,
+                script_keys = APPROX_RANK.keys_of(
+                    {
+                        "fw": keys.fenwick(board),
+                        "bk": keys.buckets(board),
+                        "base": keys.base_generation,
+                        "position": keys.position,
+                    }
                 )
+                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
             replies = await pipe.execute(raise_on_error=False)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.speed.client.script_load(script.script)
