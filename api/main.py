@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.generations,
             app.state.live,
             app.state.friends,
+            settings.data_dir,
             settings.live_cache_ms,
         )
         app.state.speed.thresholds = lambda: quarantine_thresholds(

@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -41,6 +42,7 @@ from api.degraded import (
     degraded_snapshot,
 )
 from api.errors import (
+    AwardsNotFound,
     BoardNotFound,
     GenerationExpired,
     GenerationNotFound,
@@ -54,6 +56,7 @@ from api.friends import FriendsReader, rank_members, read_friends, snapshot_scor
 from api.live import Base, LiveReader, NotExact, PlayerMissing
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
+from jobs.awards import AwardVersion, read_version
 from serving.registry import (
     Generation,
     GenerationExpiredError,
@@ -438,6 +441,55 @@ def window_entries(
     return [*above, mine, *below], start, stop
 
 
+# ------------------------------------------------------------------------ awards
+
+
+def award_cursor(board: str, version: int, position: int, way: str) -> str:
+    raw = orjson.dumps({"b": board, "v": version, "o": position, "d": way})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_award_cursor(cursor: str, board: str) -> dict[str, Any]:
+    """A cursor is a position in one immutable award version of one board."""
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not (
+            isinstance(data, dict)
+            and data.get("b") == board
+            and isinstance(data.get("v"), int)
+            and isinstance(data.get("o"), int)
+            and data.get("d") in ("after", "before")
+        ):
+            raise ValueError
+        return data
+    except (ValueError, binascii.Error, orjson.JSONDecodeError):
+        raise InvalidRequest(
+            "cursor is malformed or belongs to another board", field="cursor"
+        ) from None
+
+
+def award_page(
+    version: AwardVersion, board: str, start: int, stop: int
+) -> tuple[list[dict[str, Any]], int]:
+    table = version.board(board)
+    if table is None:
+        return [], 0
+    population = table.num_rows
+    start, stop = max(0, start), min(population, stop)
+    rows = table.slice(start, stop - start).to_pylist()
+    entries = [
+        {
+            "position": r["position"],
+            "rank": r["rank"],
+            "playerId": r["player_id"],
+            "score": r["score"],
+            "tier": r["tier"],
+        }
+        for r in rows
+    ]
+    return entries, population
+
+
 # ------------------------------------------------------------------------ service
 
 
@@ -450,9 +502,12 @@ class ReadService:
         registry: GenerationRegistry,
         live: LiveReader,
         friends: FriendsReader,
+        data_dir: Path,
         live_cache_ms: int = 0,
     ) -> None:
         self.config = config
+        self.data_dir = data_dir
+        self._award_pages = SnapshotCache(16 << 20)
         self.registry = registry
         self.live = live
         self.friends_reader = friends
@@ -992,6 +1047,75 @@ class ReadService:
             if hidden is not None:
                 scores[members[0]] = hidden
         return scores
+
+    # --------------------------------------------------------------------- awards
+
+    def awards(
+        self, board: str, version: int | None, cursor: str | None, limit: int
+    ) -> Answer:
+        """A page of a closed season's award snapshot; a version never changes,
+        so its pages are encoded once and kept."""
+        key = (board, version, cursor, limit)
+        answer = self._award_pages.get(key)
+        if answer is None:
+            body = self._award_page(board, version, cursor, limit)
+            # Only pinned versions are fixed: "latest" moves with an adjudication.
+            answer = encode(body)
+            if version is not None or cursor is not None:
+                self._award_pages.put(key, answer)
+        return answer
+
+    def _award_page(
+        self, board: str, version: int | None, cursor: str | None, limit: int
+    ) -> dict[str, Any]:
+        described = describe_board(self.config, board)
+        if described is None or described["window"] != "season":
+            raise AwardsNotFound(f"{board!r} is not a season board with awards")
+        season_id = described["period"]
+        if cursor is not None:
+            data = decode_award_cursor(cursor, board)
+            if version is not None and version != data["v"]:
+                raise InvalidRequest(
+                    "cursor belongs to another version", field="cursor"
+                )
+            version = data["v"]
+        found = read_version(self.data_dir, season_id, version)
+        if found is None:
+            what = f"version {version} of " if version is not None else ""
+            raise AwardsNotFound(f"no {what}award snapshot for season {season_id}")
+        if cursor is None:
+            start, stop = 0, limit
+        elif data["d"] == "after":
+            start = data["o"]
+            stop = start + limit
+        else:
+            stop = data["o"] - 1
+            start = max(0, stop - limit)
+        entries, population = award_page(found, board, start, stop)
+        first = entries[0]["position"] if entries else None
+        last = entries[-1]["position"] if entries else None
+        meta = found.meta
+        return {
+            "board": board,
+            "season": season_id,
+            "version": found.version,
+            "generation": meta["generation"],
+            "boundary": meta["boundary"],
+            "hash": meta["hash"],
+            "closedAt": meta["closedAt"],
+            "rule": meta["rule"],
+            "tieBreak": meta["tieBreak"],
+            "population": population,
+            "entries": entries,
+            "cursors": {
+                "before": award_cursor(board, found.version, first, "before")
+                if first is not None and first > 1
+                else None,
+                "after": award_cursor(board, found.version, last, "after")
+                if last is not None and last < population
+                else None,
+            },
+        }
 
 
 def _int(value: Any) -> int:
