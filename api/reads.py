@@ -51,7 +51,7 @@ from api.errors import (
     NotReady,
     PlayerNotFound,
 )
-from api.flags import FLAGS_VERSION_KEY, is_shadowed, shadowed_among
+from api.flags import FLAGS_VERSION_KEY, shadowed_among
 from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
 from api.live import Base, LiveReader, NotExact, PlayerMissing
 from conf.boards import BoardsConfig, describe_board
@@ -739,7 +739,7 @@ class ReadService:
             result = await self.live.rank(board, player_id)
         except PlayerMissing:
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
-        if await is_shadowed(self.speed, player_id):
+        if result["shadowed"]:
             if not own:
                 raise PlayerNotFound(f"player {player_id!r} is not on {board}")
             # A shadowed player's own read answers as if present: count it back in.
@@ -934,14 +934,13 @@ class ReadService:
     async def _live_nearby(
         self, board: str, player_id: str, radius: int, mode: Mode, own: bool
     ) -> Answer:
-        shadowed = await is_shadowed(self.speed, player_id)
-        if shadowed and not own:
-            raise PlayerNotFound(f"player {player_id!r} is not on {board}")
         try:
             result = await self.live.nearby(board, player_id, radius)
         except PlayerMissing:
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
-        if shadowed:
+        if result["shadowed"]:
+            if not own:
+                raise PlayerNotFound(f"player {player_id!r} is not on {board}")
             # Its own view: the window already holds it; count it in the population.
             result["population"] += 1
         header = live_header(
