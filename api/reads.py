@@ -155,7 +155,7 @@ class LiveTopCache:
         self.ttl = ttl_ms / 1000.0
         self.max_entries = entries
         self._entries: OrderedDict[tuple[str, int], _LiveEntry] = OrderedDict()
-        self._flights: dict[tuple[str, int, Stamp], asyncio.Future[Answer]] = {}
+        self._flights: dict[tuple[Any, ...], asyncio.Future[Answer]] = {}
         self.computed = 0
         self.hits = 0
 
@@ -185,30 +185,30 @@ class LiveTopCache:
         run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
     ) -> Answer:
         """One computation per (key, stamp); ``run`` returns the answer and the stamp
-        it is exact for (None: not cacheable, e.g. a fallback answer)."""
+        it is exact for (None: not cacheable, e.g. a fallback answer). It runs as its
+        own task, so a caller that goes away (client disconnect) does not cancel it
+        for the others waiting on it."""
         flight_key = (*key, stamp)
         flight = self._flights.get(flight_key)
-        if flight is not None:
-            return await asyncio.shield(flight)
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._flights[flight_key] = future
-        try:
-            self.computed += 1
-            answer, exact_for = await run()
-            if exact_for is not None:
-                self._entries[key] = _LiveEntry(exact_for, time.monotonic(), answer)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
-            future.set_result(answer)
-            return answer
-        except BaseException as exc:
-            future.set_exception(exc)
-            # Joiners get the exception; nobody else awaits this future.
-            future.exception()
-            raise
-        finally:
-            del self._flights[flight_key]
+        if flight is None:
+            flight = asyncio.ensure_future(self._run(key, run))
+            self._flights[flight_key] = flight
+            flight.add_done_callback(lambda _: self._flights.pop(flight_key, None))
+        return await asyncio.shield(flight)
+
+    async def _run(
+        self,
+        key: tuple[str, int],
+        run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
+    ) -> Answer:
+        self.computed += 1
+        answer, exact_for = await run()
+        if exact_for is not None:
+            self._entries[key] = _LiveEntry(exact_for, time.monotonic(), answer)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        return answer
 
     def clear(self) -> None:
         self._entries.clear()
