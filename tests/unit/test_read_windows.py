@@ -17,6 +17,8 @@ from serving.segments import BoardSegment, write_hidden, write_segments
 
 PUBLIC = [("a", 50), ("b", 40), ("c", 40), ("d", 30)]
 
+pytestmark = pytest.mark.unit
+
 
 def segment(tmp_path: Path, unique: bool, hidden: tuple[str, int]) -> BoardSegment:
     directory = tmp_path / "g1"
