@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.segments import GenerationRegistry
+from serving.registry import GenerationRegistry
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
 from speed.scripts import FLAG_PLAYER

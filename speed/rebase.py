@@ -19,8 +19,9 @@ import orjson
 import pyarrow as pa
 import redis
 
-from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.settings import Settings
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.scripts import REBASE_PARTITION

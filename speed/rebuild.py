@@ -34,10 +34,11 @@ import numpy as np
 import orjson
 import redis
 
-from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
