@@ -17,13 +17,9 @@ from redis.exceptions import RedisError
 from api.errors import LiveUnavailable
 from api.metrics import DEGRADED_READS, REDIS_ERRORS
 from api.responses import FastJSONResponse
-from api.segments import (
-    BoardSegment,
-    Generation,
-    GenerationNotFoundError,
-    GenerationRegistry,
-)
 from conf.boards import BoardsConfig
+from serving.registry import Generation, GenerationNotFoundError, GenerationRegistry
+from serving.segments import BoardSegment
 
 REDIS_DOWN = (RedisError, OSError)
 LIVE_LAYER_HEADER = "X-Live-Layer"

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.boards import board_order
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
 from speed.lua import load
 from speed.partitions import (
     Keys,

@@ -30,11 +30,11 @@ from api.routes import (
     web,
 )
 from api.routes import boards as boards_routes
-from api.segments import GenerationRegistry, quarantine_thresholds
 from conf.boards import load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
+from serving.registry import GenerationRegistry, quarantine_thresholds
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 

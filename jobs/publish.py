@@ -15,26 +15,17 @@ Order of effects (a generation is visible to the API only through its
    ``txnVersion`` = generation number);
 7. LAST, write ``<gen>/manifest.json`` atomically (tmp + ``os.replace``).
 
-Segment format, per board (files named after the board id; ':' is fine on Linux):
-
-* ``<board>.arrow``: Arrow IPC file, uncompressed, one record batch; columns
-  ``player_id`` (utf8), ``score`` (int64) in display order (row i = position i+1);
-* ``<board>.index.arrow``: column ``row`` (uint32), row numbers sorted by player id
-  (UTF-8 byte order), for bisecting by player;
-* ``<board>.buckets.arrow``: equi-depth Fenwick buckets, ascending: ``lower`` (int64,
-  distinct scores; bucket holds ``lower <= s < next lower``; the first is the board's
-  minimum) and ``count`` (int64 players).
+The segment and manifest format (files, ids, ``manifest.json``) is
+:mod:`serving`'s.
 
 The same bronze and boundary give byte-identical segment files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -45,10 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -91,26 +80,26 @@ from jobs.recompute import (
     transform_totals,
     with_record_columns,
 )
-from jobs.shadow import extract_shadowed, hidden_from, transform_public, write_hidden
+from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
+from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
+
+# The format is serving's; the re-exported names are the ones callers know from here.
+from serving.manifest import MANIFEST_FILE, build_manifest
+from serving.manifest import generation_number as generation_number
+from serving.manifest import rfc3339 as rfc3339
+from serving.segments import equi_depth_buckets as equi_depth_buckets
+from serving.segments import write_board_segment as write_board_segment
+from serving.segments import write_hidden, write_segments
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
 GOLD_SNAPSHOTS = "gold_snapshots"
 GOLD_MANIFEST = "gold_manifest"
-MANIFEST_FILE = "manifest.json"
 DEFAULT_BUCKET_TARGET = 100
-GENERATION = re.compile(r"^g(\d+)$")
-TMP_PREFIX = ".tmp-"
 JOB_UMASK = 0o027
 log = logging.getLogger(__name__)
-
-SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
-# first_achieved boards add when each player reached its score (epoch ms).
-TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
-INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
-BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
 
 GOLD_COLUMNS = ["board", "position", "rank", "player_id", "score", "achieved_ms"]
 
@@ -141,11 +130,6 @@ class PublishedRow:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def generation_number(generation: str) -> int | None:
-    match = GENERATION.match(generation)
-    return int(match.group(1)) if match else None
 
 
 # A generation that left the newest K stays on disk this long: an API process maps
@@ -202,135 +186,9 @@ def protected_generations(settings: Settings) -> set[str]:
     return base_generations(settings) | award_generations(settings.data_dir)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_arrow(path: Path, table: pa.Table) -> None:
-    """One uncompressed record batch: memory-mappable and byte-reproducible."""
-    table = table.combine_chunks()
-    with pa.OSFile(str(path), "wb") as sink:
-        with ipc.new_file(sink, table.schema) as writer:
-            for batch in table.to_batches():
-                writer.write_batch(batch)
-    with path.open("rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _local_path(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
-        f"{moment.microsecond // 1000:03d}Z"
-    )
-
-
-# ------------------------------------------------------------------ buckets/segments
-
-
-def equi_depth_buckets(
-    scores: np.ndarray, target: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, count) of buckets over ``scores``, ascending by lower.
-
-    Greedy over distinct scores in ascending order: a bucket closes once it holds at
-    least ``target`` players; a boundary is always a distinct score, so one score
-    with many ties makes a bucket larger than the target.
-    """
-    if len(scores) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    values, counts = np.unique(scores, return_counts=True)
-    lowers: list[int] = []
-    sizes: list[int] = []
-    filled = target  # forces a bucket to open at the first value
-    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-        if filled >= target:
-            lowers.append(value)
-            sizes.append(0)
-            filled = 0
-        sizes[-1] += count
-        filled += count
-    return np.asarray(lowers, np.int64), np.asarray(sizes, np.int64)
-
-
-def _canonical(array: pa.Array) -> pa.Array:
-    """The same values without an all-valid validity bitmap: Parquet reads and
-    Arrow kernels differ in whether they allocate one, and the IPC file writes it,
-    so the same rows must not give different bytes depending on the read path.
-    A slice is copied out first: the IPC writer keeps a sliced string array's
-    whole data buffer (bytes before its first offset included)."""
-    if array.offset or (
-        pa.types.is_string(array.type) and len(array) and array.buffers()[1] is not None
-    ):
-        array = pc.take(array, pa.array(np.arange(len(array), dtype=np.int64)))
-    buffers = array.buffers()
-    if array.null_count or not buffers or buffers[0] is None:
-        return array
-    return pa.Array.from_buffers(
-        array.type, len(array), [None, *buffers[1:]], null_count=0, offset=array.offset
-    )
-
-
-def write_board_segment(
-    directory: Path,
-    board: str,
-    player_ids: pa.Array,
-    scores: pa.Array,
-    bucket_target: int,
-    achieved: pa.Array | None = None,
-) -> dict[str, str]:
-    """Write the three files of one board; returns file name -> sha256."""
-    player_ids, scores = _canonical(player_ids), _canonical(scores)
-    if achieved is None:
-        data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
-    else:
-        data = pa.table(
-            [player_ids, scores, _canonical(achieved)], schema=TIMED_SEGMENT_SCHEMA
-        )
-    index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
-    lowers, counts = equi_depth_buckets(
-        data.column("score").to_numpy(zero_copy_only=False), bucket_target
-    )
-    files = {
-        f"{board}.arrow": data,
-        f"{board}.index.arrow": pa.table(
-            [index.cast(pa.uint32())], schema=INDEX_SCHEMA
-        ),
-        f"{board}.buckets.arrow": pa.table(
-            [pa.array(lowers, pa.int64()), pa.array(counts, pa.int64())],
-            schema=BUCKETS_SCHEMA,
-        ),
-    }
-    sums = {}
-    for name, table in files.items():
-        _write_arrow(directory / name, table)
-        sums[name] = _sha256(directory / name)
-    return sums
 
 
 def read_gold_generation(
@@ -369,61 +227,6 @@ def read_gold_generation(
         table, sort_keys=[("board", "ascending"), ("position", "ascending")]
     )
     return table.take(order)
-
-
-def write_segments(
-    table: pa.Table,
-    directory: Path,
-    bucket_target: int,
-    orders: Mapping[str, tuple[bool, bool]] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Write every board of a sorted gold table; returns the manifest's boards map.
-
-    ``orders``: board -> (first_achieved, unique rank) for boards that are not the
-    default (player_id ties, competition rank); they are named in the manifest."""
-    orders = orders or {}
-    boards: dict[str, dict[str, Any]] = {}
-    if table.num_rows == 0:
-        return boards
-    # Rows are sorted by (board, position): each board is one contiguous run, found
-    # where the dictionary index changes (no per-row Python work).
-    encoded = table.column("board").combine_chunks().dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    names = encoded.dictionary.to_pylist()
-    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
-    players = table.column("player_id").combine_chunks()
-    scores = table.column("score").combine_chunks().cast(pa.int64())
-    achieved = (
-        table.column("achieved_ms").combine_chunks().cast(pa.int64())
-        if "achieved_ms" in table.column_names
-        else None
-    )
-    for begin, end in zip(starts[:-1], starts[1:], strict=True):
-        board = names[codes[begin]]
-        timed, unique = orders.get(board, (False, False))
-        sums = write_board_segment(
-            directory,
-            board,
-            players.slice(begin, end - begin),
-            scores.slice(begin, end - begin),
-            bucket_target,
-            achieved.slice(begin, end - begin)
-            if timed and achieved is not None
-            else None,
-        )
-        boards[board] = {
-            "population": end - begin,
-            "file": f"{board}.arrow",
-            "index": f"{board}.index.arrow",
-            "buckets": f"{board}.buckets.arrow",
-            "sha256": sums[f"{board}.arrow"],
-            "checksums": sums,
-        }
-        if timed:
-            boards[board]["tieBreak"] = "first_achieved"
-        if unique:
-            boards[board]["rank"] = "unique"
-    return boards
 
 
 class _PhaseClock:
@@ -477,7 +280,7 @@ def repair_segments(
             continue
         row = rows.get(name)
         if row is not None and entry.is_dir() and not (entry / MANIFEST_FILE).exists():
-            _atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
+            atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
 
 
 def _published_at(row: PublishedRow) -> float:
@@ -613,57 +416,6 @@ def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
         .option("replaceWhere", f"generation = '{generation}'")
         .save(str(path))
     )
-
-
-def build_manifest(
-    generation: str,
-    published_at: datetime,
-    boundary: Mapping[int, int],
-    boards: Mapping[str, Mapping[str, Any]],
-    quarantine: Mapping[str, Mapping[str, int]] | None = None,
-    table_versions: Mapping[str, int] | None = None,
-    landing_started_at: datetime | None = None,
-    build: Mapping[str, Any] | None = None,
-) -> str:
-    body: dict[str, Any] = {
-        "generation": generation,
-        "publishedAt": rfc3339(published_at),
-        "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
-        "complete": True,
-        "boards": {
-            board: {
-                k: boards[board][k]
-                for k in (
-                    "population",
-                    "file",
-                    "index",
-                    "buckets",
-                    "sha256",
-                    "tieBreak",
-                    "rank",
-                    "hidden",
-                )
-                if k in boards[board]
-            }
-            for board in sorted(boards)
-        },
-    }
-    if quarantine:
-        # board -> cohort -> points above which the owner transaction holds an event.
-        body["quarantine"] = {b: dict(c) for b, c in sorted(quarantine.items())}
-    if table_versions:
-        # The Delta versions this generation was built from (time travel for
-        # analysts: docs/ANALYSTS.md).
-        body["tableVersions"] = {k: int(v) for k, v in sorted(table_versions.items())}
-    if landing_started_at is not None:
-        # Everything received before this moment is in the generation: a board that
-        # closed before it is final here (see jobs/season.py).
-        body["landingStartedAt"] = rfc3339(landing_started_at)
-    if build:
-        # Full or incremental (and from which generation); the fingerprint says
-        # whether the next publish may extend this one (jobs/incremental.py).
-        body["build"] = dict(build)
-    return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 
 def run_publish(
@@ -1014,11 +766,11 @@ def publish_segments(
             for board in previous.manifest.get("boards", {}):
                 if board not in rewritten:
                     board_files[board] = link_board(previous, board, tmp, checksums)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
         os.rename(tmp, target)
-        _fsync_dir(settings.segments_dir)
+        fsync_dir(settings.segments_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if clock is not None:
@@ -1063,7 +815,7 @@ def publish_segments(
     load_manifest_row(spark, manifest_path, row, number)
     if fail_at == "before_manifest_json":
         raise PublishAborted(f"{generation}: aborted before manifest.json")
-    _atomic_write_text(target / MANIFEST_FILE, manifest_json)
+    atomic_write_text(target / MANIFEST_FILE, manifest_json)
     build_path(settings, generation).unlink(missing_ok=True)
 
     if clock is not None:

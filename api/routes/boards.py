@@ -29,13 +29,6 @@ from api.errors import (
 from api.flags import is_shadowed
 from api.live import Base, LiveReader, NotExact, PlayerMissing
 from api.responses import FastJSONResponse
-from api.segments import (
-    BoardSegment,
-    Generation,
-    GenerationExpiredError,
-    GenerationNotFoundError,
-    GenerationRegistry,
-)
 from conf.boards import (
     BoardsConfig,
     board_closes_at,
@@ -46,6 +39,13 @@ from conf.boards import (
 )
 from conf.rule_state import describe_replay_board
 from jobs.awards import rfc3339, versions
+from serving.registry import (
+    Generation,
+    GenerationExpiredError,
+    GenerationNotFoundError,
+    GenerationRegistry,
+)
+from serving.segments import BoardSegment
 from speed.closed import final_boards
 
 router = APIRouter(

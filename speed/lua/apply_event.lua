@@ -1,18 +1,18 @@
 -- apply_event.lua: the owner transaction for one score event, atomic in Redis.
 --
--- KEYS[1] dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>",
+-- KEYS.dedupe: dedupe record        (playerId, eventId) -> "<fingerprint>|<saved result>",
 --         the result kept compact (it lives for the whole retention window):
 --         "<status>|<partition>|<position>|<board>,<total>,<version>[,<status>];..."
--- KEYS[2] contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>,
+-- KEYS.contribution: contribution record  (playerId, matchId) hash: r=<revision>, b:<board>=<points>,
 --         u:<board>=<rule version the points were scored under>
--- KEYS[3] partition log        stream, entry id "<position>-0", field r=<record json>
--- KEYS[4] position counter     last position handed out on this partition
--- KEYS[5] rate-limit bucket    hash: t=<tokens>, ts=<ms>
--- KEYS[6] recent matches       zset matchId -> occurredAt ms of the player's accepted
+-- KEYS.log: partition log        stream, entry id "<position>-0", field r=<record json>
+-- KEYS.position: position counter     last position handed out on this partition
+-- KEYS.rate: rate-limit bucket    hash: t=<tokens>, ts=<ms>
+-- KEYS.recent: recent matches       zset matchId -> occurredAt ms of the player's accepted
 --         new matches (plausibility bounds; kept only when a rule has such bounds)
--- KEYS[7] flags                hash playerId -> "shadow" (shadow removal): a shadowed
+-- KEYS.flags: flags                hash playerId -> "shadow" (shadow removal): a shadowed
 --         player's totals change, but it stays out of changed-sets and Fenwick trees
--- KEYS[8] quarantine           hash "<len(playerId)>:<playerId><eventId>" -> the log
+-- KEYS.quarantine: quarantine           hash "<len(playerId)>:<playerId><eventId>" -> the log
 --         record of a held event (status "quarantined")
 -- then per board i (6 keys each, from KEYS[9]):
 --   totals   hash playerId -> "total|version" (the authoritative live total), on
@@ -46,31 +46,47 @@
 --         {"rate_limited", retryAfterSeconds} | {"retry", missingBoardId} |
 --         {"implausible", detail} | {"superseded", ""} (release of an event a later
 --         revision replaced) | {"noop", why} (release of an event not held)
-local player = ARGV[1]
-local event_id = ARGV[2]
-local match_id = ARGV[3]
-local revision = tonumber(ARGV[4])
-local fingerprint = ARGV[6]
-local now_ms = tonumber(ARGV[7])
-local retention = tonumber(ARGV[8])
-local rate_capacity = tonumber(ARGV[9])
-local rate_refill_ms = tonumber(ARGV[10])
-local partition = tonumber(ARGV[11])
-local event_json = ARGV[12]
-local is_correction = ARGV[13] == "1"
-local n_boards = tonumber(ARGV[14])
-local occurred_ms = tonumber(ARGV[15])
-local min_gap_ms = tonumber(ARGV[16])
-local max_per_hour = tonumber(ARGV[17])
-local mode = ARGV[18]
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {
+  dedupe = 1, contribution = 2, log = 3, position = 4, rate = 5, recent = 6, flags = 7,
+  quarantine = 8,
+}
+local KEY_GROUP = {start = 9, size = 6, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4, best = 5}
+local ARG = {
+  player = 1, event_id = 2, match_id = 3, revision = 4, points = 5, fingerprint = 6,
+  now_ms = 7, retention = 8, rate_capacity = 9, rate_refill_ms = 10, partition = 11,
+  event_json = 12, is_correction = 13, n_boards = 14, occurred_ms = 15, min_gap_ms = 16,
+  max_per_hour = 17, mode = 18,
+}
+local ARG_GROUP = {
+  start = 19, size = 7, board = 0, aggregation = 1, cutoff_ms = 2, feeds = 3, points = 4,
+  rule = 5, threshold = 6,
+}
+local player = ARGV[ARG.player]
+local event_id = ARGV[ARG.event_id]
+local match_id = ARGV[ARG.match_id]
+local revision = tonumber(ARGV[ARG.revision])
+local fingerprint = ARGV[ARG.fingerprint]
+local now_ms = tonumber(ARGV[ARG.now_ms])
+local retention = tonumber(ARGV[ARG.retention])
+local rate_capacity = tonumber(ARGV[ARG.rate_capacity])
+local rate_refill_ms = tonumber(ARGV[ARG.rate_refill_ms])
+local partition = tonumber(ARGV[ARG.partition])
+local event_json = ARGV[ARG.event_json]
+local is_correction = ARGV[ARG.is_correction] == "1"
+local n_boards = tonumber(ARGV[ARG.n_boards])
+local occurred_ms = tonumber(ARGV[ARG.occurred_ms])
+local min_gap_ms = tonumber(ARGV[ARG.min_gap_ms])
+local max_per_hour = tonumber(ARGV[ARG.max_per_hour])
+local mode = ARGV[ARG.mode]
 local HOUR_MS = 3600000
 local held_field = string.len(player) .. ":" .. player .. event_id
 
 -- (a) dedupe: same identity and content returns the saved result unchanged.
-local saved = redis.call("GET", KEYS[1])
+local saved = redis.call("GET", KEYS[KEY.dedupe])
 if mode == "release" then
   -- Only a held event is released, and only once.
-  if redis.call("HEXISTS", KEYS[8], held_field) == 0 then
+  if redis.call("HEXISTS", KEYS[KEY.quarantine], held_field) == 0 then
     return {"noop", "not held in quarantine"}
   end
 elseif saved then
@@ -84,23 +100,25 @@ end
 local boards = {}
 local given = {}
 for i = 1, n_boards do
-  local a = 18 + (i - 1) * 7
-  local k = 8 + (i - 1) * 6
-  local agg, fa_ms = string.match(ARGV[a + 2], "^(%a+):fa:(%-?%d+)$")
+  local a = ARG_GROUP.start + (i - 1) * ARG_GROUP.size
+  local k = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
+  local aggregation = ARGV[a + ARG_GROUP.aggregation]
+  local agg, fa_ms = string.match(aggregation, "^(%a+):fa:(%-?%d+)$")
   local b = {
-    id = ARGV[a + 1], agg = agg or ARGV[a + 2], fa = fa_ms and tonumber(fa_ms),
-    cutoff = tonumber(ARGV[a + 3]),
-    feeds = ARGV[a + 4] == "1", points = tonumber(ARGV[a + 5]), rule = ARGV[a + 6],
-    threshold = tonumber(ARGV[a + 7]),
-    totals = KEYS[k + 1], chz = KEYS[k + 2], chs = KEYS[k + 3], fw = KEYS[k + 4],
-    bk = KEYS[k + 5], best = KEYS[k + 6],
+    id = ARGV[a + ARG_GROUP.board], agg = agg or aggregation, fa = fa_ms and tonumber(fa_ms),
+    cutoff = tonumber(ARGV[a + ARG_GROUP.cutoff_ms]),
+    feeds = ARGV[a + ARG_GROUP.feeds] == "1", points = tonumber(ARGV[a + ARG_GROUP.points]),
+    rule = ARGV[a + ARG_GROUP.rule], threshold = tonumber(ARGV[a + ARG_GROUP.threshold]),
+    totals = KEYS[k + KEY_GROUP.totals], chz = KEYS[k + KEY_GROUP.chz],
+    chs = KEYS[k + KEY_GROUP.chs], fw = KEYS[k + KEY_GROUP.fw],
+    bk = KEYS[k + KEY_GROUP.bk], best = KEYS[k + KEY_GROUP.best],
   }
   boards[i] = b
   given[b.id] = true
 end
 
 -- (b) contribution: a revision not above the stored one changes nothing.
-local stored = redis.call("HGETALL", KEYS[2])
+local stored = redis.call("HGETALL", KEYS[KEY.contribution])
 local stored_rev = 0
 local held_id = nil
 local held_before = 0
@@ -128,7 +146,7 @@ if mode == "release" then
   -- As if accepted then: only while no later revision replaced it; the revision it
   -- is compared with is the one stored before it was held.
   if held_id ~= event_id or stored_rev ~= revision then
-    redis.call("HDEL", KEYS[8], held_field)
+    redis.call("HDEL", KEYS[KEY.quarantine], held_field)
     return {"superseded", ""}
   end
   stored_rev = held_before
@@ -138,7 +156,7 @@ end
 -- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
 -- rejected outright, nothing applied, no token spent.
 if mode == "apply" and is_new_match and max_per_hour > 0 then
-  local recent = redis.call("ZCOUNT", KEYS[6], "(" .. (occurred_ms - HOUR_MS), occurred_ms)
+  local recent = redis.call("ZCOUNT", KEYS[KEY.recent], "(" .. (occurred_ms - HOUR_MS), occurred_ms)
   if recent >= max_per_hour then
     return {"implausible", string.format(
       "max_matches_per_hour: %d accepted matches in the hour before this one; at most %d",
@@ -146,7 +164,7 @@ if mode == "apply" and is_new_match and max_per_hour > 0 then
   end
 end
 if mode == "apply" and is_new_match and min_gap_ms > 0 then
-  local prev = redis.call("ZREVRANGEBYSCORE", KEYS[6], occurred_ms, "-inf",
+  local prev = redis.call("ZREVRANGEBYSCORE", KEYS[KEY.recent], occurred_ms, "-inf",
     "WITHSCORES", "LIMIT", 0, 1)
   if #prev > 0 and occurred_ms - tonumber(prev[2]) < min_gap_ms then
     return {"implausible", string.format(
@@ -162,7 +180,7 @@ end
 -- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
 -- refillSeconds (5/60: 5 at once, then 1 a minute).
 if mode == "apply" and rate_capacity > 0 and is_new_match then
-  local bucket = redis.call("HMGET", KEYS[5], "t", "ts")
+  local bucket = redis.call("HMGET", KEYS[KEY.rate], "t", "ts")
   local tokens = tonumber(bucket[1]) or rate_capacity
   local last = tonumber(bucket[2]) or now_ms
   local per_ms = 1 / rate_refill_ms
@@ -170,12 +188,12 @@ if mode == "apply" and rate_capacity > 0 and is_new_match then
   if tokens < 1 then
     return {"rate_limited", tostring(math.ceil((1 - tokens) / per_ms / 1000))}
   end
-  redis.call("HSET", KEYS[5], "t", tostring(tokens - 1), "ts", tostring(now_ms))
+  redis.call("HSET", KEYS[KEY.rate], "t", tostring(tokens - 1), "ts", tostring(now_ms))
   -- A bucket idle long enough to refill completely equals a missing one.
-  redis.call("PEXPIRE", KEYS[5], rate_capacity * rate_refill_ms)
+  redis.call("PEXPIRE", KEYS[KEY.rate], rate_capacity * rate_refill_ms)
 end
 
-local position = redis.call("INCR", KEYS[4])
+local position = redis.call("INCR", KEYS[KEY.position])
 
 -- total, version, achievedMs (nil off first_achieved boards) of the player.
 local function read_total(b)
@@ -274,7 +292,7 @@ end
 
 -- A shadowed player is hidden from every public answer: restore re-adds it at its
 -- total then (speed/lua/flag_player.lua).
-local shadowed = redis.call("HGET", KEYS[7], player) == "shadow"
+local shadowed = redis.call("HGET", KEYS[KEY.flags], player) == "shadow"
 
 local function write_total(b, old, old_achieved, total, version)
   local achieved = nil
@@ -334,7 +352,7 @@ if held then
   status = "quarantined"
   -- The match's revision is taken (a resend is superseded); its contributions stay
   -- those of the revision before, remembered for the release.
-  redis.call("HSET", KEYS[2], "r", revision, "q", event_id, "qr", stored_rev)
+  redis.call("HSET", KEYS[KEY.contribution], "r", revision, "q", event_id, "qr", stored_rev)
 elseif stored_rev > 0 and revision <= stored_rev then
   -- Superseded: report the current totals of the boards this event would feed.
   status = "superseded"
@@ -392,16 +410,16 @@ else
   end
   contribution[#contribution + 1] = "r"
   contribution[#contribution + 1] = revision
-  redis.call("HSET", KEYS[2], unpack(contribution))
+  redis.call("HSET", KEYS[KEY.contribution], unpack(contribution))
   if held_id then
     -- This revision replaces a held one: releasing that one later changes nothing.
-    redis.call("HDEL", KEYS[2], "q", "qr")
+    redis.call("HDEL", KEYS[KEY.contribution], "q", "qr")
   end
   if is_new_match and any_applied and (min_gap_ms > 0 or max_per_hour > 0) then
     -- A day of history is enough for both bounds; older matches drop out.
-    redis.call("ZADD", KEYS[6], occurred_ms, match_id)
-    redis.call("ZREMRANGEBYSCORE", KEYS[6], "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
-    redis.call("EXPIRE", KEYS[6], 2 * 24 * 3600)
+    redis.call("ZADD", KEYS[KEY.recent], occurred_ms, match_id)
+    redis.call("ZREMRANGEBYSCORE", KEYS[KEY.recent], "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
+    redis.call("EXPIRE", KEYS[KEY.recent], 2 * 24 * 3600)
   end
   if any_applied then
     status = "accepted"
@@ -417,7 +435,7 @@ else
     end
   end
 end
-redis.call("EXPIRE", KEYS[2], retention)
+redis.call("EXPIRE", KEYS[KEY.contribution], retention)
 
 local result = cjson.encode({
   eventId = event_id, playerId = player, status = status, boards = items,
@@ -433,11 +451,11 @@ end
 local record = string.format(
   '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s}',
   partition, position, now_ms, logged, event_json, result)
-redis.call("XADD", KEYS[3], string.format("%d-0", position), "r", record)
+redis.call("XADD", KEYS[KEY.log], string.format("%d-0", position), "r", record)
 if held then
-  redis.call("HSET", KEYS[8], held_field, record)
+  redis.call("HSET", KEYS[KEY.quarantine], held_field, record)
 elseif mode == "release" then
-  redis.call("HDEL", KEYS[8], held_field)
+  redis.call("HDEL", KEYS[KEY.quarantine], held_field)
 end
 
 -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
@@ -451,5 +469,5 @@ for j, item in ipairs(items) do
 end
 local compact = string.format("%s|%d|%d|%s", status, partition, position,
   table.concat(parts, ";"))
-redis.call("SET", KEYS[1], fingerprint .. "|" .. compact, "EX", retention)
+redis.call("SET", KEYS[KEY.dedupe], fingerprint .. "|" .. compact, "EX", retention)
 return {"ok", compact}
