@@ -94,7 +94,7 @@ airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy speed api jobs conf cli
+	$(VENV)/bin/mypy speed api jobs conf cli serving
 
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb

@@ -16,9 +16,9 @@ from api.errors import BodyTooLarge
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.security import verify_admin
-from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
 from conf.settings import Settings
+from serving.registry import GenerationRegistry
 from speed.store import SpeedLayer
 
 

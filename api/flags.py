@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.segments import GenerationRegistry
+from serving.registry import GenerationRegistry
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
+from speed.scripts import FLAG_PLAYER
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
 SHADOW = "shadow"
+# Bumped after every flag change: cached live answers depend on it (api/reads.py).
+FLAGS_VERSION_KEY = "lb-reads:flags-version"
 
 
 class FlagRetry(RuntimeError):
@@ -88,27 +91,45 @@ async def set_flag(
                     )
                     boards.add(board)
         ordered = sorted(boards)
-        script_keys = [keys.flags, keys.base_generation]
-        args: list[Any] = [player_id, action, number, len(ordered)]
+        script_keys = FLAG_PLAYER.keys_of(
+            {"flags": keys.flags, "base": keys.base_generation},
+            [
+                {
+                    "totals": keys.totals(board),
+                    "chz": keys.changed_live(board),
+                    "chs": keys.changed_snapshot(board),
+                    "fw": keys.fenwick(board),
+                    "bk": keys.buckets(board),
+                }
+                for board in ordered
+            ],
+        )
+        groups = []
         for board in ordered:
-            script_keys += [
-                keys.totals(board),
-                keys.changed_live(board),
-                keys.changed_snapshot(board),
-                keys.fenwick(board),
-                keys.buckets(board),
-            ]
             score, achieved = base_scores.get(board, (None, None))
-            args += [
-                board,
-                "" if score is None else score,
-                "" if achieved is None else achieved,
-            ]
+            groups.append(
+                {
+                    "board": board,
+                    "base_score": "" if score is None else score,
+                    "base_achieved_ms": "" if achieved is None else achieved,
+                }
+            )
+        args = FLAG_PLAYER.args_of(
+            {
+                "player": player_id,
+                "action": action,
+                "expected_generation": number,
+                "n_boards": len(ordered),
+            },
+            groups,
+        )
         kind, payload = await script(keys=script_keys, args=args)
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "retry":
             continue
         touched = int(payload) if kind == "ok" else 0
+        if kind == "ok":
+            await speed.client.incr(FLAGS_VERSION_KEY)
         return {
             "playerId": player_id,
             "flag": SHADOW if action == "shadow" else None,

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from api.live import Base, LiveReader, NotExact
-from api.segments import BoardSegment
+from serving.segments import BoardSegment
 from speed.lua import load
 from speed.partitions import Keys, partition_of
 

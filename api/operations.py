@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 import redis
 
-from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig
 from conf.settings import Settings
+from serving.registry import GenerationRegistry
 from speed.partitions import KEY_PREFIX, Keys
 
 SEASON_STATES = ("open", "closing", "closed")

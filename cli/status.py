@@ -11,10 +11,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from api.operations import collect_state
-from api.segments import GenerationRegistry
 from cli.stack import api_url
 from conf.boards import load_boards
 from conf.settings import Settings
+from serving.registry import GenerationRegistry
 from speed.server import resolve_redis_url
 
 

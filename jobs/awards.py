@@ -42,9 +42,10 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 
 from conf.boards import BoardsConfig, Season, boards_for_event
+from serving.files import fsync_dir, read_arrow, write_arrow
+from serving.manifest import rfc3339 as rfc3339
 from speed.events import parse_rfc3339
 
 AWARD_FILE = "award.json"
@@ -128,13 +129,13 @@ class AwardVersion:
         table = self._tables.get(board)
         if table is None:
             path = self.directory / info["file"]
-            table = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+            table = read_arrow(path)
             self._tables[board] = table
         return table
 
     def contributions(self) -> pa.Table:
         path = self.directory / CONTRIBUTIONS_FILE
-        return ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        return read_arrow(path)
 
     def adjudicated_events(self) -> set[tuple[str, str]]:
         """(playerId, eventId) decided by this version's adjudication."""
@@ -191,32 +192,6 @@ def award_generations(data_dir: Path) -> set[str]:
 
 
 # ------------------------------------------------------------------------- writing
-
-
-def _write_arrow(path: Path, table: pa.Table) -> str:
-    table = table.combine_chunks()
-    with pa.OSFile(str(path), "wb") as sink:
-        with ipc.new_file(sink, table.schema) as writer:
-            for batch in table.to_batches():
-                writer.write_batch(batch)
-    with path.open("rb") as fh:
-        os.fsync(fh.fileno())
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return digest
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
-        f"{moment.microsecond // 1000:03d}Z"
-    )
 
 
 def rank_board(
@@ -315,7 +290,7 @@ def write_version(
         for board in sorted(boards):
             table = boards[board]
             name = f"{board}.arrow"
-            sums[board] = _write_arrow(tmp / name, table)
+            sums[board] = write_arrow(tmp / name, table)
             meta_boards[board] = {
                 "population": table.num_rows,
                 "file": name,
@@ -329,7 +304,7 @@ def write_version(
                 ("board", "ascending"),
             ],
         )
-        contributions_sum = _write_arrow(
+        contributions_sum = write_arrow(
             tmp / CONTRIBUTIONS_FILE,
             contributions.take(order)
             .select(CONTRIBUTION_SCHEMA.names)
@@ -359,7 +334,7 @@ def write_version(
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if fail_before_rename:
             raise AwardsError("aborted before the award version was renamed in")
         try:
@@ -368,7 +343,7 @@ def write_version(
             raise AdjudicationConflict(
                 f"{season.id} award version {version} was created concurrently"
             ) from None
-        _fsync_dir(root)
+        fsync_dir(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     written = read_version(data_dir, season.id, version)

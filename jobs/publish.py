@@ -15,26 +15,17 @@ Order of effects (a generation is visible to the API only through its
    ``txnVersion`` = generation number);
 7. LAST, write ``<gen>/manifest.json`` atomically (tmp + ``os.replace``).
 
-Segment format, per board (files named after the board id; ':' is fine on Linux):
-
-* ``<board>.arrow``: Arrow IPC file, uncompressed, one record batch; columns
-  ``player_id`` (utf8), ``score`` (int64) in display order (row i = position i+1);
-* ``<board>.index.arrow``: column ``row`` (uint32), row numbers sorted by player id
-  (UTF-8 byte order), for bisecting by player;
-* ``<board>.buckets.arrow``: equi-depth Fenwick buckets, ascending: ``lower`` (int64,
-  distinct scores; bucket holds ``lower <= s < next lower``; the first is the board's
-  minimum) and ``count`` (int64 players).
+The segment and manifest format (files, ids, ``manifest.json``) is
+:mod:`serving`'s.
 
 The same bronze and boundary give byte-identical segment files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -45,20 +36,33 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, load_boards
+from conf.boards import BoardsConfig, Season, load_boards
 from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
-from conf.rules import default_registry
+from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
 from jobs.audit import land_audit
+from jobs.incremental import (
+    CONTRIBUTION_KEYS,
+    MODE_FULL,
+    MODE_INCREMENTAL,
+    TOTAL_KEYS,
+    Build,
+    Previous,
+    build_path,
+    fingerprint,
+    hidden_players,
+    link_board,
+    load_merge,
+    previous_state,
+    transform_touched_history,
+)
 from jobs.land import (
     BRONZE,
     bronze_path,
@@ -69,27 +73,35 @@ from jobs.land import (
 )
 from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
-from jobs.recompute import transform_achieved, transform_recompute, transform_totals
-from jobs.shadow import extract_shadowed, hidden_from, transform_public, write_hidden
+from jobs.recompute import (
+    transform_achieved,
+    transform_between_boundaries,
+    transform_recompute,
+    transform_totals,
+    with_record_columns,
+)
+from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
+from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
+
+# The format is serving's; the re-exported names are the ones callers know from here.
+from serving.manifest import MANIFEST_FILE, build_manifest
+from serving.manifest import generation_number as generation_number
+from serving.manifest import rfc3339 as rfc3339
+from serving.segments import equi_depth_buckets as equi_depth_buckets
+from serving.segments import write_board_segment as write_board_segment
+from serving.segments import write_hidden, write_segments
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
 GOLD_SNAPSHOTS = "gold_snapshots"
 GOLD_MANIFEST = "gold_manifest"
-MANIFEST_FILE = "manifest.json"
 DEFAULT_BUCKET_TARGET = 100
-GENERATION = re.compile(r"^g(\d+)$")
-TMP_PREFIX = ".tmp-"
 JOB_UMASK = 0o027
 log = logging.getLogger(__name__)
 
-SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
-# first_achieved boards add when each player reached its score (epoch ms).
-TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
-INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
-BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
+GOLD_COLUMNS = ["board", "position", "rank", "player_id", "score", "achieved_ms"]
 
 MANIFEST_SCHEMA = T.StructType(
     [
@@ -118,11 +130,6 @@ class PublishedRow:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def generation_number(generation: str) -> int | None:
-    match = GENERATION.match(generation)
-    return int(match.group(1)) if match else None
 
 
 # A generation that left the newest K stays on disk this long: an API process maps
@@ -179,126 +186,34 @@ def protected_generations(settings: Settings) -> set[str]:
     return base_generations(settings) | award_generations(settings.data_dir)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_arrow(path: Path, table: pa.Table) -> None:
-    """One uncompressed record batch: memory-mappable and byte-reproducible."""
-    table = table.combine_chunks()
-    with pa.OSFile(str(path), "wb") as sink:
-        with ipc.new_file(sink, table.schema) as writer:
-            for batch in table.to_batches():
-                writer.write_batch(batch)
-    with path.open("rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _local_path(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
-        f"{moment.microsecond // 1000:03d}Z"
-    )
-
-
-# ------------------------------------------------------------------ buckets/segments
-
-
-def equi_depth_buckets(
-    scores: np.ndarray, target: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, count) of buckets over ``scores``, ascending by lower.
-
-    Greedy over distinct scores in ascending order: a bucket closes once it holds at
-    least ``target`` players; a boundary is always a distinct score, so one score
-    with many ties makes a bucket larger than the target.
-    """
-    if len(scores) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    values, counts = np.unique(scores, return_counts=True)
-    lowers: list[int] = []
-    sizes: list[int] = []
-    filled = target  # forces a bucket to open at the first value
-    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-        if filled >= target:
-            lowers.append(value)
-            sizes.append(0)
-            filled = 0
-        sizes[-1] += count
-        filled += count
-    return np.asarray(lowers, np.int64), np.asarray(sizes, np.int64)
-
-
-def write_board_segment(
-    directory: Path,
-    board: str,
-    player_ids: pa.Array,
-    scores: pa.Array,
-    bucket_target: int,
-    achieved: pa.Array | None = None,
-) -> dict[str, str]:
-    """Write the three files of one board; returns file name -> sha256."""
-    if achieved is None:
-        data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
-    else:
-        data = pa.table([player_ids, scores, achieved], schema=TIMED_SEGMENT_SCHEMA)
-    index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
-    lowers, counts = equi_depth_buckets(
-        data.column("score").to_numpy(zero_copy_only=False), bucket_target
-    )
-    files = {
-        f"{board}.arrow": data,
-        f"{board}.index.arrow": pa.table(
-            [index.cast(pa.uint32())], schema=INDEX_SCHEMA
-        ),
-        f"{board}.buckets.arrow": pa.table(
-            [pa.array(lowers, pa.int64()), pa.array(counts, pa.int64())],
-            schema=BUCKETS_SCHEMA,
-        ),
-    }
-    sums = {}
-    for name, table in files.items():
-        _write_arrow(directory / name, table)
-        sums[name] = _sha256(directory / name)
-    return sums
-
-
-def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa.Table:
-    """The committed gold rows of one generation, read from Delta's active files."""
+def read_gold_generation(
+    spark: SparkSession,
+    path: Path,
+    generation: str,
+    boards: Iterable[str] | None = None,
+) -> pa.Table:
+    """The committed gold rows of one generation, read from Delta's active files
+    (only ``boards``' rows when given)."""
+    columns = ["board", "position", "player_id", "score", "achieved_ms"]
+    wanted = None if boards is None else sorted(boards)
     files = (
         spark.read.format("delta")
         .load(str(path))
         .where(F.col("generation") == generation)
         .inputFiles()
+        if wanted is None or wanted
+        else []
     )
-    columns = ["board", "position", "player_id", "score", "achieved_ms"]
-    tables = [pq.read_table(_local_path(f), columns=columns) for f in sorted(files)]
+    filters = None if wanted is None else [("board", "in", wanted)]
+    tables = [
+        pq.read_table(_local_path(f), columns=columns, filters=filters)
+        for f in sorted(files)
+    ]
     if not tables:
         numeric = ("position", "score", "achieved_ms")
         return pa.table(
@@ -312,61 +227,6 @@ def read_gold_generation(spark: SparkSession, path: Path, generation: str) -> pa
         table, sort_keys=[("board", "ascending"), ("position", "ascending")]
     )
     return table.take(order)
-
-
-def write_segments(
-    table: pa.Table,
-    directory: Path,
-    bucket_target: int,
-    orders: Mapping[str, tuple[bool, bool]] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Write every board of a sorted gold table; returns the manifest's boards map.
-
-    ``orders``: board -> (first_achieved, unique rank) for boards that are not the
-    default (player_id ties, competition rank); they are named in the manifest."""
-    orders = orders or {}
-    boards: dict[str, dict[str, Any]] = {}
-    if table.num_rows == 0:
-        return boards
-    # Rows are sorted by (board, position): each board is one contiguous run, found
-    # where the dictionary index changes (no per-row Python work).
-    encoded = table.column("board").combine_chunks().dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    names = encoded.dictionary.to_pylist()
-    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
-    players = table.column("player_id").combine_chunks()
-    scores = table.column("score").combine_chunks().cast(pa.int64())
-    achieved = (
-        table.column("achieved_ms").combine_chunks().cast(pa.int64())
-        if "achieved_ms" in table.column_names
-        else None
-    )
-    for begin, end in zip(starts[:-1], starts[1:], strict=True):
-        board = names[codes[begin]]
-        timed, unique = orders.get(board, (False, False))
-        sums = write_board_segment(
-            directory,
-            board,
-            players.slice(begin, end - begin),
-            scores.slice(begin, end - begin),
-            bucket_target,
-            achieved.slice(begin, end - begin)
-            if timed and achieved is not None
-            else None,
-        )
-        boards[board] = {
-            "population": end - begin,
-            "file": f"{board}.arrow",
-            "index": f"{board}.index.arrow",
-            "buckets": f"{board}.buckets.arrow",
-            "sha256": sums[f"{board}.arrow"],
-            "checksums": sums,
-        }
-        if timed:
-            boards[board]["tieBreak"] = "first_achieved"
-        if unique:
-            boards[board]["rank"] = "unique"
-    return boards
 
 
 class _PhaseClock:
@@ -420,7 +280,7 @@ def repair_segments(
             continue
         row = rows.get(name)
         if row is not None and entry.is_dir() and not (entry / MANIFEST_FILE).exists():
-            _atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
+            atomic_write_text(entry / MANIFEST_FILE, row.manifest_json)
 
 
 def _published_at(row: PublishedRow) -> float:
@@ -485,18 +345,30 @@ def _retain(settings: Settings, published: list[PublishedRow]) -> list[str]:
 # ------------------------------------------------------------------------- the job
 
 
+def with_achieved(totals: DataFrame, achieved: DataFrame | None) -> DataFrame:
+    """Totals with ``achieved_ms`` (null off ``first_achieved`` boards): silver keeps
+    it, so an incremental build re-ranks untouched players without their history."""
+    if achieved is None:
+        return totals.withColumn("achieved_ms", F.lit(None).cast("bigint"))
+    return totals.join(achieved, ["board", "player_id"], "left").withColumn(
+        "achieved_ms", F.col("achieved_ms").cast("bigint")
+    )
+
+
 def load_silver(
     spark: SparkSession,
     contributions: DataFrame,
     delta_dir: Path,
     generation: str,
     clock: _PhaseClock | None = None,
+    achieved: DataFrame | None = None,
 ) -> DataFrame:
     """Write silver contributions, then totals computed from the written table.
 
-    Silver holds the latest recompute (overwritten; rows carry the generation).
-    Totals read the committed contributions back instead of recomputing them, so the
-    recompute runs once. Returns the committed totals.
+    Silver holds the latest recompute (overwritten by a full build, merged by an
+    incremental one; a row carries the generation that last wrote it). Totals read
+    the committed contributions back instead of recomputing them, so the recompute
+    runs once. Returns the committed totals.
     """
     (
         contributions.withColumn("generation", F.lit(generation))
@@ -510,7 +382,7 @@ def load_silver(
         clock.lap("recompute_contributions")
     written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
     (
-        transform_totals(written.drop("generation"))
+        with_achieved(transform_totals(written.drop("generation")), achieved)
         .withColumn("generation", F.lit(generation))
         .write.format("delta")
         .mode("overwrite")
@@ -546,52 +418,6 @@ def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
     )
 
 
-def build_manifest(
-    generation: str,
-    published_at: datetime,
-    boundary: Mapping[int, int],
-    boards: Mapping[str, Mapping[str, Any]],
-    quarantine: Mapping[str, Mapping[str, int]] | None = None,
-    table_versions: Mapping[str, int] | None = None,
-    landing_started_at: datetime | None = None,
-) -> str:
-    body: dict[str, Any] = {
-        "generation": generation,
-        "publishedAt": rfc3339(published_at),
-        "boundary": {str(p): int(boundary[p]) for p in sorted(boundary)},
-        "complete": True,
-        "boards": {
-            board: {
-                k: boards[board][k]
-                for k in (
-                    "population",
-                    "file",
-                    "index",
-                    "buckets",
-                    "sha256",
-                    "tieBreak",
-                    "rank",
-                    "hidden",
-                )
-                if k in boards[board]
-            }
-            for board in sorted(boards)
-        },
-    }
-    if quarantine:
-        # board -> cohort -> points above which the owner transaction holds an event.
-        body["quarantine"] = {b: dict(c) for b, c in sorted(quarantine.items())}
-    if table_versions:
-        # The Delta versions this generation was built from (time travel for
-        # analysts: docs/ANALYSTS.md).
-        body["tableVersions"] = {k: int(v) for k, v in sorted(table_versions.items())}
-    if landing_started_at is not None:
-        # Everything received before this moment is in the generation: a board that
-        # closed before it is final here (see jobs/season.py).
-        body["landingStartedAt"] = rfc3339(landing_started_at)
-    return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
-
-
 def run_publish(
     settings: Settings,
     *,
@@ -603,8 +429,12 @@ def run_publish(
     after_land_commit: Callable[[int], None] | None = None,
     land: bool = True,
     timings: dict[str, float] | None = None,
+    full: bool = False,
 ) -> str:
     """Land, recompute, rank and publish the next generation; returns its id.
+
+    Incremental when the previous generation is a valid base (jobs/incremental.py);
+    ``full`` forces a full recompute.
 
     ``fail_before_manifest`` / ``fail_at`` are test hooks that raise
     :class:`PublishAborted` at a step: ``"before_manifest_row"`` (segments in place,
@@ -630,6 +460,7 @@ def run_publish(
             fail_at=fail_at,
             after_land_commit=after_land_commit,
             land=land,
+            full=full,
         )
     finally:
         os.umask(previous_umask)
@@ -698,13 +529,20 @@ def recompute_generation(
     boundary: Mapping[int, int],
     clock: _PhaseClock | None = None,
     read_flags: bool = True,
-) -> None:
+    *,
+    full: bool = False,
+    bucket_target: int = DEFAULT_BUCKET_TARGET,
+) -> Build:
     """Phase 2: silver (contributions, totals) and the ranked gold snapshot of
     ``generation`` from bronze up to ``boundary``.
 
     Promoted rules apply to their seasons, registered replays add their namespace
     boards (conf/rule_state.py), and shadowed players stay out of gold (read from
-    the speed layer's flags unless ``read_flags`` is false)."""
+    the speed layer's flags unless ``read_flags`` is false).
+
+    Incremental (jobs/incremental.py) when the previous generation is a valid base
+    and ``full`` is false; the returned :class:`Build` says which, and is also saved
+    for :func:`publish_segments` (a separate Airflow task)."""
     delta_dir = settings.delta_dir
     bronze = bronze_path(settings)
     if table_exists(bronze):
@@ -715,33 +553,171 @@ def recompute_generation(
         events = transform_records(spark.createDataFrame([], text))
     rule_state = load_rule_state(settings.data_dir)
     boards = effective_boards(boards, rule_state)
-    contributions, _ = transform_recompute(
-        events,
-        boundary,
-        [*boards.seasons, *namespace_seasons(boards, rule_state)],
-        window_lateness_ms=boards.window_lateness_ms,
-        window_rule=boards.rule,
-        registry=default_registry(settings.points_min, settings.points_max),
+    seasons = [*boards.seasons, *namespace_seasons(boards, rule_state)]
+    points = (settings.points_min, settings.points_max)
+    fp = fingerprint(boards, seasons, points, bucket_target)
+    shadowed = extract_shadowed(settings) if read_flags else set()
+    previous: Previous | None = None
+    if not full:
+        published = extract_published(spark, delta_dir / GOLD_MANIFEST)
+        last = published[-1] if published else None
+        previous, why = previous_state(
+            settings,
+            last.manifest_json if last else None,
+            last.generation if last else None,
+            fp,
+            boundary,
+            (SILVER_CONTRIBUTIONS, SILVER_TOTALS),
+        )
+        if previous is None:
+            log.info("%s: full build (%s)", generation, why)
+    recompute = RecomputeInputs(
+        events=with_record_columns(events),
+        boundary=boundary,
+        seasons=seasons,
+        boards=boards,
+        registry=default_registry(*points),
+        shadowed=shadowed,
+        partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
     )
+    if previous is None:
+        _recompute_full(spark, delta_dir, generation, recompute, clock)
+        build = Build(MODE_FULL, fp)
+    else:
+        build = _recompute_incremental(
+            spark, delta_dir, generation, recompute, previous, clock
+        )
+        build.fingerprint = fp
+    build.save(build_path(settings, generation))
+    return build
+
+
+@dataclass(frozen=True, slots=True)
+class RecomputeInputs:
+    """What both builds recompute from (bronze with every record column)."""
+
+    events: DataFrame
+    boundary: Mapping[int, int]
+    seasons: list[Season]
+    boards: BoardsConfig
+    registry: RuleRegistry
+    shadowed: set[str]
+    partitions: int
+
+    def silver(self, events: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+        """(contributions, first-achieved times) of ``events`` up to the boundary."""
+        contributions, _ = transform_recompute(
+            events,
+            self.boundary,
+            self.seasons,
+            window_lateness_ms=self.boards.window_lateness_ms,
+            window_rule=self.boards.rule,
+            registry=self.registry,
+        )
+        achieved = transform_achieved(
+            events, self.boundary, self.boards.seasons, self.boards.window_lateness_ms
+        )
+        return contributions, achieved
+
+    def rank(self, totals: DataFrame) -> DataFrame:
+        unique = [b for b, (_, u) in board_orders(self.boards).items() if u]
+        return transform_rank(
+            transform_public(totals, self.shadowed), self.partitions, unique
+        )
+
+
+def _recompute_full(
+    spark: SparkSession,
+    delta_dir: Path,
+    generation: str,
+    inputs: RecomputeInputs,
+    clock: _PhaseClock | None,
+) -> None:
+    contributions, achieved = inputs.silver(inputs.events)
     if clock is not None:
         clock.lap("land")
-    totals_now = load_silver(spark, contributions, delta_dir, generation, clock)
-    achieved = transform_achieved(
-        events, boundary, boards.seasons, boards.window_lateness_ms
+    totals_now = load_silver(
+        spark, contributions, delta_dir, generation, clock, achieved
     )
-    if achieved is not None:
-        totals_now = totals_now.join(achieved, ["board", "player_id"], "left")
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    orders = board_orders(boards)
-    shadowed = extract_shadowed(settings) if read_flags else set()
-    ranked = transform_rank(
-        transform_public(totals_now, shadowed),
-        partitions,
-        [b for b, (_, u) in orders.items() if u],
-    )
-    load_gold_snapshot(ranked, delta_dir / GOLD_SNAPSHOTS, generation)
+    load_gold_snapshot(inputs.rank(totals_now), delta_dir / GOLD_SNAPSHOTS, generation)
     if clock is not None:
         clock.lap("rank_gold")
+
+
+def _recompute_incremental(
+    spark: SparkSession,
+    delta_dir: Path,
+    generation: str,
+    inputs: RecomputeInputs,
+    previous: Previous,
+    clock: _PhaseClock | None,
+) -> Build:
+    """Silver and gold of ``generation`` from ``previous`` plus the log's delta."""
+    delta = transform_between_boundaries(
+        inputs.events, previous.boundary, inputs.boundary
+    )
+    touched = delta.select("player_id").distinct().localCheckpoint(eager=True)
+    touched_count = touched.count()
+    history = transform_touched_history(inputs.events, touched)
+    contributions, achieved = inputs.silver(history)
+    contributions = contributions.withColumn(
+        "generation", F.lit(generation)
+    ).localCheckpoint(eager=True)
+    if clock is not None:
+        clock.lap("recompute_contributions")
+    totals = (
+        with_achieved(transform_totals(contributions.drop("generation")), achieved)
+        .withColumn("generation", F.lit(generation))
+        .localCheckpoint(eager=True)
+    )
+    totals_path = delta_dir / SILVER_TOTALS
+    # Boards to re-rank: those a touched player was or is on, and those of a player
+    # whose shadow flag changed since the previous generation (read before the merge).
+    flipped = sorted(inputs.shadowed ^ hidden_players(previous))
+    flagged = touched.unionByName(
+        spark.createDataFrame([(p,) for p in flipped], "player_id string")
+    )
+    before = (
+        spark.read.format("delta")
+        .load(str(totals_path))
+        .join(F.broadcast(flagged), "player_id", "left_semi")
+        .select("board")
+    )
+    touched_boards = sorted(
+        r[0] for r in before.union(totals.select("board")).distinct().collect()
+    )
+    load_merge(
+        spark,
+        delta_dir / SILVER_CONTRIBUTIONS,
+        contributions,
+        touched,
+        CONTRIBUTION_KEYS,
+    )
+    load_merge(spark, totals_path, totals, touched, TOTAL_KEYS)
+    if clock is not None:
+        clock.lap("totals")
+    gold_path = delta_dir / GOLD_SNAPSHOTS
+    kept = (
+        spark.read.format("delta")
+        .load(str(gold_path))
+        .where(F.col("generation") == previous.generation)
+        .where(~F.col("board").isin(touched_boards))
+        .select(*GOLD_COLUMNS)
+    )
+    if touched_boards:
+        merged = spark.read.format("delta").load(str(totals_path))
+        ranked = inputs.rank(merged.where(F.col("board").isin(touched_boards)))
+        kept = kept.unionByName(ranked.select(*GOLD_COLUMNS))
+    load_gold_snapshot(kept, gold_path, generation)
+    if clock is not None:
+        clock.lap("rank_gold")
+    return Build(
+        MODE_INCREMENTAL,
+        "",
+        base=previous.generation,
+        touched_boards=touched_boards,
+        touched_players=touched_count,
+    )
 
 
 def publish_segments(
@@ -755,12 +731,21 @@ def publish_segments(
     bucket_target: int = DEFAULT_BUCKET_TARGET,
     fail_at: str | None = None,
     clock: _PhaseClock | None = None,
+    build: Build | None = None,
 ) -> str:
-    """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention."""
+    """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention.
+
+    ``build``: how phase 2 built the generation (default: what it saved)."""
     delta_dir = settings.delta_dir
     manifest_path = delta_dir / GOLD_MANIFEST
     boundary = inputs.boundary
-    table = read_gold_generation(spark, delta_dir / GOLD_SNAPSHOTS, generation)
+    if build is None:
+        build = Build.load(build_path(settings, generation))
+    base = _segment_base(settings, spark, build)
+    # An incremental build rewrites only the boards it re-ranked; the rest are the
+    # previous generation's files (None: every board).
+    only = build.touched_boards if base is not None and build is not None else None
+    table = read_gold_generation(spark, delta_dir / GOLD_SNAPSHOTS, generation, only)
     if clock is not None:
         clock.lap("read_gold")
     target = settings.segments_dir / generation
@@ -769,17 +754,23 @@ def publish_segments(
     try:
         board_files = write_segments(table, tmp, bucket_target, board_orders(boards))
         # Shadowed players: in silver, left out of this generation's gold.
-        hidden = hidden_from(
-            spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS)),
-            spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS)),
-            generation,
-        )
-        write_hidden(hidden, tmp, board_files)
-        _fsync_dir(tmp)
+        silver_totals = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
+        gold = spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS))
+        if only is not None:
+            silver_totals = silver_totals.where(F.col("board").isin(only))
+            gold = gold.where(F.col("board").isin(only))
+        write_hidden(hidden_from(silver_totals, gold, generation), tmp, board_files)
+        if base is not None:
+            previous, checksums = base
+            rewritten = set(only or ())
+            for board in previous.manifest.get("boards", {}):
+                if board not in rewritten:
+                    board_files[board] = link_board(previous, board, tmp, checksums)
+        fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
         os.rename(tmp, target)
-        _fsync_dir(settings.segments_dir)
+        fsync_dir(settings.segments_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if clock is not None:
@@ -804,6 +795,7 @@ def publish_segments(
         thresholds,
         table_versions=versions,
         landing_started_at=inputs.landing_started_at,
+        build=_build_entry(build, base),
     )
     row = {
         "generation": generation,
@@ -823,7 +815,8 @@ def publish_segments(
     load_manifest_row(spark, manifest_path, row, number)
     if fail_at == "before_manifest_json":
         raise PublishAborted(f"{generation}: aborted before manifest.json")
-    _atomic_write_text(target / MANIFEST_FILE, manifest_json)
+    atomic_write_text(target / MANIFEST_FILE, manifest_json)
+    build_path(settings, generation).unlink(missing_ok=True)
 
     if clock is not None:
         clock.lap("manifest")
@@ -832,6 +825,44 @@ def publish_segments(
     if clock is not None:
         clock.lap("retention")
     return generation
+
+
+def _segment_base(
+    settings: Settings, spark: SparkSession, build: Build | None
+) -> tuple[Previous, dict[str, str]] | None:
+    """The previous generation whose untouched boards an incremental build links,
+    with its per-file checksums; None when the segments are written in full."""
+    if build is None or build.mode != MODE_INCREMENTAL or build.base is None:
+        return None
+    directory = settings.segments_dir / build.base
+    try:
+        manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    except (OSError, ValueError):
+        return None  # gone: gold holds every row, so write every board
+    row = (
+        spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_MANIFEST))
+        .where(F.col("generation") == build.base)
+        .select("checksums")
+        .first()
+    )
+    if row is None:
+        return None
+    boundary = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
+    previous = Previous(build.base, boundary, manifest, directory)
+    return previous, dict(row["checksums"])
+
+
+def _build_entry(
+    build: Build | None, base: tuple[Previous, dict[str, str]] | None
+) -> dict[str, Any] | None:
+    if build is None:
+        return None
+    entry = build.manifest_entry()
+    if build.mode == MODE_INCREMENTAL and base is None:
+        # Silver was merged, but every segment was written from gold.
+        entry["segments"] = "full"
+    return entry
 
 
 def _run_publish(
@@ -845,6 +876,7 @@ def _run_publish(
     fail_at: str | None,
     after_land_commit: Callable[[int], None] | None,
     land: bool,
+    full: bool = False,
 ) -> str:
     if land:
         # Which Redis to land from is settled before Spark starts: never a default.
@@ -863,8 +895,16 @@ def _run_publish(
     inputs = land_inputs(
         settings, spark, land=land, after_land_commit=after_land_commit
     )
-    recompute_generation(
-        settings, spark, boards, generation, inputs.boundary, clock, read_flags=land
+    build = recompute_generation(
+        settings,
+        spark,
+        boards,
+        generation,
+        inputs.boundary,
+        clock,
+        read_flags=land,
+        full=full,
+        bucket_target=bucket_target,
     )
     return publish_segments(
         settings,
@@ -876,6 +916,7 @@ def _run_publish(
         bucket_target=bucket_target,
         fail_at=fail_at,
         clock=clock,
+        build=build,
     )
 
 
@@ -887,3 +928,73 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationCheck:
+    """A published generation's gold rows against a full recompute of its boundary."""
+
+    generation: str
+    build: dict[str, Any]
+    rows: int
+    only_in_gold: int
+    only_in_recompute: int
+
+    @property
+    def ok(self) -> bool:
+        return self.only_in_gold == 0 and self.only_in_recompute == 0
+
+
+def check_generation(
+    settings: Settings,
+    spark: SparkSession,
+    generation: str | None = None,
+    boards: BoardsConfig | None = None,
+) -> GenerationCheck:
+    """Recompute ``generation`` (default: the latest) in full from bronze up to its
+    boundary, without writing anything, and count the gold rows each side lacks
+    (board, position, rank, player, score, achieved_ms; ``EXCEPT ALL`` both ways).
+
+    The players it left out are taken from its hidden files, so a shadow flag
+    changed since does not count as a difference. An incremental generation must
+    come out identical (``lb verify --check-incremental``).
+    """
+    published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
+    rows = [r for r in published if generation is None or r.generation == generation]
+    if not rows:
+        raise ValueError(f"{generation or 'no generation'} is not published")
+    row = rows[-1]
+    manifest = json.loads(row.manifest_json)
+    boundary = {int(p): int(v) for p, v in manifest["boundary"].items()}
+    directory = settings.segments_dir / row.generation
+    shadowed = hidden_players(Previous(row.generation, boundary, manifest, directory))
+    bronze = bronze_path(settings)
+    if boards is None:
+        boards = load_boards(settings.boards_file)
+    rule_state = load_rule_state(settings.data_dir)
+    boards = effective_boards(boards, rule_state)
+    inputs = RecomputeInputs(
+        events=with_record_columns(spark.read.format("delta").load(str(bronze))),
+        boundary=boundary,
+        seasons=[*boards.seasons, *namespace_seasons(boards, rule_state)],
+        boards=boards,
+        registry=default_registry(settings.points_min, settings.points_max),
+        shadowed=shadowed,
+        partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
+    )
+    contributions, achieved = inputs.silver(inputs.events)
+    totals = with_achieved(transform_totals(contributions), achieved)
+    fresh = inputs.rank(totals).select(*GOLD_COLUMNS).localCheckpoint(eager=True)
+    gold = (
+        spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == row.generation)
+        .select(*GOLD_COLUMNS)
+    )
+    return GenerationCheck(
+        row.generation,
+        manifest.get("build") or {"mode": "unknown"},
+        gold.count(),
+        gold.exceptAll(fresh).count(),
+        fresh.exceptAll(gold).count(),
+    )

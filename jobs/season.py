@@ -34,14 +34,12 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig, Season, load_boards
 from conf.settings import Settings
 from jobs.awards import (
@@ -59,6 +57,8 @@ from jobs.awards import (
     write_version,
 )
 from jobs.land import LandingGap, run_land, table_exists
+from serving.files import read_arrow
+from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
 from speed.closed import drop_closed_windows
 from speed.partitions import Keys
@@ -338,9 +338,10 @@ def close_season(
                         for p, (got, want) in sorted(missing.items())
                     )
                 )
+            # Full: the award reads silver stamped with this generation only.
             phases: dict[str, float] = {}
             generation_id = run_publish(
-                settings, spark=spark, boards=config, timings=phases
+                settings, spark=spark, boards=config, full=True, timings=phases
             )
             clock.lap("final publish")
             if timings is not None:
@@ -367,7 +368,7 @@ def close_season(
                 if meta is None:
                     continue
                 path = generation.directory / meta["file"]
-                segment = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+                segment = read_arrow(path)
                 tables[board] = rank_board(
                     segment.column("player_id").combine_chunks(),
                     segment.column("score").combine_chunks(),

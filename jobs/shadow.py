@@ -4,29 +4,23 @@ The flags live in the speed layer (``lb:{pN}:flags``, written by the admin call)
 each publish reads them once. Shadowed players are left out of the ranked snapshot
 (gold and segments: top, others' ranks, nearby, entries, histogram counts,
 population), and their totals go to a small side file per board,
-``<board>.hidden.arrow`` (``player_id``, ``score``, sorted by player id), so their own
-rank read can still answer as if they were present.
+``<board>.hidden.arrow`` (written by :func:`serving.segments.write_hidden`), so their
+own rank read can still answer as if they were present.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import defaultdict
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.ipc as ipc
 import redis
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
+from serving.segments import HIDDEN_SCHEMA as HIDDEN_SCHEMA
+from serving.segments import write_hidden as write_hidden
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
-
-HIDDEN_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
 
 
 def extract_shadowed(settings: Settings) -> set[str]:
@@ -65,48 +59,3 @@ def hidden_from(
         .collect()
     )
     return [(r["board"], r["player_id"], int(r["score"])) for r in rows]
-
-
-def write_hidden(
-    rows: Iterable[tuple[str, str, int]],
-    directory: Path,
-    boards: dict[str, dict[str, Any]],
-) -> None:
-    """Write ``<board>.hidden.arrow`` per board and list it in ``boards`` (the
-    manifest's map). A board whose players are all hidden gets an empty public
-    segment entry so the side file has a home."""
-    by_board: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for board, player, score in rows:
-        by_board[board].append((player, score))
-    for board, items in sorted(by_board.items()):
-        items.sort(key=lambda item: item[0].encode("utf-8"))
-        table = pa.table(
-            [
-                pa.array([p for p, _ in items], pa.string()),
-                pa.array([s for _, s in items], pa.int64()),
-            ],
-            schema=HIDDEN_SCHEMA,
-        )
-        name = f"{board}.hidden.arrow"
-        with pa.OSFile(str(directory / name), "wb") as sink:
-            with ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-        digest = hashlib.sha256((directory / name).read_bytes()).hexdigest()
-        meta = boards.get(board)
-        if meta is None:
-            # Every player of the board is hidden: the public side is empty.
-            from jobs.publish import write_board_segment
-
-            sums = write_board_segment(
-                directory, board, pa.array([], pa.string()), pa.array([], pa.int64()), 1
-            )
-            meta = boards[board] = {
-                "population": 0,
-                "file": f"{board}.arrow",
-                "index": f"{board}.index.arrow",
-                "buckets": f"{board}.buckets.arrow",
-                "sha256": sums[f"{board}.arrow"],
-                "checksums": sums,
-            }
-        meta["hidden"] = name
-        meta["checksums"][name] = digest

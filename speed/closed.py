@@ -16,9 +16,9 @@ from typing import Any
 
 import redis
 
-from api.segments import GenerationRegistry
 from conf.boards import BoardsConfig, board_closes_at
 from conf.settings import Settings
+from serving.registry import GenerationRegistry
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.server import resolve_redis_url
 

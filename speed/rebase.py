@@ -19,10 +19,12 @@ import orjson
 import pyarrow as pa
 import redis
 
-from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.settings import Settings
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
+from speed.scripts import REBASE_PARTITION
 from speed.server import resolve_redis_url
 
 log = logging.getLogger(__name__)
@@ -177,24 +179,35 @@ def rebase(
                 board_set.add(board)
                 snapshot.setdefault(board, {})[player] = lookup(board, player)
             ordered = sorted(board_set)
-            script_keys = [keys.base_generation, keys.log, keys.landed, keys.flags]
-            for board in ordered:
-                script_keys += [
-                    keys.totals(board),
-                    keys.changed_live(board),
-                    keys.changed_snapshot(board),
-                    keys.fenwick(board),
-                    keys.buckets(board),
-                    keys.staged_buckets(board),
-                    keys.staged_counts(board),
-                ]
-            args: list[bytes | str | int] = [
-                generation.number,
-                position,
-                len(ordered),
-                orjson.dumps(snapshot),
-                *ordered,
-            ]
+            script_keys = REBASE_PARTITION.keys_of(
+                {
+                    "base": keys.base_generation,
+                    "log": keys.log,
+                    "landed": keys.landed,
+                    "flags": keys.flags,
+                },
+                [
+                    {
+                        "totals": keys.totals(board),
+                        "chz": keys.changed_live(board),
+                        "chs": keys.changed_snapshot(board),
+                        "fw": keys.fenwick(board),
+                        "bk": keys.buckets(board),
+                        "bk_next": keys.staged_buckets(board),
+                        "cnt_next": keys.staged_counts(board),
+                    }
+                    for board in ordered
+                ],
+            )
+            args = REBASE_PARTITION.args_of(
+                {
+                    "generation": generation.number,
+                    "boundary": position,
+                    "n_boards": len(ordered),
+                    "snapshot_json": orjson.dumps(snapshot),
+                },
+                rest=ordered,
+            )
             kind, payload = script(keys=script_keys, args=args)
             kind = kind.decode() if isinstance(kind, bytes) else kind
             payload = payload.decode() if isinstance(payload, bytes) else payload

@@ -34,7 +34,6 @@ import numpy as np
 import orjson
 import redis
 
-from api.segments import BoardSegment, Generation, GenerationRegistry
 from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import (
@@ -45,11 +44,14 @@ from conf.rules import (
     default_registry,
 )
 from conf.settings import Settings
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
+from speed.scripts import REBUILD_PARTITION
 from speed.server import resolve_redis_url
 
 MAX_ATTEMPTS = 10
@@ -797,22 +799,32 @@ def switch_partition(
     """Rename the staged keys over the live ones in one script call."""
     keys = Keys(state.partition)
     boards = sorted(set(built) | live_boards(client, state.partition))
-    script_keys = [keys.base_generation, keys.position, keys.landed]
-    for board in boards:
-        for structure in BOARD_STRUCTURES:
-            script_keys += [
-                staged_key(keys, structure, board),
-                live_key(keys, structure, board),
-            ]
+    script_keys = REBUILD_PARTITION.keys_of(
+        {
+            "base": keys.base_generation,
+            "position": keys.position,
+            "landed": keys.landed,
+        },
+        [
+            {
+                "staged": staged_key(keys, structure, board),
+                "live": live_key(keys, structure, board),
+            }
+            for board in boards
+            for structure in BOARD_STRUCTURES
+        ],
+    )
     script = client.register_script(load("rebuild_partition"))
     kind, payload = script(
         keys=script_keys,
-        args=[
-            state.position,
-            generation.number if generation else 0,
-            state.boundary,
-            landed,
-        ],
+        args=REBUILD_PARTITION.args_of(
+            {
+                "built_through": state.position,
+                "generation": generation.number if generation else 0,
+                "boundary": state.boundary,
+                "landed": landed,
+            }
+        ),
     )
     return f"{_text(kind)}: {_text(payload)}" if _text(kind) != "ok" else "ok"
 

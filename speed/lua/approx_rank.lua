@@ -5,11 +5,14 @@
 -- ARGV: score
 -- Returns {players in higher buckets, players in the score's bucket, all players,
 --          base generation, log position}
-local score = tonumber(ARGV[1])
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {fw = 1, bk = 2, base = 3, position = 4}
+local ARG = {score = 1}
+local score = tonumber(ARGV[ARG.score])
 -- Bucket members are "<index>/<bucket count>".
-local size = math.max(1, redis.call("ZCARD", KEYS[2]))
+local size = math.max(1, redis.call("ZCARD", KEYS[KEY.bk]))
 local bucket = 1
-local hit = redis.call("ZREVRANGEBYSCORE", KEYS[2], score, "-inf", "LIMIT", 0, 1)
+local hit = redis.call("ZREVRANGEBYSCORE", KEYS[KEY.bk], score, "-inf", "LIMIT", 0, 1)
 if #hit > 0 then
   bucket = tonumber(string.sub(hit[1], 1, string.find(hit[1], "/", 1, true) - 1))
 end
@@ -35,7 +38,7 @@ local function prefix(i)
     ops[#ops + 1] = "#" .. (slot - 1)
   end
   local total = 0
-  for _, v in ipairs(redis.call("BITFIELD", KEYS[1], unpack(ops))) do
+  for _, v in ipairs(redis.call("BITFIELD", KEYS[KEY.fw], unpack(ops))) do
     total = total + v
   end
   return total
@@ -44,6 +47,6 @@ local all = prefix(size)
 local upto = prefix(bucket)
 local below = prefix(bucket - 1)
 return {
-  all - upto, upto - below, all, redis.call("HGET", KEYS[3], "g") or "0",
-  redis.call("GET", KEYS[4]) or "0",
+  all - upto, upto - below, all, redis.call("HGET", KEYS[KEY.base], "g") or "0",
+  redis.call("GET", KEYS[KEY.position]) or "0",
 }

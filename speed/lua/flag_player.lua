@@ -12,17 +12,22 @@
 -- goes to chs, the Fenwick tree loses it. Restore makes it a changed player at its
 -- current total: chz gets enc(total), chs keeps enc(base), Fenwick gains it.
 -- Returns {"ok", boards touched} | {"noop", ""} | {"retry", "base moved"}
-local player = ARGV[1]
-local action = ARGV[2]
-local expected = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {flags = 1, base = 2}
+local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4}
+local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
+local ARG_GROUP = {start = 5, size = 3, board = 0, base_score = 1, base_achieved_ms = 2}
+local player = ARGV[ARG.player]
+local action = ARGV[ARG.action]
+local expected = tonumber(ARGV[ARG.expected_generation])
+local n = tonumber(ARGV[ARG.n_boards])
 local SCORE_OFFSET = 4503599627370496
 
-local base_g = tonumber(redis.call("HGET", KEYS[2], "g") or "0")
+local base_g = tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0")
 if base_g ~= expected then
   return {"retry", "base moved"}
 end
-local flagged = redis.call("HGET", KEYS[1], player) == "shadow"
+local flagged = redis.call("HGET", KEYS[KEY.flags], player) == "shadow"
 if (action == "shadow") == flagged then
   return {"noop", ""}
 end
@@ -66,10 +71,12 @@ end
 
 local touched = 0
 for i = 1, n do
-  local k = 3 + (i - 1) * 5
-  local totals, chz, chs, fw, bk = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local base = tonumber(ARGV[4 + (i - 1) * 3 + 2])
-  local base_achieved = tonumber(ARGV[4 + (i - 1) * 3 + 3])
+  local k = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
+  local totals, chz, chs = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chs]
+  local fw, bk = KEYS[k + KEY_GROUP.fw], KEYS[k + KEY_GROUP.bk]
+  local a = ARG_GROUP.start + (i - 1) * ARG_GROUP.size
+  local base = tonumber(ARGV[a + ARG_GROUP.base_score])
+  local base_achieved = tonumber(ARGV[a + ARG_GROUP.base_achieved_ms])
   local cur = redis.call("HGET", totals, player)
   local total = base
   local achieved = base_achieved
@@ -99,8 +106,8 @@ for i = 1, n do
   end
 end
 if action == "shadow" then
-  redis.call("HSET", KEYS[1], player, "shadow")
+  redis.call("HSET", KEYS[KEY.flags], player, "shadow")
 else
-  redis.call("HDEL", KEYS[1], player)
+  redis.call("HDEL", KEYS[KEY.flags], player)
 end
 return {"ok", tostring(touched)}

@@ -4,10 +4,13 @@
 -- KEYS: base hash, position counter, totals
 -- ARGV: player ids (all on this partition)
 -- Returns {base generation, position, {"total|version" or false per player}}
-local base = redis.call("HGET", KEYS[1], "g") or "0"
-local position = redis.call("GET", KEYS[2]) or "0"
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {base = 1, position = 2, totals = 3}
+local ARG_REST = 1
+local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
+local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local totals = {}
-if #ARGV > 0 then
-  totals = redis.call("HMGET", KEYS[3], unpack(ARGV))
+if #ARGV >= ARG_REST then
+  totals = redis.call("HMGET", KEYS[KEY.totals], unpack(ARGV, ARG_REST))
 end
 return {base, position, totals}

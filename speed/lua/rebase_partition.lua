@@ -16,30 +16,37 @@
 -- generation now holds their score); those changed after it stay. The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
 -- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
-local gen = tonumber(ARGV[1])
-local bpos = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local snap = cjson.decode(ARGV[4])
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {base = 1, log = 2, landed = 3, flags = 4}
+local KEY_GROUP = {
+  start = 5, size = 7, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
+}
+local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4}
+local ARG_REST = 5
+local gen = tonumber(ARGV[ARG.generation])
+local bpos = tonumber(ARGV[ARG.boundary])
+local n = tonumber(ARGV[ARG.n_boards])
+local snap = cjson.decode(ARGV[ARG.snapshot_json])
 local SCORE_OFFSET = 4503599627370496
 
-local current = tonumber(redis.call("HGET", KEYS[1], "g") or "0")
+local current = tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0")
 if current >= gen then
   return {"stale", "base already at g" .. current}
 end
 -- The tail after the boundary must still be in the log to know who changed.
-local landed = tonumber(redis.call("GET", KEYS[3]) or "0")
+local landed = tonumber(redis.call("GET", KEYS[KEY.landed]) or "0")
 if landed > bpos then
   return {"stale", "log already trimmed past the boundary"}
 end
 
 local index = {}
 for i = 1, n do
-  index[ARGV[4 + i]] = 5 + (i - 1) * 7
+  index[ARGV[ARG_REST + i - 1]] = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
 end
 
 local tail = {}
 local missing = {}
-local entries = redis.call("XRANGE", KEYS[2], string.format("%d-0", bpos + 1), "+")
+local entries = redis.call("XRANGE", KEYS[KEY.log], string.format("%d-0", bpos + 1), "+")
 for _, entry in ipairs(entries) do
   local record = cjson.decode(entry[2][2])
   local player = record.event.playerId
@@ -80,7 +87,7 @@ local function tenc(achieved)
 end
 
 local shadowed = {}
-local flags = redis.call("HGETALL", KEYS[4])
+local flags = redis.call("HGETALL", KEYS[KEY.flags])
 for i = 1, #flags, 2 do
   if flags[i + 1] == "shadow" then
     shadowed[flags[i]] = true
@@ -89,10 +96,12 @@ end
 
 local rebased = 0
 for i = 1, n do
-  local board = ARGV[4 + i]
+  local board = ARGV[ARG_REST + i - 1]
   local k = index[board]
-  local totals, chz, chs, fw = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local bk, bk_next, cnt_next = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
+  local totals, chz = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz]
+  local chs, fw = KEYS[k + KEY_GROUP.chs], KEYS[k + KEY_GROUP.fw]
+  local bk, bk_next = KEYS[k + KEY_GROUP.bk], KEYS[k + KEY_GROUP.bk_next]
+  local cnt_next = KEYS[k + KEY_GROUP.cnt_next]
 
   local lowers = {}
   local raw = redis.call("ZRANGE", bk_next, 0, -1, "WITHSCORES")
@@ -198,5 +207,5 @@ for i = 1, n do
   end
   redis.call("DEL", cnt_next)
 end
-redis.call("HSET", KEYS[1], "g", gen, "pos", bpos)
+redis.call("HSET", KEYS[KEY.base], "g", gen, "pos", bpos)
 return {"ok", tostring(rebased)}

@@ -9,35 +9,40 @@
 -- Events that arrived after the build read the log would be lost by the switch: the
 -- position counter tells, and the caller builds the partition again.
 -- Returns {"ok", n} | {"retry", current position}
-local built_through = tonumber(ARGV[1])
-local gen = tonumber(ARGV[2])
-local bpos = tonumber(ARGV[3])
-local landed = tonumber(ARGV[4])
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {base = 1, position = 2, landed = 3}
+local KEY_GROUP = {start = 4, size = 2, staged = 0, live = 1}
+local ARG = {built_through = 1, generation = 2, boundary = 3, landed = 4}
+local built_through = tonumber(ARGV[ARG.built_through])
+local gen = tonumber(ARGV[ARG.generation])
+local bpos = tonumber(ARGV[ARG.boundary])
+local landed = tonumber(ARGV[ARG.landed])
 
-local current = tonumber(redis.call("GET", KEYS[2]) or "0")
+local current = tonumber(redis.call("GET", KEYS[KEY.position]) or "0")
 if current > built_through then
   return {"retry", tostring(current)}
 end
 
 local switched = 0
-for i = 4, #KEYS, 2 do
-  if redis.call("EXISTS", KEYS[i]) == 1 then
-    redis.call("RENAME", KEYS[i], KEYS[i + 1])
+for i = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+  local staged, live = KEYS[i + KEY_GROUP.staged], KEYS[i + KEY_GROUP.live]
+  if redis.call("EXISTS", staged) == 1 then
+    redis.call("RENAME", staged, live)
     switched = switched + 1
   else
-    redis.call("DEL", KEYS[i + 1])
+    redis.call("DEL", live)
   end
 end
-redis.call("DEL", KEYS[1])
+redis.call("DEL", KEYS[KEY.base])
 if gen > 0 then
-  redis.call("HSET", KEYS[1], "g", gen, "pos", bpos)
+  redis.call("HSET", KEYS[KEY.base], "g", gen, "pos", bpos)
 end
 -- A lost counter would hand out positions again: restore it (never move it back).
 if built_through > current then
-  redis.call("SET", KEYS[2], built_through)
+  redis.call("SET", KEYS[KEY.position], built_through)
 end
-local current_landed = tonumber(redis.call("GET", KEYS[3]) or "0")
+local current_landed = tonumber(redis.call("GET", KEYS[KEY.landed]) or "0")
 if landed > current_landed then
-  redis.call("SET", KEYS[3], landed)
+  redis.call("SET", KEYS[KEY.landed], landed)
 end
 return {"ok", tostring(switched)}

@@ -1,0 +1,196 @@
+"""The published generations a process can see: a registry that notices new ones
+(re-scanning the segments directory at most every ``REFRESH_SECONDS``) and keeps the
+newest ``retained`` mapped; each generation maps its board segments lazily."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving.manifest import (
+    MANIFEST_FILE,
+    generation_id,
+    generation_number,
+    read_manifest,
+)
+from serving.segments import BoardSegment
+
+REFRESH_SECONDS = 0.5
+
+
+@dataclass
+class Generation:
+    """A published generation: its manifest and lazily mapped board segments."""
+
+    id: str
+    number: int
+    directory: Path
+    manifest: dict[str, Any]
+    _boards: dict[str, BoardSegment] = field(default_factory=dict)
+    # Whatever readers derive from this immutable generation and keep with it (e.g.
+    # encoded answers, api/reads.py); it goes when the generation is unmapped.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "publishedAt": self.manifest.get("publishedAt"),
+            "boundary": self.manifest.get("boundary", {}),
+            "complete": bool(self.manifest.get("complete", False)),
+        }
+
+    @property
+    def boundary(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in self.manifest.get("boundary", {}).items()}
+
+    def board_names(self) -> list[str]:
+        return sorted(self.manifest.get("boards", {}))
+
+    def board(self, board: str) -> BoardSegment | None:
+        """The board's segment; None when the board is empty in this generation."""
+        segment = self._boards.get(board)
+        if segment is not None:
+            return segment
+        meta = self.manifest.get("boards", {}).get(board)
+        if meta is None:
+            return None
+        with self._lock:
+            if board not in self._boards:
+                self._boards[board] = BoardSegment.load(self.directory, board, meta)
+            return self._boards[board]
+
+
+class GenerationExpiredError(Exception):
+    def __init__(self, generation_id: str, latest: str | None) -> None:
+        super().__init__(generation_id)
+        self.generation_id = generation_id
+        self.latest = latest
+
+
+class GenerationNotFoundError(Exception):
+    pass
+
+
+class GenerationRegistry:
+    """Notices new generations (re-scans at most every REFRESH_SECONDS) and keeps the
+    newest ``retained`` of them mapped; older ones answer GenerationExpired."""
+
+    def __init__(self, segments_dir: Path, retained: int) -> None:
+        self.segments_dir = Path(segments_dir)
+        self.retained = retained
+        self._generations: dict[int, Generation] = {}
+        # Older generations mapped on demand by by_number (bases not yet rebased).
+        self._extra: dict[int, Generation] = {}
+        self._last_scan = 0.0
+        self._lock = threading.Lock()
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_scan < REFRESH_SECONDS:
+            return
+        with self._lock:
+            self._last_scan = now
+            found: dict[int, Path] = {}
+            try:
+                entries = list(os.scandir(self.segments_dir))
+            except FileNotFoundError:
+                entries = []
+            for entry in entries:
+                number = generation_number(entry.name)
+                if number is not None and os.path.exists(
+                    os.path.join(entry.path, MANIFEST_FILE)
+                ):
+                    found[number] = Path(entry.path)
+            keep = sorted(found)[-self.retained :]
+            generations: dict[int, Generation] = {}
+            for number in keep:
+                known = self._generations.get(number)
+                if known is not None:
+                    generations[number] = known
+                    continue
+                manifest = read_manifest(found[number])
+                if manifest is not None:
+                    generations[number] = Generation(
+                        generation_id(number), number, found[number], manifest
+                    )
+            self._generations = generations
+            self._extra = {
+                n: g
+                for n, g in self._extra.items()
+                if n in found and n not in generations
+            }
+
+    def latest(self) -> Generation | None:
+        self.refresh()
+        if not self._generations:
+            return None
+        return self._generations[max(self._generations)]
+
+    def by_number(self, number: int) -> Generation | None:
+        """A retained generation, or an older one still on disk: a partition's base
+        stays on disk until the rebase past it (retention protects it), and live
+        reads need it mapped even when it is no longer among the newest K."""
+        self.refresh()
+        generation = self._generations.get(number)
+        if generation is None:
+            generation = self._older(number)
+        return generation
+
+    def _older(self, number: int) -> Generation | None:
+        with self._lock:
+            known = self._extra.get(number)
+            if known is not None:
+                return known
+            directory = self.segments_dir / generation_id(number)
+            manifest = read_manifest(directory)
+            if manifest is None:
+                return None
+            # Few bases are ever older than the newest K (one per rebase in flight).
+            if len(self._extra) >= 4:
+                self._extra.pop(min(self._extra))
+            generation = Generation(generation_id(number), number, directory, manifest)
+            self._extra[number] = generation
+            return generation
+
+    def get(self, generation_id: str | None) -> Generation:
+        """The pinned generation (or the latest); raises when expired or unknown."""
+        self.refresh()
+        latest = self.latest()
+        if generation_id is None:
+            if latest is None:
+                raise GenerationNotFoundError("no generation has been published yet")
+            return latest
+        number = generation_number(generation_id)
+        if number is None:
+            raise GenerationNotFoundError(f"malformed generation id {generation_id!r}")
+        generation = self._generations.get(number)
+        if generation is not None:
+            return generation
+        if latest is not None and number < latest.number:
+            raise GenerationExpiredError(generation_id, latest.id)
+        raise GenerationNotFoundError(f"generation {generation_id} does not exist")
+
+
+def quarantine_thresholds(
+    registry: GenerationRegistry,
+) -> dict[str, dict[str, int]]:
+    """board -> cohort -> points above which an event is held (latest generation's
+    ``quarantine`` map; empty before the first generation).
+
+    Writes must not rescan the segments directory (reads do, rate-limited): this takes
+    the newest generation the registry has already mapped."""
+    known = registry._generations
+    latest = known[max(known)] if known else None
+    if latest is None:
+        return {}
+    raw = latest.manifest.get("quarantine") or {}
+    return {
+        str(board): {str(c): int(v) for c, v in cohorts.items()}
+        for board, cohorts in raw.items()
+    }

@@ -1,0 +1,389 @@
+"""Serving segments: one board of one generation, written by the batch layer and
+memory-mapped by readers.
+
+Files per board (named after the board id; ':' is fine on Linux), each an Arrow IPC
+file of one uncompressed record batch (:func:`serving.files.write_arrow`):
+
+* ``<board>.arrow``: ``player_id`` (utf8), ``score`` (int64) and, on
+  ``first_achieved`` boards, ``achieved_ms`` (int64) in display order (row i is
+  position i+1);
+* ``<board>.index.arrow``: ``row`` (uint32), row numbers sorted by player id (UTF-8
+  byte order), for bisecting by player;
+* ``<board>.buckets.arrow``: equi-depth Fenwick buckets, ascending: ``lower`` (int64,
+  distinct scores; a bucket holds ``lower <= s < next lower``; the first is the
+  board's minimum) and ``count`` (int64 players);
+* ``<board>.hidden.arrow`` (optional): shadowed players left off the board,
+  ``player_id``, ``score``, sorted by player id, so their own reads still answer.
+
+The same rows give byte-identical files. Every lookup is a binary search over the
+mapped columns: O(log n), no network hop.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from serving.files import read_arrow, write_arrow
+
+SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+# first_achieved boards add when each player reached its score (epoch ms).
+TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
+INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
+BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
+HIDDEN_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+
+
+def segment_file(board: str) -> str:
+    return f"{board}.arrow"
+
+
+def index_file(board: str) -> str:
+    return f"{board}.index.arrow"
+
+
+def buckets_file_name(board: str) -> str:
+    return f"{board}.buckets.arrow"
+
+
+def hidden_file(board: str) -> str:
+    return f"{board}.hidden.arrow"
+
+
+# ------------------------------------------------------------------------- writer
+
+
+def equi_depth_buckets(
+    scores: np.ndarray, target: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, count) of buckets over ``scores``, ascending by lower.
+
+    Greedy over distinct scores in ascending order: a bucket closes once it holds at
+    least ``target`` players; a boundary is always a distinct score, so one score
+    with many ties makes a bucket larger than the target.
+    """
+    if len(scores) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    values, counts = np.unique(scores, return_counts=True)
+    lowers: list[int] = []
+    sizes: list[int] = []
+    filled = target  # forces a bucket to open at the first value
+    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+        if filled >= target:
+            lowers.append(value)
+            sizes.append(0)
+            filled = 0
+        sizes[-1] += count
+        filled += count
+    return np.asarray(lowers, np.int64), np.asarray(sizes, np.int64)
+
+
+def canonical_array(array: pa.Array) -> pa.Array:
+    """The same values in a canonical layout, so the same rows give the same bytes
+    whatever produced the array: a slice is copied out (the IPC writer keeps a
+    sliced string array's whole data buffer, bytes before its first offset
+    included), and an all-valid validity bitmap is dropped (Parquet reads and Arrow
+    kernels differ in whether they allocate one, and the IPC file stores it)."""
+    if array.offset or (pa.types.is_string(array.type) and len(array)):
+        array = pc.take(array, pa.array(np.arange(len(array), dtype=np.int64)))
+    buffers = array.buffers()
+    if array.null_count or not buffers or buffers[0] is None:
+        return array
+    return pa.Array.from_buffers(
+        array.type, len(array), [None, *buffers[1:]], null_count=0, offset=array.offset
+    )
+
+
+def write_board_segment(
+    directory: Path,
+    board: str,
+    player_ids: pa.Array,
+    scores: pa.Array,
+    bucket_target: int,
+    achieved: pa.Array | None = None,
+) -> dict[str, str]:
+    """Write the three files of one board (rows in display order); returns file
+    name -> sha256."""
+    player_ids, scores = canonical_array(player_ids), canonical_array(scores)
+    if achieved is None:
+        data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
+    else:
+        data = pa.table(
+            [player_ids, scores, canonical_array(achieved)],
+            schema=TIMED_SEGMENT_SCHEMA,
+        )
+    index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
+    lowers, counts = equi_depth_buckets(
+        data.column("score").to_numpy(zero_copy_only=False), bucket_target
+    )
+    files = {
+        segment_file(board): data,
+        index_file(board): pa.table([index.cast(pa.uint32())], schema=INDEX_SCHEMA),
+        buckets_file_name(board): pa.table(
+            [pa.array(lowers, pa.int64()), pa.array(counts, pa.int64())],
+            schema=BUCKETS_SCHEMA,
+        ),
+    }
+    return {name: write_arrow(directory / name, table) for name, table in files.items()}
+
+
+def board_entry(board: str, population: int, sums: Mapping[str, str]) -> dict[str, Any]:
+    """The manifest's entry for a board written by :func:`write_board_segment`
+    (``checksums`` goes to the gold manifest row, not to ``manifest.json``)."""
+    return {
+        "population": population,
+        "file": segment_file(board),
+        "index": index_file(board),
+        "buckets": buckets_file_name(board),
+        "sha256": sums[segment_file(board)],
+        "checksums": dict(sums),
+    }
+
+
+def write_segments(
+    table: pa.Table,
+    directory: Path,
+    bucket_target: int,
+    orders: Mapping[str, tuple[bool, bool]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Write every board of a table sorted by (board, position); returns the
+    manifest's boards map.
+
+    ``orders``: board -> (first_achieved, unique rank) for boards that are not the
+    default (player_id ties, competition rank); they are named in the manifest."""
+    orders = orders or {}
+    boards: dict[str, dict[str, Any]] = {}
+    if table.num_rows == 0:
+        return boards
+    # Rows are sorted by (board, position): each board is one contiguous run, found
+    # where the dictionary index changes (no per-row Python work).
+    encoded = table.column("board").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    names = encoded.dictionary.to_pylist()
+    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
+    players = table.column("player_id").combine_chunks()
+    scores = table.column("score").combine_chunks().cast(pa.int64())
+    achieved = (
+        table.column("achieved_ms").combine_chunks().cast(pa.int64())
+        if "achieved_ms" in table.column_names
+        else None
+    )
+    for begin, end in zip(starts[:-1], starts[1:], strict=True):
+        board = names[codes[begin]]
+        timed, unique = orders.get(board, (False, False))
+        sums = write_board_segment(
+            directory,
+            board,
+            players.slice(begin, end - begin),
+            scores.slice(begin, end - begin),
+            bucket_target,
+            achieved.slice(begin, end - begin)
+            if timed and achieved is not None
+            else None,
+        )
+        boards[board] = board_entry(board, end - begin, sums)
+        if timed:
+            boards[board]["tieBreak"] = "first_achieved"
+        if unique:
+            boards[board]["rank"] = "unique"
+    return boards
+
+
+def write_hidden(
+    rows: Iterable[tuple[str, str, int]],
+    directory: Path,
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    """Write ``<board>.hidden.arrow`` per board from (board, player_id, score) rows
+    and list it in ``boards`` (the manifest's map). A board whose players are all
+    hidden gets an empty public segment so the side file has a home."""
+    by_board: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for board, player, score in rows:
+        by_board[board].append((player, score))
+    for board, items in sorted(by_board.items()):
+        items.sort(key=lambda item: item[0].encode("utf-8"))
+        table = pa.table(
+            [
+                pa.array([p for p, _ in items], pa.string()),
+                pa.array([s for _, s in items], pa.int64()),
+            ],
+            schema=HIDDEN_SCHEMA,
+        )
+        name = hidden_file(board)
+        digest = write_arrow(directory / name, table)
+        meta = boards.get(board)
+        if meta is None:
+            # Every player of the board is hidden: the public side is empty.
+            sums = write_board_segment(
+                directory, board, pa.array([], pa.string()), pa.array([], pa.int64()), 1
+            )
+            meta = boards[board] = board_entry(board, 0, sums)
+        meta["hidden"] = name
+        meta["checksums"][name] = digest
+
+
+# ------------------------------------------------------------------------- reader
+
+
+class _StringColumn:
+    """Zero-copy access to the UTF-8 bytes of one Arrow string column."""
+
+    def __init__(self, array: pa.Array) -> None:
+        if isinstance(array, pa.ChunkedArray):
+            array = array.chunk(0) if array.num_chunks else pa.array([], pa.string())
+        large = pa.types.is_large_string(array.type)
+        buffers = array.buffers()
+        dtype = np.int64 if large else np.int32
+        count = len(array) + 1
+        offsets = (
+            np.frombuffer(buffers[1], dtype=dtype) if buffers[1] else np.zeros(1, dtype)
+        )
+        self.offsets = offsets[array.offset : array.offset + count]
+        self.data = (
+            memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+        )
+        self.length = len(array)
+
+    def bytes_at(self, row: int) -> bytes:
+        return bytes(self.data[self.offsets[row] : self.offsets[row + 1]])
+
+    def str_at(self, row: int) -> str:
+        return self.bytes_at(row).decode("utf-8")
+
+
+@dataclass
+class BoardSegment:
+    """One board of one generation, in display order (score desc, player id asc)."""
+
+    board: str
+    players: _StringColumn
+    scores: np.ndarray
+    index: np.ndarray
+    bucket_lowers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Encoded first rows (enc(score) + player id), filled by live top reads.
+    encoded_prefix: list[bytes] = field(default_factory=list)
+    # Shadowed players' scores (jobs/shadow.py): not on the board, but their own
+    # rank read answers as if they were.
+    hidden: dict[str, int] = field(default_factory=dict)
+    # first_achieved boards: when each row's player reached its score (epoch ms),
+    # the tie-break between score and player id; None on player_id boards.
+    achieved: np.ndarray | None = None
+    # rank: unique -- a row's rank is its position.
+    unique_rank: bool = False
+
+    @classmethod
+    def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
+        table = read_arrow(directory / meta.get("file", segment_file(board)))
+        index = read_arrow(directory / meta.get("index", index_file(board)))
+        segment = cls(
+            board=board,
+            players=_StringColumn(table.column("player_id")),
+            scores=table.column("score").to_numpy(),
+            index=index.column("row").to_numpy(),
+            achieved=table.column("achieved_ms").to_numpy()
+            if "achieved_ms" in table.column_names
+            else None,
+            unique_rank=meta.get("rank") == "unique",
+        )
+        if meta.get("hidden"):
+            hidden = read_arrow(directory / meta["hidden"])
+            segment.hidden = dict(
+                zip(
+                    hidden.column("player_id").to_pylist(),
+                    hidden.column("score").to_pylist(),
+                    strict=True,
+                )
+            )
+        buckets_file = directory / meta.get("buckets", buckets_file_name(board))
+        if buckets_file.exists():
+            buckets = read_arrow(buckets_file)
+            segment.bucket_lowers = buckets.column("lower").to_numpy()
+            segment.bucket_counts = buckets.column("count").to_numpy()
+        return segment
+
+    @property
+    def population(self) -> int:
+        return int(len(self.scores))
+
+    def row_of(self, player_id: str) -> int | None:
+        """Display row of a player (bisect over the player-id index), None if absent."""
+        key = player_id.encode("utf-8")
+        index = self.index
+        lo = bisect.bisect_left(
+            range(len(index)), key, key=lambda i: self.players.bytes_at(int(index[i]))
+        )
+        if lo < len(index):
+            row = int(index[lo])
+            if self.players.bytes_at(row) == key:
+                return row
+        return None
+
+    def count_above(self, score: int) -> int:
+        """Number of players with a strictly higher score (scores are descending)."""
+        scores = self.scores
+        return bisect.bisect_left(
+            range(len(scores)), -score, key=lambda i: -int(scores[i])
+        )
+
+    def rank_of_score(self, score: int) -> int:
+        """Competition rank of a score: 1 + players strictly above it."""
+        return self.count_above(score) + 1
+
+    def _order_key(self, i: int) -> tuple[int, int, bytes]:
+        achieved = int(self.achieved[i]) if self.achieved is not None else 0
+        return (-int(self.scores[i]), achieved, self.players.bytes_at(i))
+
+    def first_row_after(
+        self, score: int, player_id: str, achieved: int | None = None
+    ) -> int:
+        """First display row strictly after the ordering tuple (score, [achieved,]
+        player id)."""
+        key = (-score, achieved or 0, player_id.encode("utf-8"))
+        return bisect.bisect_right(range(self.population), key, key=self._order_key)
+
+    def first_row_at_or_after(
+        self, score: int, player_id: str, achieved: int | None = None
+    ) -> int:
+        key = (-score, achieved or 0, player_id.encode("utf-8"))
+        return bisect.bisect_left(range(self.population), key, key=self._order_key)
+
+    def entry(self, row: int) -> dict[str, Any]:
+        score = int(self.scores[row])
+        return {
+            "position": row + 1,
+            "rank": row + 1 if self.unique_rank else self.rank_of_score(score),
+            "playerId": self.players.str_at(row),
+            "score": score,
+        }
+
+    def entries(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Rows [start, stop) in display order with their competition ranks."""
+        start, stop = max(0, start), min(self.population, stop)
+        out: list[dict[str, Any]] = []
+        rank = 0
+        previous: int | None = None
+        for row in range(start, stop):
+            score = int(self.scores[row])
+            if self.unique_rank:
+                rank = row + 1
+            elif score != previous:
+                rank = self.rank_of_score(score)
+                previous = score
+            out.append(
+                {
+                    "position": row + 1,
+                    "rank": rank,
+                    "playerId": self.players.str_at(row),
+                    "score": score,
+                }
+            )
+        return out

@@ -1,0 +1,257 @@
+"""The interface of every Lua script of the speed layer, declared once.
+
+Each script's KEYS and ARGV layout (fixed slots, then an optional group repeated per
+item, then an optional variadic rest) and its reply shape live here. The Lua names
+the same offsets in tables at its top::
+
+    local KEY = {flags = 1, base = 2}
+    local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, ...}
+    local ARG = {player = 1, action = 2, ...}
+    local ARG_GROUP = {start = 5, size = 3, board = 0, ...}
+    local ARG_REST = 1
+    local EV = {size = 11, player = 0, ...}   -- a declared record
+
+and ``tests/unit/test_script_interfaces.py`` checks that both agree (and that no
+script indexes KEYS or ARGV with a bare number). Callers build their KEYS and ARGV
+through :meth:`ScriptInterface.keys` and :meth:`ScriptInterface.args`, which order
+named values as declared and refuse a missing or unknown name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class ScriptArgumentError(ValueError):
+    """Named KEYS/ARGV values do not match the script's declared layout."""
+
+
+def _ordered(names: Sequence[str], values: Mapping[str, Any], what: str) -> list[Any]:
+    missing = [n for n in names if n not in values]
+    extra = [n for n in values if n not in names]
+    if missing or extra:
+        raise ScriptArgumentError(f"{what}: missing {missing}, unknown {extra}")
+    return [values[n] for n in names]
+
+
+@dataclass(frozen=True)
+class ScriptInterface:
+    """KEYS/ARGV layout and reply shape of one script (``speed/lua/<name>.lua``).
+
+    ``keys``/``argv`` are the fixed slots from index 1; ``key_group``/``argv_group``
+    follow them, repeated once per item (board, event...); ``argv_rest`` names a
+    variadic tail (the Lua reads ``ARGV[ARG_REST ..]``). A reply is either a status
+    pair ``{kind, payload}`` with kind in ``statuses``, or the positional ``fields``.
+    """
+
+    name: str
+    keys: tuple[str, ...] = ()
+    key_group: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
+    argv_group: tuple[str, ...] = ()
+    argv_rest: str | None = None
+    statuses: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    # Repeated records read at offsets the script computes (name -> fields): the
+    # Lua declares each as a table of 0-based offsets plus its size.
+    records: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def keys_of(
+        self, fixed: Mapping[str, Any], groups: Sequence[Mapping[str, Any]] = ()
+    ) -> list[Any]:
+        out = _ordered(self.keys, fixed, f"{self.name} KEYS")
+        for group in groups:
+            out += _ordered(self.key_group, group, f"{self.name} KEYS group")
+        return out
+
+    def args_of(
+        self,
+        fixed: Mapping[str, Any],
+        groups: Sequence[Mapping[str, Any]] = (),
+        rest: Sequence[Any] = (),
+    ) -> list[Any]:
+        out = _ordered(self.argv, fixed, f"{self.name} ARGV")
+        for group in groups:
+            out += _ordered(self.argv_group, group, f"{self.name} ARGV group")
+        if rest and self.argv_rest is None:
+            raise ScriptArgumentError(f"{self.name} takes no variadic ARGV")
+        return out + list(rest)
+
+    def field(self, reply: Sequence[Any], name: str) -> Any:
+        """One named element of a positional reply."""
+        return reply[self.fields.index(name)]
+
+    def lua_tables(self) -> dict[str, dict[str, int]]:
+        """The offset tables the Lua must declare (see the module docstring)."""
+        tables: dict[str, dict[str, int]] = {}
+        if self.keys:
+            tables["KEY"] = {n: i + 1 for i, n in enumerate(self.keys)}
+        if self.key_group:
+            tables["KEY_GROUP"] = {
+                "start": len(self.keys) + 1,
+                "size": len(self.key_group),
+                **{n: i for i, n in enumerate(self.key_group)},
+            }
+        if self.argv:
+            tables["ARG"] = {n: i + 1 for i, n in enumerate(self.argv)}
+        if self.argv_group:
+            tables["ARG_GROUP"] = {
+                "start": len(self.argv) + 1,
+                "size": len(self.argv_group),
+                **{n: i for i, n in enumerate(self.argv_group)},
+            }
+        for name, fields in self.records:
+            tables[name] = {"size": len(fields), **{n: i for i, n in enumerate(fields)}}
+        return tables
+
+    def record(self, name: str) -> tuple[str, ...]:
+        return dict(self.records)[name]
+
+
+APPLY_EVENT = ScriptInterface(
+    name="apply_event",
+    keys=("log", "position", "flags", "quarantine"),
+    key_group=("totals", "chz", "chs", "fw", "bk"),
+    argv=(
+        "now_ms",
+        "retention",
+        "rate_capacity",
+        "rate_refill_ms",
+        "partition",
+        "mode",
+        "n_boards",
+        "n_events",
+    ),
+    # The chunk's board table: one group per board any of its events references.
+    argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
+    records=(
+        # After the board table, per event: an EV record, then n_refs EV_BOARD ones.
+        (
+            "EV",
+            (
+                "player",
+                "event_id",
+                "match_id",
+                "revision",
+                "fingerprint",
+                "event_json",
+                "occurred_ms",
+                "min_gap_ms",
+                "max_per_hour",
+                "key_at",
+                "n_refs",
+            ),
+        ),
+        # board: 1-based index into the board table; best: KEYS index of the
+        # player's best-of zset on an aggregation "max" board, else 0.
+        ("EV_BOARD", ("board", "feeds", "points", "threshold", "best")),
+        # The event's own keys, from KEYS[key_at].
+        ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
+    ),
+    # The reply holds one (kind, payload) pair per event, in order.
+    statuses=(
+        "ok",
+        "duplicate",
+        "conflict",
+        "rate_limited",
+        "retry",
+        "implausible",
+        "superseded",
+        "noop",
+    ),
+)
+
+APPROX_RANK = ScriptInterface(
+    name="approx_rank",
+    keys=("fw", "bk", "base", "position"),
+    argv=("score",),
+    fields=("higher", "same_bucket", "all", "base_generation", "position"),
+)
+
+FLAG_PLAYER = ScriptInterface(
+    name="flag_player",
+    keys=("flags", "base"),
+    key_group=("totals", "chz", "chs", "fw", "bk"),
+    argv=("player", "action", "expected_generation", "n_boards"),
+    argv_group=("board", "base_score", "base_achieved_ms"),
+    statuses=("ok", "noop", "retry"),
+)
+
+FRIENDS_SCORES = ScriptInterface(
+    name="friends_scores",
+    keys=("base", "position", "totals"),
+    argv_rest="players",
+    fields=("base_generation", "position", "totals"),
+)
+
+LIVE_COUNTS = ScriptInterface(
+    name="live_counts",
+    keys=("base", "position", "chz", "chs", "totals"),
+    argv=("above", "before", "verify_player"),
+    fields=(
+        "base_generation",
+        "position",
+        "chz_above",
+        "chs_above",
+        "chz_before",
+        "chs_before",
+        "chz_size",
+        "chs_size",
+        "verified",
+    ),
+)
+
+LIVE_WINDOW = ScriptInterface(
+    name="live_window",
+    keys=("base", "position", "chz", "chs"),
+    argv=(
+        "forward_start",
+        "forward_limit",
+        "backward_start",
+        "backward_limit",
+        "snapshot_min",
+        "snapshot_max",
+    ),
+    fields=(
+        "base_generation",
+        "position",
+        "chz_size",
+        "chs_size",
+        "forward",
+        "backward",
+        "snapshot",
+    ),
+)
+
+REBASE_PARTITION = ScriptInterface(
+    name="rebase_partition",
+    keys=("base", "log", "landed", "flags"),
+    key_group=("totals", "chz", "chs", "fw", "bk", "bk_next", "cnt_next"),
+    argv=("generation", "boundary", "n_boards", "snapshot_json"),
+    argv_rest="boards",
+    statuses=("ok", "stale", "retry"),
+)
+
+REBUILD_PARTITION = ScriptInterface(
+    name="rebuild_partition",
+    keys=("base", "position", "landed"),
+    key_group=("staged", "live"),
+    argv=("built_through", "generation", "boundary", "landed"),
+    statuses=("ok", "retry"),
+)
+
+INTERFACES: dict[str, ScriptInterface] = {
+    i.name: i
+    for i in (
+        APPLY_EVENT,
+        APPROX_RANK,
+        FLAG_PLAYER,
+        FRIENDS_SCORES,
+        LIVE_COUNTS,
+        LIVE_WINDOW,
+        REBASE_PARTITION,
+        REBUILD_PARTITION,
+    )
+}

@@ -1,0 +1,103 @@
+"""The positional replies of the read scripts have the shape speed/scripts.py
+declares (run against a real redis-server)."""
+
+from __future__ import annotations
+
+import redis
+
+from speed.lua import load
+from speed.partitions import Keys, encode_entry, encode_score
+from speed.scripts import APPROX_RANK, FRIENDS_SCORES, LIVE_COUNTS, LIVE_WINDOW
+
+BOARD = "alltime:all:global"
+
+
+def run(client: redis.Redis, name: str, keys: list[str], args: list[object]) -> list:
+    return client.register_script(load(name))(keys=keys, args=args)  # type: ignore[return-value]
+
+
+def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> None:
+    keys = Keys(0)
+    redis_client.hset(keys.totals(BOARD), "p1", "7|1")
+    redis_client.zadd(keys.changed_live(BOARD), {encode_entry(7, "p1"): 0})
+    redis_client.set(keys.position, 3)
+    counts = run(
+        redis_client,
+        "live_counts",
+        LIVE_COUNTS.keys_of(
+            {
+                "base": keys.base_generation,
+                "position": keys.position,
+                "chz": keys.changed_live(BOARD),
+                "chs": keys.changed_snapshot(BOARD),
+                "totals": keys.totals(BOARD),
+            }
+        ),
+        LIVE_COUNTS.args_of(
+            {
+                "above": encode_score(5),
+                "before": encode_entry(5, "p0"),
+                "verify_player": "p1",
+            }
+        ),
+    )
+    assert len(counts) == len(LIVE_COUNTS.fields)
+    assert LIVE_COUNTS.field(counts, "chz_above") == 1
+    assert LIVE_COUNTS.field(counts, "position") == b"3"
+    assert LIVE_COUNTS.field(counts, "verified") == b"7|1"
+
+    window = run(
+        redis_client,
+        "live_window",
+        LIVE_WINDOW.keys_of(
+            {
+                "base": keys.base_generation,
+                "position": keys.position,
+                "chz": keys.changed_live(BOARD),
+                "chs": keys.changed_snapshot(BOARD),
+            }
+        ),
+        LIVE_WINDOW.args_of(
+            {
+                "forward_start": "-",
+                "forward_limit": 5,
+                "backward_start": "+",
+                "backward_limit": 0,
+                "snapshot_min": "",
+                "snapshot_max": "",
+            }
+        ),
+    )
+    assert len(window) == len(LIVE_WINDOW.fields)
+    assert LIVE_WINDOW.field(window, "forward") == [encode_entry(7, "p1")]
+
+    friends = run(
+        redis_client,
+        "friends_scores",
+        FRIENDS_SCORES.keys_of(
+            {
+                "base": keys.base_generation,
+                "position": keys.position,
+                "totals": keys.totals(BOARD),
+            }
+        ),
+        FRIENDS_SCORES.args_of({}, rest=["p1", "p2"]),
+    )
+    assert len(friends) == len(FRIENDS_SCORES.fields)
+    assert FRIENDS_SCORES.field(friends, "totals") == [b"7|1", None]
+
+    approx = run(
+        redis_client,
+        "approx_rank",
+        APPROX_RANK.keys_of(
+            {
+                "fw": keys.fenwick(BOARD),
+                "bk": keys.buckets(BOARD),
+                "base": keys.base_generation,
+                "position": keys.position,
+            }
+        ),
+        APPROX_RANK.args_of({"score": 7}),
+    )
+    assert len(approx) == len(APPROX_RANK.fields)
+    assert APPROX_RANK.field(approx, "position") == b"3"

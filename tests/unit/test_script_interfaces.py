@@ -1,0 +1,73 @@
+"""Each Lua script names the KEYS/ARGV offsets that speed/scripts.py declares."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from speed.lua import load
+from speed.scripts import INTERFACES, ScriptArgumentError, ScriptInterface
+
+LUA_DIR = Path(__file__).resolve().parents[2] / "speed" / "lua"
+TABLE = re.compile(r"^local ([A-Z][A-Z_]*) = \{(.*?)\}", re.M | re.S)
+REST = re.compile(r"^local ARG_REST = (\d+)$", re.M)
+ENTRY = re.compile(r"(\w+)\s*=\s*(\d+)")
+
+
+def code_of(name: str) -> str:
+    """The script without its comments."""
+    return "\n".join(line.split("--", 1)[0] for line in load(name).splitlines())
+
+
+def lua_tables(code: str) -> dict[str, dict[str, int]]:
+    return {
+        table: {k: int(v) for k, v in ENTRY.findall(body)}
+        for table, body in TABLE.findall(code)
+    }
+
+
+def test_every_script_is_declared() -> None:
+    assert {p.stem for p in LUA_DIR.glob("*.lua")} == set(INTERFACES)
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_lua_offsets_match_declaration(name: str) -> None:
+    iface = INTERFACES[name]
+    code = code_of(name)
+    assert lua_tables(code) == iface.lua_tables()
+    rest = REST.findall(code)
+    if iface.argv_rest is None:
+        assert rest == []
+    else:
+        assert rest == [str(len(iface.argv) + 1)]
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_no_bare_numeric_offsets(name: str) -> None:
+    """Offsets are named, so a layout change has one place to be made."""
+    assert re.findall(r"(?:KEYS|ARGV)\[\s*\d", code_of(name)) == []
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_status_replies_match_declaration(name: str) -> None:
+    iface = INTERFACES[name]
+    # {"kind", payload} as the whole reply, or "kind", payload per item.
+    kinds = set(re.findall(r'return \{?"(\w+)",', code_of(name)))
+    assert kinds == set(iface.statuses)
+    # A script answers either with a status pair or with positional fields.
+    assert bool(iface.statuses) != bool(iface.fields)
+
+
+def test_named_values_are_ordered_as_declared() -> None:
+    iface = ScriptInterface(
+        name="t", keys=("a", "b"), key_group=("x", "y"), argv=("n",), argv_rest="r"
+    )
+    keys = iface.keys_of({"b": 2, "a": 1}, [{"y": 4, "x": 3}, {"x": 5, "y": 6}])
+    assert keys == [1, 2, 3, 4, 5, 6]
+    assert iface.args_of({"n": 7}, rest=[8, 9]) == [7, 8, 9]
+    with pytest.raises(ScriptArgumentError, match="missing"):
+        iface.keys_of({"a": 1})
+    with pytest.raises(ScriptArgumentError, match="unknown"):
+        iface.args_of({"n": 1, "m": 2})
