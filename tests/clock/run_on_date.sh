@@ -20,4 +20,7 @@ real="$(command -v redis-server)"
 printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$real" >"$shim/redis-server"
 chmod +x "$shim/redis-server"
 cd "$root"
-PATH="$shim:$PATH" faketime -f "@$date 00:00:00" .venv/bin/pytest "$@"
+# An offset, not a start time ("@..."): every process started under it (the API and
+# `lb` subprocesses, Spark's JVM) reads the same shifted clock, whenever it starts.
+offset=$(($(date -u -d "$date" +%s) - $(date -u +%s)))
+PATH="$shim:$PATH" faketime -f "+${offset}s" .venv/bin/pytest "$@"
