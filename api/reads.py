@@ -55,6 +55,7 @@ from api.errors import (
 from api.flags import FLAGS_VERSION_KEY, shadowed_among
 from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
 from api.live import Base, LiveReader, NotExact, PlayerMissing
+from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
 from jobs.awards import AwardVersion, read_version
@@ -70,6 +71,10 @@ from speed.partitions import Keys, partition_of
 from speed.scripts import APPROX_RANK
 
 Mode = Literal["live", "snapshot", "approx"]
+SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
+SNAPSHOT_MISSES = READ_CACHE.labels("snapshot", "miss")
+LIVE_HITS = READ_CACHE.labels("live_top", "hit")
+LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
 
@@ -112,9 +117,11 @@ class SnapshotCache:
         answer = self._entries.get(key)
         if answer is None:
             self.misses += 1
+            SNAPSHOT_MISSES.inc()
             return None
         self._entries.move_to_end(key)
         self.hits += 1
+        SNAPSHOT_HITS.inc()
         return answer
 
     def put(self, key: Hashable, answer: Answer) -> Answer:
@@ -167,6 +174,7 @@ class LiveTopCache:
             return None
         if time.monotonic() - entry.checked_at <= self.ttl:
             self.hits += 1
+            LIVE_HITS.inc()
             return entry.answer
         return None
 
@@ -177,6 +185,7 @@ class LiveTopCache:
         entry.checked_at = time.monotonic()
         self._entries.move_to_end(key)
         self.hits += 1
+        LIVE_HITS.inc()
         return entry.answer
 
     async def compute(
@@ -203,6 +212,7 @@ class LiveTopCache:
         run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
     ) -> Answer:
         self.computed += 1
+        LIVE_MISSES.inc()
         answer, exact_for = await run()
         if exact_for is not None:
             self._entries[key] = _LiveEntry(exact_for, time.monotonic(), answer)
