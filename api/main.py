@@ -110,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.rate_limit_bucket,
             default_registry(settings.points_min, settings.points_max),
         )
+        app.state.speed.group_window_us = settings.group_commit_us
         app.state.live = LiveReader(app.state.speed, app.state.generations)
         app.state.friends = FriendsReader(app.state.live)
         app.state.reads = ReadService(

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     points_max: int = 1_000_000
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     max_batch_events: int = 1000
+    # Group commit of concurrent single POSTs (speed/store.py): 0 sends a group as
+    # soon as the previous one is answered, > 0 also waits this many µs first, -1
+    # sends every call alone. bench/RESULTS.md has the measurements behind 0.
+    group_commit_us: int = Field(default=0, ge=-1, le=100_000)
     signature_window_seconds: int = 300
     max_future_seconds: int = 300
     api_host: str = "127.0.0.1"
