@@ -75,6 +75,12 @@ SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
 SNAPSHOT_MISSES = READ_CACHE.labels("snapshot", "miss")
 LIVE_HITS = READ_CACHE.labels("live_top", "hit")
 LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
+# Reply slots of approx_rank.lua, looked up once (a per-reply lookup showed in
+# the approximate read's profile).
+_HIGHER, _SAME, _ALL, _POSITION = (
+    APPROX_RANK.fields.index(name)
+    for name in ("higher", "same_bucket", "all", "position")
+)
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
 
@@ -785,10 +791,9 @@ class ReadService:
         if total != guess:
             _, _, counts = await self._approx_round(board, player_id, total)
         self._remember(board, player_id, total)
-        field = APPROX_RANK.field
-        higher = sum(_int(field(c, "higher")) for c in counts)
-        same = sum(_int(field(c, "same_bucket")) for c in counts)
-        population = sum(_int(field(c, "all")) for c in counts)
+        higher = sum(_int(c[_HIGHER]) for c in counts)
+        same = sum(_int(c[_SAME]) for c in counts)
+        population = sum(_int(c[_ALL]) for c in counts)
         # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player)
         # unless it is shadowed: then the histogram lacks it and its own read counts
         # it back in, anywhere in its bucket.
@@ -804,7 +809,7 @@ class ReadService:
             "basis": "histogram",
             "errorBound": error,
             "generation": latest.header if latest else None,
-            "asOf": {str(p): _int(field(c, "position")) for p, c in enumerate(counts)},
+            "asOf": {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
             "population": population,
             "playerId": player_id,
             "score": total,
