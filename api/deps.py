@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from pydantic import AfterValidator
 
-from api.errors import BodyTooLarge
+from api.errors import BodyTooLarge, Unauthorized
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.reads import ReadService
@@ -62,10 +62,17 @@ async def get_viewer(
         ),
     ] = None,
 ) -> str | None:
-    """The player a valid token names; None without a token (401 for a bad one)."""
+    """The player a valid token names; None without one. Public reads need no
+    token, so an invalid or expired one reads as none (a client that attaches its
+    token to every request keeps reading after it expires)."""
     if not authorization:
         return None
-    return player_of(authorization, request.app.state.settings.player_token_secret)
+    try:
+        return player_of(authorization, request.app.state.settings.player_token_secret)
+    except Unauthorized:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class AdminCall:
     """A verified admin call: who made it (the admin key id) and its raw body."""
