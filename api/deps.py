@@ -9,13 +9,15 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from pydantic import AfterValidator
 
-from api.errors import BodyTooLarge
+from api.errors import BodyTooLarge, Unauthorized
 from api.friends import FriendsReader
 from api.live import LiveReader
+from api.reads import ReadService
 from api.security import verify_admin
+from api.tokens import player_of
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
@@ -44,6 +46,33 @@ async def get_live(request: Request) -> LiveReader:
 
 async def get_friends(request: Request) -> FriendsReader:
     return request.app.state.friends  # type: ignore[no-any-return]
+
+
+async def get_reads(request: Request) -> ReadService:
+    return request.app.state.reads  # type: ignore[no-any-return]
+
+
+async def get_viewer(
+    request: Request,
+    authorization: Annotated[
+        str | None,
+        Header(
+            description="optional player token (Bearer JWT): a shadowed player's "
+            "own reads answer as if it were present, another player's do not"
+        ),
+    ] = None,
+) -> str | None:
+    """The player a valid token names; None without one. Public reads need no
+    token, so an invalid or expired one reads as none (a client that attaches its
+    token to every request keeps reading after it expires)."""
+    if not authorization:
+        return None
+    try:
+        return player_of(authorization, request.app.state.settings.player_token_secret)
+    except Unauthorized:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class AdminCall:
     """A verified admin call: who made it (the admin key id) and its raw body."""
@@ -88,6 +117,8 @@ SpeedDep = Annotated[SpeedLayer, Depends(get_speed)]
 GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
 FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
+ReadsDep = Annotated[ReadService, Depends(get_reads)]
+ViewerDep = Annotated[str | None, Depends(get_viewer)]
 AdminDep = Annotated[AdminCall, Depends(require_admin)]
 
 

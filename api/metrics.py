@@ -69,6 +69,11 @@ DEGRADED_READS = Counter(
     "Live or approximate reads answered from the latest generation (Redis down)",
     ["endpoint"],
 )
+READ_CACHE = Counter(
+    "lb_read_cache_total",
+    "Read-cache lookups (api/reads.py): cache snapshot|live_top, outcome hit|miss",
+    ["cache", "outcome"],
+)
 
 EVENT_STATUSES = (
     "accepted",

@@ -55,6 +55,7 @@ from api.errors import (
 from api.flags import FLAGS_VERSION_KEY, shadowed_among
 from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
 from api.live import Base, LiveReader, NotExact, PlayerMissing
+from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
 from jobs.awards import AwardVersion, read_version
@@ -70,6 +71,16 @@ from speed.partitions import Keys, partition_of
 from speed.scripts import APPROX_RANK
 
 Mode = Literal["live", "snapshot", "approx"]
+SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
+SNAPSHOT_MISSES = READ_CACHE.labels("snapshot", "miss")
+LIVE_HITS = READ_CACHE.labels("live_top", "hit")
+LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
+# Reply slots of approx_rank.lua, looked up once (a per-reply lookup showed in
+# the approximate read's profile).
+_HIGHER, _SAME, _ALL, _POSITION = (
+    APPROX_RANK.fields.index(name)
+    for name in ("higher", "same_bucket", "all", "position")
+)
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
 
@@ -112,9 +123,11 @@ class SnapshotCache:
         answer = self._entries.get(key)
         if answer is None:
             self.misses += 1
+            SNAPSHOT_MISSES.inc()
             return None
         self._entries.move_to_end(key)
         self.hits += 1
+        SNAPSHOT_HITS.inc()
         return answer
 
     def put(self, key: Hashable, answer: Answer) -> Answer:
@@ -167,6 +180,7 @@ class LiveTopCache:
             return None
         if time.monotonic() - entry.checked_at <= self.ttl:
             self.hits += 1
+            LIVE_HITS.inc()
             return entry.answer
         return None
 
@@ -177,6 +191,7 @@ class LiveTopCache:
         entry.checked_at = time.monotonic()
         self._entries.move_to_end(key)
         self.hits += 1
+        LIVE_HITS.inc()
         return entry.answer
 
     async def compute(
@@ -203,6 +218,7 @@ class LiveTopCache:
         run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
     ) -> Answer:
         self.computed += 1
+        LIVE_MISSES.inc()
         answer, exact_for = await run()
         if exact_for is not None:
             self._entries[key] = _LiveEntry(exact_for, time.monotonic(), answer)
@@ -775,10 +791,9 @@ class ReadService:
         if total != guess:
             _, _, counts = await self._approx_round(board, player_id, total)
         self._remember(board, player_id, total)
-        field = APPROX_RANK.field
-        higher = sum(_int(field(c, "higher")) for c in counts)
-        same = sum(_int(field(c, "same_bucket")) for c in counts)
-        population = sum(_int(field(c, "all")) for c in counts)
+        higher = sum(_int(c[_HIGHER]) for c in counts)
+        same = sum(_int(c[_SAME]) for c in counts)
+        population = sum(_int(c[_ALL]) for c in counts)
         # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player)
         # unless it is shadowed: then the histogram lacks it and its own read counts
         # it back in, anywhere in its bucket.
@@ -794,7 +809,7 @@ class ReadService:
             "basis": "histogram",
             "errorBound": error,
             "generation": latest.header if latest else None,
-            "asOf": {str(p): _int(field(c, "position")) for p, c in enumerate(counts)},
+            "asOf": {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
             "population": population,
             "playerId": player_id,
             "score": total,

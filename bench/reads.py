@@ -108,7 +108,10 @@ async def apply_events(
 
     settings = Settings()
     boards = load_boards(settings.boards_file)
-    client = aioredis.from_url(redis_url, max_connections=lanes + 2)
+    # Long timeouts: on a loaded machine a bulk batch can stall Redis for seconds.
+    client = aioredis.from_url(
+        redis_url, max_connections=lanes + 2, socket_timeout=300, retry_on_timeout=True
+    )
     speed = SpeedLayer(
         client, boards, settings.partitions, settings.retention_seconds, None
     )

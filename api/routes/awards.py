@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from api.deps import ReadsDep
 from api.errors import AWARDS_ERROR_RESPONSES
 from api.models import AwardsOut
 from api.responses import EncodedResponse
-from api.routes.boards import ReadsDep, respond
+from api.routes.boards import respond
 
 router = APIRouter(prefix="/v1/boards", tags=["awards"])
 

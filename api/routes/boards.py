@@ -10,16 +10,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Query
 
-from api.deps import BoardsDep, GenerationsDep, PlayerIdPath, SettingsDep
+from api.deps import (
+    BoardsDep,
+    GenerationsDep,
+    PlayerIdPath,
+    ReadsDep,
+    SettingsDep,
+    ViewerDep,
+)
 from api.errors import READ_ERROR_RESPONSES
 from api.models import BoardsOut, EntriesOut, NearbyOut, RankOut, TopOut
-from api.reads import Answer, ReadService, check_board, pin
-from api.reads import decode_cursor as decode_cursor
-from api.reads import encode_cursor as encode_cursor
+from api.reads import Answer
 from api.responses import EncodedResponse, FastJSONResponse
-from api.tokens import player_of
 from conf.boards import (
     BoardsConfig,
     board_closes_at,
@@ -35,35 +39,6 @@ router = APIRouter(prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RE
 Mode = Literal["live", "snapshot", "approx"]
 ModeQuery = Annotated[Mode, Query()]
 GenerationQuery = Annotated[str | None, Query(max_length=32)]
-# Names other routers use.
-_check_board = check_board
-_pin = pin
-
-
-async def get_reads(request: Request) -> ReadService:
-    return request.app.state.reads  # type: ignore[no-any-return]
-
-
-ReadsDep = Annotated[ReadService, Depends(get_reads)]
-
-
-async def get_viewer(
-    request: Request,
-    authorization: Annotated[
-        str | None,
-        Header(
-            description="optional player token (Bearer JWT): a shadowed player's "
-            "own reads answer as if it were present, another player's do not"
-        ),
-    ] = None,
-) -> str | None:
-    """The player a valid token names; None without a token (401 for a bad one)."""
-    if not authorization:
-        return None
-    return player_of(authorization, request.app.state.settings.player_token_secret)
-
-
-ViewerDep = Annotated[str | None, Depends(get_viewer)]
 
 
 def respond(answer: Answer) -> EncodedResponse:

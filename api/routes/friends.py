@@ -7,13 +7,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
-from api.deps import LiveDep, SettingsDep
+from api.deps import LiveDep, ReadsDep, SettingsDep
 from api.errors import READ_ERROR_RESPONSES, WRITE_ERROR_RESPONSES, InvalidRequest
 from api.friends import write_friends
 from api.models import FriendsIn, FriendsListOut, FriendsOut, json_body
 from api.reads import check_board
 from api.responses import EncodedResponse, FastJSONResponse
-from api.routes.boards import GenerationQuery, ReadsDep, respond
+from api.routes.boards import GenerationQuery, respond
 from api.routes.score_events import _parse_json, read_signed_body
 from api.tokens import require_player
 from speed.events import EventInvalid, normalize_id

@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 
 from api.deps import BoardsDep, GenerationsDep
 from api.errors import ErrorOut
-from api.routes.boards import GenerationQuery, _check_board, _pin
+from api.reads import check_board, pin
+from api.routes.boards import GenerationQuery
 
 router = APIRouter(prefix="/v1/boards", tags=["boards"])
 
@@ -72,8 +73,8 @@ async def read_histogram(
 ) -> HistogramOut:
     """The score distribution of a generation (latest unless pinned), as the
     equi-depth buckets the approximate ranks use."""
-    _check_board(config, board)
-    gen = _pin(registry, generation)
+    check_board(config, board)
+    gen = pin(registry, generation)
     segment = gen.board(board)
     buckets: list[BucketOut] = []
     if segment is not None:
