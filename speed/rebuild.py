@@ -44,6 +44,7 @@ from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
+from speed.records import event_periods, short_board
 from speed.scripts import REBUILD_PARTITION
 from speed.server import resolve_redis_url
 
@@ -103,11 +104,14 @@ class PartitionState:
     shadowed: set[str] = field(default_factory=set)
 
 
-def compact_result(result: dict[str, Any]) -> str:
-    """The saved result of a dedupe record, as ``apply_event.lua`` writes it."""
+def compact_result(result: dict[str, Any], occurred_at: str) -> str:
+    """The saved result of a dedupe record, as ``apply_event.lua`` writes it
+    (speed/records.py: boards of the event's own periods are written short)."""
+    periods = event_periods(parse_rfc3339(occurred_at))
     parts = []
     for item in result.get("boards") or []:
-        part = f"{item['board']},{int(item['total'])},{int(item['version'])}"
+        board = short_board(item["board"], periods)
+        part = f"{board},{int(item['total'])},{int(item['version'])}"
         if item.get("status"):
             part += f",{item['status']}"
         parts.append(part)
@@ -167,7 +171,7 @@ class Folder:
         player = event["playerId"]
         received = int(record["receivedAtMs"])
         state.dedupe[(player, event["eventId"])] = (
-            f"{fingerprint(event)}|{compact_result(result)}",
+            f"{fingerprint(event)}|{compact_result(result, event['occurredAt'])}",
             received,
         )
         items = result.get("boards") or []

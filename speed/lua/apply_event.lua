@@ -43,7 +43,7 @@
 -- event time, 0 = no bound; eventJson: the normalized event, embedded verbatim in the
 -- log record) followed by its n_refs EV_BOARD records (index into the board table,
 -- feeds 1/0, points under the board's rule, quarantine threshold: points above it
--- hold the event as "quarantined", 0 = none).
+-- hold the event as "quarantined", 0 = none; the board's name in the saved result).
 --
 -- Returns, per event in order, kind then payload (ending early after a "retry": the
 -- events after it did not run): "ok", resultCompact |
@@ -67,7 +67,9 @@ local EV = {
   event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
   n_refs = 10,
 }
-local EV_BOARD = {size = 5, board = 0, feeds = 1, points = 2, threshold = 3, best = 4}
+local EV_BOARD = {
+  size = 6, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
+}
 local EV_KEY = {size = 4, dedupe = 0, contribution = 1, rate = 2, recent = 3}
 
 local now_ms = tonumber(ARGV[ARG.now_ms])
@@ -125,6 +127,7 @@ for e = 1, n_events do
       points = tonumber(ARGV[cursor + EV_BOARD.points]),
       threshold = tonumber(ARGV[cursor + EV_BOARD.threshold]),
       best = KEYS[tonumber(ARGV[cursor + EV_BOARD.best])],
+      saved_as = ARGV[cursor + EV_BOARD.saved_as],
     }
     if not b.wanted[ev.player] then
       b.wanted[ev.player] = true
@@ -401,6 +404,8 @@ local function process(ev)
 
   local status
   local items = {}
+  -- The board of each item as the saved result writes it (speed/records.py).
+  local saved_as = {}
   local any_applied = false
   local any_late = false
 
@@ -432,6 +437,7 @@ local function process(ev)
       local cur = ref.b.cur[player]
       if ref.feeds and cur then
         items[#items + 1] = {board = ref.b.id, total = cur[1], version = cur[2]}
+        saved_as[#items] = ref.saved_as
       end
     end
   else
@@ -454,6 +460,7 @@ local function process(ev)
         items[#items + 1] = {
           board = b.id, total = total or 0, version = version, status = "late-review",
         }
+        saved_as[#items] = ref.saved_as
       elseif ref.feeds or old ~= nil then
         local new = 0
         if ref.feeds then
@@ -480,6 +487,7 @@ local function process(ev)
         contribution[#contribution + 1] = b.rule
         any_applied = true
         items[#items + 1] = {board = b.id, total = total, version = version}
+        saved_as[#items] = ref.saved_as
       end
     end
     contribution[#contribution + 1] = "r"
@@ -532,10 +540,12 @@ local function process(ev)
     redis.call("HDEL", KEYS[KEY.quarantine], held_field)
   end
 
-  -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
+  -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
+  -- boards of the event's own periods written short, see speed/records.py). The
+  -- reply is the same compact form.
   local parts = {}
   for j, item in ipairs(items) do
-    local part = string.format("%s,%d,%d", item.board, item.total, item.version)
+    local part = string.format("%s,%d,%d", saved_as[j], item.total, item.version)
     if item.status then
       part = part .. "," .. item.status
     end
