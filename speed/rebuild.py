@@ -220,7 +220,9 @@ class Folder:
             board = item["board"]
             points = feeds.get(board, 0)
             fields[f"b:{board}"] = points
-            fields[f"u:{board}"] = self.rule(board)
+            # apply_event.lua: "u" is the default rule, u:<board> only differs.
+            if self.rule(board) != self.config.rule:
+                fields[f"u:{board}"] = self.rule(board)
             if self.aggregation(board) == "max":
                 best = state.best[(board, player)]
                 if board in feeds:
@@ -228,6 +230,7 @@ class Folder:
                 else:
                     best.pop(event["matchId"], None)
                 state.best_ms[(board, player)] = received
+        fields["u"] = self.config.rule
         fields["r"] = int(event["sourceRevision"])
         # An applied revision (or the release of the held one) ends any hold.
         fields.pop("q", None)

@@ -123,6 +123,8 @@ APPLY_EVENT = ScriptInterface(
         "mode",
         "n_boards",
         "n_events",
+        # Rule version of most boards: contribution records name only the others.
+        "default_rule",
     ),
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),

@@ -306,6 +306,7 @@ class SpeedLayer:
             mode,
             len(board_index),
             len(calls),
+            self.boards.rule,
             *board_args,
             *event_args,
         ]

@@ -25,7 +25,8 @@
 --   "<fingerprint>|<saved result>", the result kept compact (it lives for the whole
 --   retention window): "<status>|<partition>|<position>|<board>,<total>,<version>
 --   [,<status>];..."; contribution record (playerId, matchId) hash: r=<revision>,
---   b:<board>=<points>, u:<board>=<rule version the points were scored under>;
+--   b:<board>=<points>, u=<rule version the points were scored under>, and
+--   u:<board>=<its rule version> for a board whose rule is not u;
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -56,10 +57,10 @@ local KEY = {log = 1, position = 2, flags = 3, quarantine = 4}
 local KEY_GROUP = {start = 5, size = 5, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4}
 local ARG = {
   now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
-  mode = 6, n_boards = 7, n_events = 8,
+  mode = 6, n_boards = 7, n_events = 8, default_rule = 9,
 }
 local ARG_GROUP = {
-  start = 9, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  start = 10, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
   rule = 4,
 }
 local EV = {
@@ -80,6 +81,7 @@ local partition = tonumber(ARGV[ARG.partition])
 local mode = ARGV[ARG.mode]
 local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
+local default_rule = ARGV[ARG.default_rule]
 local HOUR_MS = 3600000
 local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
@@ -482,14 +484,19 @@ local function process(ev)
         write_total(b, player, old_total, achieved, total, version, occurred_ms)
         contribution[#contribution + 1] = "b:" .. b.id
         contribution[#contribution + 1] = new
-        -- The rule version the contribution was scored under.
-        contribution[#contribution + 1] = "u:" .. b.id
-        contribution[#contribution + 1] = b.rule
+        -- The rule version the contribution was scored under: the record's "u"
+        -- unless the board's differs.
+        if b.rule ~= default_rule then
+          contribution[#contribution + 1] = "u:" .. b.id
+          contribution[#contribution + 1] = b.rule
+        end
         any_applied = true
         items[#items + 1] = {board = b.id, total = total, version = version}
         saved_as[#items] = ref.saved_as
       end
     end
+    contribution[#contribution + 1] = "u"
+    contribution[#contribution + 1] = default_rule
     contribution[#contribution + 1] = "r"
     contribution[#contribution + 1] = revision
     redis.call("HSET", contribution_key, unpack(contribution))
