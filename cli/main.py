@@ -292,7 +292,9 @@ def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         ) from None
     from cli.quiet import quiet_spark
 
-    generation = run_publish(settings, spark=quiet_spark(settings, "publish"))
+    generation = run_publish(
+        settings, spark=quiet_spark(settings, "publish"), full=args.full
+    )
     # The speed layer's changed-sets and histograms now follow the new generation.
     report = rebase_published(settings, generation)
     stale = {p: o for p, o in report.partitions.items() if o != "ok"}
@@ -366,6 +368,12 @@ def _add_core_commands(sub: Any) -> None:
             "  lb publish                    prints e.g. g7 on its last line\n"
             "  gen=$(lb publish | tail -1)   capture the generation id"
         ),
+    )
+    p_publish.add_argument(
+        "--full",
+        action="store_true",
+        help="recompute everything (default: incremental when the previous "
+        "generation is a valid base)",
     )
     p_publish.set_defaults(func=_cmd_publish)
 

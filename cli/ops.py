@@ -43,12 +43,36 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     from cli.main import check_redis
     from jobs.verify import describe, run_verify
 
+    if args.check_incremental:
+        return _check_incremental(args, settings)
     check_redis(settings)
 
     result = run_verify(settings, board=args.board, sample=args.sample, seed=args.seed)
     for line in describe(result):
         print(line)
     return 0 if result.ok else 1
+
+
+def _check_incremental(args: argparse.Namespace, settings: Settings) -> int:
+    """`lb verify --check-incremental`: a generation's gold rows against a full
+    recompute of its boundary (jobs.publish.check_generation)."""
+    from cli.quiet import quiet_spark
+    from jobs.publish import check_generation
+
+    check = check_generation(
+        settings, quiet_spark(settings, "verify"), generation=args.generation
+    )
+    build = check.build
+    origin = f" from {build['from']}" if build.get("from") else ""
+    print(
+        f"{check.generation} ({build.get('mode')}{origin}): {check.rows} gold rows; "
+        f"{check.only_in_gold} only in gold, {check.only_in_recompute} only in the "
+        "full recompute"
+    )
+    print(
+        "identical to a full recompute" if check.ok else "DIFFERS from a full recompute"
+    )
+    return 0 if check.ok else 1
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -102,7 +126,8 @@ def register(sub: Any) -> None:
         epilog=(
             "examples:\n"
             "  lb verify                     every board, 100 sampled players\n"
-            "  lb verify --board season:S4:global --sample 1000"
+            "  lb verify --board season:S4:global --sample 1000\n"
+            "  lb verify --check-incremental --generation g7"
         ),
     )
     p.add_argument("--board", help="only this board (default: every board)")
@@ -110,6 +135,15 @@ def register(sub: Any) -> None:
         "--sample", type=int, default=100, help="players sampled per board (100)"
     )
     p.add_argument("--seed", type=int, help="sampling seed (default: from the run id)")
+    p.add_argument(
+        "--check-incremental",
+        action="store_true",
+        help="instead: compare a generation's gold rows with a full recompute of "
+        "its boundary (no Redis needed; exit 1 on any difference)",
+    )
+    p.add_argument(
+        "--generation", help="with --check-incremental: this one (default: latest)"
+    )
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser(

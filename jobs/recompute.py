@@ -78,6 +78,32 @@ def transform_within_boundary(
     return events.where(F.col("position") <= F.coalesce(limit, F.lit(-1)))
 
 
+def transform_between_boundaries(
+    events: DataFrame, after: Mapping[int, int], through: Mapping[int, int]
+) -> DataFrame:
+    """Log records with ``after[p] < position <= through[p]`` (the log's delta).
+
+    Written as an OR of plain per-partition ranges, not a map lookup: Delta prunes
+    partitions and skips files on such predicates (position min/max stats), so
+    reading the delta does not scan the history.
+    """
+    ranges: list[Column] = []
+    for partition, upper in sorted(through.items()):
+        lower = int(after.get(partition, 0))
+        if int(upper) > lower:
+            ranges.append(
+                (F.col("partition") == F.lit(int(partition)))
+                & (F.col("position") > F.lit(lower).cast("bigint"))
+                & (F.col("position") <= F.lit(int(upper)).cast("bigint"))
+            )
+    if not ranges:
+        return events.where(F.lit(False))
+    predicate = ranges[0]
+    for more in ranges[1:]:
+        predicate = predicate | more
+    return events.where(predicate)
+
+
 def transform_first_acceptance(events: DataFrame) -> DataFrame:
     """One record per (player, eventId): the first by position."""
     first = Window.partitionBy("player_id", "event_id").orderBy("position")
@@ -179,9 +205,7 @@ def board_columns(
             items.append(
                 F.when(
                     inside,
-                    _board(
-                        name, season.aggregation, to_ms(season.cutoff), season.rule
-                    ),
+                    _board(name, season.aggregation, to_ms(season.cutoff), season.rule),
                 )
             )
     for window, period, cutoff in periods:
@@ -302,8 +326,10 @@ def transform_contributions(
                 # By position (the structs hold a map, which has no order).
                 F.array_sort(
                     "evs",
-                    lambda x, y: (x["position"] > y["position"]).cast("int")
-                    - (x["position"] < y["position"]).cast("int"),
+                    lambda x, y: (
+                        (x["position"] > y["position"]).cast("int")
+                        - (x["position"] < y["position"]).cast("int")
+                    ),
                 ),
                 lambda e: _with_boards(e, seasons, window_lateness_ms, window_rule),
             ).alias("evs"),

@@ -313,7 +313,8 @@ def close_season(
                         for p, (got, want) in sorted(missing.items())
                     )
                 )
-            generation_id = run_publish(settings, spark=spark, boards=config)
+            # Full: the award reads silver stamped with this generation only.
+            generation_id = run_publish(settings, spark=spark, boards=config, full=True)
             rebase_published(settings, generation_id)
             if fail_at == "after_publish":
                 raise SeasonError("aborted after the final generation (test hook)")

@@ -61,6 +61,7 @@ def build_manifest(
     quarantine: Mapping[str, Mapping[str, int]] | None = None,
     table_versions: Mapping[str, int] | None = None,
     landing_started_at: datetime | None = None,
+    build: Mapping[str, Any] | None = None,
 ) -> str:
     """The exact text of ``manifest.json`` (also stored in the gold manifest row)."""
     body: dict[str, Any] = {
@@ -84,6 +85,10 @@ def build_manifest(
         # Everything received before this moment is in the generation: a board that
         # closed before it is final here (see jobs/season.py).
         body["landingStartedAt"] = rfc3339(landing_started_at)
+    if build:
+        # Full or incremental (and from which generation); the fingerprint says
+        # whether the next publish may extend this one (jobs/incremental.py).
+        body["build"] = dict(build)
     return json.dumps(body, indent=1, ensure_ascii=False) + "\n"
 
 

@@ -86,6 +86,22 @@ def equi_depth_buckets(
     return np.asarray(lowers, np.int64), np.asarray(sizes, np.int64)
 
 
+def canonical_array(array: pa.Array) -> pa.Array:
+    """The same values in a canonical layout, so the same rows give the same bytes
+    whatever produced the array: a slice is copied out (the IPC writer keeps a
+    sliced string array's whole data buffer, bytes before its first offset
+    included), and an all-valid validity bitmap is dropped (Parquet reads and Arrow
+    kernels differ in whether they allocate one, and the IPC file stores it)."""
+    if array.offset or (pa.types.is_string(array.type) and len(array)):
+        array = pc.take(array, pa.array(np.arange(len(array), dtype=np.int64)))
+    buffers = array.buffers()
+    if array.null_count or not buffers or buffers[0] is None:
+        return array
+    return pa.Array.from_buffers(
+        array.type, len(array), [None, *buffers[1:]], null_count=0, offset=array.offset
+    )
+
+
 def write_board_segment(
     directory: Path,
     board: str,
@@ -96,10 +112,14 @@ def write_board_segment(
 ) -> dict[str, str]:
     """Write the three files of one board (rows in display order); returns file
     name -> sha256."""
+    player_ids, scores = canonical_array(player_ids), canonical_array(scores)
     if achieved is None:
         data = pa.table([player_ids, scores], schema=SEGMENT_SCHEMA)
     else:
-        data = pa.table([player_ids, scores, achieved], schema=TIMED_SEGMENT_SCHEMA)
+        data = pa.table(
+            [player_ids, scores, canonical_array(achieved)],
+            schema=TIMED_SEGMENT_SCHEMA,
+        )
     index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
     lowers, counts = equi_depth_buckets(
         data.column("score").to_numpy(zero_copy_only=False), bucket_target

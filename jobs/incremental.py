@@ -1,0 +1,231 @@
+"""Incremental publish: recompute only the players the log's delta touched.
+
+Every rule of the recompute (first acceptance per (player, eventId), revision
+acceptance per (player, match), held/released quarantine records, the boards of an
+event, per-board cutoffs, ``sum``/``max`` totals, first-achieved times) is a function
+of ONE player's log records. A player with no record after the previous boundary has
+exactly the same records up to the new boundary as up to the previous one, so its
+contributions and totals are those already in silver. The incremental build
+
+1. reads the log's delta (``prev boundary < position <= new boundary``, partition
+   pruning and file skipping on position: :func:`transform_between_boundaries`);
+2. takes the players it touches, and reads their whole history (a semi-join: the
+   earlier event ids deduplicate only for them);
+3. re-derives their contributions, totals and first-achieved times with the same
+   transforms as the full recompute (``transform_recompute``, ``transform_achieved``);
+4. ``MERGE``s them into ``silver_contributions`` / ``silver_totals`` (rows of touched
+   players replaced, vanished rows deleted) in one commit per table;
+5. re-ranks only the boards a touched player is on (or a player whose shadow flag
+   changed), copies the other boards' gold rows from the previous generation and
+   hard-links their segment files (immutable, same bytes, same checksums).
+
+The previous state is used only when it is valid: the previous generation was built
+under the same configuration (the ``fingerprint`` in its manifest: boards, promoted
+rules, replays, points range, bucket target, :data:`BUILD_VERSION`), silver has not
+been written since (its Delta versions equal the ones the manifest recorded), the new
+boundary is at or past the previous one everywhere, and the previous generation's
+segment directory is on disk. Otherwise the publish is full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.boards import BoardsConfig, Season
+from conf.settings import Settings
+from jobs.table_versions import table_versions
+
+# Bump whenever silver's layout or a rule's code changes: a previous state built
+# by other code is then never reused.
+BUILD_VERSION = 2
+BUILDS_DIR = "builds"
+MODE_FULL = "full"
+MODE_INCREMENTAL = "incremental"
+
+CONTRIBUTION_KEYS = ("player_id", "match_id", "board")
+TOTAL_KEYS = ("board", "player_id")
+
+
+@dataclass(slots=True)
+class Build:
+    """How a generation was built; recorded in its manifest (``build``)."""
+
+    mode: str
+    fingerprint: str
+    base: str | None = None  # the previous generation an incremental build extends
+    # Boards re-ranked and rewritten (None: all of them, a full build).
+    touched_boards: list[str] | None = None
+    touched_players: int | None = None
+
+    def manifest_entry(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
+        if self.base is not None:
+            entry["from"] = self.base
+        if self.touched_boards is not None:
+            entry["touchedBoards"] = len(self.touched_boards)
+        if self.touched_players is not None:
+            entry["touchedPlayers"] = self.touched_players
+        return entry
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> Build | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+
+def build_path(settings: Settings, generation: str) -> Path:
+    """Where the recompute phase leaves its Build for the segments phase (the two
+    can run as separate Airflow tasks)."""
+    return settings.run_dir / BUILDS_DIR / f"{generation}.json"
+
+
+def fingerprint(
+    boards: BoardsConfig,
+    seasons: Iterable[Season],
+    points_range: tuple[int, int],
+    bucket_target: int,
+) -> str:
+    """Everything besides the log that decides a generation's bytes."""
+    body = {
+        "version": BUILD_VERSION,
+        "boards": json.loads(boards.model_dump_json()),
+        "seasons": [json.loads(s.model_dump_json()) for s in seasons],
+        "points": list(points_range),
+        "bucketTarget": bucket_target,
+    }
+    text = json.dumps(body, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The last published generation, valid as the base of an incremental build."""
+
+    generation: str
+    boundary: dict[int, int]
+    manifest: dict[str, Any]
+    directory: Path
+
+
+def previous_state(
+    settings: Settings,
+    manifest_json: str | None,
+    generation: str | None,
+    fp: str,
+    boundary: Mapping[int, int],
+    silver_tables: Iterable[str],
+) -> tuple[Previous | None, str]:
+    """(the previous generation, "") when an incremental build may extend it, else
+    (None, why not)."""
+    if manifest_json is None or generation is None:
+        return None, "no previous generation"
+    manifest = json.loads(manifest_json)
+    build = manifest.get("build") or {}
+    if build.get("fingerprint") != fp:
+        return None, "configuration or build version changed"
+    recorded = manifest.get("tableVersions") or {}
+    tables = list(silver_tables)
+    current = table_versions(settings.delta_dir, tables)
+    for table in tables:
+        if table not in recorded or current.get(table) != recorded[table]:
+            return None, f"{table} was written after {generation}"
+    before = {int(p): int(v) for p, v in (manifest.get("boundary") or {}).items()}
+    if set(before) != set(boundary):
+        return None, "the partitions changed"
+    if any(int(boundary[p]) < before[p] for p in before):
+        return None, "the boundary moved backwards"
+    directory = settings.segments_dir / generation
+    if not (directory / "manifest.json").is_file():
+        return None, f"{generation}'s segments are not on disk"
+    return Previous(generation, before, manifest, directory), ""
+
+
+def hidden_players(previous: Previous) -> set[str]:
+    """Players the previous generation left out (its ``<board>.hidden.arrow``)."""
+    players: set[str] = set()
+    for meta in previous.manifest.get("boards", {}).values():
+        name = meta.get("hidden")
+        if not name:
+            continue
+        with pa.memory_map(str(previous.directory / name)) as source:
+            table = ipc.open_file(source).read_all()
+        players.update(table.column("player_id").to_pylist())
+    return players
+
+
+def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFrame:
+    """Every log record of the touched players (``touched``: one ``player_id`` col)."""
+    return events.join(F.broadcast(touched), "player_id", "left_semi")
+
+
+def load_merge(
+    spark: SparkSession,
+    path: Path,
+    fresh: DataFrame,
+    touched: DataFrame,
+    keys: Iterable[str],
+) -> None:
+    """Replace the touched players' rows of the Delta table at ``path`` by ``fresh``
+    in one ``MERGE`` commit: matched rows are updated, new ones inserted, and rows of
+    touched players that ``fresh`` no longer has are deleted."""
+    from delta.tables import DeltaTable
+
+    keys = list(keys)
+    target = DeltaTable.forPath(spark, str(path))
+    columns = list(target.toDF().columns)
+    old = (
+        spark.read.format("delta")
+        .load(str(path))
+        .join(F.broadcast(touched), "player_id", "left_semi")
+        .select(*keys)
+    )
+    gone = old.join(fresh.select(*keys), keys, "left_anti")
+    source = (
+        fresh.select(*columns)
+        .withColumn("_delete", F.lit(False))
+        .unionByName(gone.withColumn("_delete", F.lit(True)), allowMissingColumns=True)
+    )
+    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
+    (
+        target.alias("t")
+        .merge(source.alias("s"), condition)
+        .whenMatchedDelete(condition="s._delete")
+        .whenMatchedUpdate(condition="NOT s._delete", set=values)
+        .whenNotMatchedInsert(condition="NOT s._delete", values=values)
+        .execute()
+    )
+
+
+def link_board(
+    previous: Previous, board: str, directory: Path, checksums: Mapping[str, str]
+) -> dict[str, Any]:
+    """Hard-link one untouched board's files from the previous generation; returns
+    its manifest entry (with the per-file checksums)."""
+    meta = dict(previous.manifest["boards"][board])
+    names = [meta[k] for k in ("file", "index", "buckets", "hidden") if k in meta]
+    sums = {}
+    for name in names:
+        os.link(previous.directory / name, directory / name)
+        sums[name] = checksums[name]
+    meta["checksums"] = sums
+    return meta

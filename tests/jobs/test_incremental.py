@@ -1,0 +1,345 @@
+"""An incremental generation equals a full recompute of the same boundary (real
+Spark and Delta): gold rows, manifest board entries and segment bytes.
+
+Random histories: corrections up and down, stale revisions, duplicate event ids,
+quarantined records and their releases, events late for seasons and windows,
+occurredAt on season edges, a best-of season ranked ``unique`` and a
+``first_achieved`` season, every board an event can feed. Bronze is appended in
+two batches; the first publish is full, the second incremental, the third full with
+the same boundary (``full=True``); the second and third must match.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from conf.boards import to_ms
+from conf.settings import Settings
+from jobs.land import bronze_path, transform_records
+from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
+from speed.server import RedisServer
+from tests.jobs.helpers import NOW_MS, ts
+
+pytestmark = pytest.mark.integration
+
+BOARDS_YAML = """
+regions: [eu, na]
+seasons:
+  - {id: S3, start: "2026-10-01T00:00:00Z", end: "2026-11-01T00:00:00Z",
+     allowedLateness: "PT1H", aggregation: sum}
+  - {id: S4, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
+     allowedLateness: "PT1H", aggregation: sum, tieBreak: first_achieved}
+  - {id: B5, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
+     aggregation: max, rank: unique}
+"""
+PLAYERS = {"a": 0, "b": 1, "c": 0, "Zed": 1}  # player -> partition
+OCCURRED = [
+    "2026-10-31T23:59:59Z",  # last second of S3
+    "2026-11-01T00:00:00Z",  # first second of S4 / B5
+    "2026-11-16T12:00:00Z",
+    "2026-11-30T23:59:59Z",
+    "2026-12-01T00:00:00Z",  # after S4
+]
+# After every November board's cutoff (S4 ends 2026-12-01 + 1 h lateness, the
+# November windows' lateness defaults to less than a week).
+LATE_MS = to_ms(ts("2026-12-09T00:00:00Z"))
+
+record = st.fixed_dictionaries(
+    {
+        "player": st.sampled_from(sorted(PLAYERS)),
+        "match": st.integers(0, 2),
+        "revision": st.integers(0, 3),
+        "points": st.integers(0, 5),
+        "occurred": st.sampled_from(OCCURRED),
+        "region": st.sampled_from(["eu", "na"]),
+        "late": st.booleans(),
+        # 0 new id; 1 reuse an earlier id of the player (duplicate); 2 quarantined;
+        # 3 release an earlier quarantined record of the player.
+        "kind": st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
+    }
+)
+
+
+def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Log records (the speed layer's JSON) for a generated history."""
+    positions: dict[int, int] = defaultdict(int)
+    ids: dict[str, list[str]] = defaultdict(list)
+    held: dict[str, list[str]] = defaultdict(list)
+    out = []
+    for i, h in enumerate(history):
+        player, partition = h["player"], PLAYERS[h["player"]]
+        event_id, status = f"E{i}", None
+        if h["kind"] == 1 and ids[player]:
+            event_id = ids[player][i % len(ids[player])]
+        elif h["kind"] == 2:
+            status = "quarantined"
+            held[player].append(event_id)
+        elif h["kind"] == 3 and held[player]:
+            event_id, status = held[player][i % len(held[player])], "released"
+        ids[player].append(event_id)
+        positions[partition] += 1
+        out.append(
+            {
+                "partition": partition,
+                "position": positions[partition],
+                "receivedAtMs": LATE_MS if h["late"] else NOW_MS,
+                "status": status,
+                "event": {
+                    "eventId": event_id,
+                    "playerId": player,
+                    "matchId": f"M{h['match']}",
+                    "sourceRevision": h["revision"],
+                    "occurredAt": h["occurred"],
+                    "region": h["region"],
+                    "points": h["points"],
+                },
+            }
+        )
+    return out
+
+
+def append_bronze(spark: SparkSession, settings: Settings, lines: list[dict]) -> None:
+    if not lines:
+        return
+    raw = spark.createDataFrame([(json.dumps(r),) for r in lines], "value string")
+    (
+        transform_records(raw)
+        .write.format("delta")
+        .mode("append")
+        .partitionBy("partition")
+        .option("mergeSchema", "true")
+        .save(str(bronze_path(settings)))
+    )
+
+
+def gold_rows(spark: SparkSession, settings: Settings, generation: str) -> list:
+    return sorted(
+        tuple(r)
+        for r in spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == generation)
+        .drop("generation")
+        .collect()
+    )
+
+
+def manifest(settings: Settings, generation: str) -> dict[str, Any]:
+    path = settings.segments_dir / generation / "manifest.json"
+    return json.loads(path.read_text())
+
+
+def make_settings(root: Path, redis_server: RedisServer) -> Settings:
+    boards = root / "boards.yaml"
+    boards.write_text(BOARDS_YAML)
+    return Settings(
+        redis_url=redis_server.url,
+        data_dir=root / "lb",
+        partitions=2,
+        boards_file=boards,
+        rate_limit="off",
+    )
+
+
+def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> None:
+    """Same gold rows, same board entries (checksums of every file), same bytes."""
+    assert gold_rows(spark, settings, a) == gold_rows(spark, settings, b)
+    ma, mb = manifest(settings, a), manifest(settings, b)
+    assert sorted(ma["boards"]) == sorted(mb["boards"])
+    for board, meta in ma["boards"].items():
+        assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
+    assert ma["boundary"] == mb["boundary"]
+    assert ma.get("quarantine") == mb.get("quarantine")
+    for meta in ma["boards"].values():
+        for key in ("file", "index", "buckets", "hidden"):
+            if key in meta:
+                left = settings.segments_dir / a / meta[key]
+                right = settings.segments_dir / b / meta[key]
+                assert left.read_bytes() == right.read_bytes(), meta[key]
+
+
+def check_history(
+    spark: SparkSession,
+    redis_server: RedisServer,
+    history: list[dict[str, Any]],
+    split: int,
+) -> dict[str, Any]:
+    lines = log_lines(history)
+    cut = min(split, len(lines))
+    with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+        settings = make_settings(Path(tmp), redis_server)
+        append_bronze(spark, settings, lines[:cut])
+        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g1"
+        assert manifest(settings, "g1")["build"]["mode"] == "full"
+        append_bronze(spark, settings, lines[cut:])
+        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g2"
+        build = manifest(settings, "g2")["build"]
+        assert build["mode"] == "incremental" and build["from"] == "g1"
+        touched = {r["event"]["playerId"] for r in lines[cut:]}
+        assert build["touchedPlayers"] == len(touched)
+        g3 = run_publish(settings, spark=spark, land=False, bucket_target=2, full=True)
+        assert g3 == "g3" and manifest(settings, "g3")["build"]["mode"] == "full"
+        assert_same_generation(settings, "g2", "g3", spark)
+        return build
+
+
+def test_incremental_chain_links_untouched_boards(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    history = [
+        {
+            "player": "a",
+            "match": 0,
+            "revision": 1,
+            "points": 5,
+            "occurred": OCCURRED[0],
+            "region": "eu",
+            "late": False,
+            "kind": 0,
+        },
+        {
+            "player": "b",
+            "match": 0,
+            "revision": 1,
+            "points": 3,
+            "occurred": OCCURRED[2],
+            "region": "na",
+            "late": False,
+            "kind": 0,
+        },
+        # Later: b corrects its match downwards; a is untouched.
+        {
+            "player": "b",
+            "match": 0,
+            "revision": 2,
+            "points": 1,
+            "occurred": OCCURRED[2],
+            "region": "na",
+            "late": False,
+            "kind": 0,
+        },
+    ]
+    lines = log_lines(history)
+    with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+        settings = make_settings(Path(tmp), redis_server)
+        append_bronze(spark, settings, lines[:2])
+        assert run_publish(settings, spark=spark, land=False) == "g1"
+        append_bronze(spark, settings, lines[2:])
+        assert run_publish(settings, spark=spark, land=False) == "g2"
+        build = manifest(settings, "g2")["build"]
+        assert build == {
+            "mode": "incremental",
+            "fingerprint": build["fingerprint"],
+            "from": "g1",
+            # b's boards: daily, weekly, monthly, all-time x (global, na), S4 and
+            # B5 x (global, na).
+            "touchedBoards": 12,
+            "touchedPlayers": 1,
+        }
+        g1, g2 = settings.segments_dir / "g1", settings.segments_dir / "g2"
+        s3 = manifest(settings, "g1")["boards"]["season:S3:eu"]["file"]
+        assert (g1 / s3).stat().st_ino == (g2 / s3).stat().st_ino  # hard link
+        s4 = manifest(settings, "g2")["boards"]["season:S4:na"]["file"]
+        assert (g1 / s4).stat().st_ino != (g2 / s4).stat().st_ino
+        # Nothing new: every board is linked.
+        assert run_publish(settings, spark=spark, land=False) == "g3"
+        assert manifest(settings, "g3")["build"]["touchedBoards"] == 0
+        assert run_publish(settings, spark=spark, land=False, full=True) == "g4"
+        assert_same_generation(settings, "g2", "g4", spark)
+        assert_same_generation(settings, "g3", "g4", spark)
+
+        # `lb verify --check-incremental`: g2 equals a full recompute; a gold row
+        # lost afterwards is found.
+        check = check_generation(settings, spark, "g2")
+        assert check.ok and check.rows > 0 and check.build["mode"] == "incremental"
+        gold = DeltaTable.forPath(spark, str(settings.delta_dir / GOLD_SNAPSHOTS))
+        gold.delete("generation = 'g2' AND board = 'season:S4:na' AND player_id = 'b'")
+        check = check_generation(settings, spark, "g2")
+        assert (check.only_in_gold, check.only_in_recompute) == (0, 1)
+
+
+@hyp_settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=st.lists(record, min_size=1, max_size=14), split=st.integers(0, 14))
+@example(
+    history=[
+        {
+            "player": "a",
+            "match": 0,
+            "revision": 2,
+            "points": 5,
+            "occurred": OCCURRED[1],
+            "region": "eu",
+            "late": False,
+            "kind": 2,
+        },
+        {
+            "player": "a",
+            "match": 0,
+            "revision": 1,
+            "points": 4,
+            "occurred": OCCURRED[3],
+            "region": "na",
+            "late": True,
+            "kind": 0,
+        },
+        {
+            "player": "a",
+            "match": 0,
+            "revision": 2,
+            "points": 5,
+            "occurred": OCCURRED[1],
+            "region": "eu",
+            "late": False,
+            "kind": 3,
+        },
+        {
+            "player": "Zed",
+            "match": 1,
+            "revision": 0,
+            "points": 3,
+            "occurred": OCCURRED[4],
+            "region": "na",
+            "late": False,
+            "kind": 1,
+        },
+    ],
+    split=1,
+)
+def test_incremental_equals_full(
+    spark: SparkSession,
+    redis_server: RedisServer,
+    history: list[dict[str, Any]],
+    split: int,
+) -> None:
+    check_history(spark, redis_server, history, split)
+
+
+@pytest.mark.slow
+@hyp_settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=st.lists(record, min_size=1, max_size=30), split=st.integers(0, 30))
+def test_incremental_equals_full_many(
+    spark: SparkSession,
+    redis_server: RedisServer,
+    history: list[dict[str, Any]],
+    split: int,
+) -> None:
+    check_history(spark, redis_server, history, split)
