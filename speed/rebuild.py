@@ -51,6 +51,7 @@ from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
+from speed.records import event_periods, short_board
 from speed.scripts import REBUILD_PARTITION
 from speed.server import resolve_redis_url
 
@@ -122,11 +123,14 @@ class PartitionState:
     )
 
 
-def compact_result(result: dict[str, Any]) -> str:
-    """The saved result of a dedupe record, as ``apply_event.lua`` writes it."""
+def compact_result(result: dict[str, Any], occurred_at: str) -> str:
+    """The saved result of a dedupe record, as ``apply_event.lua`` writes it
+    (speed/records.py: boards of the event's own periods are written short)."""
+    periods = event_periods(parse_rfc3339(occurred_at))
     parts = []
     for item in result.get("boards") or []:
-        part = f"{item['board']},{int(item['total'])},{int(item['version'])}"
+        board = short_board(item["board"], periods)
+        part = f"{board},{int(item['total'])},{int(item['version'])}"
         if item.get("status"):
             part += f",{item['status']}"
         parts.append(part)
@@ -256,7 +260,7 @@ class Folder:
         player = event["playerId"]
         received = int(record["receivedAtMs"])
         state.dedupe[(player, event["eventId"])] = (
-            f"{fingerprint(event)}|{compact_result(result)}",
+            f"{fingerprint(event)}|{compact_result(result, event['occurredAt'])}",
             received,
         )
         items = result.get("boards") or []
@@ -326,7 +330,9 @@ class Folder:
                     continue
             points = feeds.get(board, 0) or 0
             fields[f"b:{board}"] = points
-            fields[f"u:{board}"] = self.rule(board)
+            # apply_event.lua: "u" is the default rule, u:<board> only differs.
+            if self.rule(board) != self.config.rule:
+                fields[f"u:{board}"] = self.rule(board)
             if self.aggregation(board) == "max":
                 best = state.best[(board, player)]
                 if board in feeds:
@@ -334,6 +340,7 @@ class Folder:
                 else:
                     best.pop(event["matchId"], None)
                 state.best_ms[(board, player)] = received
+        fields["u"] = self.config.rule
         fields["r"] = int(event["sourceRevision"])
         # An applied revision (or the release of the held one) ends any hold.
         fields.pop("q", None)

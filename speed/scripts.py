@@ -123,6 +123,8 @@ APPLY_EVENT = ScriptInterface(
         "mode",
         "n_boards",
         "n_events",
+        # Rule version of most boards: contribution records name only the others.
+        "default_rule",
     ),
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
@@ -146,7 +148,8 @@ APPLY_EVENT = ScriptInterface(
         ),
         # board: 1-based index into the board table; best: KEYS index of the
         # player's best-of zset on an aggregation "max" board, else 0.
-        ("EV_BOARD", ("board", "feeds", "points", "threshold", "best")),
+        # saved_as: the board's name in the saved result (speed/records.py).
+        ("EV_BOARD", ("board", "feeds", "points", "threshold", "best", "saved_as")),
         # The event's own keys, from KEYS[key_at].
         ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
     ),

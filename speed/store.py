@@ -23,6 +23,7 @@ from conf.rules import Implausible, RuleRegistry, default_registry
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
+from speed.records import event_periods, long_board, short_board
 from speed.scoring import score_event
 
 # Events of one partition per script call at most: bounds the time Redis spends in
@@ -68,16 +69,22 @@ class _Call:
     mode: str = "apply"
 
 
-def decode_result(raw: bytes | str, event_id: str, player_id: str) -> dict[str, Any]:
+def decode_result(
+    raw: bytes | str,
+    event_id: str,
+    player_id: str,
+    periods: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The 200 body from the script's compact result
-    ``status|partition|position|board,total,version[,status];...``."""
+    ``status|partition|position|board,total,version[,status];...``; ``periods``
+    (:func:`speed.records.event_periods` of the event) expands short board names."""
     text = raw.decode() if isinstance(raw, bytes) else raw
     status, partition, position, items = text.split("|", 3)
     boards: list[dict[str, Any]] = []
     for part in items.split(";") if items else ():
         fields = part.split(",")
         item: dict[str, Any] = {
-            "board": fields[0],
+            "board": long_board(fields[0], periods) if periods else fields[0],
             "total": int(fields[1]),
             "version": int(fields[2]),
         }
@@ -122,6 +129,7 @@ class SpeedLayer:
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        self._periods_cache: dict[date, dict[str, str]] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
         # Quarantine thresholds of the latest generation: board -> cohort (region) ->
@@ -163,6 +171,16 @@ class SpeedLayer:
             specs = boards_for_event(self.boards, moment, region)
             self._boards_cache[key] = specs
         return specs
+
+    def _periods_of(self, normalized: NormalizedEvent) -> dict[str, str]:
+        """The rolling periods of the event's occurredAt (cached per UTC day)."""
+        moment = normalized.occurred_at.astimezone(UTC)
+        periods = self._periods_cache.get(moment.date())
+        if periods is None:
+            if len(self._periods_cache) > 4096:
+                self._periods_cache.clear()
+            periods = self._periods_cache[moment.date()] = event_periods(moment)
+        return periods
 
     def _spec_for(self, board: str) -> BoardSpec:
         aggregation = "sum"
@@ -263,6 +281,7 @@ class SpeedLayer:
                 len(feeding),
             ]
             scores = normalized.scores
+            periods = self._periods_of(normalized)
             for spec, feeds in feeding:
                 index = board_index[spec.board]
                 best = 0
@@ -276,6 +295,7 @@ class SpeedLayer:
                     scores[spec.rule] if feeds else 0,
                     thresholds.get(spec.board, {}).get(event.region, 0) if feeds else 0,
                     best,
+                    short_board(spec.board, periods),
                 ]
         args = [
             now_ms,
@@ -286,6 +306,7 @@ class SpeedLayer:
             mode,
             len(board_index),
             len(calls),
+            self.boards.rule,
             *board_args,
             *event_args,
         ]
@@ -458,13 +479,14 @@ class SpeedLayer:
                 await self.client.script_load(self._apply.script)
         return [o for o in outcomes if o is not None]
 
-    @staticmethod
-    def _outcome(call: _Call, kind: str, payload: Any) -> Outcome | None:
+    def _outcome(self, call: _Call, kind: str, payload: Any) -> Outcome | None:
         """The outcome of one event from its (kind, payload); None when it must be
         sent again (``retry``: the board it names is added to the call)."""
         event = call.event.event
         if kind in ("ok", "duplicate"):
-            body = decode_result(payload, event.eventId, event.playerId)
+            body = decode_result(
+                payload, event.eventId, event.playerId, self._periods_of(call.event)
+            )
             if kind == "duplicate":
                 body["status"] = "duplicate"
             return Outcome(body=body)

@@ -25,7 +25,8 @@
 --   "<fingerprint>|<saved result>", the result kept compact (it lives for the whole
 --   retention window): "<status>|<partition>|<position>|<board>,<total>,<version>
 --   [,<status>];..."; contribution record (playerId, matchId) hash: r=<revision>,
---   b:<board>=<points>, u:<board>=<rule version the points were scored under>;
+--   b:<board>=<points>, u=<rule version the points were scored under>, and
+--   u:<board>=<its rule version> for a board whose rule is not u;
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -43,7 +44,7 @@
 -- event time, 0 = no bound; eventJson: the normalized event, embedded verbatim in the
 -- log record) followed by its n_refs EV_BOARD records (index into the board table,
 -- feeds 1/0, points under the board's rule, quarantine threshold: points above it
--- hold the event as "quarantined", 0 = none).
+-- hold the event as "quarantined", 0 = none; the board's name in the saved result).
 --
 -- Returns, per event in order, kind then payload (ending early after a "retry": the
 -- events after it did not run): "ok", resultCompact |
@@ -56,10 +57,10 @@ local KEY = {log = 1, position = 2, flags = 3, quarantine = 4}
 local KEY_GROUP = {start = 5, size = 5, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4}
 local ARG = {
   now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
-  mode = 6, n_boards = 7, n_events = 8,
+  mode = 6, n_boards = 7, n_events = 8, default_rule = 9,
 }
 local ARG_GROUP = {
-  start = 9, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  start = 10, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
   rule = 4,
 }
 local EV = {
@@ -67,7 +68,9 @@ local EV = {
   event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
   n_refs = 10,
 }
-local EV_BOARD = {size = 5, board = 0, feeds = 1, points = 2, threshold = 3, best = 4}
+local EV_BOARD = {
+  size = 6, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
+}
 local EV_KEY = {size = 4, dedupe = 0, contribution = 1, rate = 2, recent = 3}
 
 local now_ms = tonumber(ARGV[ARG.now_ms])
@@ -78,6 +81,7 @@ local partition = tonumber(ARGV[ARG.partition])
 local mode = ARGV[ARG.mode]
 local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
+local default_rule = ARGV[ARG.default_rule]
 local HOUR_MS = 3600000
 local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
@@ -125,6 +129,7 @@ for e = 1, n_events do
       points = tonumber(ARGV[cursor + EV_BOARD.points]),
       threshold = tonumber(ARGV[cursor + EV_BOARD.threshold]),
       best = KEYS[tonumber(ARGV[cursor + EV_BOARD.best])],
+      saved_as = ARGV[cursor + EV_BOARD.saved_as],
     }
     if not b.wanted[ev.player] then
       b.wanted[ev.player] = true
@@ -401,6 +406,8 @@ local function process(ev)
 
   local status
   local items = {}
+  -- The board of each item as the saved result writes it (speed/records.py).
+  local saved_as = {}
   local any_applied = false
   local any_late = false
 
@@ -432,6 +439,7 @@ local function process(ev)
       local cur = ref.b.cur[player]
       if ref.feeds and cur then
         items[#items + 1] = {board = ref.b.id, total = cur[1], version = cur[2]}
+        saved_as[#items] = ref.saved_as
       end
     end
   else
@@ -454,6 +462,7 @@ local function process(ev)
         items[#items + 1] = {
           board = b.id, total = total or 0, version = version, status = "late-review",
         }
+        saved_as[#items] = ref.saved_as
       elseif ref.feeds or old ~= nil then
         local new = 0
         if ref.feeds then
@@ -475,13 +484,19 @@ local function process(ev)
         write_total(b, player, old_total, achieved, total, version, occurred_ms)
         contribution[#contribution + 1] = "b:" .. b.id
         contribution[#contribution + 1] = new
-        -- The rule version the contribution was scored under.
-        contribution[#contribution + 1] = "u:" .. b.id
-        contribution[#contribution + 1] = b.rule
+        -- The rule version the contribution was scored under: the record's "u"
+        -- unless the board's differs.
+        if b.rule ~= default_rule then
+          contribution[#contribution + 1] = "u:" .. b.id
+          contribution[#contribution + 1] = b.rule
+        end
         any_applied = true
         items[#items + 1] = {board = b.id, total = total, version = version}
+        saved_as[#items] = ref.saved_as
       end
     end
+    contribution[#contribution + 1] = "u"
+    contribution[#contribution + 1] = default_rule
     contribution[#contribution + 1] = "r"
     contribution[#contribution + 1] = revision
     redis.call("HSET", contribution_key, unpack(contribution))
@@ -532,10 +547,12 @@ local function process(ev)
     redis.call("HDEL", KEYS[KEY.quarantine], held_field)
   end
 
-  -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |).
+  -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
+  -- boards of the event's own periods written short, see speed/records.py). The
+  -- reply is the same compact form.
   local parts = {}
   for j, item in ipairs(items) do
-    local part = string.format("%s,%d,%d", item.board, item.total, item.version)
+    local part = string.format("%s,%d,%d", saved_as[j], item.total, item.version)
     if item.status then
       part = part .. "," .. item.status
     end
