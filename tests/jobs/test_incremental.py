@@ -141,6 +141,7 @@ def manifest(settings: Settings, generation: str) -> dict[str, Any]:
 
 
 def make_settings(root: Path, redis_server: RedisServer) -> Settings:
+    root.mkdir(parents=True, exist_ok=True)
     boards = root / "boards.yaml"
     boards.write_text(BOARDS_YAML)
     return Settings(
