@@ -10,13 +10,10 @@ without Redis making it durable.
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis.exceptions import RedisError
 
 from api.errors import LiveUnavailable
 from api.metrics import DEGRADED_READS, REDIS_ERRORS
-from api.responses import FastJSONResponse
 from conf.boards import BoardsConfig
 from serving.registry import Generation, GenerationNotFoundError, GenerationRegistry
 from serving.segments import BoardSegment
@@ -38,24 +35,3 @@ def degraded_snapshot(
         ) from None
     DEGRADED_READS.labels(endpoint).inc()
     return generation, generation.board(board)
-
-
-def degraded_row(
-    generation: Generation, segment: BoardSegment | None, player_id: str
-) -> tuple[BoardSegment, int]:
-    """The player's row in the generation. A player missing there may exist live:
-    the answer is unknown, not 404."""
-    row = segment.row_of(player_id) if segment else None
-    if segment is None or row is None:
-        raise LiveUnavailable(
-            f"the live layer is unavailable and player {player_id!r} is not in "
-            f"{generation.id}"
-        )
-    return segment, row
-
-
-def degraded_response(body: dict[str, Any]) -> FastJSONResponse:
-    return FastJSONResponse(
-        {**body, "liveLayer": "unavailable"},
-        headers={LIVE_LAYER_HEADER: "unavailable"},
-    )

@@ -146,6 +146,23 @@ READ_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: _described("unavailable: retry shortly"),
 }
 
+ADMIN_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _described("missing, wrong or expired signature"),
+    403: _described("forbidden: a game-server key, not an LB_ADMIN_KEYS key"),
+    404: _described("the season, event or player is not found"),
+    409: _described("a conflicting decision or an ambiguous event id"),
+    413: _described("payload_too_large"),
+    422: _described("invalid_request: names the bad field"),
+    503: _described("unavailable or not_ready: retry shortly"),
+}
+AWARDS_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: _described("awards_not_found: not a season board, or not closed yet"),
+    422: _described("invalid_request: names the bad parameter"),
+}
+READY_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: _described("not_ready: Redis does not answer"),
+}
+
 # Where a Redis client error names the server: a unix socket path or any absolute
 # path stays out of answers (it tells a client about the host's layout).
 _PATHS = re.compile(r"(unix://)?(/[^\s:,;'\"]+)+")

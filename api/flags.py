@@ -18,6 +18,8 @@ from speed.store import SpeedLayer
 
 ATTEMPTS = 5
 SHADOW = "shadow"
+# Bumped after every flag change: cached live answers depend on it (api/reads.py).
+FLAGS_VERSION_KEY = "lb-reads:flags-version"
 
 
 class FlagRetry(RuntimeError):
@@ -126,6 +128,8 @@ async def set_flag(
         if kind == "retry":
             continue
         touched = int(payload) if kind == "ok" else 0
+        if kind == "ok":
+            await speed.client.incr(FLAGS_VERSION_KEY)
         return {
             "playerId": player_id,
             "flag": SHADOW if action == "shadow" else None,

@@ -141,10 +141,15 @@ class LiveReader:
 
     async def _standing(
         self, board: str, player_id: str
-    ) -> tuple[int, int | None] | None:
+    ) -> tuple[tuple[int, int | None] | None, bool]:
+        """(the player's live standing, whether it is shadowed): one round trip."""
         keys = Keys(partition_of(player_id, self.partitions))
-        raw = await self.speed.client.hget(keys.totals(board), player_id)
-        return _standing(raw.encode() if isinstance(raw, str) else raw)
+        pipe = self.speed.client.pipeline(transaction=False)
+        pipe.hget(keys.totals(board), player_id)
+        pipe.hget(keys.flags, player_id)
+        raw, flag = await pipe.execute()
+        standing = _standing(raw.encode() if isinstance(raw, str) else raw)
+        return standing, flag in (b"shadow", "shadow")
 
     def _base(self, bases: list[int], board: str) -> Base:
         """The common base generation of all partitions, mapped; else NotExact."""
@@ -187,7 +192,7 @@ class LiveReader:
         """Exact live score, rank, position and population of one player."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
-        standing = await self._standing(board, player_id)
+        standing, shadowed = await self._standing(board, player_id)
         for _ in range(ATTEMPTS):
             if standing is None:
                 raise PlayerMissing(player_id)
@@ -220,6 +225,9 @@ class LiveReader:
                 "population": population,
                 "asOf": _as_of(replies),
                 "base": base,
+                # Shadowed players are out of every count: their own read adds
+                # them back (api/reads.py).
+                "shadowed": shadowed,
             }
         raise NotExact("the player's score kept changing")
 

@@ -17,6 +17,7 @@ from api.errors import install_error_handlers
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import observe_read
+from api.reads import ReadService
 from api.responses import FastJSONResponse
 from api.routes import (
     admin,
@@ -109,8 +110,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.rate_limit_bucket,
             default_registry(settings.points_min, settings.points_max),
         )
+        app.state.speed.group_window_us = settings.group_commit_us
         app.state.live = LiveReader(app.state.speed, app.state.generations)
         app.state.friends = FriendsReader(app.state.live)
+        app.state.reads = ReadService(
+            boards,
+            app.state.generations,
+            app.state.live,
+            app.state.friends,
+            settings.data_dir,
+            settings.live_cache_ms,
+        )
         app.state.speed.thresholds = lambda: quarantine_thresholds(
             app.state.generations
         )

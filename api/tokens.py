@@ -19,14 +19,11 @@ def issue_player_token(secret: bytes, player_id: str, ttl_seconds: int = 3600) -
     return jwt.encode(payload, secret, algorithm=ALGORITHM)
 
 
-def require_player(authorization: str | None, secret: bytes, player_id: str) -> None:
-    """Pass when the bearer token is valid and for ``player_id``.
+def player_of(authorization: str, secret: bytes) -> str:
+    """The player a bearer token names (its ``sub``).
 
-    :raises Unauthorized: no token, not a valid one, or expired (401).
-    :raises Forbidden: a valid token of another player (403).
+    :raises Unauthorized: not ``Bearer <JWT>``, not a valid token, or expired (401).
     """
-    if not authorization:
-        raise Unauthorized("a player token is required (Authorization: Bearer <JWT>)")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("Authorization must be 'Bearer <JWT>'")
@@ -41,5 +38,16 @@ def require_player(authorization: str | None, secret: bytes, player_id: str) -> 
         raise Unauthorized("player token expired") from None
     except jwt.InvalidTokenError as exc:
         raise Unauthorized(f"invalid player token: {exc}") from None
-    if claims.get("sub") != player_id:
+    return str(claims["sub"])
+
+
+def require_player(authorization: str | None, secret: bytes, player_id: str) -> None:
+    """Pass when the bearer token is valid and for ``player_id``.
+
+    :raises Unauthorized: no token, not a valid one, or expired (401).
+    :raises Forbidden: a valid token of another player (403).
+    """
+    if not authorization:
+        raise Unauthorized("a player token is required (Authorization: Bearer <JWT>)")
+    if player_of(authorization, secret) != player_id:
         raise Forbidden("the token belongs to another player")

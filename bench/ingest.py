@@ -440,11 +440,13 @@ async def bench_speed_layer(
 
     from api.routes.score_events import validate_event
     from conf.boards import load_boards
+    from conf.rules import default_registry
     from conf.settings import Settings
     from speed.store import SpeedLayer
 
     settings = Settings(rate_limit="off")
     boards = load_boards(settings.boards_file)
+    rules = default_registry()
     now = datetime.now(UTC)
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
@@ -452,7 +454,8 @@ async def bench_speed_layer(
             factory.event(f"d{b}")
             for _ in range(min(batch_size, total_events - b * batch_size))
         ]
-        batches.append((raws, [validate_event(r, settings, boards, now) for r in raws]))
+        valid = [validate_event(r, settings, boards, now, rules) for r in raws]
+        batches.append((raws, valid))
     client = aioredis.from_url(redis_url, max_connections=256)
     speed = SpeedLayer(
         client, boards, settings.partitions, settings.retention_seconds, None
@@ -477,7 +480,7 @@ async def bench_speed_layer(
     try:
         # Load the script outside the clock, with an event of its own.
         warm = factory.event("dwarm")
-        await speed.apply([validate_event(warm, settings, boards, now)])
+        await speed.apply([validate_event(warm, settings, boards, now, rules)])
         started = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(concurrency)])
         elapsed = time.perf_counter() - started

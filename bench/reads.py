@@ -125,7 +125,11 @@ async def apply_events(
             k = queue.get_nowait()
             events = [
                 validate_event(
-                    make_raw(i, tag, k * 1000 + j, pts), settings, boards, now
+                    make_raw(i, tag, k * 1000 + j, pts),
+                    settings,
+                    boards,
+                    now,
+                    speed.rules,
                 )
                 for j, (i, pts) in enumerate(batches[k])
             ]
@@ -381,6 +385,8 @@ def start_profile(
             str(out),
             "-p",
             str(api_pid),
+            # `lb up` runs one worker per core under uvicorn's supervisor.
+            "--subprocesses",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -517,6 +523,22 @@ def segment_report(
 
 
 # --------------------------------------------------------------------------- run
+
+
+def child_pids(parent: int) -> list[int]:
+    """Processes whose parent is ``parent`` (uvicorn's workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 def loadavg() -> list[float]:
@@ -683,6 +705,11 @@ async def measure(
                 flush=True,
             )
 
+        if args.closed_seconds > 0:
+            phases.update(
+                await top_ceilings(session, specs[4], args, pids, stamp, r, live_truth)
+            )
+
         # 5. Approximate error on a sample: half changed, half unchanged players.
         print(f"  approx error sample: {args.sample} players ...", flush=True)
         sample = rng.sample(changed_list, min(len(changed_list), args.sample // 2))
@@ -748,6 +775,103 @@ async def measure(
     }
 
 
+async def raw_zrevrange(
+    redis_url: str, key: str, connections: int, seconds: float
+) -> dict[str, Any]:
+    """The floor to compare a cached live top-100 with: Redis answering
+    ``ZREVRANGE key 0 99 WITHSCORES`` from a full sorted set, closed loop, same
+    connection count, redis.asyncio on the same cores."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url, max_connections=connections)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            rows = await client.zrevrange(key, 0, 99, withscores=True)
+            latencies.append(time.perf_counter() - start)
+            if len(rows) != 100:
+                raise RuntimeError(f"ZREVRANGE returned {len(rows)} rows")
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    finally:
+        await client.aclose()
+    elapsed = time.perf_counter() - t0
+    return {
+        "connections": connections,
+        "seconds": round(elapsed, 1),
+        "ok": len(latencies),
+        "rate": round(len(latencies) / elapsed, 1),
+        "errors": {},
+        **summarize_ms(latencies),
+    }
+
+
+async def top_ceilings(
+    session: Any,
+    live_top_spec: tuple[str, Any, Any],
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    stamp: str,
+    r: redis.Redis,
+    live_truth: Truth,
+) -> dict[str, Any]:
+    """Closed-loop maxima at ``--top-connections``: the live top-100 (served from the
+    read service's cache: no writes run during reads, so every hit is current) and,
+    in the same run, raw Redis ZREVRANGE 0 99 WITHSCORES over a full sorted set of
+    the same board."""
+    phases: dict[str, Any] = {}
+    conns = args.top_connections
+    _, url_of, check = live_top_spec
+    print(f"  live_top100 closed loop: {conns} conns x {args.closed_seconds:g} s ...")
+    before = loadavg()
+    prof = (
+        start_profile(
+            pids["api"], "closed_live_top", args.closed_seconds, stamp, args.out
+        )
+        if args.profile
+        else None
+    )
+    meter = CpuMeter(pids)
+    result = await closed_loop(session, url_of, conns, args.closed_seconds, check)
+    result["cpu"] = meter.stop(result["ok"])
+    result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+    if prof:
+        prof[0].wait(timeout=args.closed_seconds + 30)
+        result["profile"] = summarize_profile(prof[1])
+    phases["live_top100_closed"] = result
+    print(
+        f"    {result['rate']} req/s, p50 {result['p50_ms']} p99 {result['p99_ms']} ms"
+    )
+
+    scratch = "bench:reads:top-zset"
+    r.delete(scratch)
+    totals = live_truth.totals
+    for lo in range(0, len(totals), 10_000):
+        r.zadd(
+            scratch,
+            {
+                player_id(i): int(totals[i])
+                for i in range(lo, min(len(totals), lo + 10_000))
+            },
+        )
+    redis_url = os.environ["LB_REDIS_URL"]
+    print(f"  raw Redis ZREVRANGE 0 99 WITHSCORES: {conns} conns ...", flush=True)
+    before = loadavg()
+    meter = CpuMeter(pids)
+    raw = await raw_zrevrange(redis_url, scratch, conns, args.closed_seconds)
+    raw["cpu"] = meter.stop(raw["ok"])
+    raw["loadavg_before"], raw["loadavg_after"] = before, loadavg()
+    r.delete(scratch)
+    phases["redis_zrevrange100_closed"] = raw
+    print(f"    {raw['rate']} req/s, p50 {raw['p50_ms']} p99 {raw['p99_ms']} ms")
+    return phases
+
+
 def run(
     args: argparse.Namespace,
     env: dict[str, str],
@@ -765,6 +889,10 @@ def run(
         "redis": int((run_dir / "redis.pid").read_text()),
         "generator": os.getpid(),
     }
+    # `lb up` starts one API worker per core: their CPU is the API's too.
+    for k, child in enumerate(child_pids(pids["api"])):
+        pids[f"api_worker{k}"] = child
+    report["api_workers"] = sum(1 for name in pids if name.startswith("api_worker"))
     os.environ.update({k: v for k, v in env.items() if k.startswith("LB_")})
     os.environ["LB_REDIS_URL"] = redis_url
     r = redis.Redis.from_url(redis_url)
@@ -899,7 +1027,25 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ">= 3,000 req/s",
             v >= 3000,
         )
-    for name, limit in (("snapshot_rank", 10), ("live_rank", 10), ("approx_rank", 5)):
+    if "live_top100_closed" in ph:
+        v = ph["live_top100_closed"]["rate"]
+        raw = ph.get("redis_zrevrange100_closed", {}).get("rate")
+        conns = ph["live_top100_closed"]["connections"]
+        row(
+            f"live top-100 cached, {conns} conns (raw ZREVRANGE {raw} req/s)",
+            f"{v} req/s",
+            ">= 5,000 req/s",
+            v >= 5000,
+        )
+    for name, limit in (
+        ("snapshot_rank", 10),
+        ("snapshot_top100", 10),
+        ("snapshot_nearby5", 10),
+        ("live_rank", 10),
+        ("live_top100", 10),
+        ("live_nearby5", 10),
+        ("approx_rank", 5),
+    ):
         if name in ph:
             p = ph[name]
             ok = (
@@ -945,6 +1091,14 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def api_cpu(cpu: dict[str, Any]) -> float:
+    """CPU seconds of the API: uvicorn's supervisor and every worker."""
+    return round(
+        sum(v for k, v in cpu.items() if k.startswith("api") and k.endswith("_cpu_s")),
+        2,
+    )
+
+
 def print_table(report: dict[str, Any]) -> None:
     ph = report.get("phases", {})
     print()
@@ -958,7 +1112,7 @@ def print_table(report: dict[str, Any]) -> None:
         cpu = p["cpu"]
         print(
             f"{name:<24}{offered!s:>9}{achieved!s:>10}{p['p50_ms']:>9}{p['p99_ms']:>9}"
-            f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{cpu['api_cpu_s']:>9}"
+            f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{api_cpu(cpu):>9}"
             f"{cpu['other_processes_cpu_s']:>10}{p['loadavg_after'][0]:>7}"
         )
     if "approx_error" in report:
@@ -1010,6 +1164,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--connections", type=int, default=64, help="open-loop pool size")
     p.add_argument("--closed-seconds", type=float, default=10.0)
     p.add_argument("--closed-connections", type=int, default=8)
+    p.add_argument(
+        "--top-connections",
+        type=int,
+        default=32,
+        help="closed loops of live top-100 and raw Redis ZREVRANGE",
+    )
     p.add_argument("--sample", type=int, default=2000, help="approx-error sample size")
     p.add_argument("--only", default="", help="comma-separated open-loop phases")
     p.add_argument(

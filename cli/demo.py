@@ -13,6 +13,7 @@ Spark's console output goes to ``$LB_DATA_DIR/demo/logs/spark.log``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import random
 import shutil
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
+import yaml
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -180,6 +182,35 @@ async def _ingest(
     return statuses
 
 
+DEMO_SEASON = "DEMO"
+
+
+def demo_boards(now: datetime) -> str:
+    """The packaged default boards, plus a season open now when none of the
+    default's seasons stays open for another day: the demo shows a season board on
+    any date (the default's S4 ends on 2026-12-01)."""
+    from importlib import resources
+
+    raw = yaml.safe_load(resources.files("conf").joinpath("boards.yaml").read_text())
+    config = load_boards(None)
+    tomorrow = now + timedelta(days=1)
+    if not any(
+        s.start <= now - timedelta(hours=1) and tomorrow < s.end for s in config.seasons
+    ):
+        template = copy.deepcopy(raw["seasons"][0]) if raw.get("seasons") else {}
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        raw.setdefault("seasons", []).append(
+            {
+                **template,
+                "id": DEMO_SEASON,
+                # Events are dated up to 29 days back (the dedupe window is 30).
+                "start": (day - timedelta(days=29)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "end": (day + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        )
+    return str(yaml.safe_dump(raw, sort_keys=False))
+
+
 def _show_board(settings: Settings) -> tuple[str, datetime | None]:
     """The board the demo shows: the global board of a season open now, else
     all-time (the default season may have ended by the time someone runs this)."""
@@ -216,9 +247,7 @@ def _warm_up(spark: SparkSession, path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _spark_in_background(
-    settings: Settings, box: dict[str, Any]
-) -> threading.Thread:
+def _spark_in_background(settings: Settings, box: dict[str, Any]) -> threading.Thread:
     """Start Spark (its output to the log file) while the events are ingested."""
     from cli.quiet import quiet_spark
 
@@ -258,6 +287,13 @@ def run_demo(
     os.environ["LB_RATE_LIMIT"] = "off"  # inherited by the API process
     os.environ["LB_DEMO"] = "true"  # the dev key is expected here: no warning
     os.environ["LB_DATA_DIR"] = str(data_dir.resolve())
+    if settings.boards_file is None:
+        # The embedded defaults, with a season open today whatever the date.
+        data_dir.mkdir(parents=True, exist_ok=True)
+        boards_file = (data_dir / "boards.yaml").resolve()
+        boards_file.write_text(demo_boards(datetime.now(UTC)))
+        settings = settings.model_copy(update={"boards_file": boards_file})
+        os.environ["LB_BOARDS_FILE"] = str(boards_file)  # inherited by the API
     console = Console(highlight=False)
     board, season_start = _show_board(settings)
     console.rule("[bold]Leaderboard demo")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,15 @@ ENV_PREFIX = "LB_"
 
 class SettingsError(ValueError):
     """An ``LB_*`` variable is invalid; the message names the variable."""
+
+
+def default_api_workers() -> int:
+    """One API worker per core this process may run on (at most 64)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(64, cores))
 
 
 def _parse_keys(value: str, variable: str) -> dict[str, bytes]:
@@ -67,12 +77,22 @@ class Settings(BaseSettings):
     points_max: int = 1_000_000
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     max_batch_events: int = 1000
+    # Group commit of concurrent single POSTs (speed/store.py): 0 sends a group as
+    # soon as the previous one is answered, > 0 also waits this many µs first, -1
+    # sends every call alone. bench/RESULTS.md has the measurements behind 0.
+    group_commit_us: int = Field(default=0, ge=-1, le=100_000)
     signature_window_seconds: int = 300
     max_future_seconds: int = 300
     api_host: str = "127.0.0.1"
     api_port: int = 8080
-    # uvicorn worker processes of `lb up`; they share the memory-mapped segments.
-    api_workers: int = Field(default=1, ge=1, le=64)
+    # uvicorn worker processes of `lb up` (default: one per core); they share the
+    # memory-mapped segments through the page cache, metrics sum over them.
+    api_workers: int = Field(default_factory=default_api_workers, ge=1, le=64)
+    # Live top lists: how long a cached answer may be served without asking Redis
+    # whether anything changed (0: every hit checks the partitions' positions, bases
+    # and flags in one round trip, so a cached answer is always the current one). A
+    # cached answer keeps the asOf positions it was computed at.
+    live_cache_ms: int = Field(default=0, ge=0, le=60_000)
     # HS256 key of player tokens (Authorization: Bearer <JWT>, sub = playerId).
     player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
     # Most friends one player may list.

@@ -78,7 +78,11 @@ def bronze_path(settings: Settings) -> Path:
 
 
 def table_exists(path: Path) -> bool:
-    return (path / "_delta_log").is_dir()
+    """A Delta table with at least one commit: a writer killed during its first
+    commit leaves ``_delta_log/`` without one (no table yet; writing creates it)."""
+    from jobs.table_versions import table_version
+
+    return table_version(path) is not None
 
 
 TXN_PREFIX = "land-p"

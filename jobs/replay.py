@@ -321,6 +321,13 @@ def promote_season(
     save_rule_state(settings.data_dir, state)
     generation = run_publish(settings, spark=spark, boards=boards)
     _rebase(settings, generation)
+    # The live totals and contribution records in Redis were scored under the old
+    # rule: rebuild the speed layer from the log, the season summed under the new one
+    # (speed/rebuild.py), so live answers and later corrections agree with the
+    # generation. (The promotion itself was audited above.)
+    from speed.rebuild import run_rebuild
+
+    run_rebuild(settings, spark=spark)
     return generation
 
 

@@ -31,6 +31,9 @@ class Generation:
     directory: Path
     manifest: dict[str, Any]
     _boards: dict[str, BoardSegment] = field(default_factory=dict)
+    # Whatever readers derive from this immutable generation and keep with it (e.g.
+    # encoded answers, api/reads.py); it goes when the generation is unmapped.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

@@ -36,6 +36,13 @@ import redis
 
 from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
 from conf.rule_state import effective_boards, load_rule_state
+from conf.rules import (
+    RECORD_FIELDS,
+    Implausible,
+    RuleInputError,
+    RuleRegistry,
+    default_registry,
+)
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
@@ -101,6 +108,18 @@ class PartitionState:
     dedupe: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     # Shadowed players of the partition (flags are not rebuilt: they are read).
     shadowed: set[str] = field(default_factory=set)
+    # Plausibility history (``Keys.recent_matches``): player -> matchId -> occurredAt
+    # ms of the accepted new matches of the last day of event time, as
+    # apply_event.lua keeps it; the last addition in epoch ms (its TTL runs from it).
+    recent: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    recent_ms: dict[str, int] = field(default_factory=dict)
+    # Boards rescored under their season's promoted rule: board -> player -> matchId
+    # -> (points, removed); the totals of these boards are summed from it.
+    rescored: dict[str, dict[str, dict[str, tuple[int, bool]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(dict))
+    )
 
 
 def compact_result(result: dict[str, Any]) -> str:
@@ -123,12 +142,31 @@ def fingerprint(event: dict[str, Any]) -> str:
     return fingerprint_of_logged(event)
 
 
-class Folder:
-    """Applies log records of one partition, in position order, to a state."""
+# apply_event.lua keeps a day of event time of a player's matches, for two days.
+RECENT_SPAN_MS = 24 * 3600 * 1000
+RECENT_TTL_SECONDS = 2 * 24 * 3600
 
-    def __init__(self, config: BoardsConfig, state: PartitionState) -> None:
+
+class Folder:
+    """Applies log records of one partition, in position order, to a state.
+
+    ``rescore`` names seasons switched to another rule (``lb replay --promote``):
+    their boards' totals are not the ones the log records carry (scored under the old
+    rule) but summed again from each match's points under the season's rule now, like
+    the batch layer computes them (a match the rule cannot score contributes nothing).
+    """
+
+    def __init__(
+        self,
+        config: BoardsConfig,
+        state: PartitionState,
+        rules: RuleRegistry | None = None,
+        rescore: Collection[str] = (),
+    ) -> None:
         self.config = config
         self.state = state
+        self.rules = rules or default_registry()
+        self.rescore = frozenset(rescore)
         self._aggregation: dict[str, str] = {}
 
     def rule(self, board: str) -> str:
@@ -152,6 +190,56 @@ class Folder:
     def first_achieved(self, board: str) -> bool:
         return board_order(self.config, board)[0]
 
+    def rescored(self, board: str) -> bool:
+        return board.startswith("season:") and board.split(":")[1] in self.rescore
+
+    def points(self, rule: str, event: dict[str, Any]) -> int | None:
+        """Points of a logged event under ``rule``: what the speed layer recorded,
+        else computed from the match record; None when the rule cannot score it."""
+        scores = event.get("scores") or {}
+        if rule in scores:
+            return int(scores[rule])
+        if not scores and rule == "v1":
+            return int(event["points"])  # records from before rules were versioned
+        record = {name: event.get(name) for name in RECORD_FIELDS}
+        try:
+            return self.rules.get(rule).score(record)
+        except (RuleInputError, Implausible):
+            return None
+
+    def _rescore(
+        self,
+        board: str,
+        player: str,
+        match: str,
+        points: int | None,
+        fed: bool,
+        version: int,
+        occurred_ms: int,
+    ) -> None:
+        """One match's contribution to a rescored board; its total summed again."""
+        state = self.state
+        matches = state.rescored[board][player]
+        if points is None:
+            matches.pop(match, None)
+        else:
+            matches[match] = (points if fed else 0, not fed)
+        before = state.totals[board].get(player)
+        if not matches:
+            state.totals[board].pop(player, None)
+            state.achieved[board].pop(player, None)
+            return
+        if self.aggregation(board) == "max":
+            kept = (p for p, removed in matches.values() if not removed)
+            total = max(kept, default=0)
+        else:
+            total = sum(p for p, _ in matches.values())
+        state.totals[board][player] = (total, version)
+        if self.first_achieved(board) and (before is None or before[0] != total):
+            state.achieved[board][player] = occurred_ms
+        if state.position > state.boundary:
+            state.changed[board].add(player)
+
     def apply(self, record: dict[str, Any]) -> None:
         state = self.state
         position = int(record["position"])
@@ -162,6 +250,7 @@ class Folder:
             )
         state.position = position
         event = record["event"]
+        scores = event.get("scores") or {}
         result = record["result"]
         status = record["status"]
         player = event["playerId"]
@@ -178,6 +267,8 @@ class Folder:
             # review (a closed board may have no total left in Redis at all).
             if item.get("status", status) == "late-review":
                 continue
+            if self.rescored(board):
+                continue  # summed again below, under the season's rule now
             total = int(item["total"])
             before = state.totals[board].get(player)
             state.totals[board][player] = (total, int(item["version"]))
@@ -193,6 +284,8 @@ class Folder:
         state.contribution_ms[match] = received
         if status == "superseded":
             return
+        # apply_event.lua: a match is new when it has no contribution record yet.
+        is_new_match = match not in state.contributions
         fields = state.contributions[match]
         if status == "quarantined":
             # Held: the match's revision is taken, its contributions stay those of
@@ -202,19 +295,36 @@ class Folder:
             fields["r"] = int(event["sourceRevision"])
             return
         # Points per board under the board's rule, as the speed layer applied them
-        # (records from before rules were versioned carry only points).
-        scores = event.get("scores") or {}
+        # (records from before rules were versioned carry only points; a promoted
+        # season's rule may need computing from the match record).
+        occurred = parse_rfc3339(event["occurredAt"])
         feeds = {
-            spec.board: int(scores.get(spec.rule, event["points"]))
-            for spec in boards_for_event(
-                self.config, parse_rfc3339(event["occurredAt"]), event["region"]
-            )
+            spec.board: self.points(spec.rule, event)
+            for spec in boards_for_event(self.config, occurred, event["region"])
         }
+        any_applied = False
         for item in items:
             if item.get("status", status) in NOT_APPLIED:
                 continue
+            any_applied = True
             board = item["board"]
-            points = feeds.get(board, 0)
+            if self.rescored(board):
+                scored = feeds.get(board, 0)
+                self._rescore(
+                    board,
+                    player,
+                    event["matchId"],
+                    scored,
+                    board in feeds,
+                    int(item["version"]),
+                    int(occurred.timestamp() * 1000),
+                )
+                if scored is None:
+                    # The rule cannot score this match: it contributes nothing.
+                    fields.pop(f"b:{board}", None)
+                    fields.pop(f"u:{board}", None)
+                    continue
+            points = feeds.get(board, 0) or 0
             fields[f"b:{board}"] = points
             fields[f"u:{board}"] = self.rule(board)
             if self.aggregation(board) == "max":
@@ -228,6 +338,16 @@ class Folder:
         # An applied revision (or the release of the held one) ends any hold.
         fields.pop("q", None)
         fields.pop("qr", None)
+        # Plausibility history: apply_event.lua remembers an accepted new match when
+        # the rules in use have bounds that need it (a release is not a new match).
+        if is_new_match and any_applied and any(self.rules.limits(scores)):
+            occurred_ms = int(occurred.timestamp() * 1000)
+            recent = state.recent[player]
+            recent[event["matchId"]] = occurred_ms
+            oldest = occurred_ms - RECENT_SPAN_MS
+            for old in [m for m, t in recent.items() if t < oldest]:
+                del recent[old]
+            state.recent_ms[player] = received
 
 
 # ------------------------------------------------------------ structures of a state
@@ -597,6 +717,17 @@ def restore_records(
             pipe.set(key, v, ex=t, nx=True)
 
         writes.append((key, write_ev))
+    for player, recent in state.recent.items():
+        ttl = _ttl_left(state.recent_ms[player], now_ms, RECENT_TTL_SECONDS)
+        if ttl is None or not recent:
+            continue
+        key = keys.recent_matches(player)
+
+        def write_pm(pipe: Any, key: str = key, m: dict = recent, t: int = ttl) -> None:
+            pipe.zadd(key, m)
+            pipe.expire(key, t)
+
+        writes.append((key, write_pm))
     written = 0
     for first in range(0, len(writes), PIPELINE_CHUNK):
         chunk = writes[first : first + PIPELINE_CHUNK]
@@ -611,6 +742,51 @@ def restore_records(
                 written += 1
         pipe.execute()
     return written
+
+
+def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
+    """Contribution records of rescored boards (seasons promoted to another rule):
+    their per-board points were written under the old rule, and a later correction
+    subtracts what the record says, so the rescored boards' fields are rewritten
+    (and dropped where the new rule cannot score the match). A record whose revision
+    moved on meanwhile is newer: left alone. Returns records rewritten."""
+    boards = sorted(state.rescored)
+    if not boards:
+        return 0
+    keys = Keys(state.partition)
+    matches = list(state.contributions)
+    rewritten = 0
+    for first in range(0, len(matches), PIPELINE_CHUNK):
+        chunk = matches[first : first + PIPELINE_CHUNK]
+        pipe = client.pipeline(transaction=False)
+        for player, match in chunk:
+            pipe.hget(keys.contribution(player, match), "r")
+        revisions = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        for (player, match), live in zip(chunk, revisions, strict=True):
+            fields = state.contributions[(player, match)]
+            if live is None or int(live) != int(fields.get("r", -1)):
+                continue
+            key = keys.contribution(player, match)
+            keep: dict = {
+                f"{kind}:{board}": fields[f"{kind}:{board}"]
+                for board in boards
+                for kind in ("b", "u")
+                if f"{kind}:{board}" in fields
+            }
+            drop = [
+                f"{kind}:{board}"
+                for board in boards
+                for kind in ("b", "u")
+                if f"{kind}:{board}" not in fields
+            ]
+            if keep:
+                pipe.hset(key, mapping=keep)
+            if drop:
+                pipe.hdel(key, *drop)
+            rewritten += 1
+        pipe.execute()
+    return rewritten
 
 
 def switch_partition(
@@ -720,9 +896,10 @@ def run_rebuild(
 
         spark = get_spark("rebuild")
     # Promoted seasons score under their new rule (conf/rule_state.py).
-    config = effective_boards(
-        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
-    )
+    rule_state = load_rule_state(settings.data_dir)
+    config = effective_boards(load_boards(settings.boards_file), rule_state)
+    # Their totals in the log were scored under the rule before the promotion.
+    promoted = set(rule_state.promoted)
     registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
     registry.refresh(force=True)
     generation = registry.latest()
@@ -751,7 +928,12 @@ def run_rebuild(
                     for p, f in client.hgetall(Keys(partition).flags).items()
                     if _text(f) == "shadow"
                 }
-                folder = Folder(config, state)
+                folder = Folder(
+                    config,
+                    state,
+                    default_registry(settings.points_min, settings.points_max),
+                    rescore=promoted,
+                )
                 for record in bronze_records(settings, spark, partition):
                     folder.apply(record)
                 landed_through = state.position
@@ -767,6 +949,7 @@ def run_rebuild(
                 # Records first: an event arriving meanwhile writes its own (newer)
                 # record, which restore never overwrites, and forces a retry below.
                 restored = restore_records(client, state, settings.retention_seconds)
+                restored += rewrite_rescored(client, state)
                 stage_partition(client, state, built)
                 if before_switch is not None:
                     before_switch(partition)

@@ -9,6 +9,7 @@ the same offsets in tables at its top::
     local ARG = {player = 1, action = 2, ...}
     local ARG_GROUP = {start = 5, size = 3, board = 0, ...}
     local ARG_REST = 1
+    local EV = {size = 11, player = 0, ...}   -- a declared record
 
 and ``tests/unit/test_script_interfaces.py`` checks that both agree (and that no
 script indexes KEYS or ARGV with a bare number). Callers build their KEYS and ARGV
@@ -53,6 +54,9 @@ class ScriptInterface:
     argv_rest: str | None = None
     statuses: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()
+    # Repeated records read at offsets the script computes (name -> fields): the
+    # Lua declares each as a table of 0-based offsets plus its size.
+    records: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def keys_of(
         self, fixed: Mapping[str, Any], groups: Sequence[Mapping[str, Any]] = ()
@@ -98,51 +102,55 @@ class ScriptInterface:
                 "size": len(self.argv_group),
                 **{n: i for i, n in enumerate(self.argv_group)},
             }
+        for name, fields in self.records:
+            tables[name] = {"size": len(fields), **{n: i for i, n in enumerate(fields)}}
         return tables
+
+    def record(self, name: str) -> tuple[str, ...]:
+        return dict(self.records)[name]
 
 
 APPLY_EVENT = ScriptInterface(
     name="apply_event",
-    keys=(
-        "dedupe",
-        "contribution",
-        "log",
-        "position",
-        "rate",
-        "recent",
-        "flags",
-        "quarantine",
-    ),
-    key_group=("totals", "chz", "chs", "fw", "bk", "best"),
+    keys=("log", "position", "flags", "quarantine"),
+    key_group=("totals", "chz", "chs", "fw", "bk"),
     argv=(
-        "player",
-        "event_id",
-        "match_id",
-        "revision",
-        "points",
-        "fingerprint",
         "now_ms",
         "retention",
         "rate_capacity",
         "rate_refill_ms",
         "partition",
-        "event_json",
-        "is_correction",
-        "n_boards",
-        "occurred_ms",
-        "min_gap_ms",
-        "max_per_hour",
         "mode",
+        "n_boards",
+        "n_events",
     ),
-    argv_group=(
-        "board",
-        "aggregation",
-        "cutoff_ms",
-        "feeds",
-        "points",
-        "rule",
-        "threshold",
+    # The chunk's board table: one group per board any of its events references.
+    argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
+    records=(
+        # After the board table, per event: an EV record, then n_refs EV_BOARD ones.
+        (
+            "EV",
+            (
+                "player",
+                "event_id",
+                "match_id",
+                "revision",
+                "fingerprint",
+                "event_json",
+                "occurred_ms",
+                "min_gap_ms",
+                "max_per_hour",
+                "key_at",
+                "n_refs",
+            ),
+        ),
+        # board: 1-based index into the board table; best: KEYS index of the
+        # player's best-of zset on an aggregation "max" board, else 0.
+        ("EV_BOARD", ("board", "feeds", "points", "threshold", "best")),
+        # The event's own keys, from KEYS[key_at].
+        ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
     ),
+    # The reply holds one (kind, payload) pair per event, in order.
     statuses=(
         "ok",
         "duplicate",

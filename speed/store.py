@@ -6,6 +6,7 @@ after another in order, so a batch's results come back in the order it was sent.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
+from prometheus_client import Histogram
 from redis.exceptions import NoScriptError, ResponseError
 
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
@@ -22,6 +24,20 @@ from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
 from speed.scoring import score_event
+
+# Events of one partition per script call at most: bounds the time Redis spends in
+# one script (other clients wait meanwhile) and the size of its unpack() calls.
+MAX_CHUNK = 256
+# Boards a stored contribution may name beyond the ones the event feeds.
+MAX_RETRIES = 64
+# Calls with at most this many events are grouped with concurrent ones (a batch
+# request already is a group).
+GROUP_MAX_EVENTS = 16
+GROUP_SIZE = Histogram(
+    "lb_speed_group_commit_calls",
+    "Concurrent apply() calls sent together in one group commit",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+)
 
 
 class EventConflict(Exception):
@@ -104,7 +120,7 @@ class SpeedLayer:
         ] = {}
         self._season_bounds = [(s.start, s.end) for s in boards.seasons]
         # Key names and constant script arguments per (partition, board).
-        self._board_cache: dict[tuple[int, str], tuple[str, ...]] = {}
+        self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
@@ -119,6 +135,10 @@ class SpeedLayer:
             if s.tie_break == "first_achieved"
             for scope in boards.scopes
         }
+        # Group commit of concurrent small calls (see apply()).
+        self.group_window_us = 0
+        self._group: list[tuple[list[NormalizedEvent], asyncio.Future[Any]]] = []
+        self._group_task: asyncio.Task[None] | None = None
         if rate_limit is not None:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
@@ -153,83 +173,124 @@ class SpeedLayer:
             rule = season.rule if season else rule
         return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board), rule)
 
-    def _script_args(self, call: _Call, now_ms: int) -> list[Any]:
-        """The EVALSHA command for one event: sha, numkeys, keys, then arguments."""
-        event = call.event.event
-        player = event.playerId
-        partition = call.partition
-        keys = self._keys_cache.get(partition)
-        if keys is None:
-            keys = self._keys_cache[partition] = Keys(partition)
-        if call.extra_boards:
-            feeding = [(spec, True) for spec in call.specs]
-            fed = {spec.board for spec in call.specs}
-            feeding += [
-                (self._spec_for(b), False) for b in call.extra_boards if b not in fed
-            ]
-        else:
-            feeding = [(spec, True) for spec in call.specs]
-        script_keys = [
-            keys.dedupe(player, event.eventId),
-            keys.contribution(player, event.matchId),
-            keys.log,
-            keys.position,
-            keys.rate(player),
-            keys.recent_matches(player),
-            keys.flags,
-            keys.quarantine,
-        ]
-        capacity, refill_ms = self._rate_args
-        args: list[Any] = [
-            player,
-            event.eventId,
-            event.matchId,
-            event.sourceRevision,
-            call.event.points,
-            call.event.fingerprint,
-            now_ms,
-            self.retention_seconds,
-            capacity,
-            refill_ms,
-            partition,
-            call.event.log_json(),
-            1 if event.kind == "correction" else 0,
-            len(feeding),
-            int(call.event.occurred_at.timestamp() * 1000),
-            *call.event.limits,
-            call.mode,
-        ]
-        scores = call.event.scores
-        thresholds = self._thresholds_now
-        board_cache = self._board_cache
-        first_achieved = self._first_achieved
-        for spec, feeds in feeding:
+    def _board_entry(self, partition: int, spec: BoardSpec) -> tuple[list[Any], ...]:
+        """KEY_GROUP and ARG_GROUP of one board of a chunk's board table, plus the
+        prefix of its players' best-of keys (cached per partition and board)."""
+        cached = self._board_cache.get((partition, spec.board))
+        if cached is None:
+            keys = self._keys_cache.get(partition)
+            if keys is None:
+                keys = self._keys_cache[partition] = Keys(partition)
             board = spec.board
-            cached = board_cache.get((partition, board))
-            if cached is None:
-                cached = board_cache[(partition, board)] = (
+            cached = self._board_cache[(partition, board)] = (
+                [
                     keys.totals(board),
                     keys.changed_live(board),
                     keys.changed_snapshot(board),
                     keys.fenwick(board),
                     keys.buckets(board),
-                    keys.best(board, ""),
-                )
-            script_keys += [*cached[:5], cached[5] + player]
-            aggregation = spec.aggregation
-            if first_achieved and board in first_achieved:
-                occurred_ms = int(call.event.occurred_at.timestamp() * 1000)
-                aggregation = f"{aggregation}:fa:{occurred_ms}"
-            args += [
-                board,
-                aggregation,
-                spec.cutoff_ms,
-                1 if feeds else 0,
-                scores[spec.rule] if feeds else 0,
-                spec.rule,
-                thresholds.get(board, {}).get(event.region, 0),
+                ],
+                [
+                    board,
+                    spec.aggregation,
+                    1 if board in self._first_achieved else 0,
+                    spec.cutoff_ms,
+                    spec.rule,
+                ],
+                [keys.best(board, "")],
+            )
+        return cached
+
+    def _chunk_command(
+        self, partition: int, calls: list[_Call], mode: str, now_ms: int
+    ) -> list[Any]:
+        """The EVALSHA of one chunk of one partition's events (speed/scripts.py
+        declares the layout; the order of each list below is checked against it)."""
+        keys = self._keys_cache.get(partition)
+        if keys is None:
+            keys = self._keys_cache[partition] = Keys(partition)
+        capacity, refill_ms = self._rate_args
+        thresholds = self._thresholds_now
+        board_index: dict[str, int] = {}
+        best_prefix: list[str] = []
+        script_keys: list[Any] = [keys.log, keys.position, keys.flags, keys.quarantine]
+        board_args: list[Any] = []
+        event_keys: list[Any] = []
+        event_args: list[Any] = []
+        per_event: list[tuple[_Call, list[tuple[BoardSpec, bool]]]] = []
+        for call in calls:
+            feeding = [(spec, True) for spec in call.specs]
+            if call.extra_boards:
+                fed = {spec.board for spec in call.specs}
+                feeding += [
+                    (self._spec_for(b), False)
+                    for b in call.extra_boards
+                    if b not in fed
+                ]
+            for spec, _ in feeding:
+                if spec.board not in board_index:
+                    board_index[spec.board] = len(board_index) + 1
+                    group_keys, group_args, prefix = self._board_entry(partition, spec)
+                    script_keys += group_keys
+                    board_args += group_args
+                    best_prefix += prefix
+            per_event.append((call, feeding))
+        # KEYS of the events follow the board table's (1-based, as in Lua).
+        key_at = len(script_keys) + 1
+        for call, feeding in per_event:
+            normalized = call.event
+            event = normalized.event
+            player = event.playerId
+            occurred_ms = int(normalized.occurred_at.timestamp() * 1000)
+            event_keys += [
+                keys.dedupe(player, event.eventId),
+                keys.contribution(player, event.matchId),
+                keys.rate(player),
+                keys.recent_matches(player),
             ]
-        return ["EVALSHA", self._apply.sha, len(script_keys), *script_keys, *args]
+            first_key = key_at
+            key_at += 4
+            event_args += [
+                player,
+                event.eventId,
+                event.matchId,
+                event.sourceRevision,
+                normalized.fingerprint,
+                normalized.log_json(),
+                occurred_ms,
+                *normalized.limits,
+                first_key,
+                len(feeding),
+            ]
+            scores = normalized.scores
+            for spec, feeds in feeding:
+                index = board_index[spec.board]
+                best = 0
+                if spec.aggregation == "max":
+                    event_keys.append(best_prefix[index - 1] + player)
+                    best = key_at
+                    key_at += 1
+                event_args += [
+                    index,
+                    1 if feeds else 0,
+                    scores[spec.rule] if feeds else 0,
+                    thresholds.get(spec.board, {}).get(event.region, 0) if feeds else 0,
+                    best,
+                ]
+        args = [
+            now_ms,
+            self.retention_seconds,
+            capacity,
+            refill_ms,
+            partition,
+            mode,
+            len(board_index),
+            len(calls),
+            *board_args,
+            *event_args,
+        ]
+        all_keys = script_keys + event_keys
+        return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
         """Send every EVALSHA in one write and read the replies in order.
@@ -280,94 +341,159 @@ class SpeedLayer:
     async def apply(
         self, events: list[NormalizedEvent], *, release_at_ms: int | None = None
     ) -> list[Outcome]:
+        """Apply events in order; results in the same order.
+
+        Small calls made concurrently (single POSTs) are grouped: while one group's
+        round trip is in flight the next calls queue, and go together in the next
+        one (group commit: one script call per partition for the whole group, and
+        one fsync). ``group_window_us`` > 0 also waits that long before sending a
+        group; < 0 turns grouping off.
+        """
+        if (
+            release_at_ms is not None
+            or self.group_window_us < 0
+            or len(events) > GROUP_MAX_EVENTS
+        ):
+            return await self._apply_now(events, release_at_ms=release_at_ms)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Outcome]] = loop.create_future()
+        self._group.append((events, future))
+        if self._group_task is None:
+            self._group_task = loop.create_task(self._drain_group())
+        return await future
+
+    async def _drain_group(self) -> None:
+        try:
+            while self._group:
+                if self.group_window_us > 0:
+                    await asyncio.sleep(self.group_window_us / 1e6)
+                group, self._group = self._group, []
+                events = [e for evs, _ in group for e in evs]
+                GROUP_SIZE.observe(len(group))
+                try:
+                    outcomes = await self._apply_now(events)
+                except Exception as exc:  # every caller of the group gets the error
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                at = 0
+                for evs, future in group:
+                    if not future.done():
+                        future.set_result(outcomes[at : at + len(evs)])
+                    at += len(evs)
+        finally:
+            self._group_task = None
+            for _, future in self._group:  # only when cancelled (shutdown)
+                if not future.done():
+                    future.set_exception(RuntimeError("speed layer stopped"))
+            self._group = []
+
+    async def _apply_now(
+        self, events: list[NormalizedEvent], *, release_at_ms: int | None = None
+    ) -> list[Outcome]:
         """Apply events in order; one pipelined round trip (plus rare retries).
 
-        Events not scored yet (:func:`speed.scoring.score_event`) are scored here.
+        The events of each partition go in chunks of at most ``MAX_CHUNK``, one
+        script call per chunk; partitions share no keys, so only the order within a
+        partition matters. Events not scored yet (:func:`speed.scoring.score_event`)
+        are scored here.
         """
         for e in events:
             if not e.scores:
                 score_event(e, self.boards, self.rules)
         self._thresholds_now = self.thresholds() if release_at_ms is None else {}
+        mode = "apply" if release_at_ms is None else "release"
         calls = [
             _Call(
                 e,
                 partition_of(e.event.playerId, self.partitions),
                 self._boards_for(e.occurred_at, e.event.region),
-                mode="apply" if release_at_ms is None else "release",
+                mode=mode,
             )
             for e in events
         ]
         outcomes: list[Outcome | None] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        # Each retry adds one board the stored contribution touched; a match can only
-        # have touched a bounded number of boards, so this loop ends.
-        for _ in range(64):
-            if not pending:
-                break
+        # Per partition, the events still to run, in order. One chunk per partition
+        # per round trip: a chunk that stops at a "retry" leaves the events after it
+        # for the next round, so a partition's events always apply in the order sent.
+        queues: dict[int, list[int]] = {}
+        for i, call in enumerate(calls):
+            queues.setdefault(call.partition, []).append(i)
+        while queues:
             now_ms = release_at_ms
             if now_ms is None:
                 now_ms = int(self.clock() * 1000)
+            chunks = [(p, queue[:MAX_CHUNK]) for p, queue in queues.items()]
             replies = await self._evalsha_all(
-                [self._script_args(calls[i], now_ms) for i in pending]
+                [
+                    self._chunk_command(p, [calls[i] for i in chunk], mode, now_ms)
+                    for p, chunk in chunks
+                ]
             )
-            retry: list[int] = []
             script_missing = False
-            for i, reply in zip(pending, replies, strict=True):
+            for (p, chunk), reply in zip(chunks, replies, strict=True):
                 if isinstance(reply, NoScriptError):
                     # The server lost its script cache (restart, SCRIPT FLUSH): nothing
-                    # ran for this event; load the script and run it again.
+                    # ran for this chunk; load the script and run it again.
                     script_missing = True
-                    retry.append(i)
                     continue
                 if isinstance(reply, Exception):
                     raise reply
-                kind = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
-                payload = reply[1]
-                if kind in ("ok", "duplicate"):
-                    event = calls[i].event.event
-                    body = decode_result(payload, event.eventId, event.playerId)
-                    if kind == "duplicate":
-                        body["status"] = "duplicate"
-                    outcomes[i] = Outcome(body=body)
-                elif kind == "conflict":
-                    outcomes[i] = Outcome(
-                        error=EventConflict(
-                            "eventId already used for this player "
-                            "with different content"
-                        )
-                    )
-                elif kind in ("superseded", "noop"):
-                    # Release outcomes: nothing was applied.
-                    event = calls[i].event.event
-                    detail = payload.decode() if isinstance(payload, bytes) else payload
-                    outcomes[i] = Outcome(
-                        body={
-                            "eventId": event.eventId,
-                            "playerId": event.playerId,
-                            "status": kind,
-                            "detail": detail,
-                        }
-                    )
-                elif kind == "rate_limited":
-                    outcomes[i] = Outcome(error=RateLimited(int(payload)))
-                elif kind == "implausible":
-                    detail = payload.decode() if isinstance(payload, bytes) else payload
-                    outcomes[i] = Outcome(
-                        error=Implausible(detail.split(":", 1)[0], detail)
-                    )
-                elif kind == "retry":
-                    calls[i].extra_boards.append(
-                        payload.decode() if isinstance(payload, bytes) else payload
-                    )
-                    retry.append(i)
-                else:  # pragma: no cover - the script returns only the kinds above
-                    raise RuntimeError(f"unexpected script reply {kind!r}")
-            # A retried event had no side effect; running it after the rest of the
-            # batch is the same as receiving it a moment later, and its log position
-            # records that order for the batch layer.
+                done = 0
+                for n in range(len(reply) // 2):
+                    kind = reply[2 * n]
+                    kind = kind.decode() if isinstance(kind, bytes) else kind
+                    outcome = self._outcome(calls[chunk[n]], kind, reply[2 * n + 1])
+                    if outcome is None:
+                        break
+                    outcomes[chunk[n]] = outcome
+                    done += 1
+                queue = queues[p][done:]
+                if queue:
+                    queues[p] = queue
+                else:
+                    del queues[p]
             if script_missing:
                 await self.client.script_load(self._apply.script)
-            pending = retry
-        if pending:
-            raise RuntimeError("contribution touched more boards than retries allow")
         return [o for o in outcomes if o is not None]
+
+    @staticmethod
+    def _outcome(call: _Call, kind: str, payload: Any) -> Outcome | None:
+        """The outcome of one event from its (kind, payload); None when it must be
+        sent again (``retry``: the board it names is added to the call)."""
+        event = call.event.event
+        if kind in ("ok", "duplicate"):
+            body = decode_result(payload, event.eventId, event.playerId)
+            if kind == "duplicate":
+                body["status"] = "duplicate"
+            return Outcome(body=body)
+        text = payload.decode() if isinstance(payload, bytes) else payload
+        if kind == "conflict":
+            return Outcome(
+                error=EventConflict(
+                    "eventId already used for this player with different content"
+                )
+            )
+        if kind in ("superseded", "noop"):
+            # Release outcomes: nothing was applied.
+            return Outcome(
+                body={
+                    "eventId": event.eventId,
+                    "playerId": event.playerId,
+                    "status": kind,
+                    "detail": text,
+                }
+            )
+        if kind == "rate_limited":
+            return Outcome(error=RateLimited(int(text)))
+        if kind == "implausible":
+            return Outcome(error=Implausible(text.split(":", 1)[0], text))
+        if kind == "retry":
+            # Each retry adds one board the stored contribution touched; a match can
+            # only have touched a bounded number of boards.
+            if len(call.extra_boards) >= MAX_RETRIES:
+                raise RuntimeError("contribution touched more boards than allowed")
+            call.extra_boards.append(text)
+            return None
+        raise RuntimeError(f"unexpected script reply {kind!r}")  # pragma: no cover

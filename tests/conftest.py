@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +37,33 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-# The default boards with windows that stay open for ten years: most tests send
-# events dated 2026-11-20 and expect the daily, weekly and season S4 boards to apply
-# them whatever the wall clock says (S4 ends 2026-12-01; closing windows are tested
-# on their own, in tests/jobs/test_season.py).
+# Most tests send events dated November 2026 (fixed dates make the expected board
+# ids readable) and expect the boards to apply them whatever the wall clock says. A
+# lateness (and a dedupe window) of ten years past today keeps those windows open on
+# any date; closing windows are tested on their own, with windows relative to now
+# (tests/jobs/test_season.py, tests/api/test_closing_windows.py).
+OPEN_DAYS = (datetime.now(UTC) - datetime(2026, 1, 1, tzinfo=UTC)).days + 3650
+OPEN_LATENESS = f"P{OPEN_DAYS}D"
 OPEN_WINDOWS_BOARDS = (
     (Path(__file__).resolve().parents[1] / "conf" / "boards.yaml")
     .read_text()
-    .replace('allowedLateness: "PT1H"', 'allowedLateness: "P3650D"')
-    + '\nwindowLateness: "P3650D"\n'
+    .replace('allowedLateness: "PT1H"', f'allowedLateness: "{OPEN_LATENESS}"')
+    .replace('windowLateness: "PT1H"', f'windowLateness: "{OPEN_LATENESS}"')
 )
+
+
+def settings_boards(directory: Path) -> Path:
+    """The default boards with windows open whatever the date, as a file."""
+    path = directory / "boards.yaml"
+    path.write_text(OPEN_WINDOWS_BOARDS)
+    return path
 
 
 @pytest.fixture
 def settings(
     redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
 ) -> Settings:
-    boards_file = tmp_path / "boards.yaml"
-    boards_file.write_text(OPEN_WINDOWS_BOARDS.replace('windowLateness: "PT1H"', ""))
+    boards_file = settings_boards(tmp_path)
     return Settings(
         redis_url=redis_server.url,
         data_dir=tmp_path / "lb",
@@ -62,7 +71,7 @@ def settings(
         rate_limit="off",
         boards_file=boards_file,
         # Fixed event dates in tests (November 2026) must not age out of the window.
-        dedupe_window=timedelta(days=3650),
+        dedupe_window=timedelta(days=OPEN_DAYS),
     )
 
 

@@ -11,11 +11,13 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import AdminDep, BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
+    ADMIN_ERROR_RESPONSES,
     AdjudicationClash,
     InvalidRequest,
     SeasonNotClosed,
     SeasonNotFound,
 )
+from api.models import AdjudicationOut, LateReviewOut, json_body
 from api.responses import FastJSONResponse
 from conf.boards import BoardsConfig, Season
 from conf.settings import Settings
@@ -66,7 +68,11 @@ async def _late_records(
     return pending_late(records, season_id, decided)
 
 
-@router.get("/seasons/{season_id}/late-review")
+@router.get(
+    "/seasons/{season_id}/late-review",
+    response_model=LateReviewOut,
+    responses=ADMIN_ERROR_RESPONSES,
+)
 async def read_late_review(
     season_id: str,
     admin: AdminDep,
@@ -80,7 +86,12 @@ async def read_late_review(
     return FastJSONResponse({"events": [late_item(r) for r in records]})
 
 
-@router.post("/seasons/{season_id}/adjudications")
+@router.post(
+    "/seasons/{season_id}/adjudications",
+    response_model=AdjudicationOut,
+    responses=ADMIN_ERROR_RESPONSES,
+    openapi_extra=json_body(AdjudicationIn),
+)
 async def create_adjudication(
     season_id: str,
     admin: AdminDep,

@@ -8,8 +8,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import AdminDep, GenerationsDep, SpeedDep
-from api.errors import InvalidRequest, NotReady
+from api.errors import ADMIN_ERROR_RESPONSES, InvalidRequest, NotReady
 from api.flags import FlagRetry, set_flag
+from api.models import FlagOut, json_body
 from api.responses import FastJSONResponse
 from api.routes.friends import _player_id
 from api.routes.score_events import _parse_json
@@ -34,7 +35,12 @@ def _flag_body(raw: Any) -> FlagIn:
         raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
 
 
-@router.post("/players/{player_id}/flags")
+@router.post(
+    "/players/{player_id}/flags",
+    response_model=FlagOut,
+    responses=ADMIN_ERROR_RESPONSES,
+    openapi_extra=json_body(FlagIn),
+)
 async def flag_player(
     player_id: str, admin: AdminDep, speed: SpeedDep, registry: GenerationsDep
 ) -> FastJSONResponse:

@@ -7,25 +7,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
-from api.deps import BoardsDep, FriendsDep, GenerationsDep, LiveDep, SettingsDep
-from api.errors import InvalidRequest, PlayerNotFound
-from api.flags import shadowed_among
-from api.friends import (
-    NotExact,
-    rank_members,
-    read_friends,
-    snapshot_scores,
-    write_friends,
-)
-from api.responses import FastJSONResponse
-from api.routes.boards import (
-    GenerationQuery,
-    _check_board,
-    _header,
-    _live_header,
-    _snapshot,
-    _snapshot_fallback,
-)
+from api.deps import LiveDep, SettingsDep
+from api.errors import READ_ERROR_RESPONSES, WRITE_ERROR_RESPONSES, InvalidRequest
+from api.friends import write_friends
+from api.models import FriendsIn, FriendsListOut, FriendsOut, json_body
+from api.reads import check_board
+from api.responses import EncodedResponse, FastJSONResponse
+from api.routes.boards import GenerationQuery, ReadsDep, respond
 from api.routes.score_events import _parse_json, read_signed_body
 from api.tokens import require_player
 from speed.events import EventInvalid, normalize_id
@@ -59,7 +47,12 @@ def parse_friends(raw: Any, player_id: str, limit: int) -> list[str]:
     return sorted(friends)
 
 
-@router.put("/players/{player_id}/friends")
+@router.put(
+    "/players/{player_id}/friends",
+    response_model=FriendsListOut,
+    responses=WRITE_ERROR_RESPONSES,
+    openapi_extra=json_body(FriendsIn),
+)
 async def replace_friends(
     player_id: str, request: Request, settings: SettingsDep, live: LiveDep
 ) -> FastJSONResponse:
@@ -71,42 +64,21 @@ async def replace_friends(
     return FastJSONResponse({"playerId": player_id, "friends": friends})
 
 
-@router.get("/boards/{board}/players/{player_id}/friends")
+@router.get(
+    "/boards/{board}/players/{player_id}/friends",
+    response_model=FriendsOut,
+    responses=READ_ERROR_RESPONSES,
+)
 async def read_friends_ranking(
     board: str,
     player_id: str,
-    config: BoardsDep,
-    registry: GenerationsDep,
-    live: LiveDep,
-    reader: FriendsDep,
+    reads: ReadsDep,
     settings: SettingsDep,
     authorization: Annotated[str | None, Header()] = None,
     mode: Annotated[FriendsMode, Query()] = "live",
     generation: GenerationQuery = None,
-) -> FastJSONResponse:
+) -> EncodedResponse:
     """The player and friends ranked among themselves (needs the player's token)."""
-    _check_board(config, board)
+    check_board(reads.config, board)
     require_player(authorization, settings.player_token_secret, player_id)
-    friends = await read_friends(live, player_id)
-    # Shadowed friends are hidden like everywhere public; the player sees itself.
-    hidden = await shadowed_among(live.speed, friends)
-    members = [player_id, *(f for f in friends if f not in hidden)]
-    header: dict[str, Any] | None = None
-    if mode == "live" and generation is None:
-        try:
-            scores, base, as_of = await reader.live_scores(board, members)
-        except NotExact:
-            gen, segment = _snapshot_fallback(config, registry, board)
-            scores = snapshot_scores(segment, members)
-            header = _header(board, mode, gen, len(scores))
-        else:
-            header = _live_header(board, mode, base, as_of, len(scores))
-    else:
-        gen, segment = _snapshot(config, registry, board, generation)
-        scores = snapshot_scores(segment, members)
-        header = _header(board, mode, gen, len(scores))
-    if player_id not in scores:
-        raise PlayerNotFound(f"player {player_id!r} is not on {board}")
-    return FastJSONResponse(
-        {**header, "playerId": player_id, "entries": rank_members(scores)}
-    )
+    return respond(await reads.friends(board, player_id, mode, generation))

@@ -7,8 +7,9 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from api.deps import SettingsDep, SpeedDep
-from api.errors import NotReady, store_error_reason
+from api.errors import READY_ERROR_RESPONSES, NotReady, store_error_reason
 from api.metrics import render_metrics
+from api.models import TEXT_RESPONSE, StatusOut
 from api.responses import FastJSONResponse
 from conf.settings import Settings
 
@@ -20,13 +21,13 @@ def _instance(settings: Settings) -> dict[str, str]:
     return {"instance": token} if token else {}
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=StatusOut)
 async def read_health(settings: SettingsDep) -> FastJSONResponse:
     """The process is alive; ``instance`` names the `lb up` that started it."""
     return FastJSONResponse({"status": "ok", **_instance(settings)})
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=StatusOut, responses=READY_ERROR_RESPONSES)
 async def read_readiness(speed: SpeedDep, settings: SettingsDep) -> FastJSONResponse:
     """Ready when Redis answers; ``instance`` lets `lb up` tell its own API apart."""
     try:
@@ -38,7 +39,7 @@ async def read_readiness(speed: SpeedDep, settings: SettingsDep) -> FastJSONResp
     return FastJSONResponse({"status": "ready", **_instance(settings)})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=TEXT_RESPONSE)
 async def read_metrics(request: Request) -> Response:
     """Prometheus metrics of the service (every worker) and its state gauges."""
     return await render_metrics(request)

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from api.deps import BoardsDep, GenerationsDep
+from api.errors import ErrorOut
 from api.routes.boards import GenerationQuery, _check_board, _pin
 
 router = APIRouter(prefix="/v1/boards", tags=["boards"])
@@ -53,8 +54,14 @@ class HistogramOut(BaseModel):
     "/{board}/histogram",
     response_model=HistogramOut,
     responses={
-        404: {"description": "board_not_found, or generation_not_found (none yet)"},
-        410: {"description": "generation_expired (a pinned generation)"},
+        404: {
+            "model": ErrorOut,
+            "description": "board_not_found, or generation_not_found (none yet)",
+        },
+        410: {
+            "model": ErrorOut,
+            "description": "generation_expired (a pinned generation)",
+        },
     },
 )
 async def read_histogram(

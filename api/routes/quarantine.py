@@ -8,7 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import AdminDep, SpeedDep
-from api.errors import ApiError, InvalidRequest
+from api.errors import ADMIN_ERROR_RESPONSES, ApiError, InvalidRequest
+from api.models import DecisionOut, HeldEventsOut, json_body
 from api.quarantine import HeldAmbiguous, HeldNotFound, find_held, list_held
 from api.quarantine import reject as reject_held
 from api.quarantine import release as release_held
@@ -45,13 +46,18 @@ def _decision(raw: Any) -> DecisionIn:
         raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
 
 
-@router.get("")
+@router.get("", response_model=HeldEventsOut, responses=ADMIN_ERROR_RESPONSES)
 async def read_quarantine(admin: AdminDep, speed: SpeedDep) -> FastJSONResponse:
     """Events held as quarantined, oldest first."""
     return FastJSONResponse({"events": await list_held(speed)})
 
 
-@router.post("/{event_id}")
+@router.post(
+    "/{event_id}",
+    response_model=DecisionOut,
+    responses=ADMIN_ERROR_RESPONSES,
+    openapi_extra=json_body(DecisionIn),
+)
 async def decide_quarantine(
     event_id: str, admin: AdminDep, speed: SpeedDep
 ) -> FastJSONResponse:

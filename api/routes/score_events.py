@@ -21,6 +21,7 @@ from api.errors import (
     error_body,
 )
 from api.metrics import record_outcomes, record_rejected
+from api.models import BatchIn, BatchResultOut, EventResultOut, json_body
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
@@ -146,7 +147,11 @@ async def audit_corrections(
         await pipe.execute()
 
 
-@router.post("/score-events")
+@router.post(
+    "/score-events",
+    response_model=EventResultOut,
+    openapi_extra=json_body(ScoreEventIn),
+)
 async def submit_score_event(
     request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
 ) -> FastJSONResponse:
@@ -173,7 +178,11 @@ async def submit_score_event(
     return FastJSONResponse(outcome.body)
 
 
-@router.post("/score-events:batch")
+@router.post(
+    "/score-events:batch",
+    response_model=BatchResultOut,
+    openapi_extra=json_body(BatchIn),
+)
 async def submit_score_event_batch(
     request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
 ) -> FastJSONResponse:

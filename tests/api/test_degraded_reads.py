@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from api.main import create_app
 from conf.settings import Settings
 from speed.server import RedisServer
 from tests.api.segment_writer import write_generation
-from tests.conftest import SignedClient, event
+from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -37,6 +38,8 @@ def test_reads_fall_back_to_the_generation_while_redis_is_down(
         data_dir=tmp_path / "lb",
         partitions=4,
         rate_limit="off",
+        boards_file=settings_boards(tmp_path),
+        dedupe_window=timedelta(days=OPEN_DAYS),
     )
     write_generation(settings.segments_dir, 1, {BOARD: SCORES})
     with TestClient(create_app(settings)) as client:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from conf.settings import Settings
 from speed.partitions import Keys, partition_of
-from tests.conftest import SignedClient, event
+from tests.conftest import OPEN_LATENESS, SignedClient, event
 
 pytestmark = pytest.mark.integration
 
@@ -25,9 +25,9 @@ seasons:
   - id: S4
     start: "2026-11-01T00:00:00Z"
     end: "2026-12-01T00:00:00Z"
-    allowedLateness: "PT1H"
+    allowedLateness: "OPEN"
     rule: v2
-"""
+""".replace("OPEN", OPEN_LATENESS)  # open whatever the date
 
 
 def _client(settings: Settings, tmp_path: Path, window_rule: str) -> TestClient:

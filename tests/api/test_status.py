@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from cli.main import main as lb_main
+from conf.boards import load_boards
 from conf.settings import Settings
 from jobs.verify import VerifyResult, write_last_verify
 from tests.api.segment_writer import write_generation
@@ -33,6 +34,10 @@ def test_status_shows_generation_backlog_seasons_and_verify(
     monkeypatch.setenv("LB_REDIS_URL", settings.redis_url or "")
     monkeypatch.setenv("LB_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("LB_PARTITIONS", str(settings.partitions))
+    # The fixture's boards keep S4 open whatever the date (tests/conftest.py).
+    monkeypatch.setenv("LB_BOARDS_FILE", str(settings.boards_file))
+    season = load_boards(settings.boards_file).season("S4")
+    assert season is not None and season.cutoff > datetime.now(UTC)
 
     assert lb_main(["status", "--json"]) == 0
     status = orjson.loads(capsys.readouterr().out)
@@ -42,7 +47,7 @@ def test_status_shows_generation_backlog_seasons_and_verify(
     assert sum(p["backlog"] for p in status["partitions"]) == 3
     assert len(status["partitions"]) == settings.partitions
     assert status["seasons"] == [
-        {"season": "S4", "state": "open", "closesAt": "2026-12-01T01:00:00+00:00"}
+        {"season": "S4", "state": "open", "closesAt": season.cutoff.isoformat()}
     ]
     assert status["last_verify"]["divergenceCount"] == 1
     assert status["stack"]["redis"].endswith(": up")

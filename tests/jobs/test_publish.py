@@ -36,7 +36,7 @@ from jobs.publish import (
 from speed.events import ScoreEventIn, normalize
 from speed.partitions import Keys
 from speed.store import SpeedLayer
-from tests.conftest import event
+from tests.conftest import OPEN_DAYS, OPEN_LATENESS, event
 from tests.jobs.helpers import oracle_ranking, oracle_totals
 
 pytestmark = pytest.mark.integration
@@ -48,10 +48,10 @@ seasons:
   - {id: S3, start: "2026-10-01T00:00:00Z", end: "2026-11-01T00:00:00Z",
      allowedLateness: "PT1H", aggregation: sum}
   - {id: S4, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
-     allowedLateness: "PT1H", aggregation: sum}
+     allowedLateness: "OPEN", aggregation: sum}
   - {id: B5, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
-     aggregation: max}
-"""
+     allowedLateness: "OPEN", aggregation: max}
+""".replace("OPEN", OPEN_LATENESS)  # S4 and B5 stay open whatever the date
 
 
 def with_boards(settings: Settings, directory: Path) -> Settings:
@@ -279,7 +279,8 @@ def test_published_snapshot_equals_offline_sort(spark, redis_server, history):
     client.flushall()
     with tempfile.TemporaryDirectory() as tmp:
         base = Settings(redis_url=redis_server.url, data_dir=Path(tmp) / "lb",
-                        partitions=3, rate_limit="off")
+                        partitions=3, rate_limit="off",
+                        dedupe_window=timedelta(days=OPEN_DAYS))
         settings = with_boards(base, Path(tmp))
         ingest(settings, history)
         records = log_records(client, settings.partitions)

@@ -9,15 +9,18 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from api.main import create_app
 from conf.rule_state import load_rule_state
 from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import audit_path
 from jobs.replay import GOLD_REPLAY_DIFFS, run_replay
 from speed.audit import AUDIT_STREAM
+from speed.partitions import Keys
 from tests.conftest import SignedClient, event
 
 pytestmark = pytest.mark.integration
@@ -176,3 +179,44 @@ def test_replay_diff_matches_offline(
         "g2",
     )
     assert redis_client.xlen(AUDIT_STREAM) == 0
+
+    # Live answers follow the promoted rule too: the speed layer was rebuilt from the
+    # log under v2, so Redis' totals are the offline v2 totals ...
+    for scope in ("global", "eu", "na"):
+        board = f"season:S4:{scope}"
+        live: dict[str, int] = {}
+        for p in range(settings.partitions):
+            for player, value in redis_client.hgetall(Keys(p).totals(board)).items():
+                live[player.decode()] = int(value.split(b"|")[0])
+        assert live == {p: s for p, (s, _) in new.get(scope, {}).items()}, scope
+    # ... and a new match and a correction after the promotion (an API started
+    # under the promoted rule) move the live board exactly as the offline v2 sort.
+    later = [
+        event(
+            eventId="N1",
+            playerId="P3",
+            matchId="N1",
+            region="eu",
+            occurredAt="2026-11-21T10:00:00Z",
+            result={"points": 10, "placement": 2, "kills": 1, "durationSeconds": 600},
+        ),
+        {
+            **events[5],
+            "eventId": "C5",
+            "sourceRevision": 3,
+            "kind": "correction",
+            "reason": "recount",
+            "result": {"points": 0, "placement": 9, "kills": 4, "durationSeconds": 300},
+        },
+    ]
+    with TestClient(create_app(settings)) as client:
+        promoted_api = SignedClient(client)
+        for e in later:
+            reply = promoted_api.post("/v1/score-events", e)
+            assert reply.status_code == 200, reply.text
+        top = promoted_api.get(
+            "/v1/boards/season:S4:global/top", params={"limit": 100}
+        ).json()
+    assert (top["exactness"], top["basis"]) == ("exact", "live")
+    expected = _offline(events + later, "v2")["global"]
+    assert {e["playerId"]: (e["score"], e["rank"]) for e in top["entries"]} == expected

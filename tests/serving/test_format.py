@@ -28,6 +28,8 @@ from serving.segments import write_hidden, write_segments
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.unit
+
 
 def gold(rows: list[tuple[str, str, int, int]]) -> pa.Table:
     """(board, player, score, achieved_ms) rows -> the gold table publish hands over:

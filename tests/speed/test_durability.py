@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from conf.settings import Settings
 from speed.server import RedisServer
-from tests.conftest import SignedClient, event
+from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +20,12 @@ pytestmark = pytest.mark.integration
 def test_kill_and_restart_loses_no_acknowledged_event(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis", appendfsync="always").start()
     settings = Settings(
-        redis_url=server.url, data_dir=tmp_path / "lb", partitions=4, rate_limit="off"
+        redis_url=server.url,
+        data_dir=tmp_path / "lb",
+        partitions=4,
+        rate_limit="off",
+        boards_file=settings_boards(tmp_path),
+        dedupe_window=timedelta(days=OPEN_DAYS),
     )
     acknowledged: dict[str, int] = {}
     try:

@@ -22,7 +22,7 @@ from conf.settings import Settings
 from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.api.segment_writer import write_generation
-from tests.conftest import SignedClient, event
+from tests.conftest import OPEN_LATENESS, SignedClient, event
 from tests.jobs.helpers import oracle_first_achieved, oracle_order
 
 pytestmark = pytest.mark.integration
@@ -41,9 +41,9 @@ def timed(
 regions: [eu, na]
 seasons:
   - {id: S7, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
-     allowedLateness: "PT1H", tieBreak: first_achieved}
-windowLateness: "P3650D"
-"""
+     allowedLateness: "OPEN", tieBreak: first_achieved}
+windowLateness: "OPEN"
+""".replace("OPEN", OPEN_LATENESS)
     )
     cfg = settings.model_copy(update={"boards_file": path})
     with TestClient(create_app(cfg)) as client:

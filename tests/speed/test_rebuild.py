@@ -18,7 +18,7 @@ from jobs.publish import run_publish
 from speed.partitions import partition_of
 from speed.rebase import rebase_published
 from speed.rebuild import RebuildRaced, run_rebuild
-from tests.conftest import SignedClient, event
+from tests.conftest import OPEN_LATENESS, SignedClient, event
 
 pytestmark = pytest.mark.integration
 
@@ -27,10 +27,10 @@ BOARDS_YAML = """
 regions: [eu, na]
 seasons:
   - {id: S4, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
-     allowedLateness: "PT1H", aggregation: sum}
+     allowedLateness: "OPEN", aggregation: sum}
   - {id: B5, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
-     aggregation: max}
-"""
+     allowedLateness: "OPEN", aggregation: max}
+""".replace("OPEN", OPEN_LATENESS)  # open whatever the date
 BOARDS = ["season:S4:global", "season:B5:global", "alltime:all:eu", "season:S4:na"]
 PLAYERS = [f"p{i}" for i in range(8)]
 
