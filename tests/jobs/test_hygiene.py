@@ -37,6 +37,7 @@ def test_retention_covers_the_oldest_protected_generation() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(1800)  # a dozen Delta commits: minutes on a loaded machine
 def test_maintenance_documents_and_keeps_time_travel(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -32,7 +32,8 @@ from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
 from speed.server import RedisServer
 from tests.jobs.helpers import NOW_MS, ts
 
-pytestmark = pytest.mark.integration
+# Several publishes per test: minutes each on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 BOARDS_YAML = """
 regions: [eu, na]
