@@ -43,7 +43,10 @@ def segment_writer(
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from serving.segments import write_segments
 
-        table = pa.Table.from_batches(list(batches))
+        received = list(batches)
+        if not received:  # a task whose hash partition got no board
+            return
+        table = pa.Table.from_batches(received)
         if table.num_rows == 0:
             return
         order = pc.sort_indices(
