@@ -273,6 +273,56 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) -> dict:
+    """Append ``--incremental-events`` new events (the same mix, new ids, positions
+    after the landed ones) and time the publish that follows (incremental)."""
+    import json as _json
+
+    from jobs.land import bronze_path, extract_landed_through
+    from jobs.publish import check_generation, run_publish
+
+    landed = extract_landed_through(spark, bronze_path(settings))
+    more = generate(args.players, args.incremental_events, args.partitions,
+                    args.seed + 1, False, cutoff)
+    offset = pa.array(
+        [landed.get(int(p), 0) for p in more.column("partition").to_pylist()],
+        pa.int64(),
+    )
+    for name, prefix in (("event_id", "x"), ("match_id", "x")):
+        column = pc.binary_join_element_wise(prefix, more.column(name), "")
+        more = more.set_column(more.schema.get_field_index(name), name, column)
+    more = more.set_column(
+        more.schema.get_field_index("position"), "position",
+        pc.add(more.column("position"), offset),
+    )
+    pq.write_table(more, source.parent / "more.parquet")
+    (
+        spark.read.parquet(str(source.parent / "more.parquet")).write.format("delta")
+        .mode("append").partitionBy("partition").save(str(bronze_path(settings)))
+    )
+    timings: dict[str, float] = _Progress()
+    out: dict = {"events": args.incremental_events, "load_before": loadavg()}
+    started = time.perf_counter()
+    generation = run_publish(settings, spark=spark, boards=boards, land=False,
+                             timings=timings)
+    out["publish_s"] = round(time.perf_counter() - started, 2)
+    out["load_after"] = loadavg()
+    out["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
+    manifest = _json.loads(
+        (settings.segments_dir / generation / "manifest.json").read_text()
+    )
+    out["build"] = {k: v for k, v in manifest["build"].items() if k != "fingerprint"}
+    out["boards"] = len(manifest["boards"])
+    if args.check_incremental:
+        started = time.perf_counter()
+        check = check_generation(settings, spark, generation, boards)
+        out["check_s"] = round(time.perf_counter() - started, 2)
+        out["identical_to_full"] = check.ok
+        out["check"] = {"rows": check.rows, "only_in_gold": check.only_in_gold,
+                        "only_in_recompute": check.only_in_recompute}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--players", type=int, default=100_000)
@@ -285,6 +335,14 @@ def main() -> None:
     ap.add_argument("--no-duckdb", action="store_true")
     ap.add_argument("--no-compare", action="store_true")
     ap.add_argument("--duckdb-threads", type=int, default=2)
+    ap.add_argument(
+        "--incremental-events", type=int, default=0,
+        help="then append this many new events and time the incremental publish",
+    )
+    ap.add_argument(
+        "--check-incremental", action="store_true",
+        help="compare the incremental generation with a full recompute (slow)",
+    )
     args = ap.parse_args()
 
     from conf.settings import Settings
@@ -375,6 +433,10 @@ def main() -> None:
             c = report["compare"]
             report["identical"] = c["only_in_duckdb"] == 0 and c["only_in_spark"] == 0
         con.close()
+    if args.incremental_events:
+        report["incremental"] = run_incremental(
+            spark, settings, boards, args, cutoff, source
+        )
     report["load_end"] = loadavg()
     spark.stop()
     if not args.keep:

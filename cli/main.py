@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.season",
     "cli.ops",
     "cli.replay",
+    "cli.maintain",
 )
 
 EXIT_OK = 0

@@ -12,12 +12,13 @@ same batch is dropped by Delta's transaction check. Nothing is landed twice.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -53,9 +54,7 @@ RECORD_SCHEMA = T.StructType(
                     T.StructField("durationSeconds", T.LongType()),
                     T.StructField("kind", T.StringType()),
                     T.StructField("reason", T.StringType()),
-                    T.StructField(
-                        "scores", T.MapType(T.StringType(), T.LongType())
-                    ),
+                    T.StructField("scores", T.MapType(T.StringType(), T.LongType())),
                 ]
             ),
         ),
@@ -86,10 +85,60 @@ def table_exists(path: Path) -> bool:
     return table_version(path) is not None
 
 
+TXN_PREFIX = "land-p"
+
+
+def landed_through_from_log(path: Path) -> dict[int, int] | None:
+    """The landed-through position per partition from the Delta log's ``txn``
+    actions (``land-p<N>`` -> txnVersion = last landed position: exactly what
+    :func:`load_bronze` commits), without reading any data file.
+
+    None when the log has no landing transaction (a table written some other way)
+    or is laid out in a way this does not read (then the caller scans).
+    """
+    log_dir = path / "_delta_log"
+    found: dict[int, int] = {}
+
+    def take(app_id: object, version: object) -> None:
+        if isinstance(app_id, str) and app_id.startswith(TXN_PREFIX):
+            partition = int(app_id[len(TXN_PREFIX) :])
+            found[partition] = max(found.get(partition, 0), int(str(version)))
+
+    try:
+        after = -1
+        pointer = log_dir / "_last_checkpoint"
+        if pointer.exists():
+            last = json.loads(pointer.read_text())
+            if last.get("parts") or last.get("v2Checkpoint"):
+                return None  # multi-part / v2 checkpoints: not read here
+            after = int(last["version"])
+            checkpoint = log_dir / f"{after:020d}.checkpoint.parquet"
+            txn = pq.read_table(checkpoint, columns=["txn"]).column("txn")
+            for item in txn.to_pylist():
+                if item:
+                    take(item.get("appId"), item.get("version"))
+        for commit in sorted(log_dir.glob("*.json")):
+            if not commit.stem.isdigit() or int(commit.stem) <= after:
+                continue
+            for line in commit.read_bytes().splitlines():
+                if b'"txn"' in line:
+                    action = json.loads(line).get("txn")
+                    if action:
+                        take(action.get("appId"), action.get("version"))
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+    return found or None
+
+
 def extract_landed_through(spark: SparkSession, path: Path) -> dict[int, int]:
-    """Max landed position per partition according to Delta."""
+    """Max landed position per partition according to Delta: the landing
+    transactions recorded in the log, or a scan of (partition, position) when the
+    table was not written by :func:`load_bronze`."""
     if not table_exists(path):
         return {}
+    from_log = landed_through_from_log(path)
+    if from_log is not None:
+        return from_log
     rows = (
         spark.read.format("delta")
         .load(str(path))
@@ -132,38 +181,36 @@ def _position(entry_id: bytes | str) -> int:
 
 
 def extract_log(
-    client: redis.Redis, partition: int, after: int, out: Path
-) -> tuple[int, int]:
-    """Write log entries after position ``after`` to ``out`` (JSON lines).
+    client: redis.Redis, partition: int, after: int
+) -> tuple[int, int, list[bytes]]:
+    """Log entries after position ``after``: (first, last, records as JSON bytes).
 
-    Returns (first, last) positions written, (0, after) when none.
+    Returns (0, after, []) when there are none.
     :raises LandingGap: when positions are not consecutive from ``after + 1``.
     """
     key = Keys(partition).log
     expected = after + 1
     first = 0
+    records: list[bytes] = []
     start = f"{after + 1}-0"
-    with out.open("wb") as fh:
-        while True:
-            entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
-                key, min=start, max="+", count=XRANGE_COUNT
-            )
-            if not entries:
-                break
-            for entry_id, fields in entries:
-                position = _position(entry_id)
-                if position != expected:
-                    raise LandingGap(
-                        f"partition {partition}: expected position {expected}, "
-                        f"log has {position}"
-                    )
-                first = first or position
-                record = fields[b"r"]
-                fh.write(record)
-                fh.write(b"\n")
-                expected += 1
-            # "(" makes the next range exclusive of the last entry read.
-            start = f"({expected - 1}-0"
+    while True:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+            key, min=start, max="+", count=XRANGE_COUNT
+        )
+        if not entries:
+            break
+        for entry_id, fields in entries:
+            position = _position(entry_id)
+            if position != expected:
+                raise LandingGap(
+                    f"partition {partition}: expected position {expected}, "
+                    f"log has {position}"
+                )
+            first = first or position
+            records.append(fields[b"r"])
+            expected += 1
+        # "(" makes the next range exclusive of the last entry read.
+        start = f"({expected - 1}-0"
     last = expected - 1
     handed_out = int(client.get(Keys(partition).position) or 0)
     if first == 0 and handed_out > after:
@@ -171,7 +218,15 @@ def extract_log(
             f"partition {partition}: positions up to {handed_out} handed out but the "
             f"log holds nothing after {after} (trimmed before landing?)"
         )
-    return first, last
+    return first, last, records
+
+
+def records_frame(spark: SparkSession, records: list[bytes]) -> DataFrame:
+    """The log records as a one-column (``value``) DataFrame, handed to Spark as an
+    in-memory Arrow table: no temp file, so executors on other hosts need no access
+    to the driver's disk."""
+    table = pa.table({"value": pa.array([r.decode() for r in records], pa.string())})
+    return spark.createDataFrame(table)
 
 
 def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None:
@@ -188,12 +243,11 @@ def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None
     )
 
 
-def queue_late_reviews(client: redis.Redis, out: Path) -> None:
+def queue_late_reviews(client: redis.Redis, records: list[bytes]) -> None:
     """Copy the season late-review records of an extracted batch to their queues."""
-    with out.open("rb") as fh:
-        queued = queue_late_records(fh)
-    for season_id, records in queued.items():
-        client.hset(late_review_key(season_id), mapping=records)  # type: ignore[arg-type]
+    queued = queue_late_records(records)
+    for season_id, found in queued.items():
+        client.hset(late_review_key(season_id), mapping=found)  # type: ignore[arg-type]
 
 
 def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
@@ -216,25 +270,20 @@ def land_partition(
     after_commit: Callable[[int], None] | None = None,
 ) -> Landed:
     """Land one partition whose Delta max position is ``through``."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"land-p{partition}-"))
-    try:
-        out = tmp / "log.jsonl"
-        first, last = extract_log(client, partition, through, out)
-        rows = 0
-        if first:
-            # Before the commit (after it the log may be trimmed): late-review
-            # records join their season's review queue; copying twice is harmless.
-            queue_late_reviews(client, out)
-            batch = transform_records(spark.read.text(str(out)))
-            load_bronze(batch, path, partition, last)
-            rows = last - first + 1
-            through = last
-            if after_commit is not None:  # test hook: crash between commit and trim
-                after_commit(partition)
-        finish_landing(client, partition, through)
-        return Landed(partition, through, rows)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    first, last, records = extract_log(client, partition, through)
+    rows = 0
+    if first:
+        # Before the commit (after it the log may be trimmed): late-review
+        # records join their season's review queue; copying twice is harmless.
+        queue_late_reviews(client, records)
+        batch = transform_records(records_frame(spark, records))
+        load_bronze(batch, path, partition, last)
+        rows = last - first + 1
+        through = last
+        if after_commit is not None:  # test hook: crash between commit and trim
+            after_commit(partition)
+    finish_landing(client, partition, through)
+    return Landed(partition, through, rows)
 
 
 def run_land(

@@ -80,6 +80,7 @@ from jobs.recompute import (
     transform_totals,
     with_record_columns,
 )
+from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
@@ -90,7 +91,7 @@ from serving.manifest import generation_number as generation_number
 from serving.manifest import rfc3339 as rfc3339
 from serving.segments import equi_depth_buckets as equi_depth_buckets
 from serving.segments import write_board_segment as write_board_segment
-from serving.segments import write_hidden, write_segments
+from serving.segments import write_hidden
 from speed.server import resolve_redis_url
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -374,7 +375,9 @@ def load_silver(
         contributions.withColumn("generation", F.lit(generation))
         .write.format("delta")
         .mode("overwrite")
-        .option("overwriteSchema", "true")
+        # Extend the schema in place (a new column), never replace it: the column
+        # comments and table properties (jobs/hygiene.py) stay.
+        .option("mergeSchema", "true")
         .partitionBy("partition")
         .save(str(delta_dir / SILVER_CONTRIBUTIONS))
     )
@@ -386,7 +389,9 @@ def load_silver(
         .withColumn("generation", F.lit(generation))
         .write.format("delta")
         .mode("overwrite")
-        .option("overwriteSchema", "true")
+        # Extend the schema in place (a new column), never replace it: the column
+        # comments and table properties (jobs/hygiene.py) stay.
+        .option("mergeSchema", "true")
         .save(str(delta_dir / SILVER_TOTALS))
     )
     if clock is not None:
@@ -745,14 +750,22 @@ def publish_segments(
     # An incremental build rewrites only the boards it re-ranked; the rest are the
     # previous generation's files (None: every board).
     only = build.touched_boards if base is not None and build is not None else None
-    table = read_gold_generation(spark, delta_dir / GOLD_SNAPSHOTS, generation, only)
-    if clock is not None:
-        clock.lap("read_gold")
+    rows = (
+        spark.read.format("delta")
+        .load(str(delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == generation)
+    )
+    if only is not None:
+        rows = rows.where(F.col("board").isin(only))
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
     try:
-        board_files = write_segments(table, tmp, bucket_target, board_orders(boards))
+        # Written by the executors (jobs/segment_tasks.py); only the board entries
+        # come back to the driver.
+        board_files = write_segments_distributed(
+            rows, tmp, bucket_target, board_orders(boards), umask=JOB_UMASK
+        )
         # Shadowed players: in silver, left out of this generation's gold.
         silver_totals = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
         gold = spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -22,8 +24,11 @@ def get_spark(
     shuffle_partitions: int | None = None,
     driver_memory: str | None = None,
     jars_dir: Path = JARS_DIR,
+    conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """Build (or return the running) local SparkSession with Delta configured.
+    """Build (or return the running) SparkSession with Delta configured (local
+    unless ``master`` or ``LB_SPARK_MASTER`` names a cluster); ``conf``: more
+    settings.
 
     :raises jobs.jars.JarsMissing: when the jar cache is empty (run ``make jars``).
     """
@@ -31,6 +36,10 @@ def get_spark(
     if active is not None:
         return active
     jars = jar_paths(jars_dir)
+    # Python workers (segment writers, jobs/segment_tasks.py) need this venv's
+    # pyarrow and the project: run them with the driver's interpreter, not
+    # whatever ``python3`` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if "JAVA_HOME" not in os.environ and JAVA_17.is_dir():
         os.environ["JAVA_HOME"] = str(JAVA_17)
     builder = (
@@ -63,6 +72,8 @@ def get_spark(
         # process umask is.
         .config("spark.hadoop.fs.permissions.umask-mode", JOB_UMASK_MODE)
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

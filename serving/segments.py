@@ -87,19 +87,26 @@ def equi_depth_buckets(
 
 
 def canonical_array(array: pa.Array) -> pa.Array:
-    """The same values in a canonical layout, so the same rows give the same bytes
-    whatever produced the array: a slice is copied out (the IPC writer keeps a
-    sliced string array's whole data buffer, bytes before its first offset
-    included), and an all-valid validity bitmap is dropped (Parquet reads and Arrow
-    kernels differ in whether they allocate one, and the IPC file stores it)."""
-    if array.offset or (pa.types.is_string(array.type) and len(array)):
-        array = pc.take(array, pa.array(np.arange(len(array), dtype=np.int64)))
+    """The same values in one canonical layout, so the same rows give the same bytes
+    whatever produced the array (the IPC file stores buffers as they are): buffers
+    cut to exactly the values (a slice or a kernel's output may carry more, e.g. a
+    sliced string array's whole data buffer or an over-allocated one), offsets from
+    0, no validity bitmap when nothing is null."""
+    n = len(array)
+    if array.null_count:
+        return pa.array(array.to_pylist(), array.type)  # rare (timed boards only)
     buffers = array.buffers()
-    if array.null_count or not buffers or buffers[0] is None:
-        return array
-    return pa.Array.from_buffers(
-        array.type, len(array), [None, *buffers[1:]], null_count=0, offset=array.offset
-    )
+    if pa.types.is_string(array.type):
+        offsets = np.frombuffer(buffers[1], np.int32, n + 1, array.offset * 4)
+        first, last = int(offsets[0]), int(offsets[-1])
+        exact = pa.py_buffer((offsets - first).astype(np.int32).tobytes())
+        data = (
+            buffers[2].slice(first, last - first) if buffers[2] else pa.py_buffer(b"")
+        )
+        return pa.Array.from_buffers(array.type, n, [None, exact, data], null_count=0)
+    width = array.type.bit_width // 8
+    values = buffers[1].slice(array.offset * width, n * width)
+    return pa.Array.from_buffers(array.type, n, [None, values], null_count=0)
 
 
 def write_board_segment(

@@ -17,7 +17,7 @@ from api.security import sign
 from conf.settings import Settings
 from speed.server import RedisServer
 
-pytest_plugins = ["tests.fixtures_spark"]
+pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_cluster"]
 
 DEV_SECRET = b"dev-secret"
 

@@ -32,7 +32,8 @@ from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
 from speed.server import RedisServer
 from tests.jobs.helpers import NOW_MS, ts
 
-pytestmark = pytest.mark.integration
+# Several publishes per test: minutes each on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 BOARDS_YAML = """
 regions: [eu, na]
@@ -141,6 +142,7 @@ def manifest(settings: Settings, generation: str) -> dict[str, Any]:
 
 
 def make_settings(root: Path, redis_server: RedisServer) -> Settings:
+    root.mkdir(parents=True, exist_ok=True)
     boards = root / "boards.yaml"
     boards.write_text(BOARDS_YAML)
     return Settings(

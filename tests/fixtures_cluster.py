@@ -1,0 +1,126 @@
+"""A Spark standalone cluster on loopback: one master and two workers, started from
+the pyspark distribution's ``bin/spark-class`` and stopped after the tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from jobs.spark import JAVA_17
+
+SPARK_HOME = Path(pyspark.__file__).parent
+WORKERS = 2
+START_TIMEOUT = 240
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master_url: str
+    env: dict[str, str]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["SPARK_HOME"] = str(SPARK_HOME)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_NO_DAEMONIZE"] = "1"
+    if "JAVA_HOME" not in env and JAVA_17.is_dir():
+        env["JAVA_HOME"] = str(JAVA_17)
+    return env
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("spark-cluster")
+    env = cluster_env()
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    port = _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        master_log = root / "master.log"
+        logs.append(master_log.open("wb"))
+        procs.append(
+            subprocess.Popen(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(_free_port()),
+                ],
+                env=env,
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
+                cwd=root,
+            )
+        )
+        for i in range(WORKERS):
+            work = root / f"worker{i}"
+            work.mkdir()
+            logs.append((root / f"worker{i}.log").open("wb"))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        master_url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(_free_port()),
+                        "--work-dir",
+                        str(work),
+                    ],
+                    env=env,
+                    stdout=logs[-1],
+                    stderr=subprocess.STDOUT,
+                    cwd=root,
+                )
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            text = master_log.read_text(errors="replace")
+            if len(re.findall(r"Registering worker", text)) >= WORKERS:
+                break
+            dead = [p.args[1] for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                pytest.fail(
+                    f"standalone cluster did not start ({dead}): {text[-2000:]}"
+                )
+            time.sleep(1)
+        yield Cluster(master_url, env)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for fh in logs:
+            fh.close()

@@ -1,0 +1,94 @@
+"""The publish on a Spark standalone cluster (master + two workers on loopback, from
+the pyspark distribution) produces the same generations as local mode: the segment
+files are written by executors in other JVMs/processes, silver is merged there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs.publish import run_publish
+from speed.server import RedisServer
+from tests.fixtures_cluster import Cluster
+from tests.jobs.test_incremental import (
+    OCCURRED,
+    append_bronze,
+    log_lines,
+    make_settings,
+    manifest,
+)
+
+# Slow: six JVMs (master, two workers, two executors, the driver); it took over
+# 10 minutes on this 2-core machine shared at load ~20 (not timed on a quiet one).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
+REPO = Path(__file__).resolve().parents[2]
+
+HISTORY = [
+    {
+        "player": p,
+        "match": m,
+        "revision": r,
+        "points": pts,
+        "occurred": OCCURRED[o],
+        "region": reg,
+        "late": late,
+        "kind": kind,
+    }
+    for p, m, r, pts, o, reg, late, kind in [
+        ("a", 0, 1, 5, 1, "eu", False, 0),
+        ("b", 0, 1, 3, 2, "na", False, 0),
+        ("c", 1, 1, 4, 0, "eu", False, 0),
+        ("Zed", 0, 2, 2, 3, "na", False, 2),
+        ("b", 0, 2, 1, 2, "na", False, 0),  # correction down
+        ("a", 1, 1, 5, 4, "eu", True, 0),  # late
+        ("Zed", 0, 2, 2, 3, "na", False, 3),  # release
+        ("c", 1, 1, 4, 0, "eu", False, 1),  # duplicate
+    ]
+]
+
+
+def test_cluster_publish_equals_local(
+    spark: SparkSession, spark_cluster: Cluster, redis_server: RedisServer
+) -> None:
+    lines = log_lines(HISTORY)
+    batches = [lines[:4], lines[4:]]
+    with tempfile.TemporaryDirectory(prefix="cluster-") as tmp:
+        root = Path(tmp)
+        remote = make_settings(root / "remote", redis_server)
+        local = make_settings(root / "local", redis_server)
+        config = {
+            "master": spark_cluster.master_url,
+            "redis_url": redis_server.url,
+            "data_dir": str(remote.data_dir),
+            "boards_file": str(remote.boards_file),
+            "batches": batches,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.jobs.cluster_publish", json.dumps(config)],
+            cwd=REPO,
+            env=spark_cluster.env,
+            capture_output=True,
+            timeout=2000,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-4000:]
+        report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        assert report["generations"] == ["g1", "g2"]
+        assert report["executors"] >= 3  # the driver and both workers' executors
+        for batch in batches:
+            append_bronze(spark, local, batch)
+            run_publish(local, spark=spark, land=False, bucket_target=2)
+        assert manifest(remote, "g2")["build"]["mode"] == "incremental"
+        for generation in ("g1", "g2"):
+            ours, theirs = manifest(local, generation), manifest(remote, generation)
+            assert ours["boards"] == theirs["boards"]
+            for meta in ours["boards"].values():
+                name = meta["file"]
+                assert (local.segments_dir / generation / name).read_bytes() == (
+                    remote.segments_dir / generation / name
+                ).read_bytes()
