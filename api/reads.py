@@ -755,11 +755,7 @@ class ReadService:
             result = await self.live.rank(board, player_id)
         except PlayerMissing:
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
-        if result["shadowed"]:
-            if not own:
-                raise PlayerNotFound(f"player {player_id!r} is not on {board}")
-            # A shadowed player's own read answers as if present: count it back in.
-            result["population"] += 1
+        _own_view_of_shadowed(result, board, player_id, own)
         header = live_header(
             board, mode, result["base"], result["asOf"], result["population"]
         )
@@ -953,11 +949,7 @@ class ReadService:
             result = await self.live.nearby(board, player_id, radius)
         except PlayerMissing:
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
-        if result["shadowed"]:
-            if not own:
-                raise PlayerNotFound(f"player {player_id!r} is not on {board}")
-            # Its own view: the window already holds it; count it in the population.
-            result["population"] += 1
+        _own_view_of_shadowed(result, board, player_id, own)
         header = live_header(
             board, mode, result["base"], result["asOf"], result["population"]
         )
@@ -1158,3 +1150,16 @@ async def send_all(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
 
 def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
+
+
+def _own_view_of_shadowed(
+    result: dict[str, Any], board: str, player_id: str, own: bool
+) -> None:
+    """A shadowed player is hidden from everyone but itself: others get 404; its
+    own live read answers as if present, so it is counted back in the population
+    (its own standing and window already hold it)."""
+    if not result["shadowed"]:
+        return
+    if not own:
+        raise PlayerNotFound(f"player {player_id!r} is not on {board}")
+    result["population"] += 1
