@@ -2,6 +2,12 @@
 
     python -m bench.publish --players 100000 --events 1000000
 
+``make bench-publish`` runs the headline shapes of issue 12 (1 M players / 10 M
+events in full, then 100 k new events incremental over that history, a 2 GiB
+driver: ``LB_SPARK_DRIVER_MEMORY=2g``); ``BENCH_PUBLISH_ARGS`` picks another scale,
+e.g. ``make bench-publish BENCH_PUBLISH_ARGS="--players 20000 --events 200000
+--incremental-events 2000"``.
+
 1. Generates synthetic bronze directly (no Redis ingest) with the columns
    ``jobs/land.py`` writes: results, redeliveries of the same eventId (defensive),
    corrections (higher revision; some downward, some moving the match to another
@@ -269,6 +275,20 @@ class _Progress(dict):
         print(f"phase {key}: {value:.2f} s, load {loadavg()}", flush=True)
 
 
+def driver_heap(spark) -> dict[str, float]:
+    """The driver JVM's heap: its limit and the peak used so far (every heap pool's
+    peak, summed). In local mode the executors' tasks run in it too."""
+    jvm = spark.sparkContext._jvm
+    management = jvm.java.lang.management.ManagementFactory
+    peak = sum(
+        pool.getPeakUsage().getUsed()
+        for pool in management.getMemoryPoolMXBeans()
+        if str(pool.getType()) == "Heap memory"
+    )
+    limit = jvm.java.lang.Runtime.getRuntime().maxMemory()
+    return {"max_mb": round(limit / 2**20), "peak_used_mb": round(peak / 2**20)}
+
+
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -386,6 +406,7 @@ def main() -> None:
     )
     report["bronze_write_s"] = round(time.perf_counter() - started, 2)
     report["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
+    report["driver_memory"] = spark.conf.get("spark.driver.memory")
 
     timings: dict[str, float] = _Progress()
     report["load_before_publish"] = loadavg()
@@ -394,6 +415,7 @@ def main() -> None:
                              timings=timings)
     report["publish_s"] = round(time.perf_counter() - started, 2)
     report["load_after_publish"] = loadavg()
+    report["driver_heap_after_publish"] = driver_heap(spark)
     report["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
     report["recompute_rank_s"] = round(
         sum(v for k, v in timings.items()
@@ -438,6 +460,7 @@ def main() -> None:
             spark, settings, boards, args, cutoff, source
         )
     report["load_end"] = loadavg()
+    report["driver_heap_end"] = driver_heap(spark)
     spark.stop()
     if not args.keep:
         shutil.rmtree(data_dir, ignore_errors=True)
