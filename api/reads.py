@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import hiredis
 import orjson
 from redis.exceptions import NoScriptError
 
@@ -67,6 +66,7 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import send_commands
 from speed.partitions import Keys, partition_of
 from speed.scripts import APPROX_RANK
 
@@ -841,9 +841,12 @@ class ReadService:
         owner = Keys(partition_of(player_id, self.live.partitions))
         script = self.live._approx
         for attempt in range(2):
-            pipe = self.speed.client.pipeline(transaction=False)
-            pipe.hget(owner.totals(board), player_id)
-            pipe.hget(owner.flags, player_id)
+            # Raw commands, not a pipeline: redis-py's cluster pipeline refuses
+            # EVALSHA; send_commands routes each to its slot's master.
+            commands: list[tuple[Any, ...]] = [
+                ("HGET", owner.totals(board), player_id),
+                ("HGET", owner.flags, player_id),
+            ]
             args = APPROX_RANK.args_of({"score": score})
             for p in range(self.live.partitions):
                 keys = Keys(p)
@@ -855,8 +858,10 @@ class ReadService:
                         "position": keys.position,
                     }
                 )
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
+                commands.append(
+                    ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+                )
+            replies = await send_commands(self.speed.client, commands)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.speed.client.script_load(script.script)
                 continue
@@ -1130,22 +1135,12 @@ async def send_all(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
     What a non-transactional redis-py pipeline does, with hiredis packing the
     commands instead of pure Python: the cached live top list checks its stamp on
     every hit, and the pipeline's packing was most of that check's CPU (the same
-    technique as ``SpeedLayer._evalsha_all``)."""
-    pool = client.connection_pool
-    conn = await pool.get_connection()
-    packed = b"".join([hiredis.pack_command(c) for c in commands])
-
-    async def send_and_read() -> list[Any]:
-        await conn.send_packed_command(packed)
-        return [await conn.read_response() for _ in commands]
-
-    async def on_failure(error: BaseException) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
+    technique as ``SpeedLayer._evalsha_all``; one write per node on a cluster)."""
+    replies = await send_commands(client, commands)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _int(value: Any) -> int:

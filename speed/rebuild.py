@@ -47,6 +47,7 @@ from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
@@ -923,7 +924,7 @@ def run_rebuild(
                 base_counts[board] = partition_counts(segment, settings.partitions)
     # Closed windows final in the generation stay out of Redis (speed/closed.py).
     final = final_boards(config, generation.manifest) if generation else set()
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     report = RebuildReport(generation.id if generation else None, {}, [])
     try:
         for partition in range(settings.partitions):
