@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from speed.server import RedisServer, RedisServerError
+from speed.server import RedisServer, RedisServerError, free_port
 
 CLUSTER_NODE_TIMEOUT_MS = 5000
 
@@ -23,11 +23,19 @@ CLUSTER_NODE_TIMEOUT_MS = 5000
 class ClusterNode(RedisServer):
     """One master of the local cluster (its own data dir and nodes.conf)."""
 
+    def __init__(self, data_dir: Path, *, appendfsync: str = "always") -> None:
+        super().__init__(data_dir, appendfsync=appendfsync)
+        # The cluster bus defaults to port + 10000, out of range for the high ports
+        # the OS hands out: give it a free port of its own.
+        self.bus_port = free_port()
+
     def command(self) -> list[str]:
         return [
             *super().command(),
             "--cluster-enabled",
             "yes",
+            "--cluster-port",
+            str(self.bus_port),
             "--cluster-config-file",
             str((self.data_dir / "nodes.conf").resolve()),
             "--cluster-node-timeout",
