@@ -196,3 +196,31 @@ async def _send_one_server(
         return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
     finally:
         await pool.release(conn)
+
+
+async def run_transaction(
+    client: aioredis.Redis, commands: Sequence[Sequence[Any]]
+) -> list[Any]:
+    """MULTI, the commands, EXEC in one write; the EXEC reply (one per command).
+
+    The commands must name keys of one hash slot (one partition). redis-py's own
+    cluster transaction pipeline runs every queued command through ``asyncio.run``
+    in a thread of its own, blocking the event loop meanwhile; this sends the block
+    to the slot's master directly instead.
+    :raises ResponseError: when a command or the EXEC fails.
+    """
+    block: list[Sequence[Any]] = [("MULTI",), *commands, ("EXEC",)]
+    if is_cluster(client):
+        cluster = cast(AsyncRedisCluster, client)
+        await cluster.initialize()
+        slots = {cluster.keyslot(_first_key(c)) for c in commands}
+        if len(slots) != 1:
+            raise ValueError(f"a transaction spans {len(slots)} slots")
+        node = cluster.get_node_from_key(_first_key(commands[0]))
+        replies = await _send_to_node(node, block)
+    else:
+        replies = await _send_one_server(client, block)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies[-1])

@@ -661,7 +661,9 @@ def stage_partition(
     pipe = client.pipeline(transaction=False)
     for board, b in built.items():
         staged = {s: staged_key(keys, s, board) for s in BOARD_STRUCTURES}
-        pipe.delete(*staged.values())
+        # One key per DEL: redis-py's cluster pipeline refuses a multi-key DEL.
+        for name in staged.values():
+            pipe.delete(name)
         items = list(b.totals.items())
         for first in range(0, len(items), PIPELINE_CHUNK):
             pipe.hset(
