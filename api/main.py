@@ -14,6 +14,7 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
+from api.fast_reads import FastReads
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import observe_read
@@ -146,6 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
+    # Inside the metrics layer: the hot reads skip FastAPI's router (api/fast_reads.py).
+    app.add_middleware(FastReads)
     app.add_middleware(ObserveMiddleware)
     app.include_router(health.router)
     app.include_router(score_events.router)
