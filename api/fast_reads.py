@@ -163,10 +163,10 @@ class FastReads:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The routes' objects, for ObserveMiddleware's route label.
-        self._routes = {
-            route.path: route
+        self._routes: dict[str, Any] = {
+            path: route
             for route in boards_routes.router.routes
-            if getattr(route, "path", None) in (TOP, RANK, NEARBY)
+            if (path := getattr(route, "path", None)) in (TOP, RANK, NEARBY)
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
