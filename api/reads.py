@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import hiredis
 import orjson
-from redis.exceptions import NoScriptError
 
 from api.degraded import (
     LIVE_LAYER_HEADER,
@@ -54,7 +52,13 @@ from api.errors import (
 )
 from api.flags import FLAGS_VERSION_KEY, shadowed_among
 from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
-from api.live import Base, LiveReader, NotExact, PlayerMissing
+from api.live import (
+    Base,
+    LiveReader,
+    NotExact,
+    PlayerMissing,
+    run_commands,
+)
 from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
@@ -668,7 +672,7 @@ class ReadService:
         ]
         commands += [("GET", Keys(p).position) for p in range(self.live.partitions)]
         commands += [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-        replies = await send_all(self.speed.client, commands)
+        replies = await run_commands(self.speed.client, None, commands)
         values = [int(v) if v is not None else 0 for v in replies]
         if values[-1] == 0:
             epoch = secrets.randbits(62) + 1
@@ -837,36 +841,32 @@ class ReadService:
     async def _approx_round(
         self, board: str, player_id: str, score: int
     ) -> tuple[int | None, bool, list[list[Any]]]:
-        """(live total, shadowed?, histogram counts per partition) in one pipeline."""
+        """(live total, shadowed?, histogram counts per partition) in one round
+        trip (hiredis-packed, as the exact reads)."""
         owner = Keys(partition_of(player_id, self.live.partitions))
         script = self.live._approx
-        for attempt in range(2):
-            pipe = self.speed.client.pipeline(transaction=False)
-            pipe.hget(owner.totals(board), player_id)
-            pipe.hget(owner.flags, player_id)
-            args = APPROX_RANK.args_of({"score": score})
-            for p in range(self.live.partitions):
-                keys = Keys(p)
-                script_keys = APPROX_RANK.keys_of(
-                    {
-                        "fw": keys.fenwick(board),
-                        "bk": keys.buckets(board),
-                        "base": keys.base_generation,
-                        "position": keys.position,
-                    }
-                )
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                await self.speed.client.script_load(script.script)
-                continue
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            raw, flag = replies[0], replies[1]
-            total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
-            return total, flag in (b"shadow", "shadow"), replies[2:]
-        raise NotReady("the histogram script could not be loaded")
+        args = APPROX_RANK.args_of({"score": score})
+        commands: list[tuple[Any, ...]] = [
+            ("HGET", owner.totals(board), player_id),
+            ("HGET", owner.flags, player_id),
+        ]
+        for p in range(self.live.partitions):
+            keys = Keys(p)
+            script_keys = APPROX_RANK.keys_of(
+                {
+                    "fw": keys.fenwick(board),
+                    "bk": keys.buckets(board),
+                    "base": keys.base_generation,
+                    "position": keys.position,
+                }
+            )
+            commands.append(
+                ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+            )
+        replies = await run_commands(self.speed.client, script, commands)
+        raw, flag = replies[0], replies[1]
+        total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+        return total, flag in (b"shadow", "shadow"), replies[2:]
 
     # --------------------------------------------------------------------- nearby
 
@@ -1122,30 +1122,6 @@ class ReadService:
                 else None,
             },
         }
-
-
-async def send_all(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Plain read commands in one write, replies read in order (one round trip).
-
-    What a non-transactional redis-py pipeline does, with hiredis packing the
-    commands instead of pure Python: the cached live top list checks its stamp on
-    every hit, and the pipeline's packing was most of that check's CPU (the same
-    technique as ``SpeedLayer._evalsha_all``)."""
-    pool = client.connection_pool
-    conn = await pool.get_connection()
-    packed = b"".join([hiredis.pack_command(c) for c in commands])
-
-    async def send_and_read() -> list[Any]:
-        await conn.send_packed_command(packed)
-        return [await conn.read_response() for _ in commands]
-
-    async def on_failure(error: BaseException) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
 
 
 def _int(value: Any) -> int:
