@@ -182,6 +182,7 @@ class LiveReader:
         self._counts = client.register_script(load("live_counts"))
         self._window_script = client.register_script(load("live_window"))
         self._approx = client.register_script(load("approx_rank"))
+        self._stamp_script = client.register_script(load("live_stamp"))
         self._last_bases: list[int] | None = None
         self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
             OrderedDict()

@@ -72,7 +72,7 @@ from serving.registry import (
 from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.partitions import Keys, partition_of
-from speed.scripts import APPROX_RANK
+from speed.scripts import APPROX_RANK, LIVE_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
 SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
@@ -533,6 +533,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
+        self._stamp_keys: list[Any] | None = None
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -663,22 +664,30 @@ class ReadService:
         )
 
     async def _stamp(self) -> Stamp:
-        """What a live top list depends on, in one round trip: every partition's
-        base generation and log position, the flags version, and the dataset's
-        epoch (a random number kept in Redis: a flushed or replaced dataset whose
-        positions restart cannot match an answer cached from the old one)."""
-        commands: list[tuple[Any, ...]] = [
-            ("HGET", Keys(p).base_generation, "g") for p in range(self.live.partitions)
-        ]
-        commands += [("GET", Keys(p).position) for p in range(self.live.partitions)]
-        commands += [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-        replies = await run_commands(self.speed.client, None, commands)
-        values = [int(v) if v is not None else 0 for v in replies]
-        if values[-1] == 0:
-            epoch = secrets.randbits(62) + 1
-            await self.speed.client.set(EPOCH_KEY, epoch, nx=True)
-            values[-1] = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        return tuple(values)
+        """What a live top list depends on, in one round trip and one reply
+        (``live_stamp.lua``): every partition's base generation and log position,
+        the flags version, and the dataset's epoch (a random number kept in Redis:
+        a flushed or replaced dataset whose positions restart cannot match an answer
+        cached from the old one). As (bases..., positions..., flags, epoch)."""
+        partitions = self.live.partitions
+        if self._stamp_keys is None:
+            self._stamp_keys = LIVE_STAMP.keys_of(
+                {"flags_version": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
+                [
+                    {"base": Keys(p).base_generation, "position": Keys(p).position}
+                    for p in range(partitions)
+                ],
+            )
+        keys = self._stamp_keys
+        script = self.live._stamp_script
+        (reply,) = await run_commands(
+            self.speed.client, script, [("EVALSHA", script.sha, len(keys), *keys)]
+        )
+        flags, epoch, per_partition = reply[0], int(reply[1]), reply[2:]
+        if epoch == 0:
+            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
+        return (*per_partition[0::2], *per_partition[1::2], flags, epoch)
 
     # ----------------------------------------------------------------------- rank
 
