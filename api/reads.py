@@ -543,6 +543,11 @@ class ReadService:
     def speed(self) -> Any:
         return self.live.speed
 
+    def use_boards(self, config: BoardsConfig) -> None:
+        """Answer from now on under ``config`` (a season promoted to another rule)."""
+        self.config = config
+        self._final.clear()
+
     # ------------------------------------------------------------- mode selection
 
     def _final_in_latest(self, board: str) -> bool:

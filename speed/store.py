@@ -114,21 +114,13 @@ class SpeedLayer:
         rules: RuleRegistry | None = None,
     ) -> None:
         self.client = client
-        self.boards = boards
         self.rules = rules or default_registry()
         self.partitions = partitions
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
-        # boards_for_event depends only on the UTC date, the region and which seasons
-        # hold the moment; a batch repeats few of those, so compute each once.
-        self._boards_cache: dict[
-            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
-        ] = {}
-        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
-        # Key names and constant script arguments per (partition, board).
-        self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        self.use_boards(boards)
         self._periods_cache: dict[date, dict[str, str]] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
@@ -136,13 +128,6 @@ class SpeedLayer:
         # points; the API points this at its generation registry.
         self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
         self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
-        # first_achieved boards get the event's time with their aggregation.
-        self._first_achieved = {
-            f"season:{s.id}:{scope}"
-            for s in boards.seasons
-            if s.tie_break == "first_achieved"
-            for scope in boards.scopes
-        }
         # Group commit of concurrent small calls (see apply()).
         self.group_window_us = 0
         self._group: list[tuple[list[NormalizedEvent], asyncio.Future[Any]]] = []
@@ -151,6 +136,26 @@ class SpeedLayer:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
             self._rate_args = (0, 1)
+
+    def use_boards(self, boards: BoardsConfig) -> None:
+        """Score from now on under ``boards`` (at start, and when a running API sees
+        a season promoted to another rule): everything derived from it is rebuilt."""
+        self.boards = boards
+        # boards_for_event depends only on the UTC date, the region and which seasons
+        # hold the moment; a batch repeats few of those, so compute each once.
+        self._boards_cache: dict[
+            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
+        ] = {}
+        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
+        # Key names and constant script arguments per (partition, board).
+        self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
+        # first_achieved boards get the event's time with their aggregation.
+        self._first_achieved = {
+            f"season:{s.id}:{scope}"
+            for s in boards.seasons
+            if s.tie_break == "first_achieved"
+            for scope in boards.scopes
+        }
 
     def keys(self, partition: int) -> Keys:
         return Keys(partition)
