@@ -156,9 +156,10 @@ def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
 # ----------------------------------------------------------------------- DuckDB ref
 
 
-def duckdb_sql(seasons) -> str:
+def duckdb_sql(seasons, window_lateness_ms: int) -> str:
     """Recompute + rank of jobs/ (and apply_event.lua) as one DuckDB query over
-    ``bronze``; boundary = everything in it."""
+    ``bronze``; boundary = everything in it. A daily/weekly/monthly board ignores an
+    event received after its period's end plus ``window_lateness_ms``."""
     items = []
     for s in seasons:
         start, end, cutoff = to_ms(s.start), to_ms(s.end), to_ms(s.cutoff)
@@ -168,17 +169,24 @@ def duckdb_sql(seasons) -> str:
                 f"{{'board': 'season:{s.id}:' || {scope}, 'agg': '{s.aggregation}', "
                 f"'cutoff': {cutoff}::BIGINT}} END"
             )
+    def closes(unit: str) -> str:
+        # date_trunc('week') is the ISO Monday.
+        return (
+            f"(epoch_ms(date_trunc('{unit}', t) + INTERVAL 1 {unit}) + "
+            f"{int(window_lateness_ms)})::BIGINT"
+        )
+
     periods = [
-        ("daily", "strftime(t, '%Y-%m-%d')"),
-        ("weekly", "printf('%04d-W%02d', isoyear(t), weekofyear(t))"),
-        ("monthly", "strftime(t, '%Y-%m')"),
-        ("alltime", "'all'"),
+        ("daily", "strftime(t, '%Y-%m-%d')", closes("day")),
+        ("weekly", "printf('%04d-W%02d', isoyear(t), weekofyear(t))", closes("week")),
+        ("monthly", "strftime(t, '%Y-%m')", closes("month")),
+        ("alltime", "'all'", "0::BIGINT"),
     ]
-    for window, period in periods:
+    for window, period, cutoff in periods:
         for scope in ("'global'", "region"):
             items.append(
                 f"{{'board': '{window}:' || {period} || ':' || {scope}, "
-                f"'agg': 'sum', 'cutoff': 0::BIGINT}}"
+                f"'agg': 'sum', 'cutoff': {cutoff}}}"
             )
     board_list = "list_filter([" + ", ".join(items) + "], lambda x: x IS NOT NULL)"
     return f"""
@@ -228,7 +236,9 @@ FROM totals
 """
 
 
-def run_duckdb(source: Path, seasons, threads: int) -> tuple[float, object]:
+def run_duckdb(
+    source: Path, seasons, window_lateness_ms: int, threads: int
+) -> tuple[float, object]:
     import duckdb
 
     con = duckdb.connect()
@@ -239,7 +249,9 @@ def run_duckdb(source: Path, seasons, threads: int) -> tuple[float, object]:
         f"'{source}/*.parquet')"
     )
     started = time.perf_counter()
-    con.execute("CREATE TABLE ref AS " + duckdb_sql(seasons))
+    con.execute(
+        "CREATE TABLE ref AS " + duckdb_sql(seasons, window_lateness_ms)
+    )
     return time.perf_counter() - started, con
 
 
@@ -443,7 +455,9 @@ def main() -> None:
 
     if not args.no_duckdb:
         report["load_before_duckdb"] = loadavg()
-        seconds, con = run_duckdb(source, boards.seasons, args.duckdb_threads)
+        seconds, con = run_duckdb(
+            source, boards.seasons, boards.window_lateness_ms, args.duckdb_threads
+        )
         report["duckdb_recompute_rank_s"] = round(seconds, 2)
         report["duckdb_threads"] = args.duckdb_threads
         report["ratio_publish_to_duckdb"] = round(report["publish_s"] / seconds, 2)
