@@ -124,7 +124,7 @@ def transform_first_acceptance(events: DataFrame) -> DataFrame:
     return (
         events.join(F.broadcast(repeated), ["player_id", "event_id"], "left")
         .where(F.col("_first").isNull() | (F.col("position") == F.col("_first")))
-        .drop("_first")
+        .select(*events.columns)  # the input's column order (the join moved the keys)
     )
 
 
