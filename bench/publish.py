@@ -288,8 +288,9 @@ class _Progress(dict):
 
 
 def driver_heap(spark) -> dict[str, float]:
-    """The driver JVM's heap: its limit and the peak used so far (every heap pool's
-    peak, summed). In local mode the executors' tasks run in it too."""
+    """The driver JVM's heap: its limit and the peak used so far, as the sum of
+    every heap pool's own peak (an upper bound: the pools peak at different times,
+    so it can exceed the limit). In local mode the executors' tasks run in it too."""
     jvm = spark.sparkContext._jvm
     management = jvm.java.lang.management.ManagementFactory
     peak = sum(
