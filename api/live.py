@@ -26,6 +26,7 @@ from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.lua import load
 from speed.partitions import (
+    SCORE_OFFSET,
     Keys,
     decode_achieved,
     decode_entry,
@@ -80,6 +81,23 @@ class Base:
             None if achieved is None else int(achieved[row]),
         )
 
+    def encoded_range(self, start: int, stop: int) -> list[bytes]:
+        """Rows [start, stop) encoded as changed-set members, in one pass over the
+        mapped columns (encoding row by row was a quarter of a live nearby's CPU)."""
+        segment = self.segment
+        if segment is None or stop <= start:
+            return []
+        if segment.achieved is not None:
+            return [self.encoded(row) for row in range(start, stop)]
+        keys = (SCORE_OFFSET - segment.scores[start:stop]).astype(">u8").tobytes()
+        offsets = segment.players.offsets[start : stop + 1].tolist()
+        first = offsets[0]
+        names = bytes(segment.players.data[first : offsets[-1]])
+        return [
+            keys[8 * i : 8 * i + 8] + names[offsets[i] - first : offsets[i + 1] - first]
+            for i in range(stop - start)
+        ]
+
     def encoded_prefix(self, rows: int) -> list[bytes]:
         """The first ``rows`` rows encoded; cached on the immutable segment, since
         every live top list starts from the same rows."""
@@ -87,7 +105,7 @@ class Base:
             return []
         cache = self.segment.encoded_prefix
         if len(cache) < rows:
-            cache.extend(self.encoded(row) for row in range(len(cache), rows))
+            cache.extend(self.encoded_range(len(cache), rows))
         return cache[:rows]
 
 
@@ -469,7 +487,7 @@ class LiveReader:
                 if as_of != me["asOf"]:
                     break  # something changed since the rank: start over
                 changed = {m for r in replies for m in r[6]}
-                snap_rows = [base.encoded(row) for row in range(lo, hi)]
+                snap_rows = base.encoded_range(lo, hi)
                 after_snap = [m for m in snap_rows if m > center and m not in changed]
                 before_snap = [m for m in snap_rows if m < center and m not in changed]
                 if (len(after_snap) < radius and hi < base.population) or (
