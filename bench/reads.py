@@ -1335,6 +1335,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true")
     p.add_argument(
+        "--live-cache-ms",
+        type=int,
+        default=None,
+        help="LB_LIVE_CACHE_MS for the stack (default: the service's default, 0: "
+        "a cached live top list is checked against Redis on every hit)",
+    )
+    p.add_argument(
         "--publish",
         choices=("spark", "direct"),
         default="spark",
@@ -1352,6 +1359,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
     env = stack_env(data_dir)
+    if args.live_cache_ms is not None:
+        env["LB_LIVE_CACHE_MS"] = str(args.live_cache_ms)
     port = free_port()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     args.out.mkdir(parents=True, exist_ok=True)
