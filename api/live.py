@@ -530,39 +530,6 @@ class LiveReader:
             "asOf": _as_of(replies),
         }
 
-    async def approx_rank(self, board: str, player_id: str) -> dict[str, Any]:
-        """Rank from the Fenwick histogram: players in higher buckets + 1, with the
-        population of the player's own bucket as the error bound."""
-        score = await self.live_total(board, player_id)
-        if score is None:
-            raise PlayerMissing(player_id)
-        calls = []
-        for p in range(self.partitions):
-            keys = Keys(p)
-            calls.append(
-                (
-                    [
-                        keys.fenwick(board),
-                        keys.buckets(board),
-                        keys.base_generation,
-                        keys.position,
-                    ],
-                    [score],
-                )
-            )
-        counts = await self.speed.run_script(self._approx, calls)
-        higher = sum(_int(c[0]) for c in counts)
-        same = sum(_int(c[1]) for c in counts)
-        population = sum(_int(c[2]) for c in counts)
-        return {
-            "score": score,
-            "rank": higher + 1,
-            # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player).
-            "errorBound": max(0, same - 1),
-            "population": population,
-            "asOf": {str(p): _int(c[4]) for p, c in enumerate(counts)},
-        }
-
 
 def _ranked(
     members: list[bytes],

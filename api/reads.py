@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import bisect
 import secrets
 import time
 from collections import OrderedDict
@@ -72,6 +73,7 @@ from serving.registry import (
 from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.partitions import Keys, partition_of
+from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK, LIVE_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
@@ -81,9 +83,9 @@ LIVE_HITS = READ_CACHE.labels("live_top", "hit")
 LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
 # Reply slots of approx_rank.lua, looked up once (a per-reply lookup showed in
 # the approximate read's profile).
-_HIGHER, _SAME, _ALL, _POSITION = (
+_HIGHER, _SAME, _ALL, _BASE, _POSITION = (
     APPROX_RANK.fields.index(name)
-    for name in ("higher", "same_bucket", "all", "position")
+    for name in ("higher", "same_bucket", "all", "base_generation", "position")
 )
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
@@ -852,35 +854,70 @@ class ReadService:
         if len(self._scores) > 100_000:
             self._scores.popitem(last=False)
 
+    def _bucket_of(self, board: str, score: int) -> tuple[int, int, int] | None:
+        """(bucket index, bucket count, generation number) of ``score`` in the
+        latest generation's histogram boundaries (the ones a rebase onto it put in
+        Redis), so the histogram script does no lookup of its own; None without a
+        mapped segment."""
+        latest = self.registry.latest()
+        if latest is None:
+            return None
+        key = f"bucket_lowers:{board}"
+        lowers = latest.memo.get(key)
+        if lowers is None:
+            segment = latest.board(board)
+            if segment is None:
+                return None
+            lowers = latest.memo.setdefault(key, bucket_lowers(segment).tolist())
+        return (
+            max(1, bisect.bisect_right(lowers, score)),
+            max(1, len(lowers)),
+            (latest.number),
+        )
+
     async def _approx_round(
         self, board: str, player_id: str, score: int
     ) -> tuple[int | None, bool, list[list[Any]]]:
         """(live total, shadowed?, histogram counts per partition) in one round
-        trip (hiredis-packed, as the exact reads)."""
+        trip (hiredis-packed, as the exact reads). The bucket comes from the latest
+        generation; if a partition's base is another one (a rebase under way), the
+        counts are read again with the script's own lookup."""
         owner = Keys(partition_of(player_id, self.live.partitions))
         script = self.live._approx
-        args = APPROX_RANK.args_of({"score": score})
-        commands: list[tuple[Any, ...]] = [
-            ("HGET", owner.totals(board), player_id),
-            ("HGET", owner.flags, player_id),
-        ]
-        for p in range(self.live.partitions):
-            keys = Keys(p)
-            script_keys = APPROX_RANK.keys_of(
+        bucket = self._bucket_of(board, score)
+        for given in (bucket, None) if bucket is not None else (None,):
+            args = APPROX_RANK.args_of(
                 {
-                    "fw": keys.fenwick(board),
-                    "bk": keys.buckets(board),
-                    "base": keys.base_generation,
-                    "position": keys.position,
+                    "score": score,
+                    "bucket": given[0] if given else "",
+                    "size": given[1] if given else "",
                 }
             )
-            commands.append(
-                ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
-            )
-        replies = await run_commands(self.speed.client, script, commands)
-        raw, flag = replies[0], replies[1]
-        total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
-        return total, flag in (b"shadow", "shadow"), replies[2:]
+            commands: list[tuple[Any, ...]] = [
+                ("HGET", owner.totals(board), player_id),
+                ("HGET", owner.flags, player_id),
+            ]
+            for p in range(self.live.partitions):
+                keys = Keys(p)
+                script_keys = APPROX_RANK.keys_of(
+                    {
+                        "fw": keys.fenwick(board),
+                        "bk": keys.buckets(board),
+                        "base": keys.base_generation,
+                        "position": keys.position,
+                    }
+                )
+                commands.append(
+                    ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+                )
+            replies = await run_commands(self.speed.client, script, commands)
+            counts = replies[2:]
+            if given is not None and any(_int(c[_BASE]) != given[2] for c in counts):
+                continue
+            raw, flag = replies[0], replies[1]
+            total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+            return total, flag in (b"shadow", "shadow"), counts
+        raise NotExact("the histogram changed generation while it was read")
 
     # --------------------------------------------------------------------- nearby
 

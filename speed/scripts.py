@@ -169,7 +169,7 @@ APPLY_EVENT = ScriptInterface(
 APPROX_RANK = ScriptInterface(
     name="approx_rank",
     keys=("fw", "bk", "base", "position"),
-    argv=("score",),
+    argv=("score", "bucket", "size"),
     fields=("higher", "same_bucket", "all", "base_generation", "position"),
 )
 
