@@ -18,12 +18,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import hiredis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.connection import send_commands
 from speed.lua import load
 from speed.partitions import (
     SCORE_OFFSET,
@@ -107,37 +107,6 @@ class Base:
         if len(cache) < rows:
             cache.extend(self.encoded_range(len(cache), rows))
         return cache[:rows]
-
-
-async def send_commands(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Commands in one write, replies read in order (one round trip); a reply that
-    is an error comes back as the exception.
-
-    What a non-transactional redis-py pipeline does, with hiredis packing the
-    commands instead of pure Python and without its SCRIPT EXISTS round trip (the
-    same technique as ``SpeedLayer._evalsha_all``): the pipeline's packing was the
-    largest part of a live read's API CPU."""
-    pool = client.connection_pool
-    conn = await pool.get_connection()
-    packed = b"".join([hiredis.pack_command(c) for c in commands])
-
-    async def send_and_read() -> list[Any]:
-        await conn.send_packed_command(packed)
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
-        return replies
-
-    async def on_failure(error: BaseException) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
 
 
 async def run_commands(

@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,6 +37,7 @@ from conf.rule_state import RuleStateWatcher
 from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from serving.registry import GenerationRegistry, quarantine_thresholds
+from speed.connection import async_client
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = aioredis.from_url(resolve_redis_url(settings), max_connections=256)
+        client = async_client(resolve_redis_url(settings), max_connections=256)
         app.state.speed = SpeedLayer(
             client,
             app.state.boards,

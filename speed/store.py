@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
-import hiredis
 import redis.asyncio as aioredis
 from prometheus_client import Histogram
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
+from speed.connection import send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -319,33 +319,10 @@ class SpeedLayer:
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
-        """Send every EVALSHA in one write and read the replies in order.
-
-        What redis-py's non-transactional pipeline does, without its per-call SCRIPT
-        EXISTS round trip and its pure-Python command packing (hiredis packs here).
-        A reply that is an error is returned as the exception, like the pipeline's.
-        """
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
-        packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
-
-        async def send_and_read() -> list[Any]:
-            await conn.send_packed_command(packed)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
-
-        async def on_failure(error: BaseException) -> None:
-            await conn.disconnect()
-
-        try:
-            return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-        finally:
-            await pool.release(conn)
+        """Send every EVALSHA in one write (per server) and read the replies in
+        order; a reply that is an error is returned as the exception
+        (:func:`speed.connection.send_commands`, one server or a cluster)."""
+        return await send_commands(self.client, commands)
 
     async def run_script(
         self, script: Any, calls: list[tuple[list[Any], list[Any]]]
