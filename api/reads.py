@@ -535,7 +535,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
-        self._stamp_keys: list[Any] | None = None
+        self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -671,30 +671,29 @@ class ReadService:
         )
 
     async def _stamp(self) -> Stamp:
-        """What a live top list depends on, in one round trip and one reply
-        (``live_stamp.lua``): every partition's base generation and log position,
-        the flags version, and the dataset's epoch (a random number kept in Redis:
-        a flushed or replaced dataset whose positions restart cannot match an answer
+        """What a live top list depends on, in one round trip: every partition's
+        base generation and log position (one ``live_stamp.lua`` reply each), the
+        flags version, and the dataset's epoch (a random number kept in Redis: a
+        flushed or replaced dataset whose positions restart cannot match an answer
         cached from the old one). As (bases..., positions..., flags, epoch)."""
-        partitions = self.live.partitions
-        if self._stamp_keys is None:
-            self._stamp_keys = LIVE_STAMP.keys_of(
-                {"flags_version": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
-                [
+        if self._stamp_commands is None:
+            script = self.live._stamp_script
+            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+            for p in range(self.live.partitions):
+                keys = LIVE_STAMP.keys_of(
                     {"base": Keys(p).base_generation, "position": Keys(p).position}
-                    for p in range(partitions)
-                ],
-            )
-        keys = self._stamp_keys
-        script = self.live._stamp_script
-        (reply,) = await run_commands(
-            self.speed.client, script, [("EVALSHA", script.sha, len(keys), *keys)]
+                )
+                self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
+        replies = await run_commands(
+            self.speed.client, self.live._stamp_script, self._stamp_commands
         )
-        flags, epoch, per_partition = reply[0], int(reply[1]), reply[2:]
+        flags = int(replies[0] or 0)
+        epoch = int(replies[1] or 0)
         if epoch == 0:
             await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        return (*per_partition[0::2], *per_partition[1::2], flags, epoch)
+        parts = replies[2:]
+        return (*(r[0] for r in parts), *(r[1] for r in parts), flags, epoch)
 
     # ----------------------------------------------------------------------- rank
 

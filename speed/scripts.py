@@ -208,9 +208,8 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
-    keys=("flags_version", "epoch"),
-    key_group=("base", "position"),
-    fields=("flags_version", "epoch", "partitions"),
+    keys=("base", "position"),
+    fields=("base_generation", "position"),
 )
 
 LIVE_WINDOW = ScriptInterface(
