@@ -675,7 +675,9 @@ class ReadService:
         base generation and log position (one ``live_stamp.lua`` reply each), the
         flags version, and the dataset's epoch (a random number kept in Redis: a
         flushed or replaced dataset whose positions restart cannot match an answer
-        cached from the old one). As (bases..., positions..., flags, epoch)."""
+        cached from the old one). As (bases..., positions..., flags, epoch).
+        Each command reads one hash slot, so on a Redis Cluster send_commands
+        groups them per master."""
         if self._stamp_commands is None:
             script = self.live._stamp_script
             self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
