@@ -74,8 +74,8 @@ drills: setup ## fault drills on real stacks: kill -9 of the API and Redis, kill
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
 
-bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segment bytes
-	$(PY) -m bench.reads
+bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
+	$(PY) -m bench.reads $(BENCH_ARGS)
 
 bench-publish: setup ## publish benchmark with the DuckDB reference
 	$(PY) -m bench.publish
