@@ -847,10 +847,10 @@ class ReadService:
         script = self.live._approx
         for attempt in range(2):
             # Raw commands, not a pipeline: redis-py's cluster pipeline refuses
-            # EVALSHA; send_commands routes each to its slot's master.
-            commands: list[tuple[Any, ...]] = [
-                ("HGET", owner.totals(board), player_id),
-                ("HGET", owner.flags, player_id),
+            # EVALSHA; the speed layer's sender routes each to its slot's master.
+            commands: list[list[Any]] = [
+                ["HGET", owner.totals(board), player_id],
+                ["HGET", owner.flags, player_id],
             ]
             args = APPROX_RANK.args_of({"score": score})
             for p in range(self.live.partitions):
@@ -864,9 +864,9 @@ class ReadService:
                     }
                 )
                 commands.append(
-                    ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+                    ["EVALSHA", script.sha, len(script_keys), *script_keys, *args]
                 )
-            replies = await send_commands(self.speed.client, commands)
+            replies = await self.speed._evalsha_all(commands)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.speed.client.script_load(script.script)
                 continue
