@@ -77,8 +77,13 @@ bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
 	$(PY) -m bench.reads $(BENCH_ARGS)
 
-bench-publish: setup ## publish benchmark with the DuckDB reference
-	$(PY) -m bench.publish
+# Issue 12's headline shapes: 1 M players / 10 M events full, then 100 k new events
+# incremental over them, with a 2 GiB driver (bench/publish.py has a smaller example).
+BENCH_PUBLISH_ARGS ?= --players 1000000 --events 10000000 --incremental-events 100000
+BENCH_DRIVER_MEMORY ?= 2g
+
+bench-publish: setup ## publish benchmark with the DuckDB reference (BENCH_PUBLISH_ARGS=...)
+	LB_SPARK_DRIVER_MEMORY=$(BENCH_DRIVER_MEMORY) $(PY) -m bench.publish $(BENCH_PUBLISH_ARGS)
 
 airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
 	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \

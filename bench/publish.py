@@ -2,6 +2,12 @@
 
     python -m bench.publish --players 100000 --events 1000000
 
+``make bench-publish`` runs the headline shapes of issue 12 (1 M players / 10 M
+events in full, then 100 k new events incremental over that history, a 2 GiB
+driver: ``LB_SPARK_DRIVER_MEMORY=2g``); ``BENCH_PUBLISH_ARGS`` picks another scale,
+e.g. ``make bench-publish BENCH_PUBLISH_ARGS="--players 20000 --events 200000
+--incremental-events 2000"``.
+
 1. Generates synthetic bronze directly (no Redis ingest) with the columns
    ``jobs/land.py`` writes: results, redeliveries of the same eventId (defensive),
    corrections (higher revision; some downward, some moving the match to another
@@ -150,9 +156,10 @@ def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
 # ----------------------------------------------------------------------- DuckDB ref
 
 
-def duckdb_sql(seasons) -> str:
+def duckdb_sql(seasons, window_lateness_ms: int) -> str:
     """Recompute + rank of jobs/ (and apply_event.lua) as one DuckDB query over
-    ``bronze``; boundary = everything in it."""
+    ``bronze``; boundary = everything in it. A daily/weekly/monthly board ignores an
+    event received after its period's end plus ``window_lateness_ms``."""
     items = []
     for s in seasons:
         start, end, cutoff = to_ms(s.start), to_ms(s.end), to_ms(s.cutoff)
@@ -162,17 +169,24 @@ def duckdb_sql(seasons) -> str:
                 f"{{'board': 'season:{s.id}:' || {scope}, 'agg': '{s.aggregation}', "
                 f"'cutoff': {cutoff}::BIGINT}} END"
             )
+    def closes(unit: str) -> str:
+        # date_trunc('week') is the ISO Monday.
+        return (
+            f"(epoch_ms(date_trunc('{unit}', t) + INTERVAL 1 {unit}) + "
+            f"{int(window_lateness_ms)})::BIGINT"
+        )
+
     periods = [
-        ("daily", "strftime(t, '%Y-%m-%d')"),
-        ("weekly", "printf('%04d-W%02d', isoyear(t), weekofyear(t))"),
-        ("monthly", "strftime(t, '%Y-%m')"),
-        ("alltime", "'all'"),
+        ("daily", "strftime(t, '%Y-%m-%d')", closes("day")),
+        ("weekly", "printf('%04d-W%02d', isoyear(t), weekofyear(t))", closes("week")),
+        ("monthly", "strftime(t, '%Y-%m')", closes("month")),
+        ("alltime", "'all'", "0::BIGINT"),
     ]
-    for window, period in periods:
+    for window, period, cutoff in periods:
         for scope in ("'global'", "region"):
             items.append(
                 f"{{'board': '{window}:' || {period} || ':' || {scope}, "
-                f"'agg': 'sum', 'cutoff': 0::BIGINT}}"
+                f"'agg': 'sum', 'cutoff': {cutoff}}}"
             )
     board_list = "list_filter([" + ", ".join(items) + "], lambda x: x IS NOT NULL)"
     return f"""
@@ -222,7 +236,9 @@ FROM totals
 """
 
 
-def run_duckdb(source: Path, seasons, threads: int) -> tuple[float, object]:
+def run_duckdb(
+    source: Path, seasons, window_lateness_ms: int, threads: int
+) -> tuple[float, object]:
     import duckdb
 
     con = duckdb.connect()
@@ -233,7 +249,9 @@ def run_duckdb(source: Path, seasons, threads: int) -> tuple[float, object]:
         f"'{source}/*.parquet')"
     )
     started = time.perf_counter()
-    con.execute("CREATE TABLE ref AS " + duckdb_sql(seasons))
+    con.execute(
+        "CREATE TABLE ref AS " + duckdb_sql(seasons, window_lateness_ms)
+    )
     return time.perf_counter() - started, con
 
 
@@ -267,6 +285,21 @@ class _Progress(dict):
     def __setitem__(self, key: str, value: float) -> None:
         super().__setitem__(key, value)
         print(f"phase {key}: {value:.2f} s, load {loadavg()}", flush=True)
+
+
+def driver_heap(spark) -> dict[str, float]:
+    """The driver JVM's heap: its limit and the peak used so far, as the sum of
+    every heap pool's own peak (an upper bound: the pools peak at different times,
+    so it can exceed the limit). In local mode the executors' tasks run in it too."""
+    jvm = spark.sparkContext._jvm
+    management = jvm.java.lang.management.ManagementFactory
+    peak = sum(
+        pool.getPeakUsage().getUsed()
+        for pool in management.getMemoryPoolMXBeans()
+        if str(pool.getType()) == "Heap memory"
+    )
+    limit = jvm.java.lang.Runtime.getRuntime().maxMemory()
+    return {"max_mb": round(limit / 2**20), "peak_used_mb": round(peak / 2**20)}
 
 
 def dir_bytes(path: Path) -> int:
@@ -386,6 +419,7 @@ def main() -> None:
     )
     report["bronze_write_s"] = round(time.perf_counter() - started, 2)
     report["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
+    report["driver_memory"] = spark.conf.get("spark.driver.memory")
 
     timings: dict[str, float] = _Progress()
     report["load_before_publish"] = loadavg()
@@ -394,6 +428,7 @@ def main() -> None:
                              timings=timings)
     report["publish_s"] = round(time.perf_counter() - started, 2)
     report["load_after_publish"] = loadavg()
+    report["driver_heap_after_publish"] = driver_heap(spark)
     report["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
     report["recompute_rank_s"] = round(
         sum(v for k, v in timings.items()
@@ -421,7 +456,9 @@ def main() -> None:
 
     if not args.no_duckdb:
         report["load_before_duckdb"] = loadavg()
-        seconds, con = run_duckdb(source, boards.seasons, args.duckdb_threads)
+        seconds, con = run_duckdb(
+            source, boards.seasons, boards.window_lateness_ms, args.duckdb_threads
+        )
         report["duckdb_recompute_rank_s"] = round(seconds, 2)
         report["duckdb_threads"] = args.duckdb_threads
         report["ratio_publish_to_duckdb"] = round(report["publish_s"] / seconds, 2)
@@ -438,6 +475,7 @@ def main() -> None:
             spark, settings, boards, args, cutoff, source
         )
     report["load_end"] = loadavg()
+    report["driver_heap_end"] = driver_heap(spark)
     spark.stop()
     if not args.keep:
         shutil.rmtree(data_dir, ignore_errors=True)

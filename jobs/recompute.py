@@ -105,12 +105,26 @@ def transform_between_boundaries(
 
 
 def transform_first_acceptance(events: DataFrame) -> DataFrame:
-    """One record per (player, eventId): the first by position."""
-    first = Window.partitionBy("player_id", "event_id").orderBy("position")
-    return (
-        events.withColumn("_n", F.row_number().over(first))
-        .where(F.col("_n") == 1)
+    """One record per (player, eventId): the first by position.
+
+    Duplicates are rare (the speed layer never logs one; this is defensive), so
+    instead of sorting every record by (player, eventId, position) for a window,
+    a hash aggregate finds the few (player, eventId) logged more than once with
+    their first position, and only those keys' later records are dropped (a
+    broadcast join: no shuffle, the input's partitioning by player stays). Positions
+    are unique within a partition and a player's records share one partition, so
+    the first position names exactly one record.
+    """
+    repeated = (
+        events.groupBy("player_id", "event_id")
+        .agg(F.count(F.lit(1)).alias("_n"), F.min("position").alias("_first"))
+        .where(F.col("_n") > 1)
         .drop("_n")
+    )
+    return (
+        events.join(F.broadcast(repeated), ["player_id", "event_id"], "left")
+        .where(F.col("_first").isNull() | (F.col("position") == F.col("_first")))
+        .select(*events.columns)  # the input's column order (the join moved the keys)
     )
 
 

@@ -34,11 +34,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cluster_env() -> dict[str, str]:
+def cluster_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["SPARK_HOME"] = str(SPARK_HOME)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env["SPARK_NO_DAEMONIZE"] = "1"
+    # Scratch space (shuffle files, fetched jars) of the daemons and executors under
+    # the test's directory, removed with it, instead of /tmp/spark-*.
+    env["SPARK_LOCAL_DIRS"] = str(root / "scratch")
+    # The master and workers only schedule: a small heap each.
+    env["SPARK_DAEMON_MEMORY"] = "256m"
     if "JAVA_HOME" not in env and JAVA_17.is_dir():
         env["JAVA_HOME"] = str(JAVA_17)
     return env
@@ -47,7 +52,8 @@ def cluster_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("spark-cluster")
-    env = cluster_env()
+    (root / "scratch").mkdir()
+    env = cluster_env(root)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port = _free_port()
     master_url = f"spark://127.0.0.1:{port}"

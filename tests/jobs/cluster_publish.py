@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The driver is up before the workers' executors have registered with it.
+EXECUTORS_TIMEOUT = 180
 
 
 def main() -> None:
@@ -43,7 +46,13 @@ def main() -> None:
         boards_file=Path(config["boards_file"]),
         rate_limit="off",
     )
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # type: ignore[union-attr]
+    # Wait for both workers' executors (plus the driver's block manager): a publish
+    # started before would run on whichever registered first.
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus  # type: ignore[union-attr]
+    deadline = time.monotonic() + EXECUTORS_TIMEOUT
+    while status().size() < 1 + config["workers"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    executors = status().size()
     generations = []
     for batch in config["batches"]:
         append_bronze(spark, settings, batch)

@@ -97,6 +97,41 @@ def test_first_acceptance_keeps_first_by_position(spark):
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_first_acceptance_many_duplicates_matches_first_by_position(spark):
+    # Many repeats, across partitions and players, out of list order: exactly the
+    # first record by position of every (player, eventId) stays, with its columns.
+    rng = random.Random(11)
+    events = [
+        Ev(
+            f"P{rng.randrange(4)}",
+            f"M{rng.randrange(3)}",
+            rng.randrange(1, 4),
+            rng.randrange(50),
+            event_id=f"E{rng.randrange(12)}",
+            partition=rng.randrange(2),
+        )
+        for _ in range(120)
+    ]
+    # A player's records share one partition (as the speed layer logs them).
+    events = [
+        Ev(e.player, e.match, e.revision, e.points, event_id=e.event_id,
+           partition=int(e.player[1:]) % 2)
+        for e in events
+    ]
+    df = bronze(spark, events)
+    got = {
+        (r["player_id"], r["event_id"]): (r["position"], r["points"])
+        for r in transform_first_acceptance(df).collect()
+    }
+    expected: dict[tuple[str, str], tuple[int, int]] = {}
+    for r in log_records(events):
+        key = (r["event"]["playerId"], r["event"]["eventId"])
+        if key not in expected or r["position"] < expected[key][0]:
+            expected[key] = (r["position"], r["event"]["points"])
+    assert transform_first_acceptance(df).count() == len(expected)
+    assert got == expected
+
+
 def test_accepted_needs_strictly_higher_revision(spark):
     df = bronze(spark, [
         Ev("P1", "M1", 2, 10),
