@@ -74,8 +74,8 @@ drills: setup ## fault drills on real stacks: kill -9 of the API and Redis, kill
 bench: setup ## ingest benchmark (bench/RESULTS.md has every recorded run)
 	$(PY) -m bench.ingest
 
-bench-reads: setup ## read benchmark: snapshot, live, approx, Redis bytes, segment bytes
-	$(PY) -m bench.reads
+bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
+	$(PY) -m bench.reads $(BENCH_ARGS)
 
 # Issue 12's headline shapes: 1 M players / 10 M events full, then 100 k new events
 # incremental over them, with a 2 GiB driver (bench/publish.py has a smaller example).

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import bisect
 import secrets
 import time
 from collections import OrderedDict
@@ -71,8 +72,8 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
-from speed.connection import is_cluster
 from speed.partitions import Keys, partition_of
+from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK, LIVE_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
@@ -82,9 +83,9 @@ LIVE_HITS = READ_CACHE.labels("live_top", "hit")
 LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
 # Reply slots of approx_rank.lua, looked up once (a per-reply lookup showed in
 # the approximate read's profile).
-_HIGHER, _SAME, _ALL, _POSITION = (
+_HIGHER, _SAME, _ALL, _BASE, _POSITION = (
     APPROX_RANK.fields.index(name)
-    for name in ("higher", "same_bucket", "all", "position")
+    for name in ("higher", "same_bucket", "all", "base_generation", "position")
 )
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
@@ -534,7 +535,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
-        self._stamp_keys: list[Any] | None = None
+        self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -670,49 +671,31 @@ class ReadService:
         )
 
     async def _stamp(self) -> Stamp:
-        """What a live top list depends on, in one round trip and one reply
-        (``live_stamp.lua``): every partition's base generation and log position,
-        the flags version, and the dataset's epoch (a random number kept in Redis:
-        a flushed or replaced dataset whose positions restart cannot match an answer
-        cached from the old one). As (bases..., positions..., flags, epoch)."""
-        partitions = self.live.partitions
-        if is_cluster(self.speed.client):
-            # One script cannot read keys of several hash slots on a cluster: one
-            # plain command per key, grouped per master by send_commands.
-            return await self._stamp_per_key()
-        if self._stamp_keys is None:
-            self._stamp_keys = LIVE_STAMP.keys_of(
-                {"flags_version": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
-                [
+        """What a live top list depends on, in one round trip: every partition's
+        base generation and log position (one ``live_stamp.lua`` reply each), the
+        flags version, and the dataset's epoch (a random number kept in Redis: a
+        flushed or replaced dataset whose positions restart cannot match an answer
+        cached from the old one). As (bases..., positions..., flags, epoch).
+        Each command reads one hash slot, so on a Redis Cluster send_commands
+        groups them per master."""
+        if self._stamp_commands is None:
+            script = self.live._stamp_script
+            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+            for p in range(self.live.partitions):
+                keys = LIVE_STAMP.keys_of(
                     {"base": Keys(p).base_generation, "position": Keys(p).position}
-                    for p in range(partitions)
-                ],
-            )
-        keys = self._stamp_keys
-        script = self.live._stamp_script
-        (reply,) = await run_commands(
-            self.speed.client, script, [("EVALSHA", script.sha, len(keys), *keys)]
+                )
+                self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
+        replies = await run_commands(
+            self.speed.client, self.live._stamp_script, self._stamp_commands
         )
-        flags, epoch, per_partition = reply[0], int(reply[1]), reply[2:]
+        flags = int(replies[0] or 0)
+        epoch = int(replies[1] or 0)
         if epoch == 0:
             await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        return (*per_partition[0::2], *per_partition[1::2], flags, epoch)
-
-    async def _stamp_per_key(self) -> Stamp:
-        """:meth:`_stamp` on a Redis Cluster, in the same shape."""
-        partitions = range(self.live.partitions)
-        commands: list[tuple[Any, ...]] = [
-            ("HGET", Keys(p).base_generation, "g") for p in partitions
-        ]
-        commands += [("GET", Keys(p).position) for p in partitions]
-        commands += [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-        replies = await run_commands(self.speed.client, None, commands)
-        values = [int(v) if v is not None else 0 for v in replies]
-        if values[-1] == 0:
-            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
-            values[-1] = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        return tuple(values)
+        parts = replies[2:]
+        return (*(r[0] for r in parts), *(r[1] for r in parts), flags, epoch)
 
     # ----------------------------------------------------------------------- rank
 
@@ -872,35 +855,70 @@ class ReadService:
         if len(self._scores) > 100_000:
             self._scores.popitem(last=False)
 
+    def _bucket_of(self, board: str, score: int) -> tuple[int, int, int] | None:
+        """(bucket index, bucket count, generation number) of ``score`` in the
+        latest generation's histogram boundaries (the ones a rebase onto it put in
+        Redis), so the histogram script does no lookup of its own; None without a
+        mapped segment."""
+        latest = self.registry.latest()
+        if latest is None:
+            return None
+        key = f"bucket_lowers:{board}"
+        lowers = latest.memo.get(key)
+        if lowers is None:
+            segment = latest.board(board)
+            if segment is None:
+                return None
+            lowers = latest.memo.setdefault(key, bucket_lowers(segment).tolist())
+        return (
+            max(1, bisect.bisect_right(lowers, score)),
+            max(1, len(lowers)),
+            (latest.number),
+        )
+
     async def _approx_round(
         self, board: str, player_id: str, score: int
     ) -> tuple[int | None, bool, list[list[Any]]]:
         """(live total, shadowed?, histogram counts per partition) in one round
-        trip (hiredis-packed, as the exact reads)."""
+        trip (hiredis-packed, as the exact reads). The bucket comes from the latest
+        generation; if a partition's base is another one (a rebase under way), the
+        counts are read again with the script's own lookup."""
         owner = Keys(partition_of(player_id, self.live.partitions))
         script = self.live._approx
-        args = APPROX_RANK.args_of({"score": score})
-        commands: list[tuple[Any, ...]] = [
-            ("HGET", owner.totals(board), player_id),
-            ("HGET", owner.flags, player_id),
-        ]
-        for p in range(self.live.partitions):
-            keys = Keys(p)
-            script_keys = APPROX_RANK.keys_of(
+        bucket = self._bucket_of(board, score)
+        for given in (bucket, None) if bucket is not None else (None,):
+            args = APPROX_RANK.args_of(
                 {
-                    "fw": keys.fenwick(board),
-                    "bk": keys.buckets(board),
-                    "base": keys.base_generation,
-                    "position": keys.position,
+                    "score": score,
+                    "bucket": given[0] if given else "",
+                    "size": given[1] if given else "",
                 }
             )
-            commands.append(
-                ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
-            )
-        replies = await run_commands(self.speed.client, script, commands)
-        raw, flag = replies[0], replies[1]
-        total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
-        return total, flag in (b"shadow", "shadow"), replies[2:]
+            commands: list[tuple[Any, ...]] = [
+                ("HGET", owner.totals(board), player_id),
+                ("HGET", owner.flags, player_id),
+            ]
+            for p in range(self.live.partitions):
+                keys = Keys(p)
+                script_keys = APPROX_RANK.keys_of(
+                    {
+                        "fw": keys.fenwick(board),
+                        "bk": keys.buckets(board),
+                        "base": keys.base_generation,
+                        "position": keys.position,
+                    }
+                )
+                commands.append(
+                    ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+                )
+            replies = await run_commands(self.speed.client, script, commands)
+            counts = replies[2:]
+            if given is not None and any(_int(c[_BASE]) != given[2] for c in counts):
+                continue
+            raw, flag = replies[0], replies[1]
+            total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+            return total, flag in (b"shadow", "shadow"), counts
+        raise NotExact("the histogram changed generation while it was read")
 
     # --------------------------------------------------------------------- nearby
 

@@ -430,34 +430,74 @@ async def open_loop(
     }
 
 
+class LeanHttp:
+    """A minimal HTTP/1.1 keep-alive GET client on asyncio streams, for the closed
+    loops: the load generator shares the 2 cores with the service, and aiohttp
+    costs about 150-300 us of CPU per request, as much as the service's answer.
+    It relies on what uvicorn sends for these answers (a Content-Length)."""
+
+    def __init__(self, url: str) -> None:
+        rest = url.split("://", 1)[1]
+        self.host, _, port = rest.split("/", 1)[0].partition(":")
+        self.port = int(port or 80)
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def get(self, url: str) -> tuple[int, bytes]:
+        if self.reader is None or self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(
+                self.host, self.port
+            )
+        path = "/" + url.split("://", 1)[1].split("/", 1)[1]
+        self.writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode("latin-1")
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        at = head.lower().find(b"\r\ncontent-length:")
+        if at < 0:
+            raise RuntimeError(f"no Content-Length in {head[:200]!r}")
+        length = int(head[at + 17 : head.index(b"\r\n", at + 2)])
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def closed_loop(
     session: Any, url_of: Any, connections: int, seconds: float, check: Any
 ) -> dict[str, Any]:
+    """``connections`` keep-alive connections, each sending its next GET when the
+    last answer arrived (LeanHttp clients; ``session`` is unused)."""
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     deadline = time.perf_counter() + seconds
     counter = [0]
 
     async def worker() -> None:
-        while time.perf_counter() < deadline:
-            counter[0] += 1
-            url, meta = url_of(counter[0])
-            start = time.perf_counter()
-            async with session.get(url) as reply:
-                content = await reply.read()
-                status = reply.status
-            if status != 200:
-                errors[f"http {status}"] += 1
-                continue
-            latencies.append(time.perf_counter() - start)
-            if counter[0] % 50 == 0:
-                check(orjson.loads(content), meta)
+        client = LeanHttp(url_of(0)[0])
+        try:
+            while time.perf_counter() < deadline:
+                counter[0] += 1
+                url, meta = url_of(counter[0])
+                start = time.perf_counter()
+                status, content = await client.get(url)
+                if status != 200:
+                    errors[f"http {status}"] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+                if counter[0] % 50 == 0:
+                    check(orjson.loads(content), meta)
+        finally:
+            client.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
     elapsed = time.perf_counter() - t0
     return {
         "connections": connections,
+        "client": "LeanHttp (asyncio streams, keep-alive)",
         "seconds": round(elapsed, 1),
         "ok": len(latencies),
         "rate": round(len(latencies) / elapsed, 1),
@@ -740,12 +780,19 @@ async def measure(
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
     ) as session:
-        # Warm-up: map the segments, open connections, load scripts.
+        # Warm-up: map the segments, load scripts, and open connections the way
+        # the phases use them: concurrent requests grow the API workers' Redis
+        # pools (a new redis-py connection costs milliseconds of CPU, which would
+        # otherwise land inside the first measured phase as a latency spike).
+        async def warm(url: str) -> None:
+            async with session.get(url) as reply:
+                await reply.read()
+
         for _name, url_of, _check in specs:
-            for k in range(20):
-                u, _ = url_of(k)
-                async with session.get(u) as reply:
-                    await reply.read()
+            for _ in range(3):
+                await asyncio.gather(
+                    *(warm(url_of(k)[0]) for k in range(args.connections))
+                )
         for name, url_of, check in specs:
             if args.only and name not in args.only.split(","):
                 continue
@@ -882,29 +929,45 @@ async def raw_zrevrange(
 ) -> dict[str, Any]:
     """The floor to compare a cached live top-100 with: Redis answering
     ``ZREVRANGE key 0 99 WITHSCORES`` from a full sorted set, closed loop, same
-    connection count, redis.asyncio on the same cores."""
-    import redis.asyncio as aioredis
+    connection count, from an equally lean client (asyncio streams + hiredis, the
+    counterpart of LeanHttp) on the same cores."""
+    import hiredis
 
-    client = aioredis.from_url(redis_url, max_connections=connections)
+    scheme, _, rest = redis_url.partition("://")
+    host, _, port = rest.split("/", 1)[0].rpartition("@")[2].partition(":")
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if scheme == "unix":
+            return await asyncio.open_unix_connection(rest)
+        return await asyncio.open_connection(host, int(port or 6379))
+
+    command = hiredis.pack_command(("ZREVRANGE", key, 0, 99, "WITHSCORES"))
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
 
     async def worker() -> None:
-        while time.perf_counter() < deadline:
-            start = time.perf_counter()
-            rows = await client.zrevrange(key, 0, 99, withscores=True)
-            latencies.append(time.perf_counter() - start)
-            if len(rows) != 100:
-                raise RuntimeError(f"ZREVRANGE returned {len(rows)} rows")
+        reader, writer = await connect()
+        parser = hiredis.Reader()
+        try:
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                writer.write(command)
+                reply = parser.gets()
+                while reply is False:
+                    parser.feed(await reader.read(65536))
+                    reply = parser.gets()
+                latencies.append(time.perf_counter() - start)
+                if not isinstance(reply, list) or len(reply) != 200:
+                    raise RuntimeError(f"ZREVRANGE returned {reply!r:.200}")
+        finally:
+            writer.close()
 
     t0 = time.perf_counter()
-    try:
-        await asyncio.gather(*(worker() for _ in range(connections)))
-    finally:
-        await client.aclose()
+    await asyncio.gather(*(worker() for _ in range(connections)))
     elapsed = time.perf_counter() - t0
     return {
         "connections": connections,
+        "client": "asyncio streams + hiredis",
         "seconds": round(elapsed, 1),
         "ok": len(latencies),
         "rate": round(len(latencies) / elapsed, 1),
@@ -1052,11 +1115,18 @@ def run(
     time.sleep(1.0)  # the API notices the generation within 0.5 s
 
     print("reads:", flush=True)
-    report.update(
-        asyncio.run(
-            measure(url, args, pids, gen_truth, live_truth, set(changed_idx), stamp, r)
+    # uvloop (installed with uvicorn[standard]): the generator's own CPU per
+    # request is lower, and it shares the cores with the service.
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report.update(
+            runner.run(
+                measure(
+                    url, args, pids, gen_truth, live_truth, set(changed_idx), stamp, r
+                )
+            )
         )
-    )
 
     print("memory ...", flush=True)
     from conf.boards import load_boards  # noqa: F401 - same process settings
@@ -1265,6 +1335,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true")
     p.add_argument(
+        "--live-cache-ms",
+        type=int,
+        default=None,
+        help="LB_LIVE_CACHE_MS for the stack (default: the service's default, 0: "
+        "a cached live top list is checked against Redis on every hit)",
+    )
+    p.add_argument(
         "--publish",
         choices=("spark", "direct"),
         default="spark",
@@ -1282,6 +1359,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
     env = stack_env(data_dir)
+    if args.live_cache_ms is not None:
+        env["LB_LIVE_CACHE_MS"] = str(args.live_cache_ms)
     port = free_port()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     args.out.mkdir(parents=True, exist_ok=True)

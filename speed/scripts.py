@@ -169,7 +169,7 @@ APPLY_EVENT = ScriptInterface(
 APPROX_RANK = ScriptInterface(
     name="approx_rank",
     keys=("fw", "bk", "base", "position"),
-    argv=("score",),
+    argv=("score", "bucket", "size"),
     fields=("higher", "same_bucket", "all", "base_generation", "position"),
 )
 
@@ -208,9 +208,8 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
-    keys=("flags_version", "epoch"),
-    key_group=("base", "position"),
-    fields=("flags_version", "epoch", "partitions"),
+    keys=("base", "position"),
+    fields=("base_generation", "position"),
 )
 
 LIVE_WINDOW = ScriptInterface(

@@ -2,19 +2,28 @@
 --
 -- KEYS: Fenwick tree (BITFIELD i32), bucket boundaries (zset index -> lower), base hash,
 --       position counter
--- ARGV: score
+-- ARGV: score, the score's bucket index and the bucket count as the caller computed
+--       them from the base generation's boundaries ("" "": look them up here; the
+--       caller checks the base generation in the reply, so a guess made from another
+--       generation is detected and asked again without it)
 -- Returns {players in higher buckets, players in the score's bucket, all players,
 --          base generation, log position}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
 local KEY = {fw = 1, bk = 2, base = 3, position = 4}
-local ARG = {score = 1}
-local score = tonumber(ARGV[ARG.score])
--- Bucket members are "<index>/<bucket count>".
-local size = math.max(1, redis.call("ZCARD", KEYS[KEY.bk]))
-local bucket = 1
-local hit = redis.call("ZREVRANGEBYSCORE", KEYS[KEY.bk], score, "-inf", "LIMIT", 0, 1)
-if #hit > 0 then
-  bucket = tonumber(string.sub(hit[1], 1, string.find(hit[1], "/", 1, true) - 1))
+local ARG = {score = 1, bucket = 2, size = 3}
+local size, bucket
+if ARGV[ARG.bucket] ~= "" then
+  bucket = tonumber(ARGV[ARG.bucket])
+  size = tonumber(ARGV[ARG.size])
+else
+  local score = tonumber(ARGV[ARG.score])
+  -- Bucket members are "<index>/<bucket count>".
+  size = math.max(1, redis.call("ZCARD", KEYS[KEY.bk]))
+  bucket = 1
+  local hit = redis.call("ZREVRANGEBYSCORE", KEYS[KEY.bk], score, "-inf", "LIMIT", 0, 1)
+  if #hit > 0 then
+    bucket = tonumber(string.sub(hit[1], 1, string.find(hit[1], "/", 1, true) - 1))
+  end
 end
 
 -- Prefix sums need the counters on the Fenwick paths of size, bucket and bucket - 1:

@@ -20,7 +20,7 @@ from api.reads import ReadService
 from conf.settings import Settings
 from tests.api.segment_writer import write_generation
 from tests.api.test_shadow import expected_top, flag, seed
-from tests.conftest import SignedClient, event
+from tests.conftest import BACKENDS, SignedClient, event
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -48,6 +48,7 @@ def post(api: SignedClient, player: str, points: int, n: int) -> dict[str, Any]:
     return reply.json()  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_live_top_is_reused_only_while_it_is_current(api: SignedClient) -> None:
     seed(api, SEED)
     reads = reads_of(api)

@@ -97,7 +97,22 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "position": keys.position,
             }
         ),
-        APPROX_RANK.args_of({"score": 7}),
+        APPROX_RANK.args_of({"score": 7, "bucket": "", "size": ""}),
     )
     assert len(approx) == len(APPROX_RANK.fields)
     assert APPROX_RANK.field(approx, "position") == b"3"
+    # The caller's bucket (from the base generation's boundaries) reads the same.
+    given = run(
+        redis_client,
+        "approx_rank",
+        APPROX_RANK.keys_of(
+            {
+                "fw": keys.fenwick(BOARD),
+                "bk": keys.buckets(BOARD),
+                "base": keys.base_generation,
+                "position": keys.position,
+            }
+        ),
+        APPROX_RANK.args_of({"score": 7, "bucket": 1, "size": 1}),
+    )
+    assert given == approx
