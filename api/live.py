@@ -20,6 +20,7 @@ from typing import Any
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.baserows import PartitionRows, partition_rows
 from speed.lua import load
 from speed.partitions import (
     Keys,
@@ -74,6 +75,13 @@ class Base:
             None if achieved is None else int(achieved[row]),
         )
 
+    def partition_rows(self, partitions: int) -> PartitionRows | None:
+        """The segment's rows per partition: the changed-sets' snapshot side names
+        local rows (speed/baserows.py)."""
+        if self.generation is None or self.segment is None:
+            return None
+        return partition_rows(self.generation, self.segment.board, partitions)
+
     def encoded_prefix(self, rows: int) -> list[bytes]:
         """The first ``rows`` rows encoded; cached on the immutable segment, since
         every live top list starts from the same rows."""
@@ -87,7 +95,7 @@ class Base:
 
 def _changed_keys(keys: Keys, board: str) -> list[str]:
     """The keys every live read script starts with: base hash, log position and the
-    board's two changed-sets."""
+    board's changed-set (live side, snapshot side)."""
     return [
         keys.base_generation,
         keys.position,
@@ -99,6 +107,12 @@ def _changed_keys(keys: Keys, board: str) -> list[str]:
 def _as_of(replies: list[list[Any]]) -> dict[str, int]:
     """Log positions per partition, the second value of every live script reply."""
     return {str(p): _int(r[1]) for p, r in enumerate(replies)}
+
+
+def _based_on(replies: list[list[Any]], base: Base) -> bool:
+    """Whether every partition's reply was read against ``base``."""
+    number = base.generation.number if base.generation is not None else 0
+    return all(_int(r[0]) == number for r in replies)
 
 
 def _int(value: Any) -> int:
@@ -172,27 +186,53 @@ class LiveReader:
         return _total(raw.encode() if isinstance(raw, str) else raw)
 
     async def _counts_round(
-        self, board: str, above: bytes, before: bytes, player_id: str | None
+        self,
+        board: str,
+        above: bytes,
+        before: bytes,
+        player_id: str | None,
+        base: Base,
+        rows_above: int,
+        rows_before: int,
     ) -> list[list[Any]]:
         """``live_counts.lua`` on every partition in one pipelined round trip; the
-        partition owning ``player_id`` also returns that player's current total."""
+        partition owning ``player_id`` also returns that player's current total.
+        ``rows_above``/``rows_before`` are global rows of ``base``; the replies name
+        the base they were read against (the caller compares)."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
+        rows = base.partition_rows(self.partitions)
         calls = []
         for p in range(self.partitions):
             keys = Keys(p)
             calls.append(
                 (
                     [*_changed_keys(keys, board), keys.totals(board)],
-                    [above, before, player_id if player_id and p == owner else ""],
+                    [
+                        above,
+                        before,
+                        player_id if player_id and p == owner else "",
+                        rows.count_before(p, rows_above) if rows else 0,
+                        rows.count_before(p, rows_before) if rows else 0,
+                    ],
                 )
             )
         return await self.speed.run_script(self._counts, calls)
+
+    async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
+        """The base the partitions had last time (read when unknown or mixed)."""
+        numbers = self._last_bases or await self._bases()
+        try:
+            return numbers, self._base(numbers, board)
+        except NotExact:
+            numbers = await self._bases()
+            return numbers, self._base(numbers, board)
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing, shadowed = await self._standing(board, player_id)
+        assumed, base = await self._assumed_base(board)
         for _ in range(ATTEMPTS):
             if standing is None:
                 raise PlayerMissing(player_id)
@@ -202,14 +242,23 @@ class LiveReader:
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
                 player_id,
+                base,
+                base.count_above(score),
+                base.rows_before(score, player_id, achieved),
             )
+            seen = [_int(r[0]) for r in replies]
+            if seen != assumed:
+                # Rebased since: the base row counts were for another generation.
+                base = self._base(seen, board)
+                assumed = seen
+                self._last_bases = seen
+                continue
             verified = replies[owner][8]
             current = _standing(verified) if verified else None
             if current != standing:
                 # The player moved between the two reads: read again at the new score.
                 standing = current
                 continue
-            base = self._base([_int(r[0]) for r in replies], board)
             above = base.count_above(score) + sum(
                 _int(r[2]) - _int(r[3]) for r in replies
             )
@@ -238,27 +287,39 @@ class LiveReader:
         forward_limit: int,
         backward_from: bytes | str,
         backward_limit: int,
-        snap_min: bytes | str,
-        snap_max: bytes | str,
-    ) -> list[list[Any]]:
-        args = [
-            forward_from,
-            forward_limit,
-            backward_from,
-            backward_limit,
-            snap_min,
-            snap_max,
-        ]
+        base: Base,
+        snap_lo: int,
+        snap_hi: int,
+    ) -> tuple[list[list[Any]], set[int]]:
+        """``live_window.lua`` on every partition, and which global rows of ``base``
+        in [snap_lo, snap_hi) are changed (their players are read from chz)."""
+        rows = base.partition_rows(self.partitions)
         calls = []
         for p in range(self.partitions):
             keys = Keys(p)
+            first = stop = 0
+            if rows is not None and snap_hi > snap_lo:
+                first = rows.count_before(p, snap_lo)
+                stop = rows.count_before(p, snap_hi)
             calls.append(
                 (
                     _changed_keys(keys, board),
-                    args,
+                    [
+                        forward_from,
+                        forward_limit,
+                        backward_from,
+                        backward_limit,
+                        first,
+                        stop,
+                    ],
                 )
             )
-        return await self.speed.run_script(self._window_script, calls)
+        replies = await self.speed.run_script(self._window_script, calls)
+        changed: set[int] = set()
+        if rows is not None:
+            for p, reply in enumerate(replies):
+                changed.update(rows.global_row(p, _int(local)) for local in reply[6])
+        return replies, changed
 
     async def top(self, board: str, limit: int) -> dict[str, Any]:
         """The exact live first ``limit`` display positions."""
@@ -286,17 +347,15 @@ class LiveReader:
                 continue
             take = min(rows, base.population)
             encoded = base.encoded_prefix(take)
-            snap_max: bytes | str = b"[" + encoded[-1] if take > 0 else ""
-            replies = await self._window(
-                board, "-", limit, "+", 0, "-" if take > 0 else "", snap_max
+            replies, changed = await self._window(
+                board, "-", limit, "+", 0, base, 0, take
             )
             seen = [_int(r[0]) for r in replies]
             if seen != base_numbers:
                 base_numbers = seen
                 continue
             self._last_bases = seen
-            changed = {m for r in replies for m in r[6]}
-            unchanged = [m for m in encoded if m not in changed]
+            unchanged = [m for row, m in enumerate(encoded) if row not in changed]
             if len(unchanged) < limit and take < base.population:
                 return None
             live = [m for r in replies for m in r[4]]
@@ -333,29 +392,24 @@ class LiveReader:
             for _ in range(ATTEMPTS * 2):
                 i0 = base.rows_before(score, player_id, achieved)
                 lo, hi = max(0, i0 - margin), min(base.population, i0 + margin + 1)
-                snap_min: bytes | str = ""
-                snap_max: bytes | str = ""
-                if hi > lo:
-                    snap_min, snap_max = (
-                        b"[" + base.encoded(lo),
-                        b"[" + base.encoded(hi - 1),
-                    )
-                replies = await self._window(
+                replies, changed = await self._window(
                     board,
                     b"(" + center,
                     radius,
                     b"(" + center,
                     radius,
-                    snap_min,
-                    snap_max,
+                    base,
+                    lo,
+                    hi,
                 )
                 as_of = _as_of(replies)
-                if as_of != me["asOf"]:
+                if as_of != me["asOf"] or not _based_on(replies, base):
                     break  # something changed since the rank: start over
-                changed = {m for r in replies for m in r[6]}
-                snap_rows = [base.encoded(row) for row in range(lo, hi)]
-                after_snap = [m for m in snap_rows if m > center and m not in changed]
-                before_snap = [m for m in snap_rows if m < center and m not in changed]
+                snap_rows = [
+                    base.encoded(row) for row in range(lo, hi) if row not in changed
+                ]
+                after_snap = [m for m in snap_rows if m > center]
+                before_snap = [m for m in snap_rows if m < center]
                 if (len(after_snap) < radius and hi < base.population) or (
                     len(before_snap) < radius and lo > 0
                 ):
@@ -387,13 +441,14 @@ class LiveReader:
         raise NotExact("the board kept changing around the player")
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
+        above = base.count_above(score)
         replies = await self._counts_round(
-            board, encode_score(score), encode_score(score), None
+            board, encode_score(score), encode_score(score), None, base, above, above
         )
         return {
-            "above": base.count_above(score)
-            + sum(_int(r[2]) - _int(r[3]) for r in replies),
-            "asOf": _as_of(replies),
+            "above": above + sum(_int(r[2]) - _int(r[3]) for r in replies),
+            # A rebase since moves no position but changes the base: start over.
+            "asOf": _as_of(replies) if _based_on(replies, base) else None,
         }
 
     async def approx_rank(self, board: str, player_id: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import redis
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.baserows import base_row
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.scripts import REBASE_PARTITION
@@ -153,19 +154,16 @@ def rebase(
         board_set = (set(boards) | _boards_with_changes(client, partition)) - set(
             exclude
         )
-        snapshot: dict[str, dict[str, int | list[int] | None]] = {}
+        snapshot: dict[str, dict[str, list[int | None] | None]] = {}
 
-        def lookup(board: str, player: str) -> int | list[int] | None:
-            segment = segments.get(board)
-            if segment is None:
+        def lookup(board: str, player: str) -> list[int | None] | None:
+            if segments.get(board) is None:
                 return None
-            row = segment.row_of(player)
-            if row is None:
+            found = base_row(generation, board, partitions, player)
+            if found is None:
                 return None
-            if segment.achieved is not None:
-                # first_achieved: the snapshot member carries the time too.
-                return [int(segment.scores[row]), int(segment.achieved[row])]
-            return int(segment.scores[row])
+            row, score, achieved = found
+            return [score, achieved, row]
 
         pending = _tail_pairs(client, keys, position)
         # Shadowed players' scores in the generation (normally none: publish leaves
@@ -190,7 +188,7 @@ def rebase(
                     {
                         "totals": keys.totals(board),
                         "chz": keys.changed_live(board),
-                        "chs": keys.changed_snapshot(board),
+                        "chb": keys.changed_snapshot(board),
                         "fw": keys.fenwick(board),
                         "bk": keys.buckets(board),
                         "bk_next": keys.staged_buckets(board),
