@@ -463,7 +463,8 @@ def memory_report(
         for p in range(partitions):
             base = f"lb:{{p{p}}}"
             chz += usage(f"{base}:chz:{board}")
-            chs += usage(f"{base}:chs:{board}")
+            # The snapshot side (Keys.changed_snapshot): a bitmap of base rows.
+            chs += usage(f"{base}:chb:{board}")
             fw += usage(f"{base}:fw:{board}")
             bk += usage(f"{base}:bk:{board}")
             tot += usage(f"{base}:tot:{board}")

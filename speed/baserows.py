@@ -80,6 +80,11 @@ class PartitionRows:
     local: np.ndarray
     # Per partition: its global rows, ascending (display order).
     rows: tuple[np.ndarray, ...]
+    # Player ids in id order (the segment's index), NUL-padded to one width, and
+    # their rows: a batch of ids is looked up with one searchsorted (ids never hold
+    # NUL, speed/events.py, so padding cannot make two ids equal).
+    sorted_ids: np.ndarray
+    id_rows: np.ndarray
 
     def local_row(self, row: int) -> int:
         return int(self.local[row])
@@ -92,6 +97,28 @@ class PartitionRows:
     def global_row(self, partition: int, local: int) -> int:
         return int(self.rows[partition][local])
 
+    def local_rows_of(self, players: list[str]) -> list[int]:
+        """Local row of each player, -1 for a player not in the segment."""
+        if not players:
+            return []
+        if len(self.sorted_ids) == 0:
+            return [-1] * len(players)
+        width = self.sorted_ids.dtype.itemsize
+        raw = [p.encode("utf-8") for p in players]
+        keys = np.array(raw, dtype=self.sorted_ids.dtype)
+        at = np.searchsorted(self.sorted_ids, keys, side="left")
+        out: list[int] = []
+        for key, pos in zip(raw, at.tolist(), strict=True):
+            if (
+                len(key) <= width
+                and pos < len(self.sorted_ids)
+                and self.sorted_ids[pos] == key
+            ):
+                out.append(int(self.local[self.id_rows[pos]]))
+            else:
+                out.append(-1)
+        return out
+
 
 def build_partition_rows(segment: BoardSegment, partitions: int) -> PartitionRows:
     players = segment.players
@@ -103,7 +130,29 @@ def build_partition_rows(segment: BoardSegment, partitions: int) -> PartitionRow
     local = np.empty(len(owner), dtype=np.int64)
     local[order] = np.arange(len(owner), dtype=np.int64) - starts[owner[order]]
     rows = tuple(order[starts[p] : starts[p + 1]] for p in range(partitions))
-    return PartitionRows(partitions, owner, local, rows)
+    return PartitionRows(
+        partitions, owner, local, rows, _padded_ids(segment), segment.index
+    )
+
+
+def _padded_ids(segment: BoardSegment) -> np.ndarray:
+    """The segment's ids in index (id) order as one fixed-width bytes array."""
+    players = segment.players
+    offsets = players.offsets.astype(np.int64)
+    count = len(offsets) - 1
+    if count == 0:
+        return np.zeros(0, dtype="S1")
+    lengths = offsets[1:] - offsets[:-1]
+    width = max(1, int(lengths.max()))
+    raw = np.frombuffer(players.data, dtype=np.uint8)
+    matrix = np.zeros((count, width), dtype=np.uint8)
+    total = int(lengths.sum())
+    if total:
+        row_of_byte = np.repeat(np.arange(count), lengths)
+        column = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        source = np.repeat(offsets[:-1], lengths) + column
+        matrix[row_of_byte, column] = raw[source]
+    return matrix[segment.index.astype(np.int64)].view(f"S{width}").ravel()
 
 
 def partition_rows(
@@ -144,6 +193,18 @@ def base_row(
         int(segment.scores[row]),
         None if achieved is None else int(achieved[row]),
     )
+
+
+def local_rows(
+    generation: Generation | None, board: str, partitions: int, players: list[str]
+) -> list[int]:
+    """Local rows of many players in the base segment of ``board`` (-1: not in it)."""
+    if generation is None:
+        return [-1] * len(players)
+    rows = partition_rows(generation, board, partitions)
+    if rows is None:
+        return [-1] * len(players)
+    return rows.local_rows_of(players)
 
 
 def registry_lookup(

@@ -21,7 +21,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.registry import Generation
-from speed.baserows import base_row
+from speed.baserows import local_rows
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -284,6 +284,19 @@ class SpeedLayer:
                     board_args += group_args
                     best_prefix += prefix
             per_event.append((call, feeding))
+        if generation is not None:
+            # Base rows per board, each board's players looked up in one batch.
+            wanted: dict[str, dict[str, None]] = {}
+            for call, feeding in per_event:
+                for spec, _ in feeding:
+                    wanted.setdefault(spec.board, {})[call.event.event.playerId] = None
+            for board, players in wanted.items():
+                names = list(players)
+                found = local_rows(generation, board, self.partitions, names)
+                rows.update(
+                    ((board, name), row)
+                    for name, row in zip(names, found, strict=True)
+                )
         # KEYS of the events follow the board table's (1-based, as in Lua).
         key_at = len(script_keys) + 1
         for call, feeding in per_event:
@@ -320,17 +333,7 @@ class SpeedLayer:
                     event_keys.append(best_prefix[index - 1] + player)
                     best = key_at
                     key_at += 1
-                row = -1
-                if generation is not None:
-                    known = rows.get((spec.board, player))
-                    if known is None:
-                        found = base_row(
-                            generation, spec.board, self.partitions, player
-                        )
-                        known = rows[(spec.board, player)] = (
-                            -1 if found is None else found[0]
-                        )
-                    row = known
+                row = rows.get((spec.board, player), -1)
                 event_args += [
                     index,
                     1 if feeds else 0,

@@ -15,6 +15,15 @@ from speed.baserows import build_partition_rows, crc32_column
 from speed.partitions import partition_of
 
 ids = st.lists(st.text(min_size=0, max_size=24), min_size=0, max_size=60, unique=True)
+# What an accepted playerId can be (speed/events.py normalize_id): never a NUL.
+id_text = st.text(
+    alphabet=st.one_of(
+        st.characters(categories=("L", "Nd")), st.sampled_from(list("_-.:"))
+    ),
+    min_size=1,
+    max_size=24,
+)
+valid_ids = st.lists(id_text, max_size=60, unique=True)
 
 
 @settings(deadline=None)
@@ -52,3 +61,24 @@ def test_local_rows_follow_display_order_per_partition(
                 1 for i in range(r) if partition_of(players[i], partitions) == p
             )
             assert rows.count_before(p, r) == expected
+
+
+@settings(deadline=None)
+@given(valid_ids, st.lists(id_text, max_size=20))
+def test_batch_lookup_equals_row_of(players: list[str], probes: list[str]) -> None:
+    segment = BoardSegment(
+        board="b",
+        players=_StringColumn(pa.array(players, pa.string())),
+        scores=np.arange(len(players), 0, -1, dtype=np.int64),
+        index=np.array(
+            sorted(range(len(players)), key=lambda i: players[i].encode()),
+            dtype=np.int64,
+        ),
+    )
+    rows = build_partition_rows(segment, 3)
+    asked = [*players, *probes]
+    want = []
+    for player in asked:
+        row = segment.row_of(player)
+        want.append(-1 if row is None else rows.local_row(row))
+    assert rows.local_rows_of(asked) == want
