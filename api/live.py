@@ -14,13 +14,17 @@ possible, and the answer comes from the histogram, labelled so.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
+from speed.connection import send_commands
 from speed.lua import load
 from speed.partitions import (
     Keys,
@@ -33,6 +37,8 @@ from speed.partitions import (
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
+# Standings remembered per (board, player) for guessing the next read's score.
+REMEMBERED = 100_000
 
 
 class NotExact(Exception):
@@ -93,6 +99,22 @@ class Base:
         return cache[:rows]
 
 
+async def run_commands(
+    client: Any, script: Any, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """:func:`send_commands` for read-only commands and EVALSHAs of ``script``: if
+    Redis lost the script it is loaded and everything sent again (nothing was
+    changed); any other error reply is raised."""
+    replies = await send_commands(client, commands)
+    if script is not None and any(isinstance(r, NoScriptError) for r in replies):
+        await client.script_load(script.script)
+        replies = await send_commands(client, commands)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
 def _changed_keys(keys: Keys, board: str) -> list[str]:
     """The keys every live read script starts with: base hash, log position and the
     board's changed-set (live side, snapshot side)."""
@@ -143,7 +165,11 @@ class LiveReader:
         self._counts = client.register_script(load("live_counts"))
         self._window_script = client.register_script(load("live_window"))
         self._approx = client.register_script(load("approx_rank"))
+        self._stamp_script = client.register_script(load("live_stamp"))
         self._last_bases: list[int] | None = None
+        self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
+            OrderedDict()
+        )
 
     @property
     def partitions(self) -> int:
@@ -158,10 +184,11 @@ class LiveReader:
     ) -> tuple[tuple[int, int | None] | None, bool]:
         """(the player's live standing, whether it is shadowed): one round trip."""
         keys = Keys(partition_of(player_id, self.partitions))
-        pipe = self.speed.client.pipeline(transaction=False)
-        pipe.hget(keys.totals(board), player_id)
-        pipe.hget(keys.flags, player_id)
-        raw, flag = await pipe.execute()
+        raw, flag = await run_commands(
+            self.speed.client,
+            None,
+            [("HGET", keys.totals(board), player_id), ("HGET", keys.flags, player_id)],
+        )
         standing = _standing(raw.encode() if isinstance(raw, str) else raw)
         return standing, flag in (b"shadow", "shadow")
 
@@ -185,6 +212,33 @@ class LiveReader:
         raw = await self.speed.client.hget(keys.totals(board), player_id)
         return _total(raw.encode() if isinstance(raw, str) else raw)
 
+    def guess(self, board: str, player_id: str) -> tuple[int, int | None] | None:
+        """The player's standing as last read, else in the latest generation, else
+        None: a guess, always checked against Redis in the same round trip."""
+        known = self._standings.get((board, player_id))
+        if known is not None:
+            return known
+        latest = self.registry.latest()
+        segment = latest.board(board) if latest is not None else None
+        if segment is None:
+            return None
+        row = segment.row_of(player_id)
+        if row is None:
+            return None
+        achieved = segment.achieved
+        return int(segment.scores[row]), None if achieved is None else int(
+            achieved[row]
+        )
+
+    def remember(
+        self, board: str, player_id: str, standing: tuple[int, int | None]
+    ) -> None:
+        key = (board, player_id)
+        self._standings[key] = standing
+        self._standings.move_to_end(key)
+        if len(self._standings) > REMEMBERED:
+            self._standings.popitem(last=False)
+
     async def _counts_round(
         self,
         board: str,
@@ -194,50 +248,71 @@ class LiveReader:
         base: Base,
         rows_above: int,
         rows_before: int,
-    ) -> list[list[Any]]:
-        """``live_counts.lua`` on every partition in one pipelined round trip; the
-        partition owning ``player_id`` also returns that player's current total.
-        ``rows_above``/``rows_before`` are global rows of ``base``; the replies name
-        the base they were read against (the caller compares)."""
+        read_flag: bool = False,
+    ) -> tuple[list[list[Any]], bool | None]:
+        """``live_counts.lua`` on every partition in one round trip; the partition
+        owning ``player_id`` also returns that player's current total. With
+        ``read_flag`` the player's shadow flag is read in the same round trip
+        (else None comes back). ``rows_above``/``rows_before`` are global rows of
+        ``base``; the replies name the base they were read against (the caller
+        compares)."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
         rows = base.partition_rows(self.partitions)
-        calls = []
+        sha = self._counts.sha
+        commands: list[tuple[Any, ...]] = []
+        if read_flag and player_id:
+            commands.append(("HGET", Keys(owner).flags, player_id))
         for p in range(self.partitions):
             keys = Keys(p)
-            calls.append(
+            script_keys = [*_changed_keys(keys, board), keys.totals(board)]
+            commands.append(
                 (
-                    [*_changed_keys(keys, board), keys.totals(board)],
-                    [
-                        above,
-                        before,
-                        player_id if player_id and p == owner else "",
-                        rows.count_before(p, rows_above) if rows else 0,
-                        rows.count_before(p, rows_before) if rows else 0,
-                    ],
+                    "EVALSHA",
+                    sha,
+                    len(script_keys),
+                    *script_keys,
+                    above,
+                    before,
+                    player_id if player_id and p == owner else "",
+                    rows.count_before(p, rows_above) if rows else 0,
+                    rows.count_before(p, rows_before) if rows else 0,
                 )
             )
-        return await self.speed.run_script(self._counts, calls)
+        replies = await run_commands(self.speed.client, self._counts, commands)
+        if read_flag and player_id:
+            return replies[1:], replies[0] in (b"shadow", "shadow")
+        return replies, None
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time (read when unknown or mixed)."""
-        numbers = self._last_bases or await self._bases()
-        try:
-            return numbers, self._base(numbers, board)
-        except NotExact:
-            numbers = await self._bases()
-            return numbers, self._base(numbers, board)
+        numbers = self._last_bases
+        if numbers is not None:
+            try:
+                return numbers, self._base(numbers, board)
+            except NotExact:
+                pass
+        numbers = self._last_bases = await self._bases()
+        return numbers, self._base(numbers, board)
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
-        """Exact live score, rank, position and population of one player."""
+        """Exact live score, rank, position and population of one player.
+
+        One round trip when the player's standing is guessed right (as last read,
+        or in the latest generation): the owner partition verifies it in the same
+        atomic read as its counts; a wrong guess costs one more round trip."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
-        standing, shadowed = await self._standing(board, player_id)
+        standing = self.guess(board, player_id)
+        shadowed: bool | None = None
+        if standing is None:
+            standing, shadowed = await self._standing(board, player_id)
+        # The snapshot side is counted in base rows: assume the base seen last.
         assumed, base = await self._assumed_base(board)
         for _ in range(ATTEMPTS):
             if standing is None:
                 raise PlayerMissing(player_id)
             score, achieved = standing
-            replies = await self._counts_round(
+            replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
@@ -245,7 +320,10 @@ class LiveReader:
                 base,
                 base.count_above(score),
                 base.rows_before(score, player_id, achieved),
+                read_flag=shadowed is None,
             )
+            if flag is not None:
+                shadowed = flag
             seen = [_int(r[0]) for r in replies]
             if seen != assumed:
                 # Rebased since: the base row counts were for another generation.
@@ -256,9 +334,11 @@ class LiveReader:
             verified = replies[owner][8]
             current = _standing(verified) if verified else None
             if current != standing:
-                # The player moved between the two reads: read again at the new score.
+                # The player moved since the guess (or between the two reads): read
+                # again at the new score.
                 standing = current
                 continue
+            self.remember(board, player_id, standing)
             above = base.count_above(score) + sum(
                 _int(r[2]) - _int(r[3]) for r in replies
             )
@@ -276,7 +356,7 @@ class LiveReader:
                 "base": base,
                 # Shadowed players are out of every count: their own read adds
                 # them back (api/reads.py).
-                "shadowed": shadowed,
+                "shadowed": bool(shadowed),
             }
         raise NotExact("the player's score kept changing")
 
@@ -442,7 +522,7 @@ class LiveReader:
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
         above = base.count_above(score)
-        replies = await self._counts_round(
+        replies, _ = await self._counts_round(
             board, encode_score(score), encode_score(score), None, base, above, above
         )
         return {

@@ -22,6 +22,7 @@ from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import base_row, crc32_column
+from speed.connection import sync_client
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.scripts import REBASE_PARTITION
@@ -235,7 +236,7 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
     from speed.closed import drop_board_keys, final_boards
 
     final = final_boards(load_boards(settings.boards_file), generation.manifest)
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         report = rebase(client, generation, settings.partitions, exclude=final)
         # Closed windows leave Redis once their final generation is published.

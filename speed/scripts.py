@@ -221,6 +221,13 @@ LIVE_COUNTS = ScriptInterface(
     ),
 )
 
+LIVE_STAMP = ScriptInterface(
+    name="live_stamp",
+    keys=("flags_version", "epoch"),
+    key_group=("base", "position"),
+    fields=("flags_version", "epoch", "partitions"),
+)
+
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
     keys=("base", "position", "chz", "chb"),
@@ -270,6 +277,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
+        LIVE_STAMP,
         LIVE_WINDOW,
         REBASE_PARTITION,
         REBUILD_PARTITION,
