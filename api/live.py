@@ -284,15 +284,18 @@ class LiveReader:
         return replies, None
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
-        """The base the partitions had last time (read when unknown or mixed)."""
+        """The base the partitions had last time, else the latest generation: a
+        guess (no round trip), checked against every reply; read from Redis when
+        it cannot be mapped."""
         numbers = self._last_bases
-        if numbers is not None:
-            try:
-                return numbers, self._base(numbers, board)
-            except NotExact:
-                pass
-        numbers = self._last_bases = await self._bases()
-        return numbers, self._base(numbers, board)
+        if numbers is None:
+            latest = self.registry.latest()
+            numbers = [latest.number if latest else 0] * self.partitions
+        try:
+            return numbers, self._base(numbers, board)
+        except NotExact:
+            numbers = self._last_bases = await self._bases()
+            return numbers, self._base(numbers, board)
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player.
