@@ -71,6 +71,7 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import is_cluster
 from speed.partitions import Keys, partition_of
 from speed.scripts import APPROX_RANK, LIVE_STAMP
 
@@ -675,6 +676,10 @@ class ReadService:
         a flushed or replaced dataset whose positions restart cannot match an answer
         cached from the old one). As (bases..., positions..., flags, epoch)."""
         partitions = self.live.partitions
+        if is_cluster(self.speed.client):
+            # One script cannot read keys of several hash slots on a cluster: one
+            # plain command per key, grouped per master by send_commands.
+            return await self._stamp_per_key()
         if self._stamp_keys is None:
             self._stamp_keys = LIVE_STAMP.keys_of(
                 {"flags_version": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
@@ -693,6 +698,21 @@ class ReadService:
             await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
         return (*per_partition[0::2], *per_partition[1::2], flags, epoch)
+
+    async def _stamp_per_key(self) -> Stamp:
+        """:meth:`_stamp` on a Redis Cluster, in the same shape."""
+        partitions = range(self.live.partitions)
+        commands: list[tuple[Any, ...]] = [
+            ("HGET", Keys(p).base_generation, "g") for p in partitions
+        ]
+        commands += [("GET", Keys(p).position) for p in partitions]
+        commands += [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+        replies = await run_commands(self.speed.client, None, commands)
+        values = [int(v) if v is not None else 0 for v in replies]
+        if values[-1] == 0:
+            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            values[-1] = int(await self.speed.client.get(EPOCH_KEY) or 0)
+        return tuple(values)
 
     # ----------------------------------------------------------------------- rank
 
