@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.registry import GenerationRegistry
+from speed.baserows import base_row
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
 from speed.scripts import FLAG_PLAYER
@@ -78,17 +79,14 @@ async def set_flag(
             if generation is None:
                 raise FlagRetry(f"base generation g{number} is not readable")
         boards = await _boards_of(speed, partition, player_id)
-        base_scores: dict[str, tuple[int, int | None]] = {}
+        # Per board: (score, achievedMs, local row) in the base generation.
+        base_scores: dict[str, tuple[int, int | None, int]] = {}
         if generation is not None:
             for board in generation.board_names():
-                segment = generation.board(board)
-                row = segment.row_of(player_id) if segment else None
-                if segment is not None and row is not None:
-                    achieved = getattr(segment, "achieved", None)
-                    base_scores[board] = (
-                        int(segment.scores[row]),
-                        int(achieved[row]) if achieved is not None else None,
-                    )
+                found = base_row(generation, board, speed.partitions, player_id)
+                if found is not None:
+                    row, score, achieved = found
+                    base_scores[board] = (score, achieved, row)
                     boards.add(board)
         ordered = sorted(boards)
         script_keys = FLAG_PLAYER.keys_of(
@@ -97,7 +95,7 @@ async def set_flag(
                 {
                     "totals": keys.totals(board),
                     "chz": keys.changed_live(board),
-                    "chs": keys.changed_snapshot(board),
+                    "chb": keys.changed_snapshot(board),
                     "fw": keys.fenwick(board),
                     "bk": keys.buckets(board),
                 }
@@ -106,12 +104,15 @@ async def set_flag(
         )
         groups = []
         for board in ordered:
-            score, achieved = base_scores.get(board, (None, None))
+            known = base_scores.get(board)
             groups.append(
                 {
                     "board": board,
-                    "base_score": "" if score is None else score,
-                    "base_achieved_ms": "" if achieved is None else achieved,
+                    "base_score": "" if known is None else known[0],
+                    "base_achieved_ms": ""
+                    if known is None or known[1] is None
+                    else known[1],
+                    "base_row": "" if known is None else known[2],
                 }
             )
         args = FLAG_PLAYER.args_of(

@@ -23,6 +23,7 @@ from redis.exceptions import NoScriptError
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.baserows import PartitionRows, partition_rows
 from speed.connection import send_commands
 from speed.lua import load
 from speed.partitions import (
@@ -98,6 +99,13 @@ class Base:
             for i in range(stop - start)
         ]
 
+    def partition_rows(self, partitions: int) -> PartitionRows | None:
+        """The segment's rows per partition: the changed-sets' snapshot side names
+        local rows (speed/baserows.py)."""
+        if self.generation is None or self.segment is None:
+            return None
+        return partition_rows(self.generation, self.segment.board, partitions)
+
     def encoded_prefix(self, rows: int) -> list[bytes]:
         """The first ``rows`` rows encoded; cached on the immutable segment, since
         every live top list starts from the same rows."""
@@ -127,7 +135,7 @@ async def run_commands(
 
 def _changed_keys(keys: Keys, board: str) -> list[str]:
     """The keys every live read script starts with: base hash, log position and the
-    board's two changed-sets."""
+    board's changed-set (live side, snapshot side)."""
     return [
         keys.base_generation,
         keys.position,
@@ -139,6 +147,12 @@ def _changed_keys(keys: Keys, board: str) -> list[str]:
 def _as_of(replies: list[list[Any]]) -> dict[str, int]:
     """Log positions per partition, the second value of every live script reply."""
     return {str(p): _int(r[1]) for p, r in enumerate(replies)}
+
+
+def _based_on(replies: list[list[Any]], base: Base) -> bool:
+    """Whether every partition's reply was read against ``base``."""
+    number = base.generation.number if base.generation is not None else 0
+    return all(_int(r[0]) == number for r in replies)
 
 
 def _int(value: Any) -> int:
@@ -249,13 +263,19 @@ class LiveReader:
         above: bytes,
         before: bytes,
         player_id: str | None,
+        base: Base,
+        rows_above: int,
+        rows_before: int,
         read_flag: bool = False,
     ) -> tuple[list[list[Any]], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
         ``read_flag`` the player's shadow flag is read in the same round trip
-        (else None comes back)."""
+        (else None comes back). ``rows_above``/``rows_before`` are global rows of
+        ``base``; the replies name the base they were read against (the caller
+        compares)."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
+        rows = base.partition_rows(self.partitions)
         sha = self._counts.sha
         commands: list[tuple[Any, ...]] = []
         if read_flag and player_id:
@@ -272,12 +292,28 @@ class LiveReader:
                     above,
                     before,
                     player_id if player_id and p == owner else "",
+                    rows.count_before(p, rows_above) if rows else 0,
+                    rows.count_before(p, rows_before) if rows else 0,
                 )
             )
         replies = await run_commands(self.speed.client, self._counts, commands)
         if read_flag and player_id:
             return replies[1:], replies[0] in (b"shadow", "shadow")
         return replies, None
+
+    async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
+        """The base the partitions had last time, else the latest generation: a
+        guess (no round trip), checked against every reply; read from Redis when
+        it cannot be mapped."""
+        numbers = self._last_bases
+        if numbers is None:
+            latest = self.registry.latest()
+            numbers = [latest.number if latest else 0] * self.partitions
+        try:
+            return numbers, self._base(numbers, board)
+        except NotExact:
+            numbers = self._last_bases = await self._bases()
+            return numbers, self._base(numbers, board)
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player.
@@ -291,6 +327,8 @@ class LiveReader:
         shadowed: bool | None = None
         if standing is None:
             standing, shadowed = await self._standing(board, player_id)
+        # The snapshot side is counted in base rows: assume the base seen last.
+        assumed, base = await self._assumed_base(board)
         for _ in range(ATTEMPTS):
             if standing is None:
                 raise PlayerMissing(player_id)
@@ -300,10 +338,20 @@ class LiveReader:
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
                 player_id,
+                base,
+                base.count_above(score),
+                base.rows_before(score, player_id, achieved),
                 read_flag=shadowed is None,
             )
             if flag is not None:
                 shadowed = flag
+            seen = [_int(r[0]) for r in replies]
+            if seen != assumed:
+                # Rebased since: the base row counts were for another generation.
+                base = self._base(seen, board)
+                assumed = seen
+                self._last_bases = seen
+                continue
             verified = replies[owner][8]
             current = _standing(verified) if verified else None
             if current != standing:
@@ -312,7 +360,6 @@ class LiveReader:
                 standing = current
                 continue
             self.remember(board, player_id, standing)
-            base = self._base([_int(r[0]) for r in replies], board)
             above = base.count_above(score) + sum(
                 _int(r[2]) - _int(r[3]) for r in replies
             )
@@ -341,27 +388,39 @@ class LiveReader:
         forward_limit: int,
         backward_from: bytes | str,
         backward_limit: int,
-        snap_min: bytes | str,
-        snap_max: bytes | str,
-    ) -> list[list[Any]]:
-        args = [
-            forward_from,
-            forward_limit,
-            backward_from,
-            backward_limit,
-            snap_min,
-            snap_max,
-        ]
+        base: Base,
+        snap_lo: int,
+        snap_hi: int,
+    ) -> tuple[list[list[Any]], set[int]]:
+        """``live_window.lua`` on every partition, and which global rows of ``base``
+        in [snap_lo, snap_hi) are changed (their players are read from chz)."""
+        rows = base.partition_rows(self.partitions)
         calls = []
         for p in range(self.partitions):
             keys = Keys(p)
+            first = stop = 0
+            if rows is not None and snap_hi > snap_lo:
+                first = rows.count_before(p, snap_lo)
+                stop = rows.count_before(p, snap_hi)
             calls.append(
                 (
                     _changed_keys(keys, board),
-                    args,
+                    [
+                        forward_from,
+                        forward_limit,
+                        backward_from,
+                        backward_limit,
+                        first,
+                        stop,
+                    ],
                 )
             )
-        return await self.speed.run_script(self._window_script, calls)
+        replies = await self.speed.run_script(self._window_script, calls)
+        changed: set[int] = set()
+        if rows is not None:
+            for p, reply in enumerate(replies):
+                changed.update(rows.global_row(p, _int(local)) for local in reply[6])
+        return replies, changed
 
     async def top(self, board: str, limit: int) -> dict[str, Any]:
         """The exact live first ``limit`` display positions."""
@@ -389,17 +448,15 @@ class LiveReader:
                 continue
             take = min(rows, base.population)
             encoded = base.encoded_prefix(take)
-            snap_max: bytes | str = b"[" + encoded[-1] if take > 0 else ""
-            replies = await self._window(
-                board, "-", limit, "+", 0, "-" if take > 0 else "", snap_max
+            replies, changed = await self._window(
+                board, "-", limit, "+", 0, base, 0, take
             )
             seen = [_int(r[0]) for r in replies]
             if seen != base_numbers:
                 base_numbers = seen
                 continue
             self._last_bases = seen
-            changed = {m for r in replies for m in r[6]}
-            unchanged = [m for m in encoded if m not in changed]
+            unchanged = [m for row, m in enumerate(encoded) if row not in changed]
             if len(unchanged) < limit and take < base.population:
                 return None
             live = [m for r in replies for m in r[4]]
@@ -436,29 +493,26 @@ class LiveReader:
             for _ in range(ATTEMPTS * 2):
                 i0 = base.rows_before(score, player_id, achieved)
                 lo, hi = max(0, i0 - margin), min(base.population, i0 + margin + 1)
-                snap_min: bytes | str = ""
-                snap_max: bytes | str = ""
-                if hi > lo:
-                    snap_min, snap_max = (
-                        b"[" + base.encoded(lo),
-                        b"[" + base.encoded(hi - 1),
-                    )
-                replies = await self._window(
+                replies, changed = await self._window(
                     board,
                     b"(" + center,
                     radius,
                     b"(" + center,
                     radius,
-                    snap_min,
-                    snap_max,
+                    base,
+                    lo,
+                    hi,
                 )
                 as_of = _as_of(replies)
-                if as_of != me["asOf"]:
+                if as_of != me["asOf"] or not _based_on(replies, base):
                     break  # something changed since the rank: start over
-                changed = {m for r in replies for m in r[6]}
-                snap_rows = base.encoded_range(lo, hi)
-                after_snap = [m for m in snap_rows if m > center and m not in changed]
-                before_snap = [m for m in snap_rows if m < center and m not in changed]
+                snap_rows = [
+                    m
+                    for row, m in enumerate(base.encoded_range(lo, hi), start=lo)
+                    if row not in changed
+                ]
+                after_snap = [m for m in snap_rows if m > center]
+                before_snap = [m for m in snap_rows if m < center]
                 if (len(after_snap) < radius and hi < base.population) or (
                     len(before_snap) < radius and lo > 0
                 ):
@@ -490,13 +544,14 @@ class LiveReader:
         raise NotExact("the board kept changing around the player")
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
+        above = base.count_above(score)
         replies, _ = await self._counts_round(
-            board, encode_score(score), encode_score(score), None
+            board, encode_score(score), encode_score(score), None, base, above, above
         )
         return {
-            "above": base.count_above(score)
-            + sum(_int(r[2]) - _int(r[3]) for r in replies),
-            "asOf": _as_of(replies),
+            "above": above + sum(_int(r[2]) - _int(r[3]) for r in replies),
+            # A rebase since moves no position but changes the base: start over.
+            "asOf": _as_of(replies) if _based_on(replies, base) else None,
         }
 
 

@@ -37,6 +37,7 @@ from conf.rule_state import RuleStateWatcher
 from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from serving.registry import GenerationRegistry, quarantine_thresholds
+from speed.baserows import registry_lookup
 from speed.connection import async_client
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
@@ -114,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_registry(settings.points_min, settings.points_max),
         )
         app.state.speed.group_window_us = settings.group_commit_us
+        # The owner transaction names players' rows in their partition's base.
+        app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)
         app.state.friends = FriendsReader(app.state.live)
         app.state.reads = ReadService(

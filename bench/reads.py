@@ -104,6 +104,8 @@ async def apply_events(
     from api.routes.score_events import validate_event
     from conf.boards import load_boards
     from conf.settings import Settings
+    from serving.registry import GenerationRegistry
+    from speed.baserows import registry_lookup
     from speed.store import SpeedLayer
 
     settings = Settings()
@@ -114,6 +116,10 @@ async def apply_events(
     )
     speed = SpeedLayer(
         client, boards, settings.partitions, settings.retention_seconds, None
+    )
+    # Writes after a rebase name players' rows in the base generation.
+    speed.base_generations = registry_lookup(
+        GenerationRegistry(settings.segments_dir, settings.retained_generations)
     )
     now = datetime.now(UTC)
     batches = [items[k : k + 1000] for k in range(0, len(items), 1000)]
@@ -596,7 +602,8 @@ def memory_report(
         for p in range(partitions):
             base = f"lb:{{p{p}}}"
             chz += usage(f"{base}:chz:{board}")
-            chs += usage(f"{base}:chs:{board}")
+            # The snapshot side (Keys.changed_snapshot): a bitmap of base rows.
+            chs += usage(f"{base}:chb:{board}")
             fw += usage(f"{base}:fw:{board}")
             bk += usage(f"{base}:bk:{board}")
             tot += usage(f"{base}:tot:{board}")

@@ -132,8 +132,10 @@ class Keys:
         return f"{self.base}:chz:{board}"
 
     def changed_snapshot(self, board: str) -> str:
-        """Lex zset enc(base score)+playerId of changed players in the base."""
-        return f"{self.base}:chs:{board}"
+        """Bitmap over the partition's rows of the base segment (speed/baserows.py):
+        bit L set when the partition's L-th base player (display order) is changed
+        since the base, or shadowed; its base row then leaves the live merge."""
+        return f"{self.base}:chb:{board}"
 
     def fenwick(self, board: str) -> str:
         """BITFIELD of i32 Fenwick counters over the board's buckets."""

@@ -10,7 +10,6 @@ generation, not the size of the boards.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ import redis
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.baserows import base_row, crc32_column
 from speed.connection import sync_client
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
@@ -71,15 +71,10 @@ def partition_counts(segment: BoardSegment, partitions: int) -> np.ndarray:
         buckets = np.clip(buckets, 0, size - 1)
     else:
         buckets = np.zeros(segment.population, dtype=np.int64)
-    # crc32 of the UTF-8 id, as speed.partitions.partition_of does.
-    owner = np.fromiter(
-        (
-            zlib.crc32(segment.players.bytes_at(i)) % partitions
-            for i in range(segment.population)
-        ),
-        dtype=np.int64,
-        count=segment.population,
-    )
+    # crc32 of the UTF-8 id, as speed.partitions.partition_of does (vectorized).
+    players = segment.players
+    crc = crc32_column(players.offsets, players.data)
+    owner = (crc % np.uint32(partitions)).astype(np.int64)
     flat = np.bincount(owner * size + buckets, minlength=partitions * size)
     return flat.reshape(partitions, size)
 
@@ -154,19 +149,16 @@ def rebase(
         board_set = (set(boards) | _boards_with_changes(client, partition)) - set(
             exclude
         )
-        snapshot: dict[str, dict[str, int | list[int] | None]] = {}
+        snapshot: dict[str, dict[str, list[int | None] | None]] = {}
 
-        def lookup(board: str, player: str) -> int | list[int] | None:
-            segment = segments.get(board)
-            if segment is None:
+        def lookup(board: str, player: str) -> list[int | None] | None:
+            if segments.get(board) is None:
                 return None
-            row = segment.row_of(player)
-            if row is None:
+            found = base_row(generation, board, partitions, player)
+            if found is None:
                 return None
-            if segment.achieved is not None:
-                # first_achieved: the snapshot member carries the time too.
-                return [int(segment.scores[row]), int(segment.achieved[row])]
-            return int(segment.scores[row])
+            row, score, achieved = found
+            return [score, achieved, row]
 
         pending = _tail_pairs(client, keys, position)
         # Shadowed players' scores in the generation (normally none: publish leaves
@@ -191,7 +183,7 @@ def rebase(
                     {
                         "totals": keys.totals(board),
                         "chz": keys.changed_live(board),
-                        "chs": keys.changed_snapshot(board),
+                        "chb": keys.changed_snapshot(board),
                         "fw": keys.fenwick(board),
                         "bk": keys.buckets(board),
                         "bk_next": keys.staged_buckets(board),

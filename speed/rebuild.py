@@ -9,8 +9,8 @@ position order (landed ones are in Delta bronze, the rest still in the Redis log
   is read for them, not only the tail after the boundary);
 * the changed-sets and the Fenwick tree: relative to the newest generation G, exactly
   as :mod:`speed.rebase` leaves them: players touched after G's boundary, their live
-  total (``chz``) and their score in G (``chs``), and G's per-bucket counts of the
-  partition moved by those players;
+  total (``chz``) and their rows in G (bits of ``chb``), and G's per-bucket counts
+  of the partition moved by those players;
 * the contribution records (``ct``, revision and per-board points), best-of sets
   (``mx``) and dedupe records (``ev``, fingerprint and saved result) with what is left
   of their retention; ``pos`` and ``landed`` from the last position seen.
@@ -46,6 +46,7 @@ from conf.rules import (
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.baserows import base_row
 from speed.closed import final_boards
 from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
@@ -58,7 +59,7 @@ from speed.server import resolve_redis_url
 
 MAX_ATTEMPTS = 10
 # Per-board structures that are built aside and switched in by renaming.
-BOARD_STRUCTURES = ("tot", "chz", "chs", "fw", "bk")
+BOARD_STRUCTURES = ("tot", "chz", "chb", "fw", "bk")
 # Item statuses of a log record whose board was recorded but not applied.
 NOT_APPLIED = frozenset({"late-review", "quarantined"})
 PIPELINE_CHUNK = 2000
@@ -390,10 +391,30 @@ class BoardBuild:
 
     totals: dict[str, bytes]
     changed_live: list[bytes]
-    changed_snapshot: list[bytes]
+    # Local rows in G of the changed players (speed/baserows.py), ascending.
+    changed_snapshot: list[int]
     fenwick: bytes
     buckets: dict[str, float]
     counts: list[int]
+
+
+def rows_bitmap(rows: Iterable[int]) -> bytes:
+    """The bitmap SETBIT would leave with these bits set (bit 0 = the top bit of
+    byte 0), as the changed-set's snapshot side holds it."""
+    listed = list(rows)
+    if not listed:
+        return b""
+    bits = np.zeros(max(listed) + 1, dtype=np.uint8)
+    bits[listed] = 1
+    return np.packbits(bits).tobytes()
+
+
+def bitmap_rows(bitmap: bytes) -> list[int]:
+    """The set bits of a SETBIT bitmap, ascending."""
+    if not bitmap:
+        return []
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8))
+    return [int(i) for i in np.flatnonzero(bits)]
 
 
 def _bucket_of(lowers: np.ndarray, score: int) -> int:
@@ -408,6 +429,7 @@ def build_boards(
     generation: Generation | None,
     base_counts: dict[str, np.ndarray],
     final: Collection[str] = frozenset(),
+    partitions: int = 1,
 ) -> dict[str, BoardBuild]:
     """Totals, changed-sets, Fenwick tree and bucket bounds of every board; boards in
     ``final`` (closed, final in the generation) have left Redis and get nothing."""
@@ -428,7 +450,7 @@ def build_boards(
         else:
             counts = np.zeros(size, dtype=np.int64)
         live: list[bytes] = []
-        snap: list[bytes] = []
+        snap: list[int] = []
         # Without a generation every player on the board is "changed since g0".
         changed = state.changed.get(board, set()) if generation else set(totals)
         times = state.achieved.get(board)
@@ -442,13 +464,10 @@ def build_boards(
                     encode_entry(total, player, times.get(player) if times else None)
                 )
                 counts[_bucket_of(lowers, total)] += 1
-            row = segment.row_of(player) if segment is not None else None
-            if row is not None and segment is not None:
-                old = int(segment.scores[row])
-                then = (
-                    int(segment.achieved[row]) if segment.achieved is not None else None
-                )
-                snap.append(encode_entry(old, player, then))
+            found = base_row(generation, board, partitions, player)
+            if found is not None:
+                local, old, _ = found
+                snap.append(local)
                 counts[_bucket_of(lowers, old)] -= 1
         buckets = {
             f"{i + 1}/{size}": float(lower) for i, lower in enumerate(lowers.tolist())
@@ -480,7 +499,7 @@ def live_key(keys: Keys, structure: str, board: str) -> str:
     return {
         "tot": keys.totals,
         "chz": keys.changed_live,
-        "chs": keys.changed_snapshot,
+        "chb": keys.changed_snapshot,
         "fw": keys.fenwick,
         "bk": keys.buckets,
     }[structure](board)
@@ -561,27 +580,37 @@ def diff_partition(
                         want_totals.get(player),
                     )
                 )
-        for structure, wanted in (
-            ("changed-set live", want.changed_live if want else []),
-            ("changed-set snapshot", want.changed_snapshot if want else []),
-        ):
-            key = (
-                keys.changed_live(board)
-                if structure.endswith("live")
-                else keys.changed_snapshot(board)
-            )
-            have: set[bytes] = set(client.zrange(key, 0, -1))  # type: ignore[arg-type]
-            for member in sorted(have ^ set(wanted)):
-                out.append(
-                    Difference(
-                        p,
-                        board,
-                        structure,
-                        member[8:].decode(errors="replace"),
-                        member in have,
-                        member in wanted,
-                    )
+        wanted = want.changed_live if want else []
+        have: set[bytes] = set(
+            client.zrange(keys.changed_live(board), 0, -1)  # type: ignore[arg-type]
+        )
+        for member in sorted(have ^ set(wanted)):
+            out.append(
+                Difference(
+                    p,
+                    board,
+                    "changed-set live",
+                    member[8:].decode(errors="replace"),
+                    member in have,
+                    member in wanted,
                 )
+            )
+        bitmap: bytes | None = client.get(  # type: ignore[assignment]
+            keys.changed_snapshot(board)
+        )
+        have_rows = set(bitmap_rows(bitmap or b""))
+        want_rows = set(want.changed_snapshot if want else [])
+        for row in sorted(have_rows ^ want_rows):
+            out.append(
+                Difference(
+                    p,
+                    board,
+                    "changed-set snapshot (base row)",
+                    str(row),
+                    row in have_rows,
+                    row in want_rows,
+                )
+            )
         want_counts = want.counts if want else []
         raw: bytes | None = client.get(keys.fenwick(board))  # type: ignore[assignment]
         have_counts = fenwick_counts(raw, len(raw) // 4) if raw else []
@@ -669,14 +698,14 @@ def stage_partition(
             pipe.hset(
                 staged["tot"], mapping=dict(items[first : first + PIPELINE_CHUNK])
             )
-        for key, members in (
-            (staged["chz"], b.changed_live),
-            (staged["chs"], b.changed_snapshot),
-        ):
-            for first in range(0, len(members), PIPELINE_CHUNK):
-                pipe.zadd(
-                    key, dict.fromkeys(members[first : first + PIPELINE_CHUNK], 0)
-                )
+        members = b.changed_live
+        for first in range(0, len(members), PIPELINE_CHUNK):
+            pipe.zadd(
+                staged["chz"],
+                dict.fromkeys(members[first : first + PIPELINE_CHUNK], 0),
+            )
+        if b.changed_snapshot:
+            pipe.set(staged["chb"], rows_bitmap(b.changed_snapshot))
         pipe.set(staged["fw"], b.fenwick)
         if b.buckets:
             pipe.zadd(staged["bk"], b.buckets)
@@ -949,7 +978,9 @@ def run_rebuild(
                 landed_through = state.position
                 for record in log_records(client, partition, landed_through):
                     folder.apply(record)
-                built = build_boards(state, generation, base_counts, final)
+                built = build_boards(
+                    state, generation, base_counts, final, settings.partitions
+                )
                 differences = diff_partition(client, state, built, generation)
                 differences += diff_records(client, state)
                 if dry_run:

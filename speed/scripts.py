@@ -112,8 +112,9 @@ class ScriptInterface:
 
 APPLY_EVENT = ScriptInterface(
     name="apply_event",
-    keys=("log", "position", "flags", "quarantine"),
-    key_group=("totals", "chz", "chs", "fw", "bk"),
+    keys=("log", "position", "flags", "quarantine", "base"),
+    # chb: the snapshot side of the changed-set, a bitmap over base rows.
+    key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=(
         "now_ms",
         "retention",
@@ -125,6 +126,9 @@ APPLY_EVENT = ScriptInterface(
         "n_events",
         # Rule version of most boards: contribution records name only the others.
         "default_rule",
+        # The partition's base generation the base rows below refer to (-1: not
+        # known yet): the script refuses the chunk with "rebased" otherwise.
+        "base_generation",
     ),
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
@@ -149,7 +153,12 @@ APPLY_EVENT = ScriptInterface(
         # board: 1-based index into the board table; best: KEYS index of the
         # player's best-of zset on an aggregation "max" board, else 0.
         # saved_as: the board's name in the saved result (speed/records.py).
-        ("EV_BOARD", ("board", "feeds", "points", "threshold", "best", "saved_as")),
+        # base_row: the player's local row in the base segment of the board
+        # (speed/baserows.py), -1 when not in it.
+        (
+            "EV_BOARD",
+            ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
+        ),
         # The event's own keys, from KEYS[key_at].
         ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
     ),
@@ -163,6 +172,9 @@ APPLY_EVENT = ScriptInterface(
         "implausible",
         "superseded",
         "noop",
+        # Alone in the reply: the partition's base is another generation (the
+        # payload); nothing ran, send the chunk again with rows of that one.
+        "rebased",
     ),
 )
 
@@ -176,9 +188,9 @@ APPROX_RANK = ScriptInterface(
 FLAG_PLAYER = ScriptInterface(
     name="flag_player",
     keys=("flags", "base"),
-    key_group=("totals", "chz", "chs", "fw", "bk"),
+    key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
-    argv_group=("board", "base_score", "base_achieved_ms"),
+    argv_group=("board", "base_score", "base_achieved_ms", "base_row"),
     statuses=("ok", "noop", "retry"),
 )
 
@@ -191,8 +203,11 @@ FRIENDS_SCORES = ScriptInterface(
 
 LIVE_COUNTS = ScriptInterface(
     name="live_counts",
-    keys=("base", "position", "chz", "chs", "totals"),
-    argv=("above", "before", "verify_player"),
+    keys=("base", "position", "chz", "chb", "totals"),
+    # chb_above / chb_before: the partition's base rows above the score / before
+    # the entry (local counts, speed/baserows.py), read for the base generation
+    # the caller assumed; the reply names the real one.
+    argv=("above", "before", "verify_player", "chb_above", "chb_before"),
     fields=(
         "base_generation",
         "position",
@@ -214,14 +229,16 @@ LIVE_STAMP = ScriptInterface(
 
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
-    keys=("base", "position", "chz", "chs"),
+    keys=("base", "position", "chz", "chb"),
+    # snapshot_first / snapshot_stop: local base rows [first, stop) whose changed
+    # bits to return (speed/baserows.py).
     argv=(
         "forward_start",
         "forward_limit",
         "backward_start",
         "backward_limit",
-        "snapshot_min",
-        "snapshot_max",
+        "snapshot_first",
+        "snapshot_stop",
     ),
     fields=(
         "base_generation",
@@ -237,7 +254,7 @@ LIVE_WINDOW = ScriptInterface(
 REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
     keys=("base", "log", "landed", "flags"),
-    key_group=("totals", "chz", "chs", "fw", "bk", "bk_next", "cnt_next"),
+    key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
     argv=("generation", "boundary", "n_boards", "snapshot_json"),
     argv_rest="boards",
     statuses=("ok", "stale", "retry"),

@@ -19,6 +19,8 @@ from redis.exceptions import NoScriptError
 
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
+from serving.registry import Generation
+from speed.baserows import local_rows
 from speed.connection import send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
@@ -39,6 +41,15 @@ GROUP_SIZE = Histogram(
     "Concurrent apply() calls sent together in one group commit",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128),
 )
+
+
+# Rounds a chunk may be refused because its partition was rebased meanwhile.
+MAX_REBASED = 20
+
+
+class BaseUnavailable(RuntimeError):
+    """The partition's base generation is not readable here: the base rows of a
+    write cannot be named (the API maps every generation a partition is based on)."""
 
 
 class EventConflict(Exception):
@@ -128,6 +139,12 @@ class SpeedLayer:
         # points; the API points this at its generation registry.
         self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
         self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
+        # Generation number -> mapped generation (the API points this at its
+        # registry, speed/baserows.py registry_lookup); the owner transaction needs
+        # each player's row in its partition's base generation.
+        self.base_generations: Callable[[int], Generation | None] = lambda n: None
+        # Base generation per partition as last seen (-1: ask the script).
+        self._bases: dict[int, int] = {}
         # Group commit of concurrent small calls (see apply()).
         self.group_window_us = 0
         self._group: list[tuple[list[NormalizedEvent], asyncio.Future[Any]]] = []
@@ -234,9 +251,23 @@ class SpeedLayer:
             keys = self._keys_cache[partition] = Keys(partition)
         capacity, refill_ms = self._rate_args
         thresholds = self._thresholds_now
+        base_number = self._bases.get(partition, -1)
+        generation: Generation | None = None
+        if base_number > 0:
+            generation = self.base_generations(base_number)
+            if generation is None:
+                # Not readable (any more): ask the script for the partition's base.
+                base_number = -1
+        rows: dict[tuple[str, str], int] = {}
         board_index: dict[str, int] = {}
         best_prefix: list[str] = []
-        script_keys: list[Any] = [keys.log, keys.position, keys.flags, keys.quarantine]
+        script_keys: list[Any] = [
+            keys.log,
+            keys.position,
+            keys.flags,
+            keys.quarantine,
+            keys.base_generation,
+        ]
         board_args: list[Any] = []
         event_keys: list[Any] = []
         event_args: list[Any] = []
@@ -258,6 +289,19 @@ class SpeedLayer:
                     board_args += group_args
                     best_prefix += prefix
             per_event.append((call, feeding))
+        if generation is not None:
+            # Base rows per board, each board's players looked up in one batch.
+            wanted: dict[str, dict[str, None]] = {}
+            for call, feeding in per_event:
+                for spec, _ in feeding:
+                    wanted.setdefault(spec.board, {})[call.event.event.playerId] = None
+            for board, players in wanted.items():
+                names = list(players)
+                found = local_rows(generation, board, self.partitions, names)
+                rows.update(
+                    ((board, name), row)
+                    for name, row in zip(names, found, strict=True)
+                )
         # KEYS of the events follow the board table's (1-based, as in Lua).
         key_at = len(script_keys) + 1
         for call, feeding in per_event:
@@ -294,6 +338,7 @@ class SpeedLayer:
                     event_keys.append(best_prefix[index - 1] + player)
                     best = key_at
                     key_at += 1
+                row = rows.get((spec.board, player), -1)
                 event_args += [
                     index,
                     1 if feeds else 0,
@@ -301,6 +346,7 @@ class SpeedLayer:
                     thresholds.get(spec.board, {}).get(event.region, 0) if feeds else 0,
                     best,
                     short_board(spec.board, periods),
+                    row,
                 ]
         args = [
             now_ms,
@@ -312,6 +358,7 @@ class SpeedLayer:
             len(board_index),
             len(calls),
             self.boards.rule,
+            base_number,
             *board_args,
             *event_args,
         ]
@@ -423,6 +470,17 @@ class SpeedLayer:
         queues: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
             queues.setdefault(call.partition, []).append(i)
+        unknown = [p for p in queues if p not in self._bases]
+        if unknown:
+            # Once per partition and process: which generation its base is.
+            replies = await send_commands(
+                self.client, [("HGET", Keys(p).base_generation, "g") for p in unknown]
+            )
+            for p, raw in zip(unknown, replies, strict=True):
+                if isinstance(raw, Exception):
+                    raise raw
+                self._bases.setdefault(p, int(raw) if raw else 0)
+        rebased = 0
         while queues:
             now_ms = release_at_ms
             if now_ms is None:
@@ -443,6 +501,20 @@ class SpeedLayer:
                     continue
                 if isinstance(reply, Exception):
                     raise reply
+                first = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+                if first == "rebased":
+                    # Nothing ran: name the rows of the partition's real base.
+                    rebased += 1
+                    if rebased > MAX_REBASED:
+                        raise BaseUnavailable("the base generation kept moving")
+                    number = int(reply[1])
+                    if number > 0 and self.base_generations(number) is None:
+                        raise BaseUnavailable(
+                            f"partition {p}'s base generation g{number} is not "
+                            "readable here"
+                        )
+                    self._bases[p] = number
+                    continue
                 done = 0
                 for n in range(len(reply) // 2):
                     kind = reply[2 * n]

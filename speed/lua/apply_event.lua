@@ -12,13 +12,15 @@
 --                change, but it stays out of changed-sets and Fenwick trees
 --   quarantine   hash "<len(playerId)>:<playerId><eventId>" -> the log record of a held
 --                event (status "quarantined")
+--   base         hash g = the partition's base generation (speed/rebase.py)
 -- Per board of the chunk (KEY_GROUP, one group per board of the board table):
 --   totals   hash playerId -> "total|version" (the authoritative live total), on
 --            first_achieved boards "total|version|achievedMs"
 --   chz      changed-set, live side: lex zset of enc(live total) .. playerId for every
 --            player changed since the partition's base generation
---   chs      changed-set, snapshot side: enc(base snapshot score) .. playerId for the
---            changed players that are in the base generation
+--   chb      changed-set, snapshot side: bitmap over the partition's rows of the base
+--            segment (speed/baserows.py), bit L set when the partition's L-th base
+--            player is changed (or shadowed): its base row leaves the live merge
 --   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
 --   bk       bucket boundaries: zset member "<index>/<bucket count>", score = lower
 -- Per event (EV_KEY, from the event's key_at): dedupe record (playerId, eventId) ->
@@ -37,30 +39,33 @@
 -- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
 --
 -- ARGV: the chunk's constants (ARG; mode is "apply", or "release": apply quarantined
--- events as of their acceptance, nowMs = their receivedAtMs), then the board table
+-- events as of their acceptance, nowMs = their receivedAtMs; base_generation: the
+-- generation the base rows refer to), then the board table
 -- (ARG_GROUP per board: id, aggregation "sum" | "max", first_achieved 1/0, cutoffMs
 -- (0 = never), rule version), then per event an EV record (minGapMs: event time a new
 -- match needs since the player's previous one, maxPerHour: new matches per hour of
 -- event time, 0 = no bound; eventJson: the normalized event, embedded verbatim in the
 -- log record) followed by its n_refs EV_BOARD records (index into the board table,
 -- feeds 1/0, points under the board's rule, quarantine threshold: points above it
--- hold the event as "quarantined", 0 = none; the board's name in the saved result).
+-- hold the event as "quarantined", 0 = none; the board's name in the saved result;
+-- the player's local row in the base segment, -1 when not in it).
 --
 -- Returns, per event in order, kind then payload (ending early after a "retry": the
 -- events after it did not run): "ok", resultCompact |
 --   "duplicate", resultCompact | "conflict", "" | "rate_limited", retryAfterSeconds |
 --   "retry", missingBoardId (nothing happened: send it again with that board) |
 --   "implausible", detail | "superseded", "" (release of an event a later revision
---   replaced) | "noop", why (release of an event not held).
+--   replaced) | "noop", why (release of an event not held); or, alone, "rebased",
+--   the partition's base generation when it is not base_generation (nothing ran).
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {log = 1, position = 2, flags = 3, quarantine = 4}
-local KEY_GROUP = {start = 5, size = 5, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4}
+local KEY = {log = 1, position = 2, flags = 3, quarantine = 4, base = 5}
+local KEY_GROUP = {start = 6, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
 local ARG = {
   now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
-  mode = 6, n_boards = 7, n_events = 8, default_rule = 9,
+  mode = 6, n_boards = 7, n_events = 8, default_rule = 9, base_generation = 10,
 }
 local ARG_GROUP = {
-  start = 10, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  start = 11, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
   rule = 4,
 }
 local EV = {
@@ -69,7 +74,8 @@ local EV = {
   n_refs = 10,
 }
 local EV_BOARD = {
-  size = 6, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
+  size = 7, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
+  base_row = 6,
 }
 local EV_KEY = {size = 4, dedupe = 0, contribution = 1, rate = 2, recent = 3}
 
@@ -82,6 +88,12 @@ local mode = ARGV[ARG.mode]
 local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
 local default_rule = ARGV[ARG.default_rule]
+
+-- Base rows are positions in one generation's segments: refuse them for another.
+local base_generation = redis.call("HGET", KEYS[KEY.base], "g") or "0"
+if base_generation ~= ARGV[ARG.base_generation] then
+  return {"rebased", base_generation}
+end
 local HOUR_MS = 3600000
 local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
@@ -99,9 +111,9 @@ for i = 1, n_boards do
     fa = ARGV[a + ARG_GROUP.first_achieved] == "1",
     cutoff = tonumber(ARGV[a + ARG_GROUP.cutoff_ms]), rule = ARGV[a + ARG_GROUP.rule],
     totals = KEYS[k + KEY_GROUP.totals], chz = KEYS[k + KEY_GROUP.chz],
-    chs = KEYS[k + KEY_GROUP.chs], fw = KEYS[k + KEY_GROUP.fw],
+    chb = KEYS[k + KEY_GROUP.chb], fw = KEYS[k + KEY_GROUP.fw],
     bk = KEYS[k + KEY_GROUP.bk],
-    wanted = {}, wanted_list = {}, cur = {}, in_chz = {}, first = {}, bucket = {},
+    wanted = {}, wanted_list = {}, cur = {}, in_chz = {}, first = {}, bucket = {}, row = {},
     touched = {}, touched_list = {}, delta = {}, fw_touched = false, memo = {},
   }
 end
@@ -131,6 +143,7 @@ for e = 1, n_events do
       best = KEYS[tonumber(ARGV[cursor + EV_BOARD.best])],
       saved_as = ARGV[cursor + EV_BOARD.saved_as],
     }
+    b.row[ev.player] = tonumber(ARGV[cursor + EV_BOARD.base_row])
     if not b.wanted[ev.player] then
       b.wanted[ev.player] = true
       b.wanted_list[#b.wanted_list + 1] = ev.player
@@ -234,8 +247,8 @@ end
 
 -- Moves the player in the changed-set and the Fenwick tree from old (nil when new to
 -- the board) to new. A player absent from chz has not changed since the base, so its
--- old total is its score in the base generation: that goes to chs (at the chunk's
--- end, with the member it had at the chunk's start).
+-- old total is its score in the base generation: its base row's bit goes up in chb
+-- (at the chunk's end).
 local function track(b, player, old, old_achieved, new)
   if b.first[player] == nil then
     b.first[player] = old ~= nil and member(b, player, old, old_achieved)
@@ -580,7 +593,7 @@ end
 for _, b in ipairs(boards) do
   if #b.touched_list > 0 then
     local fields = {}
-    local chz_add, chz_remove, chs_add = {}, {}, {}
+    local chz_add, chz_remove, chb_set = {}, {}, {}
     for _, p in ipairs(b.touched_list) do
       local cur = b.cur[p]
       if cur[3] then
@@ -600,9 +613,13 @@ for _, b in ipairs(boards) do
             chz_add[#chz_add + 1] = now
           end
         else
-          if was then
-            chs_add[#chs_add + 1] = 0
-            chs_add[#chs_add + 1] = was
+          -- First change since the base: the base row (if any) leaves the merge.
+          local row = b.row[p]
+          if row and row >= 0 then
+            chb_set[#chb_set + 1] = "SET"
+            chb_set[#chb_set + 1] = "u1"
+            chb_set[#chb_set + 1] = row
+            chb_set[#chb_set + 1] = 1
           end
           chz_add[#chz_add + 1] = 0
           chz_add[#chz_add + 1] = now
@@ -613,8 +630,8 @@ for _, b in ipairs(boards) do
     if #chz_remove > 0 then
       redis.call("ZREM", b.chz, unpack(chz_remove))
     end
-    if #chs_add > 0 then
-      redis.call("ZADD", b.chs, unpack(chs_add))
+    if #chb_set > 0 then
+      redis.call("BITFIELD", b.chb, unpack(chb_set))
     end
     if #chz_add > 0 then
       redis.call("ZADD", b.chz, unpack(chz_add))

@@ -2,21 +2,24 @@
 -- atomically (shadow removal: hidden from every public answer, scores kept).
 --
 -- KEYS[1] flags hash (playerId -> "shadow")   KEYS[2] base hash (g = base generation)
--- then per board (5 keys each, from KEYS[3]): totals, chz, chs, fw, bk
+-- then per board (5 keys each, from KEYS[3]): totals, chz, chb, fw, bk
 -- ARGV: playerId, action ("shadow" | "restore"), expected base generation number,
 --       nBoards, then per board: boardId, the player's score in the base generation
---       ("" when not in it), when it reached that score (first_achieved boards; "")
+--       ("" when not in it), when it reached that score (first_achieved boards; ""),
+--       its row among the partition's rows of the base segment ("" when not in it)
 --
--- Live reads count a player through the base generation (unless its base entry is in
--- chs) and through chz. Shadow takes both away: its chz entry leaves, its base entry
--- goes to chs, the Fenwick tree loses it. Restore makes it a changed player at its
--- current total: chz gets enc(total), chs keeps enc(base), Fenwick gains it.
+-- Live reads count a player through the base generation (unless its base row's bit
+-- is set in chb) and through chz. Shadow takes both away: its chz entry leaves, its
+-- base row's bit goes up, the Fenwick tree loses it. Restore makes it a changed
+-- player at its current total: chz gets enc(total), the bit stays, Fenwick gains it.
 -- Returns {"ok", boards touched} | {"noop", ""} | {"retry", "base moved"}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
 local KEY = {flags = 1, base = 2}
-local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4}
+local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
 local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
-local ARG_GROUP = {start = 5, size = 3, board = 0, base_score = 1, base_achieved_ms = 2}
+local ARG_GROUP = {
+  start = 5, size = 4, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
+}
 local player = ARGV[ARG.player]
 local action = ARGV[ARG.action]
 local expected = tonumber(ARGV[ARG.expected_generation])
@@ -72,11 +75,12 @@ end
 local touched = 0
 for i = 1, n do
   local k = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
-  local totals, chz, chs = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chs]
+  local totals, chz, chb = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
   local fw, bk = KEYS[k + KEY_GROUP.fw], KEYS[k + KEY_GROUP.bk]
   local a = ARG_GROUP.start + (i - 1) * ARG_GROUP.size
   local base = tonumber(ARGV[a + ARG_GROUP.base_score])
   local base_achieved = tonumber(ARGV[a + ARG_GROUP.base_achieved_ms])
+  local base_row = tonumber(ARGV[a + ARG_GROUP.base_row])
   local cur = redis.call("HGET", totals, player)
   local total = base
   local achieved = base_achieved
@@ -93,13 +97,13 @@ for i = 1, n do
         fenwick_add(fw, bk, total, -1)
       elseif base ~= nil then
         -- Unchanged since the base: counted through the base row, now hidden.
-        redis.call("ZADD", chs, 0, member(base, base_achieved))
+        redis.call("SETBIT", chb, base_row, 1)
         fenwick_add(fw, bk, base, -1)
       end
     else
       redis.call("ZADD", chz, 0, member(total, achieved))
       if base ~= nil then
-        redis.call("ZADD", chs, 0, member(base, base_achieved))
+        redis.call("SETBIT", chb, base_row, 1)
       end
       fenwick_add(fw, bk, total, 1)
     end

@@ -1,14 +1,18 @@
 -- live_counts.lua: one partition's part of a live rank, read atomically.
 --
--- KEYS: base hash, position counter, chz, chs, totals
+-- KEYS: base hash, position counter, chz, chb, totals
 -- ARGV: encoded score enc(s), encoded entry enc(s)..playerId, playerId to verify
---       ("" when the player is not on this partition)
--- Returns {base generation, position, chz above s, chs above s, chz before entry,
---          chs before entry, |chz|, |chs|, verified ("1", or the player's current
---          "total|version" when it moved since the caller read it)}
+--       ("" when the player is not on this partition), the partition's base rows
+--       above s and before the entry (local counts, speed/baserows.py)
+-- Returns {base generation, position, chz above s, changed base rows above s, chz
+--          before entry, changed base rows before entry, |chz|, changed base rows,
+--          verified ("1", or the player's current "total|version" when it moved
+--          since the caller read it)}
+-- The base row counts are right for the base generation the caller assumed; the
+-- caller checks it against the one returned.
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, chz = 3, chs = 4, totals = 5}
-local ARG = {above = 1, before = 2, verify_player = 3}
+local KEY = {base = 1, position = 2, chz = 3, chb = 4, totals = 5}
+local ARG = {above = 1, before = 2, verify_player = 3, chb_above = 4, chb_before = 5}
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local above = "(" .. ARGV[ARG.above]
@@ -17,13 +21,20 @@ local verified = "1"
 if ARGV[ARG.verify_player] ~= "" then
   verified = redis.call("HGET", KEYS[KEY.totals], ARGV[ARG.verify_player]) or ""
 end
+-- Set bits among the first n base rows of the partition.
+local function changed_rows_before(n)
+  if n <= 0 then
+    return 0
+  end
+  return redis.call("BITCOUNT", KEYS[KEY.chb], 0, n - 1, "BIT")
+end
 return {
   base, position,
   redis.call("ZLEXCOUNT", KEYS[KEY.chz], "-", above),
-  redis.call("ZLEXCOUNT", KEYS[KEY.chs], "-", above),
+  changed_rows_before(tonumber(ARGV[ARG.chb_above])),
   redis.call("ZLEXCOUNT", KEYS[KEY.chz], "-", before),
-  redis.call("ZLEXCOUNT", KEYS[KEY.chs], "-", before),
+  changed_rows_before(tonumber(ARGV[ARG.chb_before])),
   redis.call("ZCARD", KEYS[KEY.chz]),
-  redis.call("ZCARD", KEYS[KEY.chs]),
+  redis.call("BITCOUNT", KEYS[KEY.chb]),
   verified,
 }

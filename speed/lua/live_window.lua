@@ -1,17 +1,19 @@
 -- live_window.lua: one partition's changed players around a place in display order,
 -- read atomically.
 --
--- KEYS: base hash, position counter, chz, chs
--- ARGV: forward start bound, forward limit, backward start bound, backward limit,
---       chs min bound, chs max bound (ZRANGEBYLEX syntax: "-", "+", "[x", "(x");
---       a limit of 0 skips that read
--- Returns {base generation, position, |chz|, |chs|, chz forward members,
---          chz backward members (nearest first), chs members in [min, max]}
+-- KEYS: base hash, position counter, chz, chb
+-- ARGV: forward start bound, forward limit, backward start bound, backward limit
+--       (ZRANGEBYLEX syntax: "-", "+", "[x", "(x"; a limit of 0 skips that read),
+--       first and stop of a range [first, stop) of the partition's base rows
+--       (local rows, speed/baserows.py)
+-- Returns {base generation, position, |chz|, changed base rows, chz forward members,
+--          chz backward members (nearest first), the changed local rows in
+--          [first, stop), ascending}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, chz = 3, chs = 4}
+local KEY = {base = 1, position = 2, chz = 3, chb = 4}
 local ARG = {
   forward_start = 1, forward_limit = 2, backward_start = 3, backward_limit = 4,
-  snapshot_min = 5, snapshot_max = 6,
+  snapshot_first = 5, snapshot_stop = 6,
 }
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
@@ -24,10 +26,25 @@ end
 if backward_limit > 0 then
   backward = redis.call("ZREVRANGEBYLEX", KEYS[KEY.chz], ARGV[ARG.backward_start], "-", "LIMIT", 0, backward_limit)
 end
-if ARGV[ARG.snapshot_min] ~= "" then
-  snap = redis.call("ZRANGEBYLEX", KEYS[KEY.chs], ARGV[ARG.snapshot_min], ARGV[ARG.snapshot_max])
+local first = tonumber(ARGV[ARG.snapshot_first])
+local stop = tonumber(ARGV[ARG.snapshot_stop])
+if stop > first then
+  -- Bit i of the bitmap is bit (7 - i % 8) of byte i // 8 (big-endian, as SETBIT).
+  local from = math.floor(first / 8)
+  local bytes = redis.call("GETRANGE", KEYS[KEY.chb], from, math.floor((stop - 1) / 8))
+  for j = 1, #bytes do
+    local byte = string.byte(bytes, j)
+    if byte ~= 0 then
+      for k = 0, 7 do
+        local row = (from + j - 1) * 8 + k
+        if row >= first and row < stop and bit.band(byte, bit.rshift(128, k)) ~= 0 then
+          snap[#snap + 1] = row
+        end
+      end
+    end
+  end
 end
 return {
-  base, position, redis.call("ZCARD", KEYS[KEY.chz]), redis.call("ZCARD", KEYS[KEY.chs]),
+  base, position, redis.call("ZCARD", KEYS[KEY.chz]), redis.call("BITCOUNT", KEYS[KEY.chb]),
   forward, backward, snap,
 }

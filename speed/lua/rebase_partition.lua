@@ -4,22 +4,24 @@
 -- KEYS[1] base hash (g = generation number, pos = its boundary on this partition)
 -- KEYS[2] partition log stream     KEYS[3] landed position
 -- KEYS[4] flags hash (playerId -> "shadow"): shadowed players stay out of chz and the
---         Fenwick tree; one the generation still holds gets its chs entry (hidden)
--- then per board (7 keys each, from KEYS[5]): totals, chz, chs, fw, bk, bk-next, cnt-next
+--         Fenwick tree; one the generation still holds gets its chb bit (hidden)
+-- then per board (7 keys each, from KEYS[5]): totals, chz, chb, fw, bk, bk-next, cnt-next
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
---       {"<board>": {"<playerId>": <score in the new generation> | null}} for the
---       players changed after the boundary (on first_achieved boards
---       [score, achievedMs] instead of the score), then the nBoards board ids.
+--       {"<board>": {"<playerId>": [score, achievedMs | null, local row] | null}}
+--       for the players changed after the boundary: their score in the new
+--       generation and their row among the partition's rows of its segment
+--       (speed/baserows.py), then the nBoards board ids.
 --       Members on first_achieved boards carry the time (see apply_event.lua).
 --
 -- Players whose last change is at or before the boundary leave the changed-sets (the
--- generation now holds their score); those changed after it stay. The Fenwick tree is
+-- generation now holds their score); those changed after it stay, with the bit of
+-- their row in the new generation set in chb. The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
 -- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
 local KEY = {base = 1, log = 2, landed = 3, flags = 4}
 local KEY_GROUP = {
-  start = 5, size = 7, totals = 0, chz = 1, chs = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
+  start = 5, size = 7, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
 }
 local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4}
 local ARG_REST = 5
@@ -99,7 +101,7 @@ for i = 1, n do
   local board = ARGV[ARG_REST + i - 1]
   local k = index[board]
   local totals, chz = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz]
-  local chs, fw = KEYS[k + KEY_GROUP.chs], KEYS[k + KEY_GROUP.fw]
+  local chb, fw = KEYS[k + KEY_GROUP.chb], KEYS[k + KEY_GROUP.fw]
   local bk, bk_next = KEYS[k + KEY_GROUP.bk], KEYS[k + KEY_GROUP.bk_next]
   local cnt_next = KEYS[k + KEY_GROUP.cnt_next]
 
@@ -131,8 +133,8 @@ for i = 1, n do
     return found
   end
 
-  redis.call("DEL", chz, chs)
-  local live_members, snap_members = {}, {}
+  redis.call("DEL", chz, chb)
+  local live_members, snap_rows = {}, {}
   for player in pairs(tail[board] or {}) do
     local cur = redis.call("HGET", totals, player)
     if cur then
@@ -146,12 +148,8 @@ for i = 1, n do
       end
       local old = snap[board][player]
       if old ~= cjson.null then
-        local old_achieved = nil
-        if type(old) == "table" then
-          old, old_achieved = old[1], old[2]
-        end
-        snap_members[#snap_members + 1] = enc(old) .. tenc(old_achieved) .. player
-        counts[bucket(old)] = counts[bucket(old)] - 1
+        snap_rows[#snap_rows + 1] = old[3]
+        counts[bucket(old[1])] = counts[bucket(old[1])] - 1
       end
       rebased = rebased + 1
     end
@@ -162,12 +160,8 @@ for i = 1, n do
     local known = snap[board]
     local old = known and known[player]
     if old ~= nil and old ~= cjson.null and not (tail[board] or {})[player] then
-      local old_achieved = nil
-      if type(old) == "table" then
-        old, old_achieved = old[1], old[2]
-      end
-      snap_members[#snap_members + 1] = enc(old) .. tenc(old_achieved) .. player
-      counts[bucket(old)] = counts[bucket(old)] - 1
+      snap_rows[#snap_rows + 1] = old[3]
+      counts[bucket(old[1])] = counts[bucket(old[1])] - 1
     end
   end
   -- ZADD in chunks: Lua's unpack has a limited stack.
@@ -182,7 +176,16 @@ for i = 1, n do
     end
   end
   add_all(chz, live_members)
-  add_all(chs, snap_members)
+  for first = 1, #snap_rows, 500 do
+    local ops = {}
+    for j = first, math.min(#snap_rows, first + 499) do
+      ops[#ops + 1] = "SET"
+      ops[#ops + 1] = "u1"
+      ops[#ops + 1] = snap_rows[j]
+      ops[#ops + 1] = 1
+    end
+    redis.call("BITFIELD", chb, unpack(ops))
+  end
 
   -- Linear-time Fenwick build from the counts, written as one big-endian i32 string.
   local tree = {}

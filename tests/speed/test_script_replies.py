@@ -21,6 +21,9 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     redis_client.hset(keys.totals(BOARD), "p1", "7|1")
     redis_client.zadd(keys.changed_live(BOARD), {encode_entry(7, "p1"): 0})
     redis_client.set(keys.position, 3)
+    # Changed base rows 2 and 9 of the partition (snapshot side of the changed-set).
+    redis_client.setbit(keys.changed_snapshot(BOARD), 2, 1)
+    redis_client.setbit(keys.changed_snapshot(BOARD), 9, 1)
     counts = run(
         redis_client,
         "live_counts",
@@ -29,7 +32,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "base": keys.base_generation,
                 "position": keys.position,
                 "chz": keys.changed_live(BOARD),
-                "chs": keys.changed_snapshot(BOARD),
+                "chb": keys.changed_snapshot(BOARD),
                 "totals": keys.totals(BOARD),
             }
         ),
@@ -38,11 +41,16 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "above": encode_score(5),
                 "before": encode_entry(5, "p0"),
                 "verify_player": "p1",
+                "chb_above": 3,
+                "chb_before": 10,
             }
         ),
     )
     assert len(counts) == len(LIVE_COUNTS.fields)
     assert LIVE_COUNTS.field(counts, "chz_above") == 1
+    assert LIVE_COUNTS.field(counts, "chs_above") == 1
+    assert LIVE_COUNTS.field(counts, "chs_before") == 2
+    assert LIVE_COUNTS.field(counts, "chs_size") == 2
     assert LIVE_COUNTS.field(counts, "position") == b"3"
     assert LIVE_COUNTS.field(counts, "verified") == b"7|1"
 
@@ -54,7 +62,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "base": keys.base_generation,
                 "position": keys.position,
                 "chz": keys.changed_live(BOARD),
-                "chs": keys.changed_snapshot(BOARD),
+                "chb": keys.changed_snapshot(BOARD),
             }
         ),
         LIVE_WINDOW.args_of(
@@ -63,13 +71,38 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "forward_limit": 5,
                 "backward_start": "+",
                 "backward_limit": 0,
-                "snapshot_min": "",
-                "snapshot_max": "",
+                "snapshot_first": 0,
+                "snapshot_stop": 10,
             }
         ),
     )
     assert len(window) == len(LIVE_WINDOW.fields)
     assert LIVE_WINDOW.field(window, "forward") == [encode_entry(7, "p1")]
+    assert LIVE_WINDOW.field(window, "snapshot") == [2, 9]
+    assert LIVE_WINDOW.field(window, "chs_size") == 2
+    narrow = run(
+        redis_client,
+        "live_window",
+        LIVE_WINDOW.keys_of(
+            {
+                "base": keys.base_generation,
+                "position": keys.position,
+                "chz": keys.changed_live(BOARD),
+                "chb": keys.changed_snapshot(BOARD),
+            }
+        ),
+        LIVE_WINDOW.args_of(
+            {
+                "forward_start": "-",
+                "forward_limit": 0,
+                "backward_start": "+",
+                "backward_limit": 0,
+                "snapshot_first": 3,
+                "snapshot_stop": 9,
+            }
+        ),
+    )
+    assert LIVE_WINDOW.field(narrow, "snapshot") == []
 
     friends = run(
         redis_client,

@@ -1,0 +1,223 @@
+"""Partition-local rows of a base generation: what the snapshot side of a changed-set
+names.
+
+A board's changed-set has two sides (DESIGN.md "Live = generation + deltas"): the
+live totals of the players changed since the partition's base generation (``chz``, a
+lex zset) and *which base rows those players had* (``chb``). A base row is fixed for
+the whole generation, so the snapshot side needs no score and no player id: it is a
+bitmap over the partition's rows of the base segment, bit ``L`` set when the
+partition's ``L``-th player in display order is changed (or shadowed). About one bit
+per base player of the partition, against ~127 B per member for a zset.
+
+Local row ``L`` of partition ``p`` is the index of a global display row among the
+rows whose player belongs to ``p`` (``crc32(playerId) mod P``), in display order, so
+"changed players whose snapshot score is above s" is a prefix count of the bitmap
+(``BITCOUNT ... BIT``) up to the number of ``p``'s rows above ``s``.
+
+The mapping is derived once per (generation, board, P) and kept with the generation
+(:attr:`serving.registry.Generation.memo`): the generation is immutable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
+
+
+def _crc_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.uint32)
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (0xEDB88320 ^ (c >> 1)) if c & 1 else c >> 1
+        table[n] = c
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32_column(offsets: np.ndarray, data: bytes | memoryview) -> np.ndarray:
+    """zlib.crc32 of every string of an Arrow-style (offsets, data) column, one
+    vector step per byte position instead of one Python call per string."""
+    starts = offsets[:-1].astype(np.int64)
+    lengths = offsets[1:].astype(np.int64) - starts
+    raw = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
+    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
+    if len(starts) == 0:
+        return crc
+    # Longest strings first: step j then works on a prefix of the order.
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    sorted_starts = starts[order]
+    work = crc[order]
+    negated = -sorted_lengths
+    longest = int(sorted_lengths[0])
+    for j in range(longest):
+        # Strings longer than j: indices [0, active) of the order.
+        active = int(np.searchsorted(negated, -j, side="left"))
+        if active == 0:
+            break
+        byte = raw[sorted_starts[:active] + j].astype(np.uint32)
+        head = work[:active]
+        work[:active] = _CRC_TABLE[(head ^ byte) & 0xFF] ^ (head >> np.uint32(8))
+    crc[order] = work
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """Global display rows of a base segment, split by owning partition."""
+
+    partitions: int
+    # Per global row: its partition, and its index among that partition's rows.
+    owner: np.ndarray
+    local: np.ndarray
+    # Per partition: its global rows, ascending (display order).
+    rows: tuple[np.ndarray, ...]
+    # Player ids in id order (the segment's index), NUL-padded to one width, and
+    # their rows: a batch of ids is looked up with one searchsorted (ids never hold
+    # NUL, speed/events.py, so padding cannot make two ids equal).
+    sorted_ids: np.ndarray
+    id_rows: np.ndarray
+
+    def local_row(self, row: int) -> int:
+        return int(self.local[row])
+
+    def count_before(self, partition: int, row: int) -> int:
+        """How many of the partition's rows come before global row ``row`` (its
+        local bound for "rows above" and "rows before" counts)."""
+        return int(np.searchsorted(self.rows[partition], row, side="left"))
+
+    def global_row(self, partition: int, local: int) -> int:
+        return int(self.rows[partition][local])
+
+    def local_rows_of(self, players: list[str]) -> list[int]:
+        """Local row of each player, -1 for a player not in the segment."""
+        if not players:
+            return []
+        if len(self.sorted_ids) == 0:
+            return [-1] * len(players)
+        width = self.sorted_ids.dtype.itemsize
+        raw = [p.encode("utf-8") for p in players]
+        keys = np.array(raw, dtype=self.sorted_ids.dtype)
+        at = np.searchsorted(self.sorted_ids, keys, side="left")
+        out: list[int] = []
+        for key, pos in zip(raw, at.tolist(), strict=True):
+            if (
+                len(key) <= width
+                and pos < len(self.sorted_ids)
+                and self.sorted_ids[pos] == key
+            ):
+                out.append(int(self.local[self.id_rows[pos]]))
+            else:
+                out.append(-1)
+        return out
+
+
+def build_partition_rows(segment: BoardSegment, partitions: int) -> PartitionRows:
+    players = segment.players
+    owner = (
+        crc32_column(players.offsets, players.data) % np.uint32(partitions)
+    ).astype(np.int64)
+    order = np.argsort(owner, kind="stable")
+    starts = np.searchsorted(owner[order], np.arange(partitions + 1), side="left")
+    local = np.empty(len(owner), dtype=np.int64)
+    local[order] = np.arange(len(owner), dtype=np.int64) - starts[owner[order]]
+    rows = tuple(order[starts[p] : starts[p + 1]] for p in range(partitions))
+    return PartitionRows(
+        partitions, owner, local, rows, _padded_ids(segment), segment.index
+    )
+
+
+def _padded_ids(segment: BoardSegment) -> np.ndarray:
+    """The segment's ids in index (id) order as one fixed-width bytes array."""
+    players = segment.players
+    offsets = players.offsets.astype(np.int64)
+    count = len(offsets) - 1
+    if count == 0:
+        return np.zeros(0, dtype="S1")
+    lengths = offsets[1:] - offsets[:-1]
+    width = max(1, int(lengths.max()))
+    raw = np.frombuffer(players.data, dtype=np.uint8)
+    matrix = np.zeros((count, width), dtype=np.uint8)
+    total = int(lengths.sum())
+    if total:
+        row_of_byte = np.repeat(np.arange(count), lengths)
+        column = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        source = np.repeat(offsets[:-1], lengths) + column
+        matrix[row_of_byte, column] = raw[source]
+    return matrix[segment.index.astype(np.int64)].view(f"S{width}").ravel()
+
+
+def partition_rows(
+    generation: Generation, board: str, partitions: int
+) -> PartitionRows | None:
+    """The board's partition rows in ``generation`` (None when the board is not in
+    it), derived once and kept with the generation."""
+    key = f"speed.baserows:{board}:{partitions}"
+    cached = generation.memo.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    segment = generation.board(board)
+    if segment is None:
+        return None
+    built = build_partition_rows(segment, partitions)
+    generation.memo[key] = built
+    return built
+
+
+def base_row(
+    generation: Generation | None, board: str, partitions: int, player_id: str
+) -> tuple[int, int, int | None] | None:
+    """(local row, score, achievedMs) of a player in its partition's base segment of
+    ``board``; None when the player is not on it."""
+    if generation is None:
+        return None
+    segment = generation.board(board)
+    if segment is None:
+        return None
+    row = segment.row_of(player_id)
+    if row is None:
+        return None
+    rows = partition_rows(generation, board, partitions)
+    assert rows is not None
+    achieved = segment.achieved
+    return (
+        rows.local_row(row),
+        int(segment.scores[row]),
+        None if achieved is None else int(achieved[row]),
+    )
+
+
+def local_rows(
+    generation: Generation | None, board: str, partitions: int, players: list[str]
+) -> list[int]:
+    """Local rows of many players in the base segment of ``board`` (-1: not in it)."""
+    if generation is None:
+        return [-1] * len(players)
+    rows = partition_rows(generation, board, partitions)
+    if rows is None:
+        return [-1] * len(players)
+    return rows.local_rows_of(players)
+
+
+def registry_lookup(
+    registry: GenerationRegistry,
+) -> Callable[[int], Generation | None]:
+    """Generation number -> mapped generation, refreshing once when not found (a
+    rebase can switch a partition to a generation this process has not seen)."""
+
+    def lookup(number: int) -> Generation | None:
+        generation = registry.by_number(number)
+        if generation is None:
+            registry.refresh(force=True)
+            generation = registry.by_number(number)
+        return generation
+
+    return lookup
