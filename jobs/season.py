@@ -22,13 +22,10 @@ another generation with the same content and the same hash.
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import os
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +56,7 @@ from jobs.awards import (
     write_version,
 )
 from jobs.land import LandingGap, table_exists
+from jobs.publish_lock import publish_lock
 from serving.files import read_arrow
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
@@ -121,18 +119,6 @@ def cli_actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):
         return "cli:unknown"
-
-
-@contextmanager
-def publish_lock(settings: Settings) -> Iterator[None]:
-    """The lock ``lb publish`` takes: one publisher per data dir."""
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.run_dir / "publish.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SeasonError("another publish is running for this data dir") from None
-        yield
 
 
 def _season(config: BoardsConfig, season_id: str) -> Season:
@@ -291,6 +277,8 @@ def close_season(
     the final publish's own phases).
 
     :raises SeasonError: unknown season, before its close time, incomplete landing.
+    :raises PublishBusy: another publish holds the data dir's publish lock
+        (``lb`` exits 5, busy).
     """
     config = boards or load_boards(settings.boards_file)
     season = _season(config, season_id)
