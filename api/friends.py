@@ -17,6 +17,7 @@ from typing import Any
 
 from api.live import Base, LiveReader, NotExact
 from serving.segments import BoardSegment
+from speed.connection import run_transaction
 from speed.lua import load
 from speed.partitions import Keys, partition_of
 
@@ -24,11 +25,10 @@ from speed.partitions import Keys, partition_of
 async def write_friends(live: LiveReader, player_id: str, friends: list[str]) -> None:
     """Replace the player's friend list (one MULTI on the player's partition)."""
     key = Keys(partition_of(player_id, live.partitions)).friends(player_id)
-    pipe = live.speed.client.pipeline(transaction=True)
-    pipe.delete(key)
+    commands: list[tuple[str, ...]] = [("DEL", key)]
     if friends:
-        pipe.sadd(key, *friends)
-    await pipe.execute()
+        commands.append(("SADD", key, *friends))
+    await run_transaction(live.speed.client, commands)
 
 
 async def read_friends(live: LiveReader, player_id: str) -> list[str]:

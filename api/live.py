@@ -14,12 +14,16 @@ possible, and the answer comes from the histogram, labelled so.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.connection import send_commands
 from speed.lua import load
 from speed.partitions import (
     Keys,
@@ -32,6 +36,8 @@ from speed.partitions import (
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
+# Standings remembered per (board, player) for guessing the next read's score.
+REMEMBERED = 100_000
 
 
 class NotExact(Exception):
@@ -85,6 +91,22 @@ class Base:
         return cache[:rows]
 
 
+async def run_commands(
+    client: Any, script: Any, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """:func:`send_commands` for read-only commands and EVALSHAs of ``script``: if
+    Redis lost the script it is loaded and everything sent again (nothing was
+    changed); any other error reply is raised."""
+    replies = await send_commands(client, commands)
+    if script is not None and any(isinstance(r, NoScriptError) for r in replies):
+        await client.script_load(script.script)
+        replies = await send_commands(client, commands)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
 def _changed_keys(keys: Keys, board: str) -> list[str]:
     """The keys every live read script starts with: base hash, log position and the
     board's two changed-sets."""
@@ -129,7 +151,11 @@ class LiveReader:
         self._counts = client.register_script(load("live_counts"))
         self._window_script = client.register_script(load("live_window"))
         self._approx = client.register_script(load("approx_rank"))
+        self._stamp_script = client.register_script(load("live_stamp"))
         self._last_bases: list[int] | None = None
+        self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
+            OrderedDict()
+        )
 
     @property
     def partitions(self) -> int:
@@ -144,10 +170,11 @@ class LiveReader:
     ) -> tuple[tuple[int, int | None] | None, bool]:
         """(the player's live standing, whether it is shadowed): one round trip."""
         keys = Keys(partition_of(player_id, self.partitions))
-        pipe = self.speed.client.pipeline(transaction=False)
-        pipe.hget(keys.totals(board), player_id)
-        pipe.hget(keys.flags, player_id)
-        raw, flag = await pipe.execute()
+        raw, flag = await run_commands(
+            self.speed.client,
+            None,
+            [("HGET", keys.totals(board), player_id), ("HGET", keys.flags, player_id)],
+        )
         standing = _standing(raw.encode() if isinstance(raw, str) else raw)
         return standing, flag in (b"shadow", "shadow")
 
@@ -171,44 +198,102 @@ class LiveReader:
         raw = await self.speed.client.hget(keys.totals(board), player_id)
         return _total(raw.encode() if isinstance(raw, str) else raw)
 
+    def guess(self, board: str, player_id: str) -> tuple[int, int | None] | None:
+        """The player's standing as last read, else in the latest generation, else
+        None: a guess, always checked against Redis in the same round trip."""
+        known = self._standings.get((board, player_id))
+        if known is not None:
+            return known
+        latest = self.registry.latest()
+        segment = latest.board(board) if latest is not None else None
+        if segment is None:
+            return None
+        row = segment.row_of(player_id)
+        if row is None:
+            return None
+        achieved = segment.achieved
+        return int(segment.scores[row]), None if achieved is None else int(
+            achieved[row]
+        )
+
+    def remember(
+        self, board: str, player_id: str, standing: tuple[int, int | None]
+    ) -> None:
+        key = (board, player_id)
+        self._standings[key] = standing
+        self._standings.move_to_end(key)
+        if len(self._standings) > REMEMBERED:
+            self._standings.popitem(last=False)
+
     async def _counts_round(
-        self, board: str, above: bytes, before: bytes, player_id: str | None
-    ) -> list[list[Any]]:
-        """``live_counts.lua`` on every partition in one pipelined round trip; the
-        partition owning ``player_id`` also returns that player's current total."""
+        self,
+        board: str,
+        above: bytes,
+        before: bytes,
+        player_id: str | None,
+        read_flag: bool = False,
+    ) -> tuple[list[list[Any]], bool | None]:
+        """``live_counts.lua`` on every partition in one round trip; the partition
+        owning ``player_id`` also returns that player's current total. With
+        ``read_flag`` the player's shadow flag is read in the same round trip
+        (else None comes back)."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
-        calls = []
+        sha = self._counts.sha
+        commands: list[tuple[Any, ...]] = []
+        if read_flag and player_id:
+            commands.append(("HGET", Keys(owner).flags, player_id))
         for p in range(self.partitions):
             keys = Keys(p)
-            calls.append(
+            script_keys = [*_changed_keys(keys, board), keys.totals(board)]
+            commands.append(
                 (
-                    [*_changed_keys(keys, board), keys.totals(board)],
-                    [above, before, player_id if player_id and p == owner else ""],
+                    "EVALSHA",
+                    sha,
+                    len(script_keys),
+                    *script_keys,
+                    above,
+                    before,
+                    player_id if player_id and p == owner else "",
                 )
             )
-        return await self.speed.run_script(self._counts, calls)
+        replies = await run_commands(self.speed.client, self._counts, commands)
+        if read_flag and player_id:
+            return replies[1:], replies[0] in (b"shadow", "shadow")
+        return replies, None
 
     async def rank(self, board: str, player_id: str) -> dict[str, Any]:
-        """Exact live score, rank, position and population of one player."""
+        """Exact live score, rank, position and population of one player.
+
+        One round trip when the player's standing is guessed right (as last read,
+        or in the latest generation): the owner partition verifies it in the same
+        atomic read as its counts; a wrong guess costs one more round trip."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
-        standing, shadowed = await self._standing(board, player_id)
+        standing = self.guess(board, player_id)
+        shadowed: bool | None = None
+        if standing is None:
+            standing, shadowed = await self._standing(board, player_id)
         for _ in range(ATTEMPTS):
             if standing is None:
                 raise PlayerMissing(player_id)
             score, achieved = standing
-            replies = await self._counts_round(
+            replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
                 player_id,
+                read_flag=shadowed is None,
             )
+            if flag is not None:
+                shadowed = flag
             verified = replies[owner][8]
             current = _standing(verified) if verified else None
             if current != standing:
-                # The player moved between the two reads: read again at the new score.
+                # The player moved since the guess (or between the two reads): read
+                # again at the new score.
                 standing = current
                 continue
+            self.remember(board, player_id, standing)
             base = self._base([_int(r[0]) for r in replies], board)
             above = base.count_above(score) + sum(
                 _int(r[2]) - _int(r[3]) for r in replies
@@ -227,7 +312,7 @@ class LiveReader:
                 "base": base,
                 # Shadowed players are out of every count: their own read adds
                 # them back (api/reads.py).
-                "shadowed": shadowed,
+                "shadowed": bool(shadowed),
             }
         raise NotExact("the player's score kept changing")
 
@@ -387,7 +472,7 @@ class LiveReader:
         raise NotExact("the board kept changing around the player")
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
-        replies = await self._counts_round(
+        replies, _ = await self._counts_round(
             board, encode_score(score), encode_score(score), None
         )
         return {

@@ -8,12 +8,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
+from api.fast_reads import FastReads
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import observe_read
@@ -31,11 +31,13 @@ from api.routes import (
     web,
 )
 from api.routes import boards as boards_routes
+from api.rule_reload import RuleReloadMiddleware
 from conf.boards import load_boards
-from conf.rule_state import effective_boards, load_rule_state
+from conf.rule_state import RuleStateWatcher
 from conf.rules import default_registry
 from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from serving.registry import GenerationRegistry, quarantine_thresholds
+from speed.connection import async_client
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
@@ -93,18 +95,19 @@ class ObserveMiddleware:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
-    # Seasons promoted to another scoring rule (lb replay --promote) score under it.
-    boards = effective_boards(
-        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    # Seasons promoted to another scoring rule (lb replay --promote) score under it,
+    # also when the promotion happens while this process runs (api/rule_reload.py).
+    rule_watcher = RuleStateWatcher(
+        load_boards(settings.boards_file), settings.data_dir
     )
     warn_about_dev_key(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = aioredis.from_url(resolve_redis_url(settings), max_connections=256)
+        client = async_client(resolve_redis_url(settings), max_connections=256)
         app.state.speed = SpeedLayer(
             client,
-            boards,
+            app.state.boards,
             settings.partitions,
             settings.record_ttl_seconds,
             settings.rate_limit_bucket,
@@ -114,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.live = LiveReader(app.state.speed, app.state.generations)
         app.state.friends = FriendsReader(app.state.live)
         app.state.reads = ReadService(
-            boards,
+            app.state.boards,
             app.state.generations,
             app.state.live,
             app.state.friends,
@@ -140,12 +143,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         default_response_class=FastJSONResponse,
     )
     app.state.settings = settings
-    app.state.boards = boards
+    app.state.rule_watcher = rule_watcher
+    app.state.boards = rule_watcher.boards
     app.state.generations = GenerationRegistry(
         settings.segments_dir, settings.retained_generations
     )
     install_error_handlers(app)
 
+    # Innermost of these three: the hot reads skip FastAPI's router
+    # (api/fast_reads.py) after the rule reload and inside the metrics layer.
+    app.add_middleware(FastReads)
+    app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)
     app.include_router(health.router)
     app.include_router(score_events.router)

@@ -41,6 +41,7 @@ from starlette.responses import Response
 
 from api.operations import SEASON_STATES, OpsState, collect_state
 from conf.settings import Settings
+from speed.connection import sync_client
 from speed.server import resolve_redis_url
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -224,7 +225,7 @@ def _sync_client(request: Request) -> redis.Redis:
     client = getattr(request.app.state, "metrics_redis", None)
     if client is None:
         settings: Settings = request.app.state.settings
-        client = redis.Redis.from_url(
+        client = sync_client(
             resolve_redis_url(settings),
             socket_timeout=2,
             socket_connect_timeout=2,

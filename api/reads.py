@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import hiredis
 import orjson
-from redis.exceptions import NoScriptError
 
 from api.degraded import (
     LIVE_LAYER_HEADER,
@@ -54,7 +52,13 @@ from api.errors import (
 )
 from api.flags import FLAGS_VERSION_KEY, shadowed_among
 from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
-from api.live import Base, LiveReader, NotExact, PlayerMissing
+from api.live import (
+    Base,
+    LiveReader,
+    NotExact,
+    PlayerMissing,
+    run_commands,
+)
 from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
@@ -67,8 +71,9 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import is_cluster
 from speed.partitions import Keys, partition_of
-from speed.scripts import APPROX_RANK
+from speed.scripts import APPROX_RANK, LIVE_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
 SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
@@ -529,6 +534,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
+        self._stamp_keys: list[Any] | None = None
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -537,6 +543,11 @@ class ReadService:
     @property
     def speed(self) -> Any:
         return self.live.speed
+
+    def use_boards(self, config: BoardsConfig) -> None:
+        """Answer from now on under ``config`` (a season promoted to another rule)."""
+        self.config = config
+        self._final.clear()
 
     # ------------------------------------------------------------- mode selection
 
@@ -659,20 +670,47 @@ class ReadService:
         )
 
     async def _stamp(self) -> Stamp:
-        """What a live top list depends on, in one round trip: every partition's
-        base generation and log position, the flags version, and the dataset's
-        epoch (a random number kept in Redis: a flushed or replaced dataset whose
-        positions restart cannot match an answer cached from the old one)."""
+        """What a live top list depends on, in one round trip and one reply
+        (``live_stamp.lua``): every partition's base generation and log position,
+        the flags version, and the dataset's epoch (a random number kept in Redis:
+        a flushed or replaced dataset whose positions restart cannot match an answer
+        cached from the old one). As (bases..., positions..., flags, epoch)."""
+        partitions = self.live.partitions
+        if is_cluster(self.speed.client):
+            # One script cannot read keys of several hash slots on a cluster: one
+            # plain command per key, grouped per master by send_commands.
+            return await self._stamp_per_key()
+        if self._stamp_keys is None:
+            self._stamp_keys = LIVE_STAMP.keys_of(
+                {"flags_version": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
+                [
+                    {"base": Keys(p).base_generation, "position": Keys(p).position}
+                    for p in range(partitions)
+                ],
+            )
+        keys = self._stamp_keys
+        script = self.live._stamp_script
+        (reply,) = await run_commands(
+            self.speed.client, script, [("EVALSHA", script.sha, len(keys), *keys)]
+        )
+        flags, epoch, per_partition = reply[0], int(reply[1]), reply[2:]
+        if epoch == 0:
+            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
+        return (*per_partition[0::2], *per_partition[1::2], flags, epoch)
+
+    async def _stamp_per_key(self) -> Stamp:
+        """:meth:`_stamp` on a Redis Cluster, in the same shape."""
+        partitions = range(self.live.partitions)
         commands: list[tuple[Any, ...]] = [
-            ("HGET", Keys(p).base_generation, "g") for p in range(self.live.partitions)
+            ("HGET", Keys(p).base_generation, "g") for p in partitions
         ]
-        commands += [("GET", Keys(p).position) for p in range(self.live.partitions)]
+        commands += [("GET", Keys(p).position) for p in partitions]
         commands += [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-        replies = await send_all(self.speed.client, commands)
+        replies = await run_commands(self.speed.client, None, commands)
         values = [int(v) if v is not None else 0 for v in replies]
         if values[-1] == 0:
-            epoch = secrets.randbits(62) + 1
-            await self.speed.client.set(EPOCH_KEY, epoch, nx=True)
+            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             values[-1] = int(await self.speed.client.get(EPOCH_KEY) or 0)
         return tuple(values)
 
@@ -837,36 +875,32 @@ class ReadService:
     async def _approx_round(
         self, board: str, player_id: str, score: int
     ) -> tuple[int | None, bool, list[list[Any]]]:
-        """(live total, shadowed?, histogram counts per partition) in one pipeline."""
+        """(live total, shadowed?, histogram counts per partition) in one round
+        trip (hiredis-packed, as the exact reads)."""
         owner = Keys(partition_of(player_id, self.live.partitions))
         script = self.live._approx
-        for attempt in range(2):
-            pipe = self.speed.client.pipeline(transaction=False)
-            pipe.hget(owner.totals(board), player_id)
-            pipe.hget(owner.flags, player_id)
-            args = APPROX_RANK.args_of({"score": score})
-            for p in range(self.live.partitions):
-                keys = Keys(p)
-                script_keys = APPROX_RANK.keys_of(
-                    {
-                        "fw": keys.fenwick(board),
-                        "bk": keys.buckets(board),
-                        "base": keys.base_generation,
-                        "position": keys.position,
-                    }
-                )
-                pipe.evalsha(script.sha, len(script_keys), *script_keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                await self.speed.client.script_load(script.script)
-                continue
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            raw, flag = replies[0], replies[1]
-            total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
-            return total, flag in (b"shadow", "shadow"), replies[2:]
-        raise NotReady("the histogram script could not be loaded")
+        args = APPROX_RANK.args_of({"score": score})
+        commands: list[tuple[Any, ...]] = [
+            ("HGET", owner.totals(board), player_id),
+            ("HGET", owner.flags, player_id),
+        ]
+        for p in range(self.live.partitions):
+            keys = Keys(p)
+            script_keys = APPROX_RANK.keys_of(
+                {
+                    "fw": keys.fenwick(board),
+                    "bk": keys.buckets(board),
+                    "base": keys.base_generation,
+                    "position": keys.position,
+                }
+            )
+            commands.append(
+                ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+            )
+        replies = await run_commands(self.speed.client, script, commands)
+        raw, flag = replies[0], replies[1]
+        total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+        return total, flag in (b"shadow", "shadow"), replies[2:]
 
     # --------------------------------------------------------------------- nearby
 
@@ -1122,30 +1156,6 @@ class ReadService:
                 else None,
             },
         }
-
-
-async def send_all(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Plain read commands in one write, replies read in order (one round trip).
-
-    What a non-transactional redis-py pipeline does, with hiredis packing the
-    commands instead of pure Python: the cached live top list checks its stamp on
-    every hit, and the pipeline's packing was most of that check's CPU (the same
-    technique as ``SpeedLayer._evalsha_all``)."""
-    pool = client.connection_pool
-    conn = await pool.get_connection()
-    packed = b"".join([hiredis.pack_command(c) for c in commands])
-
-    async def send_and_read() -> list[Any]:
-        await conn.send_packed_command(packed)
-        return [await conn.read_response() for _ in commands]
-
-    async def on_failure(error: BaseException) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
 
 
 def _int(value: Any) -> int:

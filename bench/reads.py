@@ -181,6 +181,105 @@ def publish_child() -> None:
     )
 
 
+def publish_spark() -> dict[str, Any]:
+    """`lb publish` (run_publish + rebase_published) in a child process, so the
+    Spark JVM has exited before reads are measured."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.reads", "--publish-child"],
+        cwd=str(Path(__file__).resolve().parent.parent),
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    wall = time.perf_counter() - t0
+    line = next(
+        (x for x in proc.stdout.splitlines() if x.startswith("PUBLISH-RESULT ")), None
+    )
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(
+            f"publish failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
+    publish: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+    publish["publish"] = "spark"
+    publish["child_wall_s"] = round(wall, 1)
+    return publish
+
+
+def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
+    """Publish generation g1 straight from the bench's own totals, in the serving
+    format (``serving.segments.write_segments`` + ``build_manifest``: the files the
+    Spark publisher writes for the same rows), then rebase as `lb publish` does.
+
+    For read measurements only: the read path maps the same files either way, and
+    this takes seconds where the Spark publish of 1 M players takes minutes. The
+    boards are the ones the bulk load fed (found from the speed layer's keys);
+    every player had one event, so a board's total is the player's points."""
+    import pyarrow as pa
+
+    from conf.boards import board_order, load_boards
+    from conf.settings import Settings
+    from jobs.publish import DEFAULT_BUCKET_TARGET
+    from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
+    from serving.segments import write_segments
+    from speed.partitions import Keys
+    from speed.rebase import rebase_published
+
+    settings = Settings()
+    config = load_boards(settings.boards_file)
+    client = redis.Redis.from_url(redis_url)
+    t0 = time.perf_counter()
+    boundary = {
+        p: int(client.get(Keys(p).position) or 0) for p in range(settings.partitions)
+    }
+    boards: set[str] = set()
+    for p in range(settings.partitions):
+        prefix = f"{Keys(p).base}:chz:"
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            boards.add(key.decode()[len(prefix) :])
+    n = len(points)
+    ids = np.array([player_id(i) for i in range(n)], dtype=object)
+    order = np.lexsort((np.arange(n), -points))  # score desc, id asc (= index asc)
+    in_region = {region: order[order % 2 == k] for k, region in enumerate(REGIONS)}
+    names, players, scores = [], [], []
+    for board in sorted(boards):
+        scope = board.rsplit(":", 1)[1]
+        rows = order if scope not in REGIONS else in_region[scope]
+        names.append(np.full(len(rows), board, dtype=object))
+        players.append(ids[rows])
+        scores.append(points[rows])
+    table = pa.table(
+        {
+            "board": pa.array(np.concatenate(names), pa.string()),
+            "player_id": pa.array(np.concatenate(players), pa.string()),
+            "score": pa.array(np.concatenate(scores), pa.int64()),
+        }
+    )
+    generation = generation_id(1)
+    directory = settings.segments_dir / generation
+    directory.mkdir(parents=True)
+    orders = {b: board_order(config, b) for b in boards}
+    files = write_segments(table, directory, DEFAULT_BUCKET_TARGET, orders)
+    manifest = build_manifest(generation, datetime.now(UTC), boundary, files)
+    (directory / MANIFEST_FILE).write_text(manifest)
+    # What landing leaves behind: the log is in Delta up to the boundary.
+    for p, position in boundary.items():
+        client.set(Keys(p).landed, position)
+        client.xtrim(Keys(p).log, minid=f"{position + 1}-0")
+    t1 = time.perf_counter()
+    report = rebase_published(settings, generation)
+    t2 = time.perf_counter()
+    client.close()
+    return {
+        "generation": generation,
+        "publish": "direct",
+        "write_segments_s": round(t1 - t0, 1),
+        "rebase_s": round(t2 - t1, 1),
+        "rebase": {str(k): v for k, v in report.partitions.items()},
+    }
+
+
 # --------------------------------------------------------------------------- truth
 
 
@@ -922,31 +1021,13 @@ def run(
     report["setup_bulk"] = bulk
     print(f"  {bulk}", flush=True)
 
-    print(
-        "set-up: publish (run_publish + rebase_published, child process) ...",
-        flush=True,
-    )
+    print(f"set-up: publish ({args.publish}) + rebase ...", flush=True)
     before = loadavg()
     meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.reads", "--publish-child"],
-        cwd=str(Path(__file__).resolve().parent.parent),
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    wall = time.perf_counter() - t0
-    line = next(
-        (x for x in proc.stdout.splitlines() if x.startswith("PUBLISH-RESULT ")), None
-    )
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(
-            f"publish failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-        )
-    publish = json.loads(line.split(" ", 1)[1])
-    publish["child_wall_s"] = round(wall, 1)
+    if args.publish == "direct":
+        publish = publish_direct(redis_url, gen_points)
+    else:
+        publish = publish_spark()
     publish["cpu"] = meter.stop(0)
     publish["loadavg_before"], publish["loadavg_after"] = before, loadavg()
     report["publish"] = publish
@@ -1183,6 +1264,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true")
+    p.add_argument(
+        "--publish",
+        choices=("spark", "direct"),
+        default="spark",
+        help="spark: `lb publish` in a child process (timed); direct: write the "
+        "same serving files from the bench's totals (seconds, reads only)",
+    )
     p.add_argument("--publish-child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 

@@ -238,11 +238,12 @@ def check_redis(settings: Settings, timeout: float = 2.0) -> str:
     """
     import redis
 
+    from speed.connection import sync_client
     from speed.server import resolve_redis_url
 
     url = resolve_redis_url(settings)
     source = "LB_REDIS_URL" if settings.redis_url else "the Redis `lb up` started"
-    client = redis.Redis.from_url(
+    client = sync_client(
         url, socket_connect_timeout=timeout, socket_timeout=timeout
     )
     try:

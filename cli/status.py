@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -15,6 +14,7 @@ from cli.stack import api_url
 from conf.boards import load_boards
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
+from speed.connection import sync_client
 from speed.server import resolve_redis_url
 
 
@@ -30,7 +30,7 @@ def _probe_api(url: str | None) -> str:
 
 def collect_status(settings: Settings) -> dict[str, Any]:
     url = resolve_redis_url(settings)
-    client = redis.Redis.from_url(
+    client = sync_client(
         url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
     )
     try:

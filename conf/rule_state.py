@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,3 +109,52 @@ def describe_replay_board(config: BoardsConfig, board: str) -> dict[str, str] | 
         "tieBreak": season.tie_break,
         "rule": rule,
     }
+
+
+class RuleStateWatcher:
+    """Tells a long-running process (the API) when the rule state changed.
+
+    ``lb replay --promote`` switches a season's rule by replacing the state file
+    while the API runs; events it accepts from then on must score under the new rule
+    (the promotion's rebuild re-scores what came before). :meth:`poll` is cheap
+    enough to call on every request: at most one ``stat`` per ``interval`` seconds,
+    and the file is read only when its (inode, mtime, size) changed, which
+    ``save_rule_state``'s atomic replace always changes (a new inode).
+    """
+
+    def __init__(
+        self,
+        config: BoardsConfig,
+        data_dir: Path,
+        interval: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.path = state_path(data_dir)
+        self.interval = interval
+        self.clock = clock
+        self._signature = self._stat()
+        self._next_check = clock()
+        self.boards = effective_boards(config, load_rule_state(data_dir))
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def poll(self) -> BoardsConfig | None:
+        """The new effective boards if the state changed since the last call."""
+        now = self.clock()
+        if now < self._next_check:
+            return None
+        self._next_check = now + self.interval
+        signature = self._stat()
+        if signature == self._signature:
+            return None
+        self._signature = signature
+        self.boards = effective_boards(
+            self.config, load_rule_state(self.path.parent.parent)
+        )
+        return self.boards

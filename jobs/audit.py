@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 from conf.settings import Settings
 from jobs.land import table_exists
 from speed.audit import AUDIT_STREAM, decode_entry
+from speed.connection import sync_client
 from speed.server import resolve_redis_url
 
 GOLD_AUDIT = "gold_audit"
@@ -94,7 +95,7 @@ def land_audit(
     path.parent.mkdir(parents=True, exist_ok=True)
     own = client is None
     if client is None:
-        client = redis.Redis.from_url(resolve_redis_url(settings))
+        client = sync_client(resolve_redis_url(settings))
     try:
         landed = extract_landed_key(spark, path)
         total = 0

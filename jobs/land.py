@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 
 from conf.settings import Settings
 from jobs.awards import late_review_key, queue_late_records
+from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -300,7 +301,7 @@ def run_land(
     path = bronze_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     landed = extract_landed_through(spark, path)
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         result = {}
         for partition in range(settings.partitions):

@@ -150,11 +150,12 @@ def base_generations(settings: Settings) -> set[str]:
     """
     import redis
 
+    from speed.connection import sync_client
     from speed.partitions import Keys
     from speed.server import resolve_redis_url
 
     try:
-        client = redis.Redis.from_url(resolve_redis_url(settings), socket_timeout=10)
+        client = sync_client(resolve_redis_url(settings), socket_timeout=10)
         try:
             pipe = client.pipeline(transaction=False)
             for partition in range(settings.partitions):

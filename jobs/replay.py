@@ -280,10 +280,9 @@ def promote_season(
 ) -> str:
     """Switch the season to ``rule`` (audited) and publish a generation under it;
     returns that generation."""
-    import redis
-
     from jobs.publish import run_publish
     from speed.audit import record_audit_sync
+    from speed.connection import sync_client
     from speed.server import resolve_redis_url
 
     boards = load_boards(settings.boards_file)
@@ -298,7 +297,7 @@ def promote_season(
         spark = get_spark("promote")
     state = load_rule_state(settings.data_dir)
     previous = state.promoted.get(season_id, season.rule)
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         # Audited before the switch: an audit entry without a switch is visible and
         # harmless, a switch without one would not be.

@@ -61,6 +61,7 @@ from serving.files import read_arrow
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
 from speed.closed import drop_closed_windows
+from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -304,7 +305,7 @@ def close_season(
     clock = _Laps(timings)
     with publish_lock(settings):
         clean_partial(settings.data_dir, season.id)
-        client = redis.Redis.from_url(resolve_redis_url(settings))
+        client = sync_client(resolve_redis_url(settings))
         try:
             handed = _handed_out(client, settings.partitions)
             try:
@@ -446,7 +447,7 @@ def adjudicate_season(
     if read_version(settings.data_dir, season.id) is None:
         raise SeasonError(f"season {season.id} is not closed (no award snapshot)")
     who = actor or cli_actor()
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         pending = late_records_sync(client, settings, season.id)
         try:

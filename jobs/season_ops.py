@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, Season, board_order, load_boards
 from conf.settings import Settings
+from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -58,7 +59,7 @@ def completeness(settings: Settings, season_id: str) -> tuple[bool, str]:
     now = datetime.now(UTC)
     if now < season.cutoff:
         return False, f"closes at {season.cutoff.isoformat()}"
-    client = redis.Redis.from_url(
+    client = sync_client(
         resolve_redis_url(settings), socket_timeout=5, socket_connect_timeout=5
     )
     try:

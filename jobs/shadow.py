@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import redis
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from serving.segments import HIDDEN_SCHEMA as HIDDEN_SCHEMA
 from serving.segments import write_hidden as write_hidden
+from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
 
 def extract_shadowed(settings: Settings) -> set[str]:
     """Every shadowed player, from the flags of all partitions."""
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         pipe = client.pipeline(transaction=False)
         for partition in range(settings.partitions):

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -45,6 +44,7 @@ from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.shadow import extract_shadowed, transform_public
+from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
@@ -106,7 +106,7 @@ def extract_log_records(
     spark: SparkSession, settings: Settings, after: Mapping[int, int]
 ) -> DataFrame:
     """Unlanded Redis log records (position > ``after``) as bronze rows."""
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     lines: list[tuple[str]] = []
     try:
         for partition in range(settings.partitions):

@@ -19,6 +19,7 @@ import redis
 from conf.boards import BoardsConfig, board_closes_at
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
+from speed.connection import sync_client
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.server import resolve_redis_url
 
@@ -123,7 +124,7 @@ def drop_closed_windows(settings: Settings, config: BoardsConfig) -> DropReport:
     boards = final_boards(config, latest.manifest)
     if not boards:
         return DropReport(0, 0, 0)
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         return drop_board_keys(client, settings.partitions, boards)
     finally:

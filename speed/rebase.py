@@ -22,6 +22,7 @@ import redis
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
+from speed.connection import sync_client
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
 from speed.scripts import REBASE_PARTITION
@@ -243,7 +244,7 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
     from speed.closed import drop_board_keys, final_boards
 
     final = final_boards(load_boards(settings.boards_file), generation.manifest)
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     try:
         report = rebase(client, generation, settings.partitions, exclude=final)
         # Closed windows leave Redis once their final generation is published.

@@ -47,6 +47,7 @@ from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
@@ -660,7 +661,9 @@ def stage_partition(
     pipe = client.pipeline(transaction=False)
     for board, b in built.items():
         staged = {s: staged_key(keys, s, board) for s in BOARD_STRUCTURES}
-        pipe.delete(*staged.values())
+        # One key per DEL: redis-py's cluster pipeline refuses a multi-key DEL.
+        for name in staged.values():
+            pipe.delete(name)
         items = list(b.totals.items())
         for first in range(0, len(items), PIPELINE_CHUNK):
             pipe.hset(
@@ -923,7 +926,7 @@ def run_rebuild(
                 base_counts[board] = partition_counts(segment, settings.partitions)
     # Closed windows final in the generation stay out of Redis (speed/closed.py).
     final = final_boards(config, generation.manifest) if generation else set()
-    client = redis.Redis.from_url(resolve_redis_url(settings))
+    client = sync_client(resolve_redis_url(settings))
     report = RebuildReport(generation.id if generation else None, {}, [])
     try:
         for partition in range(settings.partitions):

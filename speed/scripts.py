@@ -206,6 +206,13 @@ LIVE_COUNTS = ScriptInterface(
     ),
 )
 
+LIVE_STAMP = ScriptInterface(
+    name="live_stamp",
+    keys=("flags_version", "epoch"),
+    key_group=("base", "position"),
+    fields=("flags_version", "epoch", "partitions"),
+)
+
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
     keys=("base", "position", "chz", "chs"),
@@ -253,6 +260,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
+        LIVE_STAMP,
         LIVE_WINDOW,
         REBASE_PARTITION,
         REBUILD_PARTITION,

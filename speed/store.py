@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
-import hiredis
 import redis.asyncio as aioredis
 from prometheus_client import Histogram
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
+from speed.connection import send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -114,21 +114,13 @@ class SpeedLayer:
         rules: RuleRegistry | None = None,
     ) -> None:
         self.client = client
-        self.boards = boards
         self.rules = rules or default_registry()
         self.partitions = partitions
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
         self._apply = client.register_script(load("apply_event"))
-        # boards_for_event depends only on the UTC date, the region and which seasons
-        # hold the moment; a batch repeats few of those, so compute each once.
-        self._boards_cache: dict[
-            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
-        ] = {}
-        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
-        # Key names and constant script arguments per (partition, board).
-        self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
         self._keys_cache: dict[int, Keys] = {}
+        self.use_boards(boards)
         self._periods_cache: dict[date, dict[str, str]] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
@@ -136,13 +128,6 @@ class SpeedLayer:
         # points; the API points this at its generation registry.
         self.thresholds: Callable[[], Mapping[str, Mapping[str, int]]] = dict
         self._thresholds_now: Mapping[str, Mapping[str, int]] = {}
-        # first_achieved boards get the event's time with their aggregation.
-        self._first_achieved = {
-            f"season:{s.id}:{scope}"
-            for s in boards.seasons
-            if s.tie_break == "first_achieved"
-            for scope in boards.scopes
-        }
         # Group commit of concurrent small calls (see apply()).
         self.group_window_us = 0
         self._group: list[tuple[list[NormalizedEvent], asyncio.Future[Any]]] = []
@@ -151,6 +136,26 @@ class SpeedLayer:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
             self._rate_args = (0, 1)
+
+    def use_boards(self, boards: BoardsConfig) -> None:
+        """Score from now on under ``boards`` (at start, and when a running API sees
+        a season promoted to another rule): everything derived from it is rebuilt."""
+        self.boards = boards
+        # boards_for_event depends only on the UTC date, the region and which seasons
+        # hold the moment; a batch repeats few of those, so compute each once.
+        self._boards_cache: dict[
+            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
+        ] = {}
+        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
+        # Key names and constant script arguments per (partition, board).
+        self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
+        # first_achieved boards get the event's time with their aggregation.
+        self._first_achieved = {
+            f"season:{s.id}:{scope}"
+            for s in boards.seasons
+            if s.tie_break == "first_achieved"
+            for scope in boards.scopes
+        }
 
     def keys(self, partition: int) -> Keys:
         return Keys(partition)
@@ -314,33 +319,10 @@ class SpeedLayer:
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
-        """Send every EVALSHA in one write and read the replies in order.
-
-        What redis-py's non-transactional pipeline does, without its per-call SCRIPT
-        EXISTS round trip and its pure-Python command packing (hiredis packs here).
-        A reply that is an error is returned as the exception, like the pipeline's.
-        """
-        pool = self.client.connection_pool
-        conn = await pool.get_connection()
-        packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
-
-        async def send_and_read() -> list[Any]:
-            await conn.send_packed_command(packed)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
-
-        async def on_failure(error: BaseException) -> None:
-            await conn.disconnect()
-
-        try:
-            return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
-        finally:
-            await pool.release(conn)
+        """Send every EVALSHA in one write (per server) and read the replies in
+        order; a reply that is an error is returned as the exception
+        (:func:`speed.connection.send_commands`, one server or a cluster)."""
+        return await send_commands(self.client, commands)
 
     async def run_script(
         self, script: Any, calls: list[tuple[list[Any], list[Any]]]

@@ -15,9 +15,14 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.security import sign
 from conf.settings import Settings
+from speed.connection import sync_client
 from speed.server import RedisServer
 
-pytest_plugins = ["tests.fixtures_spark", "tests.fixtures_cluster"]
+pytest_plugins = [
+    "tests.fixtures_spark",
+    "tests.fixtures_cluster",
+    "tests.fixtures_redis_cluster",
+]
 
 DEV_SECRET = b"dev-secret"
 
@@ -29,9 +34,30 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+# Tests that must hold on a Redis Cluster too take both backends:
+#   @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+# Every other test runs on the single server only.
+BACKENDS = ["single", "cluster"]
+
+
 @pytest.fixture
-def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url)
+def redis_backend(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest, redis_backend: str) -> str:
+    """LB_REDIS_URL of the backend: the session's single server, or the session's
+    three-master cluster (``redis+cluster://``), started on first use."""
+    if redis_backend == "cluster":
+        return str(request.getfixturevalue("redis_cluster"))
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = sync_client(redis_url)
     client.flushall()
     yield client
     client.close()
@@ -60,12 +86,10 @@ def settings_boards(directory: Path) -> Path:
 
 
 @pytest.fixture
-def settings(
-    redis_server: RedisServer, redis_client: redis.Redis, tmp_path: Path
-) -> Settings:
+def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
     boards_file = settings_boards(tmp_path)
     return Settings(
-        redis_url=redis_server.url,
+        redis_url=redis_url,
         data_dir=tmp_path / "lb",
         partitions=4,
         rate_limit="off",

@@ -13,7 +13,7 @@ from api.security import sign
 from api.tokens import issue_player_token
 from conf.settings import Settings
 from tests.api.segment_writer import write_generation
-from tests.conftest import DEV_SECRET, SignedClient, event
+from tests.conftest import BACKENDS, DEV_SECRET, SignedClient, event
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -67,6 +67,7 @@ def seeded(api: SignedClient) -> SignedClient:
     return api
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_friends_ranked_among_themselves_live(
     seeded: SignedClient, settings: Settings
 ) -> None:

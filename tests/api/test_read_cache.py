@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from redis.asyncio.connection import AbstractConnection
 
 from api.main import create_app
 from api.reads import ReadService
@@ -135,37 +136,18 @@ def test_snapshot_answers_are_cached_per_generation(
 
 
 class RoundTrips:
-    """Counts the round trips a service makes to Redis."""
+    """Counts the round trips a service makes to Redis: every write of commands to
+    a connection (a command, a pipeline, a batch of EVALSHAs) is one."""
 
     def __init__(self, reads: ReadService, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        client = reads.speed.client
-        speed = reads.speed
-        command, pipeline = client.execute_command, client.pipeline
-        evalsha_all = speed._evalsha_all
+        send = AbstractConnection.send_packed_command
 
-        async def counted_command(*args: Any, **kwargs: Any) -> Any:
+        async def counted_send(conn: Any, *args: Any, **kwargs: Any) -> Any:
             self.count += 1
-            return await command(*args, **kwargs)
+            return await send(conn, *args, **kwargs)
 
-        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
-            pipe = pipeline(*args, **kwargs)
-            execute = pipe.execute
-
-            async def counted_execute(*a: Any, **k: Any) -> Any:
-                self.count += 1
-                return await execute(*a, **k)
-
-            pipe.execute = counted_execute
-            return pipe
-
-        async def counted_evalsha(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return await evalsha_all(*args, **kwargs)
-
-        monkeypatch.setattr(client, "execute_command", counted_command)
-        monkeypatch.setattr(client, "pipeline", counted_pipeline)
-        monkeypatch.setattr(speed, "_evalsha_all", counted_evalsha)
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counted_send)
 
     def during(self, api: SignedClient, path: str, params: dict[str, str]) -> int:
         start = self.count
@@ -197,3 +179,22 @@ def test_approximate_rank_takes_one_round_trip(
 
 def test_lb_up_defaults_to_one_worker_per_core() -> None:
     assert Settings().api_workers == len(os.sched_getaffinity(0))
+
+
+def test_exact_live_rank_takes_one_round_trip_when_its_guess_holds(
+    api: SignedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed(api, SEED)
+    trips = RoundTrips(reads_of(api), monkeypatch)
+    path = f"/v1/boards/{BOARD}/players/P3"
+    # Nothing known yet (no generation, never read): the standing, then the counts.
+    assert trips.during(api, path, {}) == 2
+    # Its standing as last read is the guess, verified with the counts.
+    assert trips.during(api, path, {}) == 1
+    # The player scores: the guess is wrong once (the answer is still exact).
+    post(api, "P3", 7, 2)
+    start = trips.count
+    reply = api.get(path).json()
+    assert trips.count - start == 2
+    assert (reply["score"], reply["rank"]) == (907, 2)
+    assert trips.during(api, path, {}) == 1

@@ -10,7 +10,7 @@ import redis
 
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
-from tests.conftest import SignedClient, event
+from tests.conftest import BACKENDS, SignedClient, event
 from tests.speed.test_live_property import Oracle, region
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -60,6 +60,7 @@ def assert_board(api: SignedClient, oracle: Oracle, basis: str, **params: Any) -
         )
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_publish_then_fresh_events_stay_exact(
     api: SignedClient, settings: Any, spark: Any, redis_client: redis.Redis
 ) -> None:

@@ -8,6 +8,7 @@ import redis
 from conf.boards import BoardsConfig
 from speed.closed import drop_board_keys, final_boards
 from speed.partitions import Keys
+from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +32,7 @@ def _fill(client: redis.Redis, partition: int, board: str) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_drop_removes_only_closed_boards(redis_client: redis.Redis) -> None:
     closed = _fill(redis_client, 0, CLOSED) + _fill(redis_client, 3, CLOSED)
     kept = _fill(redis_client, 0, OPEN)

@@ -21,7 +21,7 @@ from api.segments import GenerationRegistry
 from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.api.segment_writer import write_generation
-from tests.conftest import SignedClient, event
+from tests.conftest import BACKENDS, SignedClient, event
 
 pytestmark = pytest.mark.integration
 
@@ -174,6 +174,7 @@ def check(
             assert approx["rank"] <= want["rank"]
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 @hsettings(
     max_examples=100,
     deadline=None,
@@ -269,6 +270,7 @@ def test_live_answers_equal_the_offline_sort(
             check(api, redis_client, oracle, op[1], op[2], settings.partitions)
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_rebasing_twice_is_stale_and_leaves_no_staged_keys(
     api: SignedClient, redis_client: redis.Redis, settings: Any
 ) -> None:

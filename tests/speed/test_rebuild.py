@@ -18,7 +18,7 @@ from jobs.publish import run_publish
 from speed.partitions import partition_of
 from speed.rebase import rebase_published
 from speed.rebuild import RebuildRaced, run_rebuild
-from tests.conftest import OPEN_LATENESS, SignedClient, event
+from tests.conftest import BACKENDS, OPEN_LATENESS, SignedClient, event
 
 pytestmark = pytest.mark.integration
 
@@ -120,6 +120,7 @@ def feed(api: SignedClient, round_: int) -> None:
     send(api, "p2", f"m{round_}", 1, 10 * ((2 + round_) % 4))  # a redelivery
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_rebuild_after_wipe_restores_identical_answers(
     ops_api: SignedClient,
     boards_settings: Settings,

@@ -1,0 +1,226 @@
+"""Redis clients for one server or a Redis Cluster, chosen by the URL.
+
+``LB_REDIS_URL=redis://host:port/0`` names one server (as before);
+``LB_REDIS_URL=redis+cluster://host:port`` (or ``rediss+cluster://`` for TLS) names
+any node of a Redis Cluster: the client discovers the others and sends each command
+to the master of its key's hash slot. One URL carries the choice, so every process
+that is handed the URL (`lb up`'s API, the jobs, `lb status`) agrees on it without
+a second variable to keep in step.
+
+Every key of a partition carries the partition's hash tag ``{pN}``
+(:mod:`speed.partitions`), so a partition's scripts run on one node unchanged. The
+few keys outside partitions each live in one slot of their own: the audit stream
+``lb:{audit}:log``, a season's late-review queue ``lb:{late}:<season>``, and the read
+caches' counters ``lb-reads:epoch`` and ``lb-reads:flags-version``; no command or
+script names two of them together, nor one of them with a partition's keys.
+
+The cluster clients (``redis.cluster.RedisCluster`` and its asyncio twin) are not
+subclasses of ``redis.Redis``, but offer the same command methods, pipelines
+(split per node, non-transactional unless every key shares a slot), scripts (SCRIPT
+LOAD goes to every master; EVALSHA to the master of its first key) and ``scan_iter``
+(over every master). Callers type them as ``redis.Redis`` and use only that common
+surface; :func:`send_commands` is the one place that reaches below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+import hiredis
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+)
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+# Rounds of MOVED/ASK/TRYAGAIN/connection-error replies before giving up: a slot
+# being migrated or a master failing over settles within a few topology refreshes.
+MAX_REDIRECTS = 5
+REDIRECT_PAUSE_S = 0.05
+
+
+class RedisUrlError(ValueError):
+    """A cluster URL with a database number other than 0 (a cluster has only 0)."""
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """The URL with its ``+cluster`` scheme replaced by the plain one redis-py reads
+    (``redis+cluster://h:p`` -> ``redis://h:p``); a plain URL unchanged."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    if plain is None:
+        return url
+    path = rest.split("?", 1)[0].split("/", 1)
+    if len(path) == 2 and path[1] not in ("", "0"):
+        raise RedisUrlError(f"a Redis Cluster has only database 0, not /{path[1]}")
+    return f"{plain}{sep}{rest}"
+
+
+def sync_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A blocking client for ``url``: ``redis.Redis`` or ``RedisCluster``."""
+    if is_cluster_url(url):
+        # Same command surface as redis.Redis (see the module docstring).
+        return cast(redis.Redis, RedisCluster.from_url(node_url(url), **kwargs))
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
+    """An asyncio client for ``url``; ``max_connections`` is per node on a cluster."""
+    if is_cluster_url(url):
+        return cast(aioredis.Redis, AsyncRedisCluster.from_url(node_url(url), **kwargs))
+    return aioredis.from_url(url, **kwargs)
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, AsyncRedisCluster | RedisCluster)
+
+
+def _first_key(command: Sequence[Any]) -> Any:
+    """The key that routes a command: EVAL/EVALSHA's first KEYS entry, else the
+    first argument (every command sent through :func:`send_commands` names a key)."""
+    name = command[0]
+    name = (name.decode() if isinstance(name, bytes) else str(name)).upper()
+    if name in ("EVALSHA", "EVAL"):
+        if int(command[2]) == 0:
+            raise ValueError("a script call without KEYS cannot be routed")
+        return command[3]
+    return command[1]
+
+
+async def send_commands(
+    client: aioredis.Redis, commands: Sequence[Sequence[Any]]
+) -> list[Any]:
+    """Send every command in one write per server and read the replies in order.
+
+    What redis-py's non-transactional pipeline does, without its per-call SCRIPT
+    EXISTS round trip and its pure-Python command packing (hiredis packs here). A
+    reply that is an error is returned as the exception, like the pipeline's. On a
+    cluster the commands are grouped by the master of their key's slot, the groups
+    go out concurrently, and a command answered MOVED/ASK/TRYAGAIN (a slot moving)
+    is sent again after the topology is refreshed: such a reply means it did not run.
+    """
+    if not is_cluster(client):
+        return await _send_one_server(client, commands)
+    cluster = cast(AsyncRedisCluster, client)
+    await cluster.initialize()
+    replies: list[Any] = [None] * len(commands)
+    pending = list(range(len(commands)))
+    for attempt in range(MAX_REDIRECTS + 1):
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i in pending:
+            node = cluster.get_node_from_key(_first_key(commands[i]))
+            if node is None:  # pragma: no cover - only asked for replicas
+                raise ClusterDownError("no master serves the key's slot")
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        results = await asyncio.gather(
+            *(
+                _send_to_node(node, [commands[i] for i in indices])
+                for node, indices in by_node.values()
+            )
+        )
+        pending = []
+        for (_, indices), node_replies in zip(by_node.values(), results, strict=True):
+            for i, reply in zip(indices, node_replies, strict=True):
+                replies[i] = reply
+                if isinstance(reply, AskError | TryAgainError | RedisConnectionError):
+                    pending.append(i)
+        if not pending:
+            return replies
+        if attempt < MAX_REDIRECTS:
+            await asyncio.sleep(REDIRECT_PAUSE_S * attempt)
+            await cluster.nodes_manager.initialize()
+    return replies
+
+
+async def _send_to_node(node: Any, commands: list[Sequence[Any]]) -> list[Any]:
+    """One node's commands in one write. A broken connection answers every command
+    not read yet with the error (retried by the caller: a script whose reply was
+    lost ran at most once, and the owner transaction's dedupe records make running
+    an event again answer ``duplicate`` with the saved result)."""
+    conn = node.acquire_connection()
+    replies: list[Any] = []
+    try:
+        await conn.send_packed_command(
+            b"".join([hiredis.pack_command(tuple(c)) for c in commands])
+        )
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except (RedisConnectionError, OSError) as exc:
+        await conn.disconnect()
+        error = exc if isinstance(exc, RedisConnectionError) else RedisConnectionError()
+        replies += [error] * (len(commands) - len(replies))
+    finally:
+        node.release(conn)
+    return replies
+
+
+async def _send_one_server(
+    client: aioredis.Redis, commands: Sequence[Sequence[Any]]
+) -> list[Any]:
+    pool = client.connection_pool
+    conn = await pool.get_connection()
+    packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
+
+    async def send_and_read() -> list[Any]:
+        await conn.send_packed_command(packed)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    async def on_failure(error: BaseException) -> None:
+        await conn.disconnect()
+
+    try:
+        return await conn.retry.call_with_retry(send_and_read, on_failure)  # type: ignore[no-any-return]
+    finally:
+        await pool.release(conn)
+
+
+async def run_transaction(
+    client: aioredis.Redis, commands: Sequence[Sequence[Any]]
+) -> list[Any]:
+    """MULTI, the commands, EXEC in one write; the EXEC reply (one per command).
+
+    The commands must name keys of one hash slot (one partition). redis-py's own
+    cluster transaction pipeline runs every queued command through ``asyncio.run``
+    in a thread of its own, blocking the event loop meanwhile; this sends the block
+    to the slot's master directly instead.
+    :raises ResponseError: when a command or the EXEC fails.
+    """
+    block: list[Sequence[Any]] = [("MULTI",), *commands, ("EXEC",)]
+    if is_cluster(client):
+        cluster = cast(AsyncRedisCluster, client)
+        await cluster.initialize()
+        slots = {cluster.keyslot(_first_key(c)) for c in commands}
+        if len(slots) != 1:
+            raise ValueError(f"a transaction spans {len(slots)} slots")
+        node = cluster.get_node_from_key(_first_key(commands[0]))
+        replies = await _send_to_node(node, block)
+    else:
+        replies = await _send_one_server(client, block)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies[-1])

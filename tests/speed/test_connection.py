@@ -1,0 +1,118 @@
+"""speed/connection.py: the URL chooses one server or a cluster; raw sends answer in
+order across masters and follow a slot that moved (real 3-master cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from speed.connection import (
+    RedisUrlError,
+    async_client,
+    is_cluster_url,
+    node_url,
+    run_transaction,
+    send_commands,
+    sync_client,
+)
+
+
+@pytest.mark.unit
+def test_cluster_urls() -> None:
+    assert is_cluster_url("redis+cluster://h:7000")
+    assert is_cluster_url("REDISS+CLUSTER://h:7000")
+    assert not is_cluster_url("redis://h:6379/0")
+    assert not is_cluster_url("unix:///tmp/r.sock")
+    assert node_url("redis+cluster://u:pw@h:7000") == "redis://u:pw@h:7000"
+    assert node_url("rediss+cluster://h:7000/0") == "rediss://h:7000/0"
+    assert node_url("redis://h:6379/3") == "redis://h:6379/3"
+    with pytest.raises(RedisUrlError):
+        node_url("redis+cluster://h:7000/2")
+
+
+def _run(url: str, body: Any) -> Any:
+    async def main() -> Any:
+        client = async_client(url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_sends_answer_in_order_across_masters(redis_cluster: str) -> None:
+    check = sync_client(redis_cluster)
+    assert isinstance(check, RedisCluster)
+    keys = [f"lb:{{p{p}}}:conn-test" for p in range(12)]
+    masters = {check.get_node_from_key(k).name for k in keys}
+    assert len(masters) == 3  # the keys span every master
+
+    async def body(client: Any) -> list[Any]:
+        return await send_commands(
+            client,
+            [("SET", k, i) for i, k in enumerate(keys)]
+            + [("GET", k) for k in keys]
+            + [("HGET", keys[0], "x")],  # WRONGTYPE: returned, not raised
+        )
+
+    replies = _run(redis_cluster, body)
+    assert replies[: len(keys)] == [b"OK"] * len(keys)
+    assert replies[len(keys) : 2 * len(keys)] == [
+        str(i).encode() for i in range(len(keys))
+    ]
+    assert isinstance(replies[-1], redis.ResponseError)
+
+    async def cross_slot(client: Any) -> None:
+        await run_transaction(client, [("DEL", keys[0]), ("DEL", keys[1])])
+
+    with pytest.raises(ValueError, match="slots"):
+        _run(redis_cluster, cross_slot)
+    check.delete(*keys)
+    check.close()
+
+
+@pytest.mark.integration
+def test_a_moved_slot_is_followed(redis_cluster: str) -> None:
+    """A command sent to a master that no longer owns the slot gets MOVED; the
+    sender refreshes the slot map and sends it again to the new owner."""
+    admin = sync_client(redis_cluster)
+    assert isinstance(admin, RedisCluster)
+    key = "lb:{conn-moved}:k"
+    slot = admin.keyslot(key)
+    source = admin.get_node_from_key(key)
+    target = next(n for n in admin.get_primaries() if n.name != source.name)
+
+    async def body(client: Any) -> list[Any]:
+        await client.initialize()  # slot map cached with the old owner
+        target_id = (
+            await client.get_node(host=target.host, port=target.port).execute_command(
+                "CLUSTER", "MYID"
+            )
+        ).decode()
+        # The slot is empty: hand it to the target on every master directly.
+        for node in client.get_primaries():
+            await node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return await send_commands(client, [("SET", key, "v"), ("GET", key)])
+
+    try:
+        assert _run(redis_cluster, body)[1] == b"v"
+        plain = redis.Redis(host=target.host, port=target.port)
+        assert plain.get(key) == b"v"  # it landed on the new owner
+        plain.delete(key)
+        plain.close()
+    finally:
+        # Give the slot back so the session's cluster keeps its layout.
+        source_id = redis.Redis(host=source.host, port=source.port).execute_command(
+            "CLUSTER", "MYID"
+        )
+        for node in admin.get_primaries():
+            redis.Redis(host=node.host, port=node.port).execute_command(
+                "CLUSTER", "SETSLOT", slot, "NODE", source_id
+            )
+        admin.close()
