@@ -7,14 +7,20 @@ the closed season's speed-layer keys.
    short; durability is not what is measured) and a temp ``LB_DATA_DIR``.
 2. A boards file with season ``SB`` (regions eu, na) ending a little after ingest,
    1 s of lateness; rolling windows stay open.
-3. Applies the events through the speed layer (``SpeedLayer.apply``, batches of
-   1000; every player gets at least one event, points in a small range).
+3. Applies the events through the API's ingest path (``validate_event``, then
+   ``SpeedLayer.apply``: the owner transaction, as ``POST /v1/score-events:batch``
+   does minus HTTP and signatures), ``--batch`` events per call, from ``--workers``
+   processes with a connection each (every player gets at least one event, points
+   in a small range; event i goes to worker i mod W).
 4. After the close time: sums Redis' ``MEMORY USAGE`` of the season boards' keys
    (what dropping them frees), reads ``used_memory``, times ``close_season``
    (land + final publish + rebase + award snapshot + Delta ``gold_awards``), then
    checks the keys are gone and reads ``used_memory`` again.
 
-Results go to stdout as JSON.
+Results go to stdout as JSON; progress to stderr. The load average is sampled every
+10 s during the ingest and the close (min / max reported): the machine may be shared.
+
+    python -m bench.season --players 1000000 --events 1000000 --workers 2 --batch 4000
 """
 
 from __future__ import annotations
@@ -22,11 +28,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -70,8 +82,16 @@ def memory_of(client: redis.Redis, names: list[str]) -> int:
 
 
 async def ingest(
-    settings: Settings, players: int, events: int, played: datetime
+    settings: Settings,
+    players: int,
+    events: int,
+    played: datetime,
+    worker: int = 0,
+    workers: int = 1,
+    batch_size: int = 1000,
 ) -> int:
+    """Apply events ``worker``, ``worker + workers``, ... of the run; returns how
+    many were sent."""
     boards = load_boards(settings.boards_file)
     client = aioredis.from_url(settings.redis_url or "", max_connections=8)
     layer = SpeedLayer(
@@ -81,11 +101,13 @@ async def ingest(
     from conf.rules import default_registry
 
     rules = default_registry(settings.points_min, settings.points_max)
-    rng = random.Random(8)
+    rng = random.Random(8 + worker)
     now = datetime.now(UTC)
     batch = []
     sent = 0
-    for i in range(events):
+    report = max(batch_size, events // workers // 20)
+    started = time.perf_counter()
+    for i in range(worker, events, workers):
         player = (
             f"P{i % players:07d}" if i < players else f"P{rng.randrange(players):07d}"
         )
@@ -100,15 +122,108 @@ async def ingest(
         }
         # The API's own checks and scoring (the rule's points go with the event).
         batch.append(validate_event(raw, settings, boards, now, rules))
-        if len(batch) == 1000:
-            await layer.apply(batch)
+        if len(batch) == batch_size:
+            await _apply_all(layer, batch)
             sent += len(batch)
             batch = []
+            if sent % report < batch_size:
+                rate = sent / (time.perf_counter() - started)
+                print(
+                    f"worker {worker}: {sent} events, {rate:.0f}/s, "
+                    f"load {os.getloadavg()[0]:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if batch:
-        await layer.apply(batch)
+        await _apply_all(layer, batch)
         sent += len(batch)
     await client.aclose()
     return sent
+
+
+async def _apply_all(layer: SpeedLayer, batch: list[Any]) -> None:
+    outcomes = await layer.apply(batch)
+    failed = [o.error for o in outcomes if o.error is not None]
+    if failed or len(outcomes) != len(batch):
+        raise RuntimeError(f"{len(failed)} events refused, first: {failed[:1]}")
+
+
+def _ingest_worker(
+    settings: Settings,
+    players: int,
+    events: int,
+    played: datetime,
+    worker: int,
+    workers: int,
+    batch_size: int,
+) -> int:
+    return asyncio.run(
+        ingest(settings, players, events, played, worker, workers, batch_size)
+    )
+
+
+def ingest_parallel(
+    settings: Settings,
+    players: int,
+    events: int,
+    played: datetime,
+    workers: int,
+    batch_size: int,
+) -> int:
+    """:func:`ingest` split over ``workers`` processes (one owner-transaction
+    client each: Redis runs the scripts, the processes build and validate)."""
+    if workers <= 1:
+        return asyncio.run(ingest(settings, players, events, played, 0, 1, batch_size))
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [
+            pool.submit(
+                _ingest_worker,
+                settings,
+                players,
+                events,
+                played,
+                w,
+                workers,
+                batch_size,
+            )
+            for w in range(workers)
+        ]
+        return sum(f.result() for f in futures)
+
+
+class LoadSampler:
+    """``os.getloadavg()`` every ``every`` seconds in a thread, per named phase."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.samples: dict[str, list[float]] = {}
+        self.phase = "start"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.setdefault(self.phase, []).append(os.getloadavg()[0])
+            if self._stop.wait(self.every):
+                return
+
+    def start(self, phase: str) -> LoadSampler:
+        self.phase = phase
+        self._thread.start()
+        return self
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        self.samples.setdefault(phase, []).append(os.getloadavg()[0])
+
+    def stop(self) -> dict[str, list[float]]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            phase: [round(min(v), 2), round(max(v), 2)]
+            for phase, v in self.samples.items()
+        }
 
 
 def main() -> None:
@@ -116,10 +231,28 @@ def main() -> None:
     parser.add_argument("--players", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="ingest processes (default 1)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1000, help="events per apply call (default 1000)"
+    )
     args = parser.parse_args()
+    from jobs.publish import land_inputs
     from jobs.season import close_season
     from jobs.spark import get_spark
 
+    steps: dict[str, float] = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        # A bounded run (`timeout`) stopped: say how far the close got, then let the
+        # finally below stop Redis and remove the temp dir.
+        print(
+            f"stopped by signal {signum}; close steps so far: {steps}", file=sys.stderr
+        )
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     root = Path(tempfile.mkdtemp(prefix="bench-season-"))
     server = RedisServer(root / "redis", appendfsync="everysec").start()
     try:
@@ -147,9 +280,13 @@ def main() -> None:
 
         write_boards(end_guess)
         played = end_guess - timedelta(hours=2)
+        load = LoadSampler().start("ingest")
         started = time.perf_counter()
-        sent = asyncio.run(ingest(settings, args.players, args.events, played))
+        sent = ingest_parallel(
+            settings, args.players, args.events, played, args.workers, args.batch
+        )
         ingest_s = time.perf_counter() - started
+        print(f"ingest done: {sent} events in {ingest_s:.1f} s", file=sys.stderr)
         # Move the season's end to just now: the events stay inside it (played two
         # hours before the original end, at most a few minutes before now is fine as
         # long as the new end is after them).
@@ -164,20 +301,40 @@ def main() -> None:
         names = season_keys(client, args.partitions, boards)
         season_bytes = memory_of(client, names)
         used_before = int(client.info("memory")["used_memory"])
+        load.enter("spark start")
         spark = get_spark("bench-season")
+        load.enter("close")
+        print(
+            f"close starts: season keys {len(names)}, {season_bytes} B, "
+            f"used_memory {used_before}",
+            file=sys.stderr,
+            flush=True,
+        )
         started = time.perf_counter()
-        steps: dict[str, float] = {}
         snapshot = close_season(settings, "SB", spark=spark, timings=steps)
         close_s = time.perf_counter() - started
         left = season_keys(client, args.partitions, boards)
         used_after = int(client.info("memory")["used_memory"])
+        # What the close no longer repeats inside its final publish (it lands once):
+        # a landing pass that finds nothing new (bronze's landed-through scan, the
+        # partition logs, audit and award versions).
+        load.enter("repeat landing pass")
+        started = time.perf_counter()
+        land_inputs(settings, spark)
+        repeat_s = time.perf_counter() - started
+        loads = load.stop()
         result: dict[str, Any] = {
             "players": args.players,
             "events": sent,
             "partitions": args.partitions,
+            "workers": args.workers,
+            "batch": args.batch,
+            "commit": _commit(),
             "ingest_seconds": round(ingest_s, 1),
+            "ingest_events_per_second": round(sent / ingest_s),
             "close_seconds": round(close_s, 1),
             "close_steps": steps,
+            "repeat_landing_pass_seconds": round(repeat_s, 1),
             "award_populations": snapshot.boards,
             "hash": snapshot.hash,
             "season_keys_before": len(names),
@@ -185,13 +342,35 @@ def main() -> None:
             "season_key_bytes_freed": season_bytes,
             "used_memory_before": used_before,
             "used_memory_after": used_after,
-            "loadavg": os.getloadavg(),
+            "loadavg_end": os.getloadavg(),
+            "loadavg_min_max": loads,
         }
         print(json.dumps(result, indent=1))
         client.close()
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from conf.boards import BoardsFileError, load_boards
 from conf.settings import Settings, SettingsError, load_settings
+from jobs.publish_lock import PublishBusy, publish_lock
 
 # Modules adding their own commands through ``register(subparsers)``; a module not
 # present in this checkout is skipped (so a branch can land its module later).
@@ -114,8 +115,8 @@ class LbParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-class PublishLocked(RuntimeError):
-    """Another `lb publish` holds this data dir's publish lock."""
+# Another publisher holds this data dir's publish lock (jobs/publish_lock.py).
+PublishLocked = PublishBusy
 
 
 class RedisUnreachable(RuntimeError):
@@ -271,34 +272,24 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
-    import fcntl
-
     from jobs.jars import jar_paths
 
     # Cheap checks first: the jars and Redis, before Spark takes seconds to start.
     jar_paths()
     check_redis(settings)
 
+    from cli.quiet import quiet_spark
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
 
     # One publisher at a time per data dir: a second one fails fast instead of
     # racing the first for the same generation number.
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(settings.run_dir / "publish.lock", "w")  # noqa: SIM115 - held to exit
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise PublishLocked(
-            f"another `lb publish` is running for {settings.data_dir}"
-        ) from None
-    from cli.quiet import quiet_spark
-
-    generation = run_publish(
-        settings, spark=quiet_spark(settings, "publish"), full=args.full
-    )
-    # The speed layer's changed-sets and histograms now follow the new generation.
-    report = rebase_published(settings, generation)
+    with publish_lock(settings):
+        generation = run_publish(
+            settings, spark=quiet_spark(settings, "publish"), full=args.full
+        )
+        # The speed layer's changed-sets and histograms now follow the generation.
+        report = rebase_published(settings, generation)
     stale = {p: o for p, o in report.partitions.items() if o != "ok"}
     if stale:
         print(

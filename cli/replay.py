@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import fcntl
 import getpass
 import sys
 from typing import Any
@@ -19,34 +18,28 @@ examples:
 
 
 def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from cli.main import EXIT_CONFIG, EXIT_OK, PublishLocked, check_redis
+    from cli.main import EXIT_CONFIG, EXIT_OK, check_redis
     from jobs.jars import jar_paths
+    from jobs.publish_lock import publish_lock
     from jobs.replay import ReplayError, run_replay
 
     jar_paths()
     check_redis(settings)
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    # A replay publishes: it takes the data dir's publish lock like `lb publish`.
-    lock = open(settings.run_dir / "publish.lock", "w")  # noqa: SIM115 - held to exit
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise PublishLocked(
-            f"another `lb publish` is running for {settings.data_dir}"
-        ) from None
     from cli.quiet import quiet_spark
 
     try:
-        summary = run_replay(
-            settings,
-            args.season,
-            args.rule,
-            k=args.k,
-            promote=args.promote,
-            actor=f"cli:{getpass.getuser()}",
-            reason=args.reason,
-            spark=quiet_spark(settings, "replay"),
-        )
+        # A replay publishes: it takes the data dir's publish lock like `lb publish`.
+        with publish_lock(settings):
+            summary = run_replay(
+                settings,
+                args.season,
+                args.rule,
+                k=args.k,
+                promote=args.promote,
+                actor=f"cli:{getpass.getuser()}",
+                reason=args.reason,
+                spark=quiet_spark(settings, "replay"),
+            )
     except ReplayError as exc:
         print(f"lb replay: {exc}", file=sys.stderr)
         return EXIT_CONFIG

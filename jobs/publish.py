@@ -436,6 +436,7 @@ def run_publish(
     land: bool = True,
     timings: dict[str, float] | None = None,
     full: bool = False,
+    landed: LandedInputs | None = None,
 ) -> str:
     """Land, recompute, rank and publish the next generation; returns its id.
 
@@ -449,6 +450,9 @@ def run_publish(
 
     ``land=False`` skips landing (bronze is taken as landed, e.g. by a benchmark);
     the boundary is then Delta's landed-through position per partition.
+    ``landed``: phase 1 already ran (:func:`land_inputs`, e.g. the season close,
+    which checks what it landed before publishing); the publish uses it and does
+    not land again.
     ``timings``, when given, receives the wall-clock seconds of each phase.
     """
     clock = _PhaseClock(timings)
@@ -467,6 +471,7 @@ def run_publish(
             after_land_commit=after_land_commit,
             land=land,
             full=full,
+            landed=landed,
         )
     finally:
         os.umask(previous_umask)
@@ -891,6 +896,7 @@ def _run_publish(
     after_land_commit: Callable[[int], None] | None,
     land: bool,
     full: bool = False,
+    landed: LandedInputs | None = None,
 ) -> str:
     if land:
         # Which Redis to land from is settled before Spark starts: never a default.
@@ -906,9 +912,11 @@ def _run_publish(
     # The phases are also separate Airflow tasks (jobs/publish_steps.py).
     generation, number = next_generation(settings, spark)
     clock.lap("repair")
-    inputs = land_inputs(
-        settings, spark, land=land, after_land_commit=after_land_commit
-    )
+    if landed is None:
+        landed = land_inputs(
+            settings, spark, land=land, after_land_commit=after_land_commit
+        )
+    inputs = landed
     build = recompute_generation(
         settings,
         spark,

@@ -14,9 +14,10 @@ between them:
    (the generation becomes visible), then retention;
 4. :func:`rebase_step`: rebase the speed layer onto the generation.
 
-Each step holds the data dir's publish lock (the one ``lb publish`` takes) while it
-runs, and :func:`publish_step` refuses a generation number that something else
-published meanwhile, so a CLI publish between two steps cannot corrupt a generation.
+Each step holds the data dir's publish lock (:mod:`jobs.publish_lock`, the one ``lb
+publish`` takes) while it runs, and :func:`publish_step` refuses a generation number
+that something else published meanwhile, so a CLI publish between two steps cannot
+corrupt a generation.
 Every step is idempotent on retry: landing is idempotent per position, gold is
 ``replaceWhere`` per generation, the manifest row is a Delta transaction keyed by the
 generation number, and a rebase at or past the generation reports ``stale``.
@@ -24,7 +25,6 @@ generation number, and a rebase at or past the generation reports ``stale``.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,32 +36,12 @@ from pyspark.sql import SparkSession
 from conf.boards import load_boards
 from conf.settings import Settings
 from jobs import publish as pub
+from jobs.publish_lock import publish_lock
 from speed.server import resolve_redis_url
-
-LOCK_FILE = "publish.lock"
-
-
-class PublishBusy(RuntimeError):
-    """Another publish holds the data dir's publish lock."""
 
 
 class GenerationTaken(RuntimeError):
     """The generation number was published by someone else between two steps."""
-
-
-@contextmanager
-def publish_lock(settings: Settings) -> Iterator[None]:
-    """The lock `lb publish` holds (run/publish.lock); fails fast when taken."""
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.run_dir / LOCK_FILE, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PublishBusy("another publish is running for this data dir") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _spark(spark: SparkSession | None) -> SparkSession:

@@ -7,9 +7,11 @@ land award versions into Delta, drop closed windows from Redis.
 1. an existing version 1 is returned as it is (a rerun gives the same snapshot);
 2. refuse before the season's close time (end + allowedLateness);
 3. read every partition's last handed-out position (now, after the close time: every
-   event received before the cutoff is at or below it), land, and check each
-   partition landed through it -- otherwise name the partitions missing;
-4. publish a final generation (the usual ``run_publish``), rebase the speed layer;
+   event received before the cutoff is at or below it), land (the publish's landing
+   phase, ``land_inputs``), and check each partition landed through it -- otherwise
+   name the partitions missing;
+4. publish a final generation from that landing (``run_publish(landed=...)``: it
+   does not land a second time), rebase the speed layer;
 5. build version 1 from the generation's segments and silver contributions, written
    whole or not at all (``jobs/awards.py``); land it into Delta ``gold_awards``;
 6. audit the close; drop closed boards' speed-layer keys.
@@ -20,13 +22,10 @@ another generation with the same content and the same hash.
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import os
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +55,8 @@ from jobs.awards import (
     versions,
     write_version,
 )
-from jobs.land import LandingGap, run_land, table_exists
+from jobs.land import LandingGap, table_exists
+from jobs.publish_lock import publish_lock
 from serving.files import read_arrow
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
@@ -120,18 +120,6 @@ def cli_actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):
         return "cli:unknown"
-
-
-@contextmanager
-def publish_lock(settings: Settings) -> Iterator[None]:
-    """The lock ``lb publish`` takes: one publisher per data dir."""
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.run_dir / "publish.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SeasonError("another publish is running for this data dir") from None
-        yield
 
 
 def _season(config: BoardsConfig, season_id: str) -> Season:
@@ -290,6 +278,8 @@ def close_season(
     the final publish's own phases).
 
     :raises SeasonError: unknown season, before its close time, incomplete landing.
+    :raises PublishBusy: another publish holds the data dir's publish lock
+        (``lb`` exits 5, busy).
     """
     config = boards or load_boards(settings.boards_file)
     season = _season(config, season_id)
@@ -309,7 +299,7 @@ def close_season(
         from jobs.spark import get_spark
 
         spark = get_spark("season-close")
-    from jobs.publish import run_publish
+    from jobs.publish import land_inputs, run_publish
     from speed.rebase import rebase_published
 
     clock = _Laps(timings)
@@ -319,15 +309,18 @@ def close_season(
         try:
             handed = _handed_out(client, settings.partitions)
             try:
-                landed = run_land(settings, spark)
+                # The publish's own landing phase, run once here: its boundary is
+                # checked, then handed to the final publish (which lands no more).
+                landed = land_inputs(settings, spark)
             except LandingGap as exc:
                 # Positions handed out that the log no longer (or never) holds: the
                 # same verdict as a short landing, named the same way.
                 raise SeasonError(f"incomplete: {exc}") from exc
+            through = landed.boundary
             missing = {
-                p: (landed.get(p, 0), handed[p])
+                p: (through.get(p, 0), handed[p])
                 for p in handed
-                if landed.get(p, 0) < handed[p]
+                if through.get(p, 0) < handed[p]
             }
             clock.lap("land + completeness check")
             if missing:
@@ -342,7 +335,12 @@ def close_season(
             # Full: the award reads silver stamped with this generation only.
             phases: dict[str, float] = {}
             generation_id = run_publish(
-                settings, spark=spark, boards=config, full=True, timings=phases
+                settings,
+                spark=spark,
+                boards=config,
+                full=True,
+                timings=phases,
+                landed=landed,
             )
             clock.lap("final publish")
             if timings is not None:

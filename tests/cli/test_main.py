@@ -202,15 +202,18 @@ def test_publish_with_unreachable_redis_fails_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    "command", [("publish",), ("replay", "--season", "S4", "--rule", "v2")]
+)
 def test_publish_lock_held_exits_busy(
-    tmp_path: Path, redis_server: RedisServer
+    tmp_path: Path, redis_server: RedisServer, command: tuple[str, ...]
 ) -> None:
     env = _env(tmp_path, LB_REDIS_URL=redis_server.url)
     run = tmp_path / "lb" / "run"
     run.mkdir(parents=True)
     with open(run / "publish.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        done = _lb("publish", env=env)
+        done = _lb(*command, env=env)
     assert done.returncode == cli_main.EXIT_BUSY, done.stderr
     assert "another `lb publish`" in _short_error(done)[0]
 

@@ -56,6 +56,14 @@ class Airflow:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # The DAGs' tasks import the project from this checkout, whatever the
+            # venv's own install points at: an editable install maps each package
+            # to the directory it was made from, so a venv built in another checkout
+            # (LB_AIRFLOW_VENV=/elsewhere/.venv-airflow) would run that checkout's
+            # jobs/ -- without the modules this one added.
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+            ),
             # The tasks' Spark shares the machine with the tests' own session.
             "LB_SPARK_DRIVER_MEMORY": "1g",
         }
@@ -95,6 +103,11 @@ class Airflow:
 @pytest.fixture(scope="session")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     cli = Airflow(airflow_venv(), tmp_path_factory.mktemp("airflow-home"))
+    where = cli.run("python", "-P", "-c", "import jobs; print(jobs.__path__[0])")
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert Path(where.stdout.strip()) == REPO / "jobs", (
+        f"the Airflow venv imports jobs from {where.stdout.strip()}, not {REPO}"
+    )
     migrated = cli.run("airflow", "db", "migrate")
     assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
     yield cli

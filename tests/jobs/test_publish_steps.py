@@ -10,11 +10,10 @@ import pytest
 
 from conf.settings import Settings
 from jobs.publish import run_publish
+from jobs.publish_lock import PublishBusy, publish_lock
 from jobs.publish_steps import (
     GenerationTaken,
-    PublishBusy,
     land_step,
-    publish_lock,
     publish_step,
     rebase_step,
     recompute_step,

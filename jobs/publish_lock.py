@@ -1,0 +1,52 @@
+"""The data dir's publish lock: one publisher at a time per ``LB_DATA_DIR``.
+
+Everything that numbers and writes a generation takes it: ``lb publish``, ``lb
+replay``, ``lb season close`` and each step of the Airflow DAG ``publish_generation``
+(:mod:`jobs.publish_steps`). A second publisher would race the first for the same
+generation number, so it fails fast (:class:`PublishBusy`) instead of waiting.
+
+It is an ``flock`` on ``<run_dir>/publish.lock``: the kernel releases it when the
+holder's file is closed, which includes the holder dying (SIGKILL, OOM), so a crashed
+publisher never leaves the data dir locked. The lock belongs to an open file, not a
+process: a second :func:`publish_lock` in the same process is refused too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from conf.settings import Settings
+
+LOCK_FILE = "publish.lock"
+
+
+class PublishBusy(RuntimeError):
+    """Another publisher holds the data dir's publish lock.
+
+    ``lb`` maps it to exit code 5 (busy) with :attr:`hint` (cli/main.py)."""
+
+    exit_code = 5
+    hint = "wait for it to finish (one publish at a time per LB_DATA_DIR)"
+
+
+@contextmanager
+def publish_lock(settings: Settings) -> Iterator[None]:
+    """Hold the publish lock of ``settings.data_dir`` for the ``with`` body.
+
+    :raises PublishBusy: another publisher holds it (never waits).
+    """
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.run_dir / LOCK_FILE, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PublishBusy(
+                f"another `lb publish` (or replay, season close or publish DAG step) "
+                f"is running for {settings.data_dir}"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
