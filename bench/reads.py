@@ -30,7 +30,7 @@ send time; aiohttp client on the same 2 cores):
 1. snapshot top?limit=100, rank, nearby?radius=5; closed-loop max rate of snapshot top;
 2. live rank, top?limit=100, nearby?radius=5;
 3. approximate rank (mode=approx);
-4. Redis bytes per changed player per board (chz + chs), fw/bk/tot bytes, and a full
+4. Redis bytes per changed player per board (chz + chb), fw/bk/tot bytes, and a full
    sorted set of the same board built in the same Redis for comparison;
 5. approximate error vs exact live rank on a sample, and errorBound violations;
 6. serving-segment bytes per player.
@@ -597,13 +597,13 @@ def memory_report(
 
     per_board = {}
     for board in boards:
-        chz = chs = fw = bk = tot = members = 0
+        chz = chb = fw = bk = tot = members = 0
         tot_players = 0
         for p in range(partitions):
             base = f"lb:{{p{p}}}"
             chz += usage(f"{base}:chz:{board}")
             # The snapshot side (Keys.changed_snapshot): a bitmap of base rows.
-            chs += usage(f"{base}:chb:{board}")
+            chb += usage(f"{base}:chb:{board}")
             fw += usage(f"{base}:fw:{board}")
             bk += usage(f"{base}:bk:{board}")
             tot += usage(f"{base}:tot:{board}")
@@ -612,8 +612,8 @@ def memory_report(
         per_board[board] = {
             "changed_players": members,
             "chz_bytes": chz,
-            "chs_bytes": chs,
-            "changed_bytes_per_changed_player": round((chz + chs) / max(1, members), 1),
+            "chb_bytes": chb,
+            "changed_bytes_per_changed_player": round((chz + chb) / max(1, members), 1),
             "fenwick_bytes": fw,
             "buckets_bytes": bk,
             "totals_hash_bytes": tot,
@@ -1223,7 +1223,7 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     boards = mem.get("boards", {})
     if BOARD in boards:
         v = boards[BOARD]["changed_bytes_per_changed_player"]
-        row("Redis bytes / changed player / board (chz+chs)", v, "<= 150", v <= 150)
+        row("Redis bytes / changed player / board (chz+chb)", v, "<= 150", v <= 150)
         row(
             "Redis bytes / unchanged player (totals hash)",
             boards[BOARD]["totals_bytes_per_player"],
@@ -1286,7 +1286,7 @@ def print_table(report: dict[str, Any]) -> None:
         b = report["memory"]["boards"].get(BOARD, {})
         f = report["memory"]["full_zset"]
         print(
-            f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chs "
+            f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chb "
             f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
             f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
             f"{b.get('totals_bytes_per_player')} B/player; full zset "
