@@ -37,29 +37,11 @@ import orjson
 import pyarrow as pa
 import redis
 
+from bench.reads import make_raw
 from serving.segments import board_entry, write_board_segment
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 
-OCCURRED_AT = "2026-11-29T12:00:00Z"
-REGIONS = ("eu", "na")
-
-
-def player_id(i: int) -> str:
-    return f"p{i:07d}"  # the ids bench/reads.py uses
-
-
-def raw_event(i: int, n: int, points: int, round_tag: str) -> dict[str, Any]:
-    return {
-        "eventId": f"{round_tag}-e{n}",
-        "playerId": player_id(i),
-        "matchId": f"{round_tag}-m{n}",
-        "sourceRevision": 1,
-        "occurredAt": OCCURRED_AT,
-        "region": REGIONS[i % 2],
-        "result": {"points": points},
-        "kind": "result",
-        "reason": None,
-    }
+# The same events and player ids as bench/reads.py, so the two benches' boards agree.
 
 
 async def apply_all(
@@ -87,7 +69,7 @@ async def apply_all(
         for first in range(0, len(items), 1000):
             events = [
                 validate_event(
-                    raw_event(i, first + j, pts, round_tag),
+                    make_raw(i, round_tag, first + j, pts),
                     settings,
                     boards,
                     now,
