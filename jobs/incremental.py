@@ -13,9 +13,13 @@ contributions and totals are those already in silver. The incremental build
    earlier event ids deduplicate only for them);
 3. re-derives their contributions, totals and first-achieved times with the same
    transforms as the full recompute (``transform_recompute``, ``transform_achieved``);
-4. ``MERGE``s them into ``silver_contributions`` / ``silver_totals`` (rows of touched
-   players replaced, vanished rows deleted) in one commit per table;
-5. re-ranks only the boards a touched player is on (or a player whose shadow flag
+4. ``MERGE``s into ``silver_contributions`` only the rows of the (player, match)
+   pairs the delta has records of (and of a held record a delta ``released`` record
+   lets count), into ``silver_totals`` only the (board, player) rows of those pairs'
+   old and new contributions (replaced rows updated, vanished ones deleted), one
+   commit per table; silver has deletion vectors, so a merge writes about the rows
+   it changes instead of every file holding a touched player;
+5. re-ranks only the boards of those totals (and of a player whose shadow flag
    changed), copies the other boards' gold rows from the previous generation and
    hard-links their segment files (immutable, same bytes, same checksums).
 
@@ -177,32 +181,55 @@ def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFram
     return events.join(F.broadcast(touched), "player_id", "left_semi")
 
 
+DELETION_VECTORS = "delta.enableDeletionVectors"
+
+
+def enable_deletion_vectors(spark: SparkSession, path: Path) -> None:
+    """Turn on deletion vectors for the silver table at ``path`` (once: a metadata
+    commit, only while the property is missing).
+
+    Without them a ``MERGE`` rewrites every file holding a touched player's row,
+    and the touched players of even a small delta are spread over every file of
+    silver (no layout keyed by player keeps a few thousand random players in a few
+    files), so an incremental publish rewrote all of silver. With them it marks the
+    replaced rows in a deletion vector per file and writes only the new rows: the
+    cost follows the delta. Readers need deletion-vector support (Delta reader
+    version 3): Spark with Delta, DuckDB's ``delta`` extension, the ``deltalake``
+    package's ``QueryBuilder`` (docs/ANALYSTS.md); ``OPTIMIZE`` (``lb maintain``)
+    compacts the files a merge leaves and drops their deleted rows.
+    """
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, str(path)).detail().select("properties").first()
+    properties = (detail[0] if detail else None) or {}
+    if properties.get(DELETION_VECTORS) != "true":
+        on = f"'{DELETION_VECTORS}' = 'true'"
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({on})")
+
+
 def load_merge(
     spark: SparkSession,
     path: Path,
     fresh: DataFrame,
-    touched: DataFrame,
+    gone: DataFrame,
     keys: Iterable[str],
 ) -> None:
-    """Replace the touched players' rows of the Delta table at ``path`` by ``fresh``
-    in one ``MERGE`` commit: matched rows are updated, new ones inserted, and rows of
-    touched players that ``fresh`` no longer has are deleted."""
+    """``MERGE`` ``fresh`` into the Delta table at ``path`` in one commit: matched
+    rows are updated, new ones inserted, and the rows keyed by ``gone`` (key
+    columns only) deleted. Both sources hold only rows that may have changed, so
+    with deletion vectors the commit writes about as many rows as they hold."""
     from delta.tables import DeltaTable
 
     keys = list(keys)
     target = DeltaTable.forPath(spark, str(path))
     columns = list(target.toDF().columns)
-    old = (
-        spark.read.format("delta")
-        .load(str(path))
-        .join(F.broadcast(touched), "player_id", "left_semi")
-        .select(*keys)
-    )
-    gone = old.join(fresh.select(*keys), keys, "left_anti")
     source = (
         fresh.select(*columns)
         .withColumn("_delete", F.lit(False))
-        .unionByName(gone.withColumn("_delete", F.lit(True)), allowMissingColumns=True)
+        .unionByName(
+            gone.select(*keys).withColumn("_delete", F.lit(True)),
+            allowMissingColumns=True,
+        )
     )
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}

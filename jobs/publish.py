@@ -56,6 +56,7 @@ from jobs.incremental import (
     Build,
     Previous,
     build_path,
+    enable_deletion_vectors,
     fingerprint,
     hidden_players,
     link_board,
@@ -74,6 +75,7 @@ from jobs.land import (
 from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import (
+    NARROW,
     transform_achieved,
     transform_between_boundaries,
     transform_recompute,
@@ -382,6 +384,7 @@ def load_silver(
         .partitionBy("partition")
         .save(str(delta_dir / SILVER_CONTRIBUTIONS))
     )
+    enable_deletion_vectors(spark, delta_dir / SILVER_CONTRIBUTIONS)
     if clock is not None:
         clock.lap("recompute_contributions")
     written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
@@ -395,6 +398,7 @@ def load_silver(
         .option("mergeSchema", "true")
         .save(str(delta_dir / SILVER_TOTALS))
     )
+    enable_deletion_vectors(spark, delta_dir / SILVER_TOTALS)
     if clock is not None:
         clock.lap("totals")
     return spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
@@ -663,48 +667,107 @@ def _recompute_incremental(
     previous: Previous,
     clock: _PhaseClock | None,
 ) -> Build:
-    """Silver and gold of ``generation`` from ``previous`` plus the log's delta."""
+    """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
+
+    Only rows that can have changed are merged: a contribution is a function of
+    its (player, match)'s records (a player's records share one partition, so the
+    delta never reorders earlier ones), so only the pairs with a record in the delta
+    change, plus the match of a held record a ``released`` record in the delta lets
+    count. A total is a function of the player's contributions on that board, so
+    only the (board, player) keys of those pairs' old and new rows change; the
+    boards of those keys (and of players whose shadow flag flipped) are re-ranked.
+    The touched players' whole history is still re-derived (the dedupe by eventId,
+    the totals and the first-achieved times need it), read from bronze once."""
     delta = transform_between_boundaries(
         inputs.events, previous.boundary, inputs.boundary
     )
-    touched = delta.select("player_id").distinct().localCheckpoint(eager=True)
+    delta_keys = delta.select("player_id", "match_id", "event_id", "status")
+    delta_keys = delta_keys.localCheckpoint(eager=True)
+    touched = delta_keys.select("player_id").distinct().localCheckpoint(eager=True)
     touched_count = touched.count()
-    history = transform_touched_history(inputs.events, touched)
-    contributions, achieved = inputs.silver(history)
-    contributions = contributions.withColumn(
-        "generation", F.lit(generation)
-    ).localCheckpoint(eager=True)
-    if clock is not None:
-        clock.lap("recompute_contributions")
-    totals = (
-        with_achieved(transform_totals(contributions.drop("generation")), achieved)
+    # One bronze scan: the recompute and the first-achieved replay both read it.
+    history = (
+        transform_touched_history(inputs.events, touched)
+        .select(*NARROW)
+        .localCheckpoint(eager=True)
+    )
+    released = (
+        delta_keys.where(F.col("status") == "released")
+        .select("player_id", "event_id")
+        .distinct()
+    )
+    pairs = (
+        delta_keys.select("player_id", "match_id")
+        .unionByName(
+            history.join(
+                F.broadcast(released), ["player_id", "event_id"], "left_semi"
+            ).select("player_id", "match_id")
+        )
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
+    everything, achieved = inputs.silver(history)
+    everything = everything.localCheckpoint(eager=True)
+    contributions = (
+        everything.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
         .withColumn("generation", F.lit(generation))
         .localCheckpoint(eager=True)
     )
+    if clock is not None:
+        clock.lap("recompute_contributions")
+    contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
-    # Boards to re-rank: those a touched player was or is on, and those of a player
-    # whose shadow flag changed since the previous generation (read before the merge).
-    flipped = sorted(inputs.shadowed ^ hidden_players(previous))
-    flagged = touched.unionByName(
-        spark.createDataFrame([(p,) for p in flipped], "player_id string")
+    old = (
+        spark.read.format("delta")
+        .load(str(contributions_path))
+        .join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
+        .select(*CONTRIBUTION_KEYS)
+        .localCheckpoint(eager=True)
     )
-    before = (
+    gone = old.join(
+        contributions.select(*CONTRIBUTION_KEYS), list(CONTRIBUTION_KEYS), "left_anti"
+    )
+    scope = (
+        contributions.select(*TOTAL_KEYS)
+        .unionByName(old.select(*TOTAL_KEYS))
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
+    totals = (
+        with_achieved(transform_totals(everything), achieved)
+        .join(scope, list(TOTAL_KEYS), "left_semi")
+        .withColumn("generation", F.lit(generation))
+        .localCheckpoint(eager=True)
+    )
+    totals_gone = (
         spark.read.format("delta")
         .load(str(totals_path))
-        .join(F.broadcast(flagged), "player_id", "left_semi")
-        .select("board")
+        .join(scope, list(TOTAL_KEYS), "left_semi")
+        .select(*TOTAL_KEYS)
+        .join(totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti")
+        .localCheckpoint(eager=True)  # read before the table it reads is merged
     )
-    touched_boards = sorted(
-        r[0] for r in before.union(totals.select("board")).distinct().collect()
-    )
-    load_merge(
-        spark,
-        delta_dir / SILVER_CONTRIBUTIONS,
-        contributions,
-        touched,
-        CONTRIBUTION_KEYS,
-    )
-    load_merge(spark, totals_path, totals, touched, TOTAL_KEYS)
+    # Boards to re-rank: those where a total may have changed, and those of a
+    # player whose shadow flag changed since the previous generation.
+    boards = {r[0] for r in scope.select("board").distinct().collect()}
+    flipped = sorted(inputs.shadowed ^ hidden_players(previous))
+    if flipped:
+        flagged = spark.createDataFrame([(p,) for p in flipped], "player_id string")
+        boards |= {
+            r[0]
+            for r in spark.read.format("delta")
+            .load(str(totals_path))
+            .join(F.broadcast(flagged), "player_id", "left_semi")
+            .select("board")
+            .distinct()
+            .collect()
+        }
+    touched_boards = sorted(boards)
+    # Silver written by a full publish of older code has no deletion vectors yet.
+    enable_deletion_vectors(spark, contributions_path)
+    enable_deletion_vectors(spark, totals_path)
+    load_merge(spark, contributions_path, contributions, gone, CONTRIBUTION_KEYS)
+    load_merge(spark, totals_path, totals, totals_gone, TOTAL_KEYS)
     if clock is not None:
         clock.lap("totals")
     gold_path = delta_dir / GOLD_SNAPSHOTS

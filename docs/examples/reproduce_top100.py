@@ -16,9 +16,11 @@ or run it as a script):
 4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
    generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``).
 
-Without Spark: the ``deltalake`` package reads the tables (and time-travels), DuckDB
-runs the SQL over them. With ``--engine spark`` the same SQL runs in Spark SQL
-(``VERSION AS OF``). Exit status 0 when everything agrees, 1 otherwise.
+Without Spark: the ``deltalake`` package reads the tables (and time-travels) through
+its ``QueryBuilder``, which applies deletion vectors (silver has them: an incremental
+publish ``MERGE``s into it), and DuckDB runs the SQL over the Arrow result. With
+``--engine spark`` the same SQL runs in Spark SQL (``VERSION AS OF``). Exit status 0
+when everything agrees, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from typing import Any
 
 import duckdb
 import httpx
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
 
 LIMIT = 100
 
@@ -89,12 +92,21 @@ def read_manifest(delta_dir: Path, generation: str | None) -> dict[str, Any]:
 
 
 # %% 2. Silver as of the generation, with the deltalake package and DuckDB
+def read_as_of(path: Path, version: int) -> pa.Table:
+    """The Delta table at ``path`` as of ``version``, as Arrow.
+
+    Through ``QueryBuilder`` (delta-kernel), not ``to_pyarrow_dataset()``: silver
+    has deletion vectors (rows an incremental publish replaced), which only the
+    former applies (the latter refuses such tables)."""
+    query = QueryBuilder().register("t", DeltaTable(str(path), version=version))
+    return pa.table(query.execute("SELECT * FROM t"))
+
+
 def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
     """A DuckDB connection with each table registered *as of its version*."""
     con = duckdb.connect()
     for table, version in versions.items():
-        table_as_of = DeltaTable(str(delta_dir / table), version=version)
-        con.register(table, table_as_of.to_pyarrow_dataset())
+        con.register(table, read_as_of(delta_dir / table, version))
     return con
 
 

@@ -220,7 +220,18 @@ def test_incremental_chain_links_untouched_boards(
             "late": False,
             "kind": 0,
         },
-        # Later: b corrects its match downwards; a is untouched.
+        # b's second match, on other daily and weekly boards: untouched later.
+        {
+            "player": "b",
+            "match": 1,
+            "revision": 1,
+            "points": 2,
+            "occurred": OCCURRED[3],
+            "region": "na",
+            "late": False,
+            "kind": 0,
+        },
+        # Later: b corrects its first match downwards; a is untouched.
         {
             "player": "b",
             "match": 0,
@@ -235,20 +246,40 @@ def test_incremental_chain_links_untouched_boards(
     lines = log_lines(history)
     with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
         settings = make_settings(Path(tmp), redis_server)
-        append_bronze(spark, settings, lines[:2])
+        append_bronze(spark, settings, lines[:3])
         assert run_publish(settings, spark=spark, land=False) == "g1"
-        append_bronze(spark, settings, lines[2:])
+        append_bronze(spark, settings, lines[3:])
         assert run_publish(settings, spark=spark, land=False) == "g2"
         build = manifest(settings, "g2")["build"]
         assert build == {
             "mode": "incremental",
             "fingerprint": build["fingerprint"],
             "from": "g1",
-            # b's boards: daily, weekly, monthly, all-time x (global, na), S4 and
-            # B5 x (global, na).
+            # The corrected match's boards: daily, weekly, monthly, all-time x
+            # (global, na), S4 and B5 x (global, na); not the daily and weekly
+            # boards only b's untouched match is on.
             "touchedBoards": 12,
             "touchedPlayers": 1,
         }
+        # The merges wrote only the corrected match's rows and the totals on its
+        # boards (not b's other match, not the boards only that one is on), and
+        # marked the replaced rows in deletion vectors instead of copying the rest
+        # of each file they were in.
+        for table in ("silver_contributions", "silver_totals"):
+            path = settings.delta_dir / table
+            detail = DeltaTable.forPath(spark, str(path)).detail().first()
+            assert detail is not None
+            assert detail["properties"].get("delta.enableDeletionVectors") == "true"
+            merge = (
+                spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+                .where("operation = 'MERGE'")
+                .first()
+            )
+            assert merge is not None, table
+            metrics = merge["operationMetrics"]
+            assert metrics["numSourceRows"] == "12", (table, metrics)
+            assert metrics["numTargetRowsUpdated"] == "12", (table, metrics)
+            assert metrics["numTargetRowsCopied"] == "0", (table, metrics)
         g1, g2 = settings.segments_dir / "g1", settings.segments_dir / "g2"
         s3 = manifest(settings, "g1")["boards"]["season:S3:eu"]["file"]
         assert (g1 / s3).stat().st_ino == (g2 / s3).stat().st_ino  # hard link
