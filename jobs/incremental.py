@@ -204,7 +204,8 @@ def enable_deletion_vectors(spark: SparkSession, path: Path) -> None:
     properties = (detail[0] if detail else None) or {}
     if properties.get(DELETION_VECTORS) != "true":
         on = f"'{DELETION_VECTORS}' = 'true'"
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({on})")
+        # delta.`<path>` names a table by path only when the path is absolute.
+        spark.sql(f"ALTER TABLE delta.`{path.resolve()}` SET TBLPROPERTIES ({on})")
 
 
 def load_merge(
