@@ -185,6 +185,12 @@ APPROX_RANK = ScriptInterface(
     fields=("higher", "same_bucket", "all", "base_generation", "position"),
 )
 
+APPROX_TABLE = ScriptInterface(
+    name="approx_table",
+    keys=("fw", "base", "position"),
+    fields=("base_generation", "position", "tree"),
+)
+
 FLAG_PLAYER = ScriptInterface(
     name="flag_player",
     keys=("flags", "base"),
@@ -223,7 +229,8 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
-    keys=("base", "position"),
+    # One group per partition; the reply repeats the fields per group, flattened.
+    key_group=("base", "position"),
     fields=("base_generation", "position"),
 )
 
@@ -273,6 +280,7 @@ INTERFACES: dict[str, ScriptInterface] = {
     for i in (
         APPLY_EVENT,
         APPROX_RANK,
+        APPROX_TABLE,
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
