@@ -203,3 +203,32 @@ def test_exact_live_rank_takes_one_round_trip_when_its_guess_holds(
     assert trips.count - start == 2
     assert (reply["score"], reply["rank"]) == (907, 2)
     assert trips.during(api, path, {}) == 1
+
+
+def test_approximate_rank_under_a_stream_of_writes(api: SignedClient) -> None:
+    """Each write moves the board's stamp: a kept histogram that served no read
+    before the next write is not read again on every read (the partitions' trees
+    answer meanwhile), and once writes stop the reads are served from a histogram
+    read again. Every answer names the live score and population either way."""
+    from api.reads import APPROX_HITS, APPROX_MISSES, HISTOGRAM_BACKOFF
+
+    seed(api, SEED)
+    path = f"/v1/boards/{BOARD}/players/P4"
+    approx = {"mode": "approx"}
+    score = SEED["P4"]
+    misses = APPROX_MISSES._value.get()
+    for n in range(HISTOGRAM_BACKOFF + 4):
+        post(api, "P4", 1, 100 + n)
+        score += 1
+        reply = api.get(path, params=approx).json()
+        assert (reply["score"], reply["population"]) == (score, len(SEED))
+        assert 1 <= reply["rank"] <= reply["rank"] + reply["errorBound"] <= len(SEED)
+    # Read once with the histogram (the first), then a miss per write but the
+    # ones that read the tables again.
+    assert APPROX_MISSES._value.get() - misses >= HISTOGRAM_BACKOFF
+    hits = APPROX_HITS._value.get()
+    for _ in range(HISTOGRAM_BACKOFF + 2):
+        reply = api.get(path, params=approx).json()
+        assert reply["score"] == score
+    # Writes stopped: within the back-off the tables are read again and kept.
+    assert APPROX_HITS._value.get() - hits >= 2
