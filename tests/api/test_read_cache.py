@@ -232,3 +232,35 @@ def test_approximate_rank_under_a_stream_of_writes(api: SignedClient) -> None:
         assert reply["score"] == score
     # Writes stopped: within the back-off the tables are read again and kept.
     assert APPROX_HITS._value.get() - hits >= 2
+
+
+def test_live_nearby_takes_one_round_trip_when_its_guess_holds(
+    api: SignedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window around the guessed standing is read with the rank's counts."""
+    seed(api, SEED)
+    params = {"radius": "1"}
+    # Redis learns the scripts on first use (loads, once per server).
+    warm = api.get(f"/v1/boards/{BOARD}/players/P1/nearby", params=params)
+    assert warm.status_code == 200
+    trips = RoundTrips(reads_of(api), monkeypatch)
+    path = f"/v1/boards/{BOARD}/players/P3/nearby"
+    # Nothing known yet: the standing, then the counts with the window.
+    assert trips.during(api, path, params) == 2
+    assert trips.during(api, path, params) == 1
+    reply = api.get(path, params=params).json()
+    assert [(e["playerId"], e["rank"]) for e in reply["entries"]] == [
+        ("P2", 2),
+        ("P3", 2),
+        ("P4", 4),
+    ]
+    # The player scores: the guess is wrong once, the answer still exact.
+    post(api, "P3", 30, 3)
+    start = trips.count
+    reply = api.get(path, params=params).json()
+    assert trips.count - start == 2
+    assert [(e["playerId"], e["score"], e["rank"]) for e in reply["entries"]] == [
+        ("P3", 930, 1),
+        ("P1", 920, 2),
+    ]
+    assert trips.during(api, path, params) == 1
