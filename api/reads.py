@@ -77,7 +77,7 @@ from speed.connection import is_cluster
 from speed.lua import load
 from speed.partitions import Keys, partition_of
 from speed.rebase import bucket_lowers
-from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP
+from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP, READ_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
 SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
@@ -553,6 +553,8 @@ class ReadService:
         self._histogram_served: dict[str, int] = {}
         self._histogram_skipped: dict[str, int] = {}
         self._approx_table = live.speed.client.register_script(load("approx_table"))
+        self._read_stamp = live.speed.client.register_script(load("read_stamp"))
+        self._read_stamp_keys: list[str] | None = None
 
     @property
     def speed(self) -> Any:
@@ -684,45 +686,69 @@ class ReadService:
         )
 
     def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
+        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
+        partition (a call's keys must share a slot there)."""
         if self._stamp_commands is None:
             script = self.live._stamp_script
-            groups = [
-                {"base": Keys(p).base_generation, "position": Keys(p).position}
-                for p in range(self.live.partitions)
-            ]
-            # One call for every partition on one server; one per partition on a
-            # cluster (a call's keys must share a slot there).
-            calls = [[g] for g in groups] if is_cluster(self.speed.client) else [groups]
             self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-            for call in calls:
-                keys = LIVE_STAMP.keys_of({}, call)
+            for p in range(self.live.partitions):
+                keys = LIVE_STAMP.keys_of(
+                    {},
+                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
+                )
                 self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
         return self._stamp_commands
 
     async def _stamp(
-        self, extra: list[tuple[Any, ...]] | None = None
+        self, fields: list[tuple[str, str]] | None = None
     ) -> tuple[Stamp, list[Any]]:
         """What a live answer depends on, in one round trip: every partition's base
-        generation and log position (``live_stamp.lua``: one reply on one server,
-        one per partition on a cluster), the flags version, and the dataset's epoch
-        (a random number kept in Redis: a flushed or replaced dataset whose
-        positions restart cannot match an answer cached from the old one). As
-        (bases..., positions..., flags, epoch), with the replies of ``extra``
-        (commands sent after the stamp's in the same write)."""
-        stamp_commands = self._stamp_commands_of()
-        commands = stamp_commands + extra if extra else stamp_commands
-        replies = await run_commands(
-            self.speed.client, self.live._stamp_script, commands
-        )
-        flags = int(replies[0] or 0)
-        epoch = int(replies[1] or 0)
+        generation and log position, the flags version, and the dataset's epoch (a
+        random number kept in Redis: a flushed or replaced dataset whose positions
+        restart cannot match an answer cached from the old one). As (bases...,
+        positions..., flags, epoch), with the values of the hash ``fields``
+        ((key, field) pairs) read in the same round trip. On one server it is one
+        reply (``read_stamp.lua``); on a cluster one per partition and counter."""
+        fields = fields or []
+        partitions = self.live.partitions
+        if is_cluster(self.speed.client):
+            commands = self._stamp_commands_of() + [
+                ("HGET", key, field) for key, field in fields
+            ]
+            replies = await run_commands(
+                self.speed.client, self.live._stamp_script, commands
+            )
+            n = len(commands) - len(fields)
+            flat = [v for reply in replies[2:n] for v in reply]
+            head, values = replies[:2], replies[n:]
+        else:
+            if self._read_stamp_keys is None:
+                self._read_stamp_keys = READ_STAMP.keys_of(
+                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
+                    [
+                        {"base": Keys(p).base_generation, "position": Keys(p).position}
+                        for p in range(partitions)
+                    ],
+                )
+            keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
+            args = READ_STAMP.args_of(
+                {"partitions": partitions}, rest=[field for _, field in fields]
+            )
+            (reply,) = await run_commands(
+                self.speed.client,
+                self._read_stamp,
+                [("EVALSHA", self._read_stamp.sha, len(keys), *keys, *args)],
+            )
+            head = reply[:2]
+            flat = reply[2 : 2 + 2 * partitions]
+            values = reply[2 + 2 * partitions :]
+        flags = int(head[0] or 0)
+        epoch = int(head[1] or 0)
         if epoch == 0:
             await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        n = len(stamp_commands)
-        flat = [v for reply in replies[2:n] for v in reply]
         stamp = (*flat[0::2], *flat[1::2], flags, epoch)
-        return stamp, replies[n:]
+        return stamp, values
 
     # ----------------------------------------------------------------------- rank
 
@@ -830,7 +856,7 @@ class ReadService:
         around the score (:meth:`_approx_by_partition`)."""
         owner = Keys(partition_of(player_id, self.live.partitions))
         stamp, (raw, flag) = await self._stamp(
-            [("HGET", owner.totals(board), player_id), ("HGET", owner.flags, player_id)]
+            [(owner.totals(board), player_id), (owner.flags, player_id)]
         )
         total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
         shadowed = flag in (b"shadow", "shadow")

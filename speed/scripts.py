@@ -234,6 +234,17 @@ LIVE_STAMP = ScriptInterface(
     fields=("base_generation", "position"),
 )
 
+READ_STAMP = ScriptInterface(
+    name="read_stamp",
+    # One server only: names keys of many slots (api/reads.py _stamp).
+    keys=("flags", "epoch"),
+    key_group=("base", "position"),
+    argv=("partitions",),
+    # Hash fields, each read from one hash named after the groups in KEYS.
+    argv_rest="fields",
+    fields=("flags_version", "epoch", "bases_and_positions", "field_values"),
+)
+
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
     keys=("base", "position", "chz", "chb"),
@@ -286,6 +297,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         LIVE_COUNTS,
         LIVE_STAMP,
         LIVE_WINDOW,
+        READ_STAMP,
         REBASE_PARTITION,
         REBUILD_PARTITION,
     )

@@ -2,11 +2,10 @@
 --
 -- KEYS: per partition (KEY_GROUP): base hash, position counter
 -- Returns {base generation, position} per partition, flattened, as integers (0 when
--- missing). On one Redis server every partition goes in one call (one reply where
--- per-partition reads gave one each: parsing replies was most of the API's CPU for a
--- cached live top list and the approximate rank, bench/RESULTS.md, issue 13); on a
--- Redis Cluster the caller sends one call per partition, so a call's keys share a
--- hash slot and it runs on the partition's node.
+-- missing). Used on a Redis Cluster, one call per partition, so a call's keys share
+-- a hash slot and it runs on the partition's node; on one server read_stamp.lua
+-- reads every partition and the counters in one reply (parsing replies was most of
+-- the API's CPU for a cached live top list, bench/RESULTS.md, issue 13).
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
 local KEY_GROUP = {start = 1, size = 2, base = 0, position = 1}
 local out = {}
