@@ -154,10 +154,21 @@ APPLY_EVENT = ScriptInterface(
         # player's best-of zset on an aggregation "max" board, else 0.
         # saved_as: the board's name in the saved result (speed/records.py).
         # base_row: the player's local row in the base segment of the board
-        # (speed/baserows.py), -1 when not in it.
+        # (speed/baserows.py), -1 when not in it; base: its "score,version
+        # [,achievedMs]" there ("" when not in it), what the script starts from
+        # when Redis holds no total for the pair (unchanged since the base).
         (
             "EV_BOARD",
-            ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
+            (
+                "board",
+                "feeds",
+                "points",
+                "threshold",
+                "best",
+                "saved_as",
+                "base_row",
+                "base",
+            ),
         ),
         # The event's own keys, from KEYS[key_at].
         ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
