@@ -200,6 +200,18 @@ def base_row(
     )
 
 
+def base_version(
+    generation: Generation | None, board: str, player_id: str
+) -> int | None:
+    """The pair's version in the base segment of ``board``; None when the player is
+    not on it or the segment carries no versions."""
+    segment = generation.board(board) if generation is not None else None
+    if segment is None:
+        return None
+    row = segment.row_of(player_id)
+    return None if row is None else segment.version_at(row)
+
+
 def local_rows(
     generation: Generation | None, board: str, partitions: int, players: list[str]
 ) -> list[int]:

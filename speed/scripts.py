@@ -201,7 +201,10 @@ FLAG_PLAYER = ScriptInterface(
     keys=("flags", "base"),
     key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
-    argv_group=("board", "base_score", "base_achieved_ms", "base_row"),
+    # base_version: the pair's version in the base ("" when not in it or none): a
+    # player shadowed without a total in Redis gets one (the next generation
+    # leaves it out, so its total must not rest on it).
+    argv_group=("board", "base_score", "base_achieved_ms", "base_row", "base_version"),
     statuses=("ok", "noop", "retry"),
 )
 
