@@ -269,7 +269,9 @@ REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
     keys=("base", "log", "landed", "flags"),
     key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
-    argv=("generation", "boundary", "n_boards", "snapshot_json"),
+    # drop_json: per board, players whose totals leave Redis unless changed after
+    # the boundary or shadowed (the generation holds their score and version).
+    argv=("generation", "boundary", "n_boards", "snapshot_json", "drop_json"),
     argv_rest="boards",
     statuses=("ok", "stale", "retry"),
 )
