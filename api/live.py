@@ -167,6 +167,21 @@ def _total(raw: bytes | None) -> int | None:
     return int(raw.split(b"|", 1)[0])
 
 
+def segment_standing(
+    segment: BoardSegment | None, player_id: str
+) -> tuple[int, int | None] | None:
+    """(score, achievedMs or None) of a player in a base segment, None when not on
+    it: the live standing of a player without a total in Redis (unchanged since
+    its partition's base generation, speed/rebase.py)."""
+    if segment is None:
+        return None
+    row = segment.row_of(player_id)
+    if row is None:
+        return None
+    achieved = segment.achieved
+    return int(segment.scores[row]), None if achieved is None else int(achieved[row])
+
+
 def _standing(raw: bytes | None) -> tuple[int, int | None] | None:
     """(total, achievedMs or None) of a totals value "total|version[|achievedMs]"."""
     if raw is None:
@@ -204,13 +219,34 @@ class LiveReader:
     ) -> tuple[tuple[int, int | None] | None, bool]:
         """(the player's live standing, whether it is shadowed): one round trip."""
         keys = Keys(partition_of(player_id, self.partitions))
-        raw, flag = await run_commands(
+        raw, flag, number = await run_commands(
             self.speed.client,
             None,
-            [("HGET", keys.totals(board), player_id), ("HGET", keys.flags, player_id)],
+            [
+                ("HGET", keys.totals(board), player_id),
+                ("HGET", keys.flags, player_id),
+                ("HGET", keys.base_generation, "g"),
+            ],
         )
         standing = _standing(raw.encode() if isinstance(raw, str) else raw)
+        if standing is None:
+            standing = self.base_standing(board, player_id, _int(number or 0))
         return standing, flag in (b"shadow", "shadow")
+
+    def base_standing(
+        self, board: str, player_id: str, number: int
+    ) -> tuple[int, int | None] | None:
+        """The player's standing in base generation ``number`` (what a pair without
+        a total in Redis stands at), None when not on it or not mapped."""
+        if number <= 0:
+            return None
+        generation = self.registry.by_number(number)
+        if generation is None:
+            self.registry.refresh(force=True)
+            generation = self.registry.by_number(number)
+        if generation is None:
+            return None
+        return segment_standing(generation.board(board), player_id)
 
     def _base(self, bases: list[int], board: str) -> Base:
         """The common base generation of all partitions, mapped; else NotExact."""
@@ -229,8 +265,19 @@ class LiveReader:
 
     async def live_total(self, board: str, player_id: str) -> int | None:
         keys = Keys(partition_of(player_id, self.partitions))
-        raw = await self.speed.client.hget(keys.totals(board), player_id)
-        return _total(raw.encode() if isinstance(raw, str) else raw)
+        raw, number = await run_commands(
+            self.speed.client,
+            None,
+            [
+                ("HGET", keys.totals(board), player_id),
+                ("HGET", keys.base_generation, "g"),
+            ],
+        )
+        total = _total(raw.encode() if isinstance(raw, str) else raw)
+        if total is None:
+            standing = self.base_standing(board, player_id, _int(number or 0))
+            total = None if standing is None else standing[0]
+        return total
 
     def guess(self, board: str, player_id: str) -> tuple[int, int | None] | None:
         """The player's standing as last read, else in the latest generation, else
@@ -374,7 +421,13 @@ class LiveReader:
                 self._last_bases = seen
                 continue
             verified = replies[owner][8]
-            current = _standing(verified) if verified else None
+            # No total in Redis: unchanged since the base these counts were read
+            # against (checked just above), which holds its score.
+            current = (
+                _standing(verified)
+                if verified
+                else segment_standing(base.segment, player_id)
+            )
             if current != standing:
                 # The player moved since the guess (or between the two reads): read
                 # again at the new score.

@@ -1113,6 +1113,12 @@ class ReadService:
                 continue
             raw, flag = replies[0], replies[1]
             total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+            if raw is None:
+                # No total in Redis: unchanged since the owner partition's base.
+                owner_p = partition_of(player_id, self.live.partitions)
+                number = _int(counts[owner_p][_BASE])
+                standing = self.live.base_standing(board, player_id, number)
+                total = None if standing is None else standing[0]
             return total, flag in (b"shadow", "shadow"), counts
         raise NotExact("the histogram changed generation while it was read")
 

@@ -154,10 +154,21 @@ APPLY_EVENT = ScriptInterface(
         # player's best-of zset on an aggregation "max" board, else 0.
         # saved_as: the board's name in the saved result (speed/records.py).
         # base_row: the player's local row in the base segment of the board
-        # (speed/baserows.py), -1 when not in it.
+        # (speed/baserows.py), -1 when not in it; base: its "score,version
+        # [,achievedMs]" there ("" when not in it), what the script starts from
+        # when Redis holds no total for the pair (unchanged since the base).
         (
             "EV_BOARD",
-            ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
+            (
+                "board",
+                "feeds",
+                "points",
+                "threshold",
+                "best",
+                "saved_as",
+                "base_row",
+                "base",
+            ),
         ),
         # The event's own keys, from KEYS[key_at].
         ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
@@ -196,7 +207,10 @@ FLAG_PLAYER = ScriptInterface(
     keys=("flags", "base"),
     key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
-    argv_group=("board", "base_score", "base_achieved_ms", "base_row"),
+    # base_version: the pair's version in the base ("" when not in it or none): a
+    # player shadowed without a total in Redis gets one (the next generation
+    # leaves it out, so its total must not rest on it).
+    argv_group=("board", "base_score", "base_achieved_ms", "base_row", "base_version"),
     statuses=("ok", "noop", "retry"),
 )
 
@@ -273,7 +287,9 @@ REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
     keys=("base", "log", "landed", "flags"),
     key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
-    argv=("generation", "boundary", "n_boards", "snapshot_json"),
+    # drop_json: per board, players whose totals leave Redis unless changed after
+    # the boundary or shadowed (the generation holds their score and version).
+    argv=("generation", "boundary", "n_boards", "snapshot_json", "drop_json"),
     argv_rest="boards",
     statuses=("ok", "stale", "retry"),
 )
