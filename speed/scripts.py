@@ -196,6 +196,12 @@ APPROX_RANK = ScriptInterface(
     fields=("higher", "same_bucket", "all", "base_generation", "position"),
 )
 
+APPROX_TABLE = ScriptInterface(
+    name="approx_table",
+    keys=("fw", "base", "position"),
+    fields=("base_generation", "position", "tree"),
+)
+
 FLAG_PLAYER = ScriptInterface(
     name="flag_player",
     keys=("flags", "base"),
@@ -237,8 +243,20 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
-    keys=("base", "position"),
+    # One group per partition; the reply repeats the fields per group, flattened.
+    key_group=("base", "position"),
     fields=("base_generation", "position"),
+)
+
+READ_STAMP = ScriptInterface(
+    name="read_stamp",
+    # One server only: names keys of many slots (api/reads.py _stamp).
+    keys=("flags", "epoch"),
+    key_group=("base", "position"),
+    argv=("partitions",),
+    # Hash fields, each read from one hash named after the groups in KEYS.
+    argv_rest="fields",
+    fields=("flags_version", "epoch", "bases_and_positions", "field_values"),
 )
 
 LIVE_WINDOW = ScriptInterface(
@@ -289,11 +307,13 @@ INTERFACES: dict[str, ScriptInterface] = {
     for i in (
         APPLY_EVENT,
         APPROX_RANK,
+        APPROX_TABLE,
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
         LIVE_STAMP,
         LIVE_WINDOW,
+        READ_STAMP,
         REBASE_PARTITION,
         REBUILD_PARTITION,
     )
