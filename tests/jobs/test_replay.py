@@ -19,8 +19,9 @@ from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import audit_path
 from jobs.replay import GOLD_REPLAY_DIFFS, run_replay
+from serving.registry import GenerationRegistry
 from speed.audit import AUDIT_STREAM
-from speed.partitions import Keys
+from speed.partitions import Keys, partition_of
 from tests.conftest import SignedClient, event
 
 pytestmark = pytest.mark.integration
@@ -181,11 +182,23 @@ def test_replay_diff_matches_offline(
     assert redis_client.xlen(AUDIT_STREAM) == 0
 
     # Live answers follow the promoted rule too: the speed layer was rebuilt from the
-    # log under v2, so Redis' totals are the offline v2 totals ...
+    # log under v2, so Redis' totals over its base generation (Redis holds only the
+    # players changed since: issue 11 item 1) are the offline v2 totals ...
+    generations = GenerationRegistry(
+        settings.segments_dir, settings.retained_generations
+    )
+    generations.refresh(force=True)
     for scope in ("global", "eu", "na"):
         board = f"season:S4:{scope}"
         live: dict[str, int] = {}
         for p in range(settings.partitions):
+            number = int(redis_client.hget(Keys(p).base_generation, "g") or 0)
+            base = generations.by_number(number) if number else None
+            segment = base.board(board) if base is not None else None
+            for row in range(segment.population if segment is not None else 0):
+                player = segment.players.str_at(row)  # type: ignore[union-attr]
+                if partition_of(player, settings.partitions) == p:
+                    live[player] = int(segment.scores[row])  # type: ignore[union-attr]
             for player, value in redis_client.hgetall(Keys(p).totals(board)).items():
                 live[player.decode()] = int(value.split(b"|")[0])
         assert live == {p: s for p, (s, _) in new.get(scope, {}).items()}, scope

@@ -135,3 +135,34 @@ def test_event_without_state_starts_from_the_generation(
     assert [(i["total"], i["version"]) for i in fifth["boards"]] == [(13, 5)] * len(
         boards
     )
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_shadowing_a_player_without_state_keeps_its_total(
+    redis_backend: Any, api: SignedClient, redis_client: redis.Redis
+) -> None:
+    first = post(api, eventId="E1", playerId="P1", matchId="M1", result={"points": 10})
+    post(api, eventId="E2", playerId="P2", matchId="M2", result={"points": 7})
+    boards = [item["board"] for item in first["boards"]]
+    publish_from_redis(api, redis_client, 1, boards)
+    keys = Keys(partition_of("P1", api.client.app.state.settings.partitions))
+    assert not redis_client.hexists(keys.totals(boards[0]), "P1")
+
+    admin = SignedClient(api.client, "admin", b"dev-admin-secret")
+    reply = admin.post(
+        "/v1/admin/players/P1/flags", {"action": "shadow", "reason": "review"}
+    )
+    assert reply.json()["changed"] is True
+    # The next generation leaves a shadowed player out: its total stays in Redis.
+    for board in boards:
+        assert redis_client.hget(keys.totals(board), "P1") == b"10|1"
+    reply = admin.post(
+        "/v1/admin/players/P1/flags", {"action": "restore", "reason": "cleared"}
+    )
+    assert reply.json()["changed"] is True
+    third = post(api, eventId="E3", playerId="P1", matchId="M3", result={"points": 1})
+    assert [(i["total"], i["version"]) for i in third["boards"]] == [(11, 2)] * len(
+        boards
+    )
+    body = api.get(f"/v1/boards/{boards[0]}/players/P1").json()
+    assert (body["score"], body["rank"]) == (11, 1)
