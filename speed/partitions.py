@@ -74,10 +74,10 @@ class Keys:
         self.partition = partition
         self.base = f"{KEY_PREFIX}:{tag(partition)}"
 
-    def dedupe(self, player_id: str, event_id: str) -> str:
-        """Dedupe record of (playerId, eventId): a 96-bit hash of the pair names it
-        (short keys: there is one per event for the whole retention)."""
-        return f"{self.base}:ev:{_pair_hash(player_id, event_id)}"
+    def dedupe_bucket(self, slice_index: int, bucket: int) -> str:
+        """Hash of dedupe records: field = 8-byte identity hash -> fingerprint prefix
+        and saved result, for one acceptance slice and bucket (speed/records.py)."""
+        return f"{self.base}:rd:{slice_index}:{bucket}"
 
     def contribution(self, player_id: str, match_id: str) -> str:
         """Contribution record of (playerId, matchId), named by a hash likewise."""

@@ -53,7 +53,15 @@ from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
-from speed.records import event_periods, short_board
+from speed.records import (
+    compact_result,
+    dedupe_value,
+    event_periods,
+    identity_hash,
+    lookup_slices,
+    slice_expire_at,
+    slice_of,
+)
 from speed.scripts import REBUILD_PARTITION
 from speed.server import resolve_redis_url
 
@@ -108,7 +116,7 @@ class PartitionState:
     )
     best_ms: dict[tuple[str, str], int] = field(default_factory=dict)
     # (player, eventId) -> (dedupe record value, acceptance in ms)
-    dedupe: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    dedupe: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
     # Shadowed players of the partition (flags are not rebuilt: they are read).
     shadowed: set[str] = field(default_factory=set)
     # Plausibility history (``Keys.recent_matches``): player -> matchId -> occurredAt
@@ -122,23 +130,6 @@ class PartitionState:
     # -> (points, removed); the totals of these boards are summed from it.
     rescored: dict[str, dict[str, dict[str, tuple[int, bool]]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(dict))
-    )
-
-
-def compact_result(result: dict[str, Any], occurred_at: str) -> str:
-    """The saved result of a dedupe record, as ``apply_event.lua`` writes it
-    (speed/records.py: boards of the event's own periods are written short)."""
-    periods = event_periods(parse_rfc3339(occurred_at))
-    parts = []
-    for item in result.get("boards") or []:
-        board = short_board(item["board"], periods)
-        part = f"{board},{int(item['total'])},{int(item['version'])}"
-        if item.get("status"):
-            part += f",{item['status']}"
-        parts.append(part)
-    return (
-        f"{result['status']}|{int(result['partition'])}|{int(result['position'])}|"
-        + ";".join(parts)
     )
 
 
@@ -261,8 +252,12 @@ class Folder:
         status = record["status"]
         player = event["playerId"]
         received = int(record["receivedAtMs"])
+        periods = event_periods(parse_rfc3339(event["occurredAt"]))
         state.dedupe[(player, event["eventId"])] = (
-            f"{fingerprint(event)}|{compact_result(result, event['occurredAt'])}",
+            dedupe_value(
+                fingerprint(event),
+                compact_result(result, periods, event.get("region", "")),
+            ),
             received,
         )
         items = result.get("boards") or []
@@ -637,7 +632,25 @@ def diff_partition(
     return out
 
 
-def diff_records(client: redis.Redis, state: PartitionState) -> list[Difference]:
+def _dedupe_lookups(
+    keys: Keys, player: str, event_id: str, now_ms: int, lifetime_seconds: int
+) -> list[tuple[str, bytes]]:
+    """(bucket key, field) where the dedupe record of (player, eventId) may be,
+    newest slice first (speed/records.py)."""
+    bucket, record_field = identity_hash(player, event_id)
+    return [
+        (keys.dedupe_bucket(s, bucket), record_field)
+        for s in lookup_slices(now_ms / 1000, lifetime_seconds)
+    ]
+
+
+def _first_found(replies: list[Any]) -> Any:
+    return next((r for r in replies if r is not None), None)
+
+
+def diff_records(
+    client: redis.Redis, state: PartitionState, lifetime_seconds: int
+) -> list[Difference]:
     """Contribution, best-of and dedupe records: missing or different live."""
     keys = Keys(state.partition)
     p = state.partition
@@ -649,8 +662,16 @@ def diff_records(client: redis.Redis, state: PartitionState) -> list[Difference]
         pipe.hgetall(keys.contribution(player, match))
     dedupe_keys = list(state.dedupe)
     for player, event_id in dedupe_keys:
-        pipe.get(keys.dedupe(player, event_id))
+        for key, record_field in _dedupe_lookups(
+            keys, player, event_id, now_ms, lifetime_seconds
+        ):
+            pipe.hget(key, record_field)
     replies = pipe.execute()
+    found = replies[len(contribution_keys) :]
+    step = len(found) // len(dedupe_keys) if dedupe_keys else 1
+    dedupe_found = [
+        _first_found(found[i : i + step]) for i in range(0, len(found), step)
+    ]
     for (player, match), have in zip(
         contribution_keys, replies[: len(contribution_keys)], strict=True
     ):
@@ -660,13 +681,11 @@ def diff_records(client: redis.Redis, state: PartitionState) -> list[Difference]
             out.append(
                 Difference(p, None, f"contribution {match}", player, have_text, want)
             )
-    for (player, event_id), have in zip(
-        dedupe_keys, replies[len(contribution_keys) :], strict=True
-    ):
+    for (player, event_id), have in zip(dedupe_keys, dedupe_found, strict=True):
         value, received = state.dedupe[(player, event_id)]
-        if _text(have) != value and _ttl_left(received, now_ms, 0) is not None:
+        if have != value and _ttl_left(received, now_ms, lifetime_seconds) is not None:
             out.append(
-                Difference(p, None, f"dedupe {event_id}", player, _text(have), value)
+                Difference(p, None, f"dedupe {event_id}", player, have, value)
             )
     return out
 
@@ -746,16 +765,29 @@ def restore_records(
             pipe.expire(key, t)
 
         writes.append((key, write_mx))
-    for (player, event_id), (value, received) in state.dedupe.items():
+    dedupe_missing = _missing_dedupe(client, keys, state, now_ms, retention_seconds)
+    for player, event_id in dedupe_missing:
+        value, received = state.dedupe[(player, event_id)]
         ttl = _ttl_left(received, now_ms, retention_seconds)
         if ttl is None:
             continue
-        key = keys.dedupe(player, event_id)
+        # Into the slice of its acceptance, which expires as the live one would.
+        at = slice_of(received / 1000, retention_seconds)
+        bucket, record_field = identity_hash(player, event_id)
+        key = keys.dedupe_bucket(at, bucket)
+        expire_at = slice_expire_at(at, retention_seconds)
 
-        def write_ev(pipe: Any, key: str = key, v: str = value, t: int = ttl) -> None:
-            pipe.set(key, v, ex=t, nx=True)
+        def write_ev(
+            pipe: Any,
+            key: str = key,
+            f: bytes = record_field,
+            v: bytes = value,
+            t: int = expire_at,
+        ) -> None:
+            pipe.hsetnx(key, f, v)
+            pipe.expireat(key, t)
 
-        writes.append((key, write_ev))
+        writes.append(("", write_ev))
     for player, recent in state.recent.items():
         ttl = _ttl_left(state.recent_ms[player], now_ms, RECENT_TTL_SECONDS)
         if ttl is None or not recent:
@@ -771,9 +803,12 @@ def restore_records(
     for first in range(0, len(writes), PIPELINE_CHUNK):
         chunk = writes[first : first + PIPELINE_CHUNK]
         pipe = client.pipeline(transaction=False)
-        for key, _ in chunk:
+        # "": a dedupe record found missing above (its bucket holds others).
+        named = [key for key, _ in chunk if key]
+        for key in named:
             pipe.exists(key)
-        present = pipe.execute()
+        found_keys = dict(zip(named, pipe.execute(), strict=True)) if named else {}
+        present = [bool(found_keys.get(key, 0)) for key, _ in chunk]
         pipe = client.pipeline(transaction=False)
         for (_, write), exists in zip(chunk, present, strict=True):
             if not exists:
@@ -781,6 +816,34 @@ def restore_records(
                 written += 1
         pipe.execute()
     return written
+
+
+def _missing_dedupe(
+    client: redis.Redis,
+    keys: Keys,
+    state: PartitionState,
+    now_ms: int,
+    lifetime_seconds: int,
+) -> list[tuple[str, str]]:
+    """The (player, eventId) of dedupe records in no live slice."""
+    wanted = list(state.dedupe)
+    missing: list[tuple[str, str]] = []
+    for first in range(0, len(wanted), PIPELINE_CHUNK):
+        chunk = wanted[first : first + PIPELINE_CHUNK]
+        pipe = client.pipeline(transaction=False)
+        for player, event_id in chunk:
+            for key, record_field in _dedupe_lookups(
+                keys, player, event_id, now_ms, lifetime_seconds
+            ):
+                pipe.hexists(key, record_field)
+        found = pipe.execute()
+        step = len(found) // len(chunk)
+        missing += [
+            ident
+            for n, ident in enumerate(chunk)
+            if not any(found[n * step : (n + 1) * step])
+        ]
+    return missing
 
 
 def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
@@ -982,14 +1045,17 @@ def run_rebuild(
                     state, generation, base_counts, final, settings.partitions
                 )
                 differences = diff_partition(client, state, built, generation)
-                differences += diff_records(client, state)
+                differences += diff_records(
+                    client, state, settings.record_ttl_seconds
+                )
                 if dry_run:
                     report.differences += differences
                     outcome = "dry-run"
                     break
                 # Records first: an event arriving meanwhile writes its own (newer)
                 # record, which restore never overwrites, and forces a retry below.
-                restored = restore_records(client, state, settings.retention_seconds)
+                # The lifetime the API gives records (speed/records.py slices by it).
+                restored = restore_records(client, state, settings.record_ttl_seconds)
                 restored += rewrite_rescored(client, state)
                 stage_partition(client, state, built)
                 if before_switch is not None:

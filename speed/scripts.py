@@ -129,6 +129,9 @@ APPLY_EVENT = ScriptInterface(
         # The partition's base generation the base rows below refer to (-1: not
         # known yet): the script refuses the chunk with "rebased" otherwise.
         "base_generation",
+        # Unix time the dedupe buckets of the current slice expire at
+        # (speed/records.py).
+        "record_expire_at",
     ),
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
@@ -148,6 +151,8 @@ APPLY_EVENT = ScriptInterface(
                 "max_per_hour",
                 "key_at",
                 "n_refs",
+                # 8-byte hash of (playerId, eventId): the dedupe record's field.
+                "record_field",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the
@@ -159,8 +164,19 @@ APPLY_EVENT = ScriptInterface(
             "EV_BOARD",
             ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
         ),
-        # The event's own keys, from KEYS[key_at].
-        ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
+        # The event's own keys, from KEYS[key_at]: the dedupe record's bucket in
+        # the current slice and the two before it (speed/records.py), then the rest.
+        (
+            "EV_KEY",
+            (
+                "dedupe",
+                "dedupe_prev",
+                "dedupe_oldest",
+                "contribution",
+                "rate",
+                "recent",
+            ),
+        ),
     ),
     # The reply holds one (kind, payload) pair per event, in order.
     statuses=(

@@ -23,10 +23,12 @@
 --            player is changed (or shadowed): its base row leaves the live merge
 --   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
 --   bk       bucket boundaries: zset member "<index>/<bucket count>", score = lower
--- Per event (EV_KEY, from the event's key_at): dedupe record (playerId, eventId) ->
---   "<fingerprint>|<saved result>", the result kept compact (it lives for the whole
---   retention window): "<status>|<partition>|<position>|<board>,<total>,<version>
---   [,<status>];..."; contribution record (playerId, matchId) hash: r=<revision>,
+-- Per event (EV_KEY, from the event's key_at): the dedupe record's bucket hash in the
+--   current slice, the previous one and the one before (speed/records.py), field
+--   EV.record_field (8-byte identity hash) -> <fingerprint prefix, 8 bytes><saved
+--   result>, the result kept compact: "<status letter>|<position>|<board>,<total>,
+--   <version>[,<status letter>];..." (the reply is the same compact form; a bucket
+--   expires whole at ARG.record_expire_at); contribution record (playerId, matchId) hash: r=<revision>,
 --   b:<board>=<points>, u=<rule version the points were scored under>, and
 --   u:<board>=<its rule version> for a board whose rule is not u;
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
@@ -63,21 +65,29 @@ local KEY_GROUP = {start = 6, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk
 local ARG = {
   now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
   mode = 6, n_boards = 7, n_events = 8, default_rule = 9, base_generation = 10,
+  record_expire_at = 11,
 }
 local ARG_GROUP = {
-  start = 11, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  start = 12, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
   rule = 4,
 }
 local EV = {
-  size = 11, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
+  size = 12, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
   event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
-  n_refs = 10,
+  n_refs = 10, record_field = 11,
 }
 local EV_BOARD = {
   size = 7, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
   base_row = 6,
 }
-local EV_KEY = {size = 4, dedupe = 0, contribution = 1, rate = 2, recent = 3}
+local EV_KEY = {
+  size = 6, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3, rate = 4,
+  recent = 5,
+}
+-- One-letter statuses of saved results (speed/records.py STATUS_CODE).
+local status_letter = {
+  accepted = "a", superseded = "s", ["late-review"] = "l", quarantined = "q",
+}
 
 local now_ms = tonumber(ARGV[ARG.now_ms])
 local retention = tonumber(ARGV[ARG.retention])
@@ -88,6 +98,7 @@ local mode = ARGV[ARG.mode]
 local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
 local default_rule = ARGV[ARG.default_rule]
+local record_expire_at = ARGV[ARG.record_expire_at]
 
 -- Base rows are positions in one generation's segments: refuse them for another.
 local base_generation = redis.call("HGET", KEYS[KEY.base], "g") or "0"
@@ -131,7 +142,8 @@ for e = 1, n_events do
     occurred_ms = tonumber(ARGV[a + EV.occurred_ms]),
     min_gap_ms = tonumber(ARGV[a + EV.min_gap_ms]),
     max_per_hour = tonumber(ARGV[a + EV.max_per_hour]),
-    key_at = tonumber(ARGV[a + EV.key_at]), refs = {},
+    key_at = tonumber(ARGV[a + EV.key_at]), record_field = ARGV[a + EV.record_field],
+    refs = {},
   }
   cursor = a + EV.size
   for r = 1, tonumber(ARGV[a + EV.n_refs]) do
@@ -155,6 +167,25 @@ for e = 1, n_events do
     player_list[#player_list + 1] = ev.player
   end
   events[e] = ev
+end
+
+-- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
+local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+local function base36(n)
+  if n == 0 then
+    return "0"
+  end
+  local sign = ""
+  if n < 0 then
+    sign, n = "-", -n
+  end
+  local out = {}
+  while n > 0 do
+    local d = n % 36
+    out[#out + 1] = string.sub(DIGITS, d + 1, d + 1)
+    n = (n - d) / 36
+  end
+  return sign .. string.reverse(table.concat(out))
 end
 
 local function enc(score)
@@ -314,22 +345,33 @@ local function process(ev)
   local revision = ev.revision
   local occurred_ms = ev.occurred_ms
   local dedupe_key = KEYS[ev.key_at + EV_KEY.dedupe]
+  local dedupe_older = {
+    KEYS[ev.key_at + EV_KEY.dedupe_prev], KEYS[ev.key_at + EV_KEY.dedupe_oldest],
+  }
   local contribution_key = KEYS[ev.key_at + EV_KEY.contribution]
   local rate_key = KEYS[ev.key_at + EV_KEY.rate]
   local recent_key = KEYS[ev.key_at + EV_KEY.recent]
   local held_field = string.len(player) .. ":" .. player .. event_id
 
-  -- (a) dedupe: same identity and content returns the saved result unchanged.
-  local saved = redis.call("GET", dedupe_key)
+  -- (a) dedupe: same identity and content returns the saved result unchanged. The
+  -- record is in the newest slice's bucket that has it (it is written once).
+  local saved = redis.call("HGET", dedupe_key, ev.record_field)
+  for _, older in ipairs(dedupe_older) do
+    if saved then
+      break
+    end
+    saved = redis.call("HGET", older, ev.record_field)
+  end
   if mode == "release" then
     -- Only a held event is released, and only once.
     if redis.call("HEXISTS", KEYS[KEY.quarantine], held_field) == 0 then
       return "noop", "not held in quarantine"
     end
   elseif saved then
-    local sep = string.find(saved, "|", 1, true)
-    if string.sub(saved, 1, sep - 1) == ev.fingerprint then
-      return "duplicate", string.sub(saved, sep + 1)
+    -- The fingerprint prefix is as many bytes as EV.fingerprint holds.
+    local n = string.len(ev.fingerprint)
+    if string.sub(saved, 1, n) == ev.fingerprint then
+      return "duplicate", string.sub(saved, n + 1)
     end
     return "conflict", ""
   end
@@ -561,19 +603,27 @@ local function process(ev)
   end
 
   -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
-  -- boards of the event's own periods written short, see speed/records.py). The
-  -- reply is the same compact form.
+  -- boards the event names again written short, statuses one letter, the
+  -- partition left out: speed/records.py). The reply is the same compact form.
   local parts = {}
+  local previous = nil
   for j, item in ipairs(items) do
-    local part = string.format("%s,%d,%d", saved_as[j], item.total, item.version)
+    local numbers = "," .. base36(item.total) .. "," .. base36(item.version)
     if item.status then
-      part = part .. "," .. item.status
+      numbers = numbers .. "," .. status_letter[item.status]
     end
-    parts[j] = part
+    -- Same numbers as the item before: the board's name alone.
+    if numbers == previous then
+      parts[j] = saved_as[j]
+    else
+      parts[j] = saved_as[j] .. numbers
+    end
+    previous = numbers
   end
-  local compact = string.format("%s|%d|%d|%s", status, partition, position,
-    table.concat(parts, ";"))
-  redis.call("SET", dedupe_key, ev.fingerprint .. "|" .. compact, "EX", retention)
+  local compact = status_letter[status] .. "|" .. base36(position) .. "|" ..
+    table.concat(parts, ";")
+  redis.call("HSET", dedupe_key, ev.record_field, ev.fingerprint .. compact)
+  redis.call("EXPIREAT", dedupe_key, record_expire_at)
   return "ok", compact
 end
 
