@@ -55,10 +55,12 @@ from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.records import (
     compact_result,
+    decode_contribution,
     dedupe_value,
+    encode_contribution,
     event_periods,
     identity_hash,
-    lookup_slices,
+    record_lookups,
     slice_expire_at,
     slice_of,
 )
@@ -110,6 +112,11 @@ class PartitionState:
         default_factory=lambda: defaultdict(dict)
     )
     contribution_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (player, match) -> (periods, region) of the event that touched it last: what
+    # its encoded board names are short against (speed/records.py).
+    contribution_ctx: dict[tuple[str, str], tuple[dict[str, str], str]] = field(
+        default_factory=dict
+    )
     # (board, player) -> matchId -> points, for aggregation "max"; last touch in ms.
     best: dict[tuple[str, str], dict[str, int]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -122,9 +129,7 @@ class PartitionState:
     # Plausibility history (``Keys.recent_matches``): player -> matchId -> occurredAt
     # ms of the accepted new matches of the last day of event time, as
     # apply_event.lua keeps it; the last addition in epoch ms (its TTL runs from it).
-    recent: dict[str, dict[str, int]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
+    recent: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     recent_ms: dict[str, int] = field(default_factory=dict)
     # Boards rescored under their season's promoted rule: board -> player -> matchId
     # -> (points, removed); the totals of these boards are summed from it.
@@ -283,6 +288,11 @@ class Folder:
                 state.changed[board].add(player)
         match = (player, event["matchId"])
         state.contribution_ms[match] = received
+        # apply_event.lua rewrites the record, short against this event's periods.
+        state.contribution_ctx[match] = (
+            event_periods(parse_rfc3339(event["occurredAt"])),
+            event["region"],
+        )
         if status == "superseded":
             return
         # apply_event.lua: a match is new when it has no contribution record yet.
@@ -632,20 +642,56 @@ def diff_partition(
     return out
 
 
-def _dedupe_lookups(
-    keys: Keys, player: str, event_id: str, now_ms: int, lifetime_seconds: int
-) -> list[tuple[str, bytes]]:
-    """(bucket key, field) where the dedupe record of (player, eventId) may be,
-    newest slice first (speed/records.py)."""
-    bucket, record_field = identity_hash(player, event_id)
+def _locate_records(
+    client: redis.Redis,
+    bucket_key: Callable[[int, int], str],
+    idents: list[tuple[str, str]],
+    now_ms: int,
+    lifetime_seconds: int,
+) -> list[tuple[str, bytes, bytes] | None]:
+    """(bucket key, field, value) of each (player, other id) record in the newest
+    live slice holding it; None where none does (speed/records.py)."""
+    out: list[tuple[str, bytes, bytes] | None] = []
+    for first in range(0, len(idents), PIPELINE_CHUNK):
+        chunk = idents[first : first + PIPELINE_CHUNK]
+        places = [
+            record_lookups(bucket_key, player, other, now_ms / 1000, lifetime_seconds)
+            for player, other in chunk
+        ]
+        pipe = client.pipeline(transaction=False)
+        for lookups in places:
+            for key, record_field in lookups:
+                pipe.hget(key, record_field)
+        found = iter(pipe.execute())
+        for lookups in places:
+            values = [next(found) for _ in lookups]
+            out.append(
+                next(
+                    (
+                        (key, f, v)
+                        for (key, f), v in zip(lookups, values, strict=True)
+                        if v is not None
+                    ),
+                    None,
+                )
+            )
+    return out
+
+
+def _find_records(
+    client: redis.Redis,
+    bucket_key: Callable[[int, int], str],
+    idents: list[tuple[str, str]],
+    now_ms: int,
+    lifetime_seconds: int,
+) -> list[bytes | None]:
+    """The live value of each (player, other id) record; None where none is."""
     return [
-        (keys.dedupe_bucket(s, bucket), record_field)
-        for s in lookup_slices(now_ms / 1000, lifetime_seconds)
+        place[2] if place else None
+        for place in _locate_records(
+            client, bucket_key, idents, now_ms, lifetime_seconds
+        )
     ]
-
-
-def _first_found(replies: list[Any]) -> Any:
-    return next((r for r in replies if r is not None), None)
 
 
 def diff_records(
@@ -656,27 +702,19 @@ def diff_records(
     p = state.partition
     out: list[Difference] = []
     now_ms = int(time.time() * 1000)
-    pipe = client.pipeline(transaction=False)
     contribution_keys = list(state.contributions)
-    for player, match in contribution_keys:
-        pipe.hgetall(keys.contribution(player, match))
+    contributions_found = _find_records(
+        client, keys.contribution_bucket, contribution_keys, now_ms, lifetime_seconds
+    )
     dedupe_keys = list(state.dedupe)
-    for player, event_id in dedupe_keys:
-        for key, record_field in _dedupe_lookups(
-            keys, player, event_id, now_ms, lifetime_seconds
-        ):
-            pipe.hget(key, record_field)
-    replies = pipe.execute()
-    found = replies[len(contribution_keys) :]
-    step = len(found) // len(dedupe_keys) if dedupe_keys else 1
-    dedupe_found = [
-        _first_found(found[i : i + step]) for i in range(0, len(found), step)
-    ]
+    dedupe_found = _find_records(
+        client, keys.dedupe_bucket, dedupe_keys, now_ms, lifetime_seconds
+    )
     for (player, match), have in zip(
-        contribution_keys, replies[: len(contribution_keys)], strict=True
+        contribution_keys, contributions_found, strict=True
     ):
         want = {k: str(v) for k, v in state.contributions[(player, match)].items()}
-        have_text = {_text(k): _text(v) for k, v in have.items()}
+        have_text = decode_contribution(have) if have is not None else {}
         if have_text != want:
             out.append(
                 Difference(p, None, f"contribution {match}", player, have_text, want)
@@ -684,9 +722,7 @@ def diff_records(
     for (player, event_id), have in zip(dedupe_keys, dedupe_found, strict=True):
         value, received = state.dedupe[(player, event_id)]
         if have != value and _ttl_left(received, now_ms, lifetime_seconds) is not None:
-            out.append(
-                Difference(p, None, f"dedupe {event_id}", player, have, value)
-            )
+            out.append(Difference(p, None, f"dedupe {event_id}", player, have, value))
     return out
 
 
@@ -739,19 +775,34 @@ def restore_records(
     keys = Keys(state.partition)
     now_ms = int(time.time() * 1000)
     writes: list[tuple[str, Callable[[Any], None]]] = []
-    for (player, match), fields in state.contributions.items():
-        ttl = _ttl_left(
-            state.contribution_ms[(player, match)], now_ms, retention_seconds
-        )
-        if ttl is None:
+    contribution_keys = list(state.contributions)
+    contributions_live = _find_records(
+        client, keys.contribution_bucket, contribution_keys, now_ms, retention_seconds
+    )
+    for (player, match), live in zip(
+        contribution_keys, contributions_live, strict=True
+    ):
+        touched = state.contribution_ms[(player, match)]
+        if live is not None or _ttl_left(touched, now_ms, retention_seconds) is None:
             continue
-        key = keys.contribution(player, match)
-
-        def write_ct(pipe: Any, key: str = key, f: dict = fields, t: int = ttl) -> None:
-            pipe.hset(key, mapping=f)
-            pipe.expire(key, t)
-
-        writes.append((key, write_ct))
+        # Into the slice of its last touch, encoded as that touch wrote it.
+        encoded = encode_contribution(
+            state.contributions[(player, match)],
+            *state.contribution_ctx[(player, match)],
+        )
+        writes.append(
+            (
+                "",
+                _bucket_write(
+                    keys.contribution_bucket,
+                    player,
+                    match,
+                    touched,
+                    encoded,
+                    retention_seconds,
+                ),
+            )
+        )
     for (board, player), matches in state.best.items():
         ttl = _ttl_left(state.best_ms[(board, player)], now_ms, retention_seconds)
         if ttl is None or not matches:
@@ -765,29 +816,27 @@ def restore_records(
             pipe.expire(key, t)
 
         writes.append((key, write_mx))
-    dedupe_missing = _missing_dedupe(client, keys, state, now_ms, retention_seconds)
-    for player, event_id in dedupe_missing:
+    dedupe_keys = list(state.dedupe)
+    dedupe_live = _find_records(
+        client, keys.dedupe_bucket, dedupe_keys, now_ms, retention_seconds
+    )
+    for (player, event_id), live in zip(dedupe_keys, dedupe_live, strict=True):
         value, received = state.dedupe[(player, event_id)]
-        ttl = _ttl_left(received, now_ms, retention_seconds)
-        if ttl is None:
+        if live is not None or _ttl_left(received, now_ms, retention_seconds) is None:
             continue
-        # Into the slice of its acceptance, which expires as the live one would.
-        at = slice_of(received / 1000, retention_seconds)
-        bucket, record_field = identity_hash(player, event_id)
-        key = keys.dedupe_bucket(at, bucket)
-        expire_at = slice_expire_at(at, retention_seconds)
-
-        def write_ev(
-            pipe: Any,
-            key: str = key,
-            f: bytes = record_field,
-            v: bytes = value,
-            t: int = expire_at,
-        ) -> None:
-            pipe.hsetnx(key, f, v)
-            pipe.expireat(key, t)
-
-        writes.append(("", write_ev))
+        writes.append(
+            (
+                "",
+                _bucket_write(
+                    keys.dedupe_bucket,
+                    player,
+                    event_id,
+                    received,
+                    value,
+                    retention_seconds,
+                ),
+            )
+        )
     for player, recent in state.recent.items():
         ttl = _ttl_left(state.recent_ms[player], now_ms, RECENT_TTL_SECONDS)
         if ttl is None or not recent:
@@ -818,35 +867,32 @@ def restore_records(
     return written
 
 
-def _missing_dedupe(
-    client: redis.Redis,
-    keys: Keys,
-    state: PartitionState,
-    now_ms: int,
+def _bucket_write(
+    bucket_key: Callable[[int, int], str],
+    player: str,
+    other: str,
+    written_ms: int,
+    value: str | bytes,
     lifetime_seconds: int,
-) -> list[tuple[str, str]]:
-    """The (player, eventId) of dedupe records in no live slice."""
-    wanted = list(state.dedupe)
-    missing: list[tuple[str, str]] = []
-    for first in range(0, len(wanted), PIPELINE_CHUNK):
-        chunk = wanted[first : first + PIPELINE_CHUNK]
-        pipe = client.pipeline(transaction=False)
-        for player, event_id in chunk:
-            for key, record_field in _dedupe_lookups(
-                keys, player, event_id, now_ms, lifetime_seconds
-            ):
-                pipe.hexists(key, record_field)
-        found = pipe.execute()
-        step = len(found) // len(chunk)
-        missing += [
-            ident
-            for n, ident in enumerate(chunk)
-            if not any(found[n * step : (n + 1) * step])
-        ]
-    return missing
+) -> Callable[[Any], None]:
+    """Writes a record missing live into the bucket of the slice it was written
+    in, which expires as the live one would (speed/records.py); a record written
+    meanwhile (same field) is newer: HSETNX keeps it."""
+    at = slice_of(written_ms / 1000, lifetime_seconds)
+    bucket, record_field = identity_hash(player, other)
+    key = bucket_key(at, bucket)
+    expire_at = slice_expire_at(at, lifetime_seconds)
+
+    def write(pipe: Any) -> None:
+        pipe.hsetnx(key, record_field, value)
+        pipe.expireat(key, expire_at)
+
+    return write
 
 
-def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
+def rewrite_rescored(
+    client: redis.Redis, state: PartitionState, lifetime_seconds: int
+) -> int:
     """Contribution records of rescored boards (seasons promoted to another rule):
     their per-board points were written under the old rule, and a later correction
     subtracts what the record says, so the rescored boards' fields are rewritten
@@ -858,18 +904,21 @@ def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
     keys = Keys(state.partition)
     matches = list(state.contributions)
     rewritten = 0
+    now_ms = int(time.time() * 1000)
     for first in range(0, len(matches), PIPELINE_CHUNK):
         chunk = matches[first : first + PIPELINE_CHUNK]
+        places = _locate_records(
+            client, keys.contribution_bucket, chunk, now_ms, lifetime_seconds
+        )
         pipe = client.pipeline(transaction=False)
-        for player, match in chunk:
-            pipe.hget(keys.contribution(player, match), "r")
-        revisions = pipe.execute()
-        pipe = client.pipeline(transaction=False)
-        for (player, match), live in zip(chunk, revisions, strict=True):
+        for (player, match), place in zip(chunk, places, strict=True):
             fields = state.contributions[(player, match)]
-            if live is None or int(live) != int(fields.get("r", -1)):
+            if place is None:
                 continue
-            key = keys.contribution(player, match)
+            key, record_field, value = place
+            live: dict[str, Any] = decode_contribution(value)
+            if int(live.get("r", -1)) != int(fields.get("r", -1)):
+                continue
             keep: dict = {
                 f"{kind}:{board}": fields[f"{kind}:{board}"]
                 for board in boards
@@ -882,10 +931,11 @@ def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
                 for kind in ("b", "u")
                 if f"{kind}:{board}" not in fields
             ]
-            if keep:
-                pipe.hset(key, mapping=keep)
-            if drop:
-                pipe.hdel(key, *drop)
+            live.update(keep)
+            for name in drop:
+                live.pop(name, None)
+            periods, region = state.contribution_ctx[(player, match)]
+            pipe.hset(key, record_field, encode_contribution(live, periods, region))
             rewritten += 1
         pipe.execute()
     return rewritten
@@ -1045,9 +1095,7 @@ def run_rebuild(
                     state, generation, base_counts, final, settings.partitions
                 )
                 differences = diff_partition(client, state, built, generation)
-                differences += diff_records(
-                    client, state, settings.record_ttl_seconds
-                )
+                differences += diff_records(client, state, settings.record_ttl_seconds)
                 if dry_run:
                     report.differences += differences
                     outcome = "dry-run"
@@ -1056,7 +1104,7 @@ def run_rebuild(
                 # record, which restore never overwrites, and forces a retry below.
                 # The lifetime the API gives records (speed/records.py slices by it).
                 restored = restore_records(client, state, settings.record_ttl_seconds)
-                restored += rewrite_rescored(client, state)
+                restored += rewrite_rescored(client, state, settings.record_ttl_seconds)
                 stage_partition(client, state, built)
                 if before_switch is not None:
                     before_switch(partition)

@@ -22,6 +22,20 @@ most half a lifetime more; a lookup reads the current slice and the two before i
 and no expiry entry per record: about 140 B per record instead of about 300 B
 (bench/RESULTS.md).
 
+**Contribution records** (playerId, matchId) are fields of buckets likewise
+(``lb:{pN}:rc:<slice>:<bucket>``), moved to the current slice whenever an event of
+the match touches them (a record lives a lifetime from its last touch). The value
+holds the record's fields (:func:`decode_contribution`)::
+
+    <day>|<week>|<region>|<entry>;<entry>...
+    entry = r=<revision> | u=<rule> | q=<held eventId> | Q=<revision before it>
+          | <board>=<points> | <board> | ^<board>=<rule of that board>
+
+numbers in base 36, boards in byte order of their ids, a board alone with the
+points of the board before it, board names short relative to the day, ISO week
+and region the value starts with (those of the event that wrote it last; a
+correction may move the match to another day).
+
 **Board names** in saved results are short where the event itself names the board
 again (a redelivery has the same content, so the same ``occurredAt`` and region):
 a rolling board of one of the event's own periods is its window's letter ``d``
@@ -34,6 +48,7 @@ other board keeps its full id, which always holds a ``:``; a short name never do
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import datetime
 from typing import Any
 
@@ -146,6 +161,35 @@ def lookup_slices(now_seconds: float, lifetime_seconds: int) -> list[int]:
     return [current - k for k in range(LOOKBACK_SLICES)]
 
 
+def record_lookups(
+    bucket_key: Any, player_id: str, other_id: str, now_seconds: float, lifetime: int
+) -> list[tuple[str, bytes]]:
+    """(bucket key, field) of every slice that may hold the record of (playerId,
+    other id), newest first; ``bucket_key(slice, bucket)`` names a bucket
+    (:meth:`speed.partitions.Keys.dedupe_bucket` or ``contribution_bucket``)."""
+    bucket, field = identity_hash(player_id, other_id)
+    return [
+        (bucket_key(s, bucket), field) for s in lookup_slices(now_seconds, lifetime)
+    ]
+
+
+def find_record(
+    client: Any,
+    bucket_key: Any,
+    player_id: str,
+    other_id: str,
+    lifetime: int,
+    now_seconds: float | None = None,
+) -> bytes | None:
+    """The value of a record, read with a synchronous client (tools and tests)."""
+    moment = time.time() if now_seconds is None else now_seconds
+    for key, field in record_lookups(bucket_key, player_id, other_id, moment, lifetime):
+        value = client.hget(key, field)
+        if value is not None:
+            return bytes(value)
+    return None
+
+
 def fingerprint_prefix(fingerprint_hex: str) -> bytes:
     """The part of the content fingerprint a dedupe record keeps (64 bits: a
     conflicting event is taken for a redelivery with probability 2**-64)."""
@@ -210,3 +254,60 @@ def decode_compact(
 def dedupe_value(fingerprint_hex: str, compact: str) -> bytes:
     """A dedupe record's value: fingerprint prefix, then the saved result."""
     return fingerprint_prefix(fingerprint_hex) + compact.encode()
+
+
+def record_context(periods: dict[str, str], region: str) -> str:
+    """The context a contribution record's board names are short against."""
+    return f"{periods.get('daily', '')}|{periods.get('weekly', '')}|{region}"
+
+
+def _from_base36(text: str) -> int:
+    return int(text, 36)
+
+
+def decode_contribution(raw: bytes | str) -> dict[str, str]:
+    """The fields of a contribution record: r, u, q, qr, b:<board>, u:<board>, with
+    numbers as decimal text (as ``HGETALL`` of the former hash returned them)."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    day, week, region, body = text.split("|", 3)
+    periods = {"daily": day, "weekly": week, "monthly": day[:7], "alltime": "all"}
+    fields: dict[str, str] = {}
+    points = ""
+    for part in body.split(";") if body else ():
+        name, eq, value = part.partition("=")
+        if name in ("r", "Q"):
+            fields["r" if name == "r" else "qr"] = str(_from_base36(value))
+        elif name in ("u", "q"):
+            fields[name] = value
+        elif name.startswith("^"):
+            fields["u:" + long_board(name[1:], periods, region)] = value
+        else:
+            if eq:
+                points = str(_from_base36(value))
+            fields["b:" + long_board(name, periods, region)] = points
+    return fields
+
+
+def encode_contribution(
+    fields: dict[str, Any], periods: dict[str, str], region: str
+) -> str:
+    """A contribution record's value from its fields (inverse of
+    :func:`decode_contribution`), board names short against ``periods``/``region``
+    (``{}`` and ``""``: rolling boards keep their full ids)."""
+    parts = [f"r={base36(int(fields['r']))}"]
+    if "u" in fields:
+        parts.append(f"u={fields['u']}")
+    if "q" in fields:
+        parts.append(f"q={fields['q']}")
+    if "qr" in fields:
+        parts.append(f"Q={base36(int(fields['qr']))}")
+    # Boards in code point order of their ids (apply_event.lua: byte order).
+    previous = None
+    for name in sorted(n for n in fields if n.startswith("b:")):
+        board = short_board(name[2:], periods, region)
+        points = base36(int(fields[name]))
+        parts.append(board if points == previous else f"{board}={points}")
+        previous = points
+    for name in sorted(n for n in fields if n.startswith("u:")):
+        parts.append(f"^{short_board(name[2:], periods, region)}={fields[name]}")
+    return record_context(periods, region) + "|" + ";".join(parts)

@@ -151,8 +151,13 @@ APPLY_EVENT = ScriptInterface(
                 "max_per_hour",
                 "key_at",
                 "n_refs",
-                # 8-byte hash of (playerId, eventId): the dedupe record's field.
-                "record_field",
+                # 8-byte hashes of (playerId, eventId) and (playerId, matchId): the
+                # fields of the dedupe and the contribution record.
+                "dedupe_field",
+                "contribution_field",
+                # "<day>|<week>|<region>" of the event: what the board names of its
+                # contribution record are short against (speed/records.py).
+                "context",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the
@@ -164,8 +169,9 @@ APPLY_EVENT = ScriptInterface(
             "EV_BOARD",
             ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
         ),
-        # The event's own keys, from KEYS[key_at]: the dedupe record's bucket in
-        # the current slice and the two before it (speed/records.py), then the rest.
+        # The event's own keys, from KEYS[key_at]: the dedupe and the contribution
+        # record's buckets in the current slice and the two before it
+        # (speed/records.py), then the rest.
         (
             "EV_KEY",
             (
@@ -173,6 +179,8 @@ APPLY_EVENT = ScriptInterface(
                 "dedupe_prev",
                 "dedupe_oldest",
                 "contribution",
+                "contribution_prev",
+                "contribution_oldest",
                 "rate",
                 "recent",
             ),

@@ -32,6 +32,7 @@ from speed.records import (
     fingerprint_prefix,
     identity_hash,
     lookup_slices,
+    record_context,
     short_board,
     slice_expire_at,
 )
@@ -298,13 +299,12 @@ class SpeedLayer:
                 names = list(players)
                 found = local_rows(generation, board, self.partitions, names)
                 rows.update(
-                    ((board, name), row)
-                    for name, row in zip(names, found, strict=True)
+                    ((board, name), row) for name, row in zip(names, found, strict=True)
                 )
         # KEYS of the events follow the board table's (1-based, as in Lua).
         key_at = len(script_keys) + 1
-        # Dedupe records go by wall-clock slices (also for a release, whose now_ms
-        # is its past acceptance): the newest slice first, then the older ones.
+        # Dedupe and contribution records go by wall-clock slices (also for a
+        # release, whose now_ms is its past acceptance): the newest slice first.
         slices = lookup_slices(self.clock(), self.retention_seconds)
         assert len(slices) == LOOKBACK_SLICES
         for call, feeding in per_event:
@@ -312,15 +312,17 @@ class SpeedLayer:
             event = normalized.event
             player = event.playerId
             occurred_ms = int(normalized.occurred_at.timestamp() * 1000)
-            bucket, record_field = identity_hash(player, event.eventId)
+            bucket, dedupe_field = identity_hash(player, event.eventId)
+            match_bucket, contribution_field = identity_hash(player, event.matchId)
             event_keys += [
                 *(keys.dedupe_bucket(s, bucket) for s in slices),
-                keys.contribution(player, event.matchId),
+                *(keys.contribution_bucket(s, match_bucket) for s in slices),
                 keys.rate(player),
                 keys.recent_matches(player),
             ]
             first_key = key_at
-            key_at += LOOKBACK_SLICES + 3
+            key_at += 2 * LOOKBACK_SLICES + 2
+            periods = self._periods_of(normalized)
             event_args += [
                 player,
                 event.eventId,
@@ -332,10 +334,11 @@ class SpeedLayer:
                 *normalized.limits,
                 first_key,
                 len(feeding),
-                record_field,
+                dedupe_field,
+                contribution_field,
+                record_context(periods, event.region),
             ]
             scores = normalized.scores
-            periods = self._periods_of(normalized)
             for spec, feeds in feeding:
                 index = board_index[spec.board]
                 best = 0

@@ -28,9 +28,12 @@
 --   EV.record_field (8-byte identity hash) -> <fingerprint prefix, 8 bytes><saved
 --   result>, the result kept compact: "<status letter>|<position>|<board>,<total>,
 --   <version>[,<status letter>];..." (the reply is the same compact form; a bucket
---   expires whole at ARG.record_expire_at); contribution record (playerId, matchId) hash: r=<revision>,
---   b:<board>=<points>, u=<rule version the points were scored under>, and
---   u:<board>=<its rule version> for a board whose rule is not u;
+--   expires whole at ARG.record_expire_at); contribution record (playerId, matchId): the
+--   field EV.contribution_field of its bucket in the current slice or one of the two
+--   before (moved to the current one whenever touched), holding the record's fields
+--   r=<revision>, b:<board>=<points>, u=<rule version the points were scored under>,
+--   u:<board>=<its rule version> for a board whose rule is not u (q, qr while a
+--   revision is held), encoded by encode_record below (speed/records.py);
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -72,17 +75,17 @@ local ARG_GROUP = {
   rule = 4,
 }
 local EV = {
-  size = 12, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
+  size = 14, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
   event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
-  n_refs = 10, record_field = 11,
+  n_refs = 10, dedupe_field = 11, contribution_field = 12, context = 13,
 }
 local EV_BOARD = {
   size = 7, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
   base_row = 6,
 }
 local EV_KEY = {
-  size = 6, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3, rate = 4,
-  recent = 5,
+  size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
+  contribution_prev = 4, contribution_oldest = 5, rate = 6, recent = 7,
 }
 -- One-letter statuses of saved results (speed/records.py STATUS_CODE).
 local status_letter = {
@@ -142,7 +145,8 @@ for e = 1, n_events do
     occurred_ms = tonumber(ARGV[a + EV.occurred_ms]),
     min_gap_ms = tonumber(ARGV[a + EV.min_gap_ms]),
     max_per_hour = tonumber(ARGV[a + EV.max_per_hour]),
-    key_at = tonumber(ARGV[a + EV.key_at]), record_field = ARGV[a + EV.record_field],
+    key_at = tonumber(ARGV[a + EV.key_at]), dedupe_field = ARGV[a + EV.dedupe_field],
+    contribution_field = ARGV[a + EV.contribution_field], context = ARGV[a + EV.context],
     refs = {},
   }
   cursor = a + EV.size
@@ -186,6 +190,146 @@ local function base36(n)
     n = (n - d) / 36
   end
   return sign .. string.reverse(table.concat(out))
+end
+
+local function from_base36(text)
+  if string.sub(text, 1, 1) == "-" then
+    return -tonumber(string.sub(text, 2), 36)
+  end
+  return tonumber(text, 36)
+end
+
+-- Contribution records (speed/records.py, the format's home):
+--   <day>|<week>|<region>|<entry>;<entry>...
+-- entries r=<revision>, u=<rule>, q=<held eventId>, Q=<revision before the held
+-- one>, <board>=<points>, ^<board>=<rule of that board>; numbers in base 36; a
+-- board alone has the points of the board before it; board names short relative
+-- to the record's own day, ISO week and region (as in saved results).
+local function expand(name, ctx)
+  if string.find(name, ":", 1, true) then
+    return name
+  end
+  local letter, middle, code = string.sub(name, 1, 1), string.sub(name, 2, -2),
+    string.sub(name, -1)
+  local scope = ctx.region
+  if code == "g" then
+    scope = "global"
+  end
+  if letter == "s" then
+    return "season:" .. middle .. ":" .. scope
+  elseif letter == "d" then
+    return "daily:" .. ctx.day .. ":" .. scope
+  elseif letter == "w" then
+    return "weekly:" .. ctx.week .. ":" .. scope
+  elseif letter == "m" then
+    return "monthly:" .. string.sub(ctx.day, 1, 7) .. ":" .. scope
+  end
+  return "alltime:all:" .. scope
+end
+
+local function record_board(rec, board)
+  if not rec.seen[board] then
+    rec.seen[board] = true
+    rec.order[#rec.order + 1] = board
+  end
+end
+
+-- The record's fields: r, u, q, qr; b[board] = points, ub[board] = rule; order: its
+-- boards in the order written. raw false: no record.
+local function decode_record(raw)
+  local rec = {b = {}, ub = {}, order = {}, seen = {}}
+  if not raw then
+    return rec
+  end
+  local p1 = string.find(raw, "|", 1, true)
+  local p2 = string.find(raw, "|", p1 + 1, true)
+  local p3 = string.find(raw, "|", p2 + 1, true)
+  local ctx = {
+    day = string.sub(raw, 1, p1 - 1), week = string.sub(raw, p1 + 1, p2 - 1),
+    region = string.sub(raw, p2 + 1, p3 - 1),
+  }
+  local points = nil
+  for part in string.gmatch(string.sub(raw, p3 + 1), "[^;]+") do
+    local eq = string.find(part, "=", 1, true)
+    local name, value = part, nil
+    if eq then
+      name, value = string.sub(part, 1, eq - 1), string.sub(part, eq + 1)
+    end
+    if name == "r" then
+      rec.r = from_base36(value)
+    elseif name == "Q" then
+      rec.qr = from_base36(value)
+    elseif name == "u" then
+      rec.u = value
+    elseif name == "q" then
+      rec.q = value
+    elseif string.sub(name, 1, 1) == "^" then
+      local board = expand(string.sub(name, 2), ctx)
+      record_board(rec, board)
+      rec.ub[board] = value
+    else
+      if value then
+        points = from_base36(value)
+      end
+      local board = expand(name, ctx)
+      record_board(rec, board)
+      rec.b[board] = points
+    end
+  end
+  return rec
+end
+
+-- Byte order of two strings (Lua's < follows the server's locale; the rebuild
+-- writes the same value from Python, which orders by code point).
+local function byte_less(x, y)
+  for i = 1, math.min(#x, #y) do
+    local a, b = string.byte(x, i), string.byte(y, i)
+    if a ~= b then
+      return a < b
+    end
+  end
+  return #x < #y
+end
+
+-- ctx: "<day>|<week>|<region>" of the event writing it; short_of[board] = the
+-- board's name relative to that context (a full id where none is shorter). Boards
+-- go in byte order of their ids, so the value depends only on the fields.
+local function encode_record(rec, ctx, short_of)
+  local parts = {"r=" .. base36(rec.r)}
+  if rec.u then
+    parts[#parts + 1] = "u=" .. rec.u
+  end
+  if rec.q then
+    parts[#parts + 1] = "q=" .. rec.q
+  end
+  if rec.qr then
+    parts[#parts + 1] = "Q=" .. base36(rec.qr)
+  end
+  local boards = {}
+  for i, board in ipairs(rec.order) do
+    boards[i] = board
+  end
+  table.sort(boards, byte_less)
+  local previous = nil
+  for _, board in ipairs(boards) do
+    local points = rec.b[board]
+    if points ~= nil then
+      local name = short_of[board] or board
+      local text = base36(points)
+      if text == previous then
+        parts[#parts + 1] = name
+      else
+        parts[#parts + 1] = name .. "=" .. text
+      end
+      previous = text
+    end
+  end
+  for _, board in ipairs(boards) do
+    if rec.ub[board] then
+      parts[#parts + 1] = "^" .. (short_of[board] or board) .. "=" .. rec.ub[board]
+    end
+  end
+  return ctx .. "|" .. table.concat(parts, ";")
 end
 
 local function enc(score)
@@ -349,18 +493,21 @@ local function process(ev)
     KEYS[ev.key_at + EV_KEY.dedupe_prev], KEYS[ev.key_at + EV_KEY.dedupe_oldest],
   }
   local contribution_key = KEYS[ev.key_at + EV_KEY.contribution]
+  local contribution_older = {
+    KEYS[ev.key_at + EV_KEY.contribution_prev], KEYS[ev.key_at + EV_KEY.contribution_oldest],
+  }
   local rate_key = KEYS[ev.key_at + EV_KEY.rate]
   local recent_key = KEYS[ev.key_at + EV_KEY.recent]
   local held_field = string.len(player) .. ":" .. player .. event_id
 
   -- (a) dedupe: same identity and content returns the saved result unchanged. The
   -- record is in the newest slice's bucket that has it (it is written once).
-  local saved = redis.call("HGET", dedupe_key, ev.record_field)
+  local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)
   for _, older in ipairs(dedupe_older) do
     if saved then
       break
     end
-    saved = redis.call("HGET", older, ev.record_field)
+    saved = redis.call("HGET", older, ev.dedupe_field)
   end
   if mode == "release" then
     -- Only a held event is released, and only once.
@@ -381,31 +528,30 @@ local function process(ev)
     given[ref.b.id] = true
   end
 
-  -- (b) contribution: a revision not above the stored one changes nothing.
-  local stored = redis.call("HGETALL", contribution_key)
-  local stored_rev = 0
-  local held_id = nil
-  local held_before = 0
-  local applied = {}
-  for i = 1, #stored, 2 do
-    local f = stored[i]
-    if f == "r" then
-      stored_rev = tonumber(stored[i + 1])
-    elseif f == "q" then
-      held_id = stored[i + 1]
-    elseif f == "qr" then
-      held_before = tonumber(stored[i + 1])
-    elseif string.sub(f, 1, 2) == "b:" then
-      local board = string.sub(f, 3)
-      applied[board] = tonumber(stored[i + 1])
-      -- A correction that moves a match out of a board must touch that board's keys:
-      -- the caller resolves this and calls again with the board included.
-      if not given[board] then
-        return "retry", board
-      end
+  -- (b) contribution: a revision not above the stored one changes nothing. The
+  -- record is in the newest slice's bucket that has it.
+  local raw = redis.call("HGET", contribution_key, ev.contribution_field)
+  local found_in = contribution_key
+  for _, older in ipairs(contribution_older) do
+    if raw then
+      break
+    end
+    raw = redis.call("HGET", older, ev.contribution_field)
+    found_in = older
+  end
+  local rec = decode_record(raw)
+  local stored_rev = rec.r or 0
+  local held_id = rec.q
+  local held_before = rec.qr or 0
+  local applied = rec.b
+  for _, board in ipairs(rec.order) do
+    -- A correction that moves a match out of a board must touch that board's keys:
+    -- the caller resolves this and calls again with the board included.
+    if applied[board] ~= nil and not given[board] then
+      return "retry", board
     end
   end
-  local is_new_match = #stored == 0
+  local is_new_match = raw == false
   if mode == "release" then
     -- As if accepted then: only while no later revision replaced it; the revision it
     -- is compared with is the one stored before it was held.
@@ -486,7 +632,7 @@ local function process(ev)
     status = "quarantined"
     -- The match's revision is taken (a resend is superseded); its contributions stay
     -- those of the revision before, remembered for the release.
-    redis.call("HSET", contribution_key, "r", revision, "q", event_id, "qr", stored_rev)
+    rec.r, rec.q, rec.qr = revision, event_id, stored_rev
   elseif stored_rev > 0 and revision <= stored_rev then
     -- Superseded: report the current totals of the boards this event would feed.
     status = "superseded"
@@ -500,8 +646,7 @@ local function process(ev)
   else
     -- (c) delta = new - stored contribution, on every board the event feeds; a board
     -- the previous revision fed and this one does not gets its contribution removed.
-    -- The contribution record's fields are written in one HSET, in board order, then r.
-    local contribution = {}
+    -- The contribution record (rec) is written once, at the end of the event.
     for _, ref in ipairs(ev.refs) do
       local b = ref.b
       local late = b.cutoff > 0 and now_ms > b.cutoff
@@ -537,27 +682,23 @@ local function process(ev)
         end
         version = version + 1
         write_total(b, player, old_total, achieved, total, version, occurred_ms)
-        contribution[#contribution + 1] = "b:" .. b.id
-        contribution[#contribution + 1] = new
+        record_board(rec, b.id)
+        rec.b[b.id] = new
         -- The rule version the contribution was scored under: the record's "u"
         -- unless the board's differs.
         if b.rule ~= default_rule then
-          contribution[#contribution + 1] = "u:" .. b.id
-          contribution[#contribution + 1] = b.rule
+          rec.ub[b.id] = b.rule
         end
         any_applied = true
         items[#items + 1] = {board = b.id, total = total, version = version}
         saved_as[#items] = ref.saved_as
       end
     end
-    contribution[#contribution + 1] = "u"
-    contribution[#contribution + 1] = default_rule
-    contribution[#contribution + 1] = "r"
-    contribution[#contribution + 1] = revision
-    redis.call("HSET", contribution_key, unpack(contribution))
+    rec.u = default_rule
+    rec.r = revision
     if held_id then
       -- This revision replaces a held one: releasing that one later changes nothing.
-      redis.call("HDEL", contribution_key, "q", "qr")
+      rec.q, rec.qr = nil, nil
     end
     if is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
       -- A day of history is enough for both bounds; older matches drop out.
@@ -579,7 +720,19 @@ local function process(ev)
       end
     end
   end
-  redis.call("EXPIRE", contribution_key, retention)
+  -- Touched: the record lives on from now, in the current slice's bucket.
+  if rec.r then
+    local short_of = {}
+    for _, ref in ipairs(ev.refs) do
+      short_of[ref.b.id] = ref.saved_as
+    end
+    redis.call("HSET", contribution_key, ev.contribution_field,
+      encode_record(rec, ev.context, short_of))
+    redis.call("EXPIREAT", contribution_key, record_expire_at)
+    if found_in ~= contribution_key and raw then
+      redis.call("HDEL", found_in, ev.contribution_field)
+    end
+  end
 
   local result = cjson.encode({
     eventId = event_id, playerId = player, status = status, boards = items,
@@ -622,7 +775,7 @@ local function process(ev)
   end
   local compact = status_letter[status] .. "|" .. base36(position) .. "|" ..
     table.concat(parts, ";")
-  redis.call("HSET", dedupe_key, ev.record_field, ev.fingerprint .. compact)
+  redis.call("HSET", dedupe_key, ev.dedupe_field, ev.fingerprint .. compact)
   redis.call("EXPIREAT", dedupe_key, record_expire_at)
   return "ok", compact
 end

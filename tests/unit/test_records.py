@@ -13,7 +13,9 @@ from speed.records import (
     LOOKBACK_SLICES,
     compact_result,
     decode_compact,
+    decode_contribution,
     dedupe_value,
+    encode_contribution,
     event_periods,
     fingerprint_prefix,
     identity_hash,
@@ -151,3 +153,46 @@ def test_a_record_is_found_for_its_whole_lifetime(now: int, lifetime: int) -> No
     for later in (now, now + lifetime // 2, now + lifetime - 1):
         assert written in lookup_slices(later, lifetime)
     assert slice_expire_at(written, lifetime) >= now + lifetime
+
+
+contribution_fields = st.fixed_dictionaries(
+    {"r": st.integers(1, 2**40), "u": st.sampled_from(["v1", "v2"])},
+    optional={"q": st.sampled_from(["E1", "e-2.x:y"]), "qr": st.integers(0, 99)},
+)
+
+
+@given(
+    base=contribution_fields,
+    points=st.dictionaries(boards, st.integers(-(2**40), 2**40), max_size=8),
+    rules=st.dictionaries(boards, st.sampled_from(["v1", "v3"]), max_size=3),
+    region=st.sampled_from(["eu", "na"]),
+    other_day=st.booleans(),
+)
+def test_contribution_round_trip(
+    base: dict, points: dict, rules: dict, region: str, other_day: bool
+) -> None:
+    """Fields -> value -> fields, whatever day and region the value is short
+    against (a correction may move the match to another day or region)."""
+    fields: dict = dict(base)
+    fields.update({f"b:{b}": p for b, p in points.items()})
+    fields.update({f"u:{b}": r for b, r in rules.items()})
+    moment = MOMENT.replace(day=19) if other_day else MOMENT
+    value = encode_contribution(fields, event_periods(moment), region)
+    assert decode_contribution(value) == {k: str(v) for k, v in fields.items()}
+    # The encoding depends on the fields only, not on the order they were set in.
+    backwards = dict(reversed(list(fields.items())))
+    assert encode_contribution(backwards, event_periods(moment), region) == value
+
+
+def test_ten_board_contribution_is_compact() -> None:
+    """A match that fed the default 10 boards with the same points."""
+    periods = event_periods(MOMENT)
+    names = [f"season:S4:{s}" for s in ("global", "eu")] + [
+        f"{w}:{periods[w]}:{s}"
+        for w in ("daily", "weekly", "monthly", "alltime")
+        for s in ("global", "eu")
+    ]
+    fields = {"r": 1, "u": "v1", **{f"b:{b}": 283 for b in names}}
+    value = encode_contribution(fields, periods, "eu")
+    # With its 3-byte header and NUL, the value fits jemalloc's 80-byte class.
+    assert len(value) <= 76, value

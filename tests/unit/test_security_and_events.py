@@ -93,6 +93,6 @@ def test_partition_is_stable_and_keys_are_tagged() -> None:
         keys.position,
         keys.totals("alltime:all:global"),
         keys.dedupe_bucket(9, 1),
-        keys.contribution("a", "b:c"),
+        keys.contribution_bucket(9, 1),
     ):
         assert name.startswith("lb:{p3}:")
