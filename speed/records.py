@@ -31,8 +31,8 @@ holds the record's fields (:func:`decode_contribution`)::
     entry = r=<revision> | u=<rule> | q=<held eventId> | Q=<revision before it>
           | <board>=<points> | <board> | ^<board>=<rule of that board>
 
-numbers in base 36, boards in byte order of their ids, a board alone with the
-points of the board before it, board names short relative to the day, ISO week
+numbers in base 36, boards in the order they entered the record, a board alone
+with the points of the board before it, board names short relative to the day, ISO week
 and region the value starts with (those of the event that wrote it last; a
 correction may move the match to another day).
 
@@ -301,13 +301,14 @@ def encode_contribution(
         parts.append(f"q={fields['q']}")
     if "qr" in fields:
         parts.append(f"Q={base36(int(fields['qr']))}")
-    # Boards in code point order of their ids (apply_event.lua: byte order).
+    # Boards in the order they entered the record (the fields' order), as
+    # apply_event.lua writes them.
     previous = None
-    for name in sorted(n for n in fields if n.startswith("b:")):
+    for name in [n for n in fields if n.startswith("b:")]:
         board = short_board(name[2:], periods, region)
         points = base36(int(fields[name]))
         parts.append(board if points == previous else f"{board}={points}")
         previous = points
-    for name in sorted(n for n in fields if n.startswith("u:")):
+    for name in [n for n in fields if n.startswith("u:")]:
         parts.append(f"^{short_board(name[2:], periods, region)}={fields[name]}")
     return record_context(periods, region) + "|" + ";".join(parts)
