@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.registry import GenerationRegistry
-from speed.baserows import base_row
+from speed.baserows import base_row, base_version
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
 from speed.scripts import FLAG_PLAYER
@@ -80,13 +80,14 @@ async def set_flag(
                 raise FlagRetry(f"base generation g{number} is not readable")
         boards = await _boards_of(speed, partition, player_id)
         # Per board: (score, achievedMs, local row) in the base generation.
-        base_scores: dict[str, tuple[int, int | None, int]] = {}
+        base_scores: dict[str, tuple[int, int | None, int, int | None]] = {}
         if generation is not None:
             for board in generation.board_names():
                 found = base_row(generation, board, speed.partitions, player_id)
                 if found is not None:
                     row, score, achieved = found
-                    base_scores[board] = (score, achieved, row)
+                    version = base_version(generation, board, player_id)
+                    base_scores[board] = (score, achieved, row, version)
                     boards.add(board)
         ordered = sorted(boards)
         script_keys = FLAG_PLAYER.keys_of(
@@ -113,6 +114,9 @@ async def set_flag(
                     if known is None or known[1] is None
                     else known[1],
                     "base_row": "" if known is None else known[2],
+                    "base_version": ""
+                    if known is None or known[3] is None
+                    else known[3],
                 }
             )
         args = FLAG_PLAYER.args_of(

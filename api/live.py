@@ -15,6 +15,7 @@ possible, and the answer comes from the histogram, labelled so.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,12 +121,13 @@ class Base:
 async def run_commands(
     client: Any, script: Any, commands: list[tuple[Any, ...]]
 ) -> list[Any]:
-    """:func:`send_commands` for read-only commands and EVALSHAs of ``script``: if
-    Redis lost the script it is loaded and everything sent again (nothing was
-    changed); any other error reply is raised."""
+    """:func:`send_commands` for read-only commands and EVALSHAs of ``script`` (or
+    of each script of a tuple): if Redis lost a script they are loaded and
+    everything sent again (nothing was changed); any other error reply is raised."""
     replies = await send_commands(client, commands)
     if script is not None and any(isinstance(r, NoScriptError) for r in replies):
-        await client.script_load(script.script)
+        for each in script if isinstance(script, tuple) else (script,):
+            await client.script_load(each.script)
         replies = await send_commands(client, commands)
     for reply in replies:
         if isinstance(reply, Exception):
@@ -165,6 +167,21 @@ def _total(raw: bytes | None) -> int | None:
     return int(raw.split(b"|", 1)[0])
 
 
+def segment_standing(
+    segment: BoardSegment | None, player_id: str
+) -> tuple[int, int | None] | None:
+    """(score, achievedMs or None) of a player in a base segment, None when not on
+    it: the live standing of a player without a total in Redis (unchanged since
+    its partition's base generation, speed/rebase.py)."""
+    if segment is None:
+        return None
+    row = segment.row_of(player_id)
+    if row is None:
+        return None
+    achieved = segment.achieved
+    return int(segment.scores[row]), None if achieved is None else int(achieved[row])
+
+
 def _standing(raw: bytes | None) -> tuple[int, int | None] | None:
     """(total, achievedMs or None) of a totals value "total|version[|achievedMs]"."""
     if raw is None:
@@ -202,13 +219,34 @@ class LiveReader:
     ) -> tuple[tuple[int, int | None] | None, bool]:
         """(the player's live standing, whether it is shadowed): one round trip."""
         keys = Keys(partition_of(player_id, self.partitions))
-        raw, flag = await run_commands(
+        raw, flag, number = await run_commands(
             self.speed.client,
             None,
-            [("HGET", keys.totals(board), player_id), ("HGET", keys.flags, player_id)],
+            [
+                ("HGET", keys.totals(board), player_id),
+                ("HGET", keys.flags, player_id),
+                ("HGET", keys.base_generation, "g"),
+            ],
         )
         standing = _standing(raw.encode() if isinstance(raw, str) else raw)
+        if standing is None:
+            standing = self.base_standing(board, player_id, _int(number or 0))
         return standing, flag in (b"shadow", "shadow")
+
+    def base_standing(
+        self, board: str, player_id: str, number: int
+    ) -> tuple[int, int | None] | None:
+        """The player's standing in base generation ``number`` (what a pair without
+        a total in Redis stands at), None when not on it or not mapped."""
+        if number <= 0:
+            return None
+        generation = self.registry.by_number(number)
+        if generation is None:
+            self.registry.refresh(force=True)
+            generation = self.registry.by_number(number)
+        if generation is None:
+            return None
+        return segment_standing(generation.board(board), player_id)
 
     def _base(self, bases: list[int], board: str) -> Base:
         """The common base generation of all partitions, mapped; else NotExact."""
@@ -227,8 +265,19 @@ class LiveReader:
 
     async def live_total(self, board: str, player_id: str) -> int | None:
         keys = Keys(partition_of(player_id, self.partitions))
-        raw = await self.speed.client.hget(keys.totals(board), player_id)
-        return _total(raw.encode() if isinstance(raw, str) else raw)
+        raw, number = await run_commands(
+            self.speed.client,
+            None,
+            [
+                ("HGET", keys.totals(board), player_id),
+                ("HGET", keys.base_generation, "g"),
+            ],
+        )
+        total = _total(raw.encode() if isinstance(raw, str) else raw)
+        if total is None:
+            standing = self.base_standing(board, player_id, _int(number or 0))
+            total = None if standing is None else standing[0]
+        return total
 
     def guess(self, board: str, player_id: str) -> tuple[int, int | None] | None:
         """The player's standing as last read, else in the latest generation, else
@@ -267,13 +316,15 @@ class LiveReader:
         rows_above: int,
         rows_before: int,
         read_flag: bool = False,
+        extra: list[tuple[Any, ...]] | None = None,
     ) -> tuple[list[list[Any]], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
         ``read_flag`` the player's shadow flag is read in the same round trip
         (else None comes back). ``rows_above``/``rows_before`` are global rows of
         ``base``; the replies name the base they were read against (the caller
-        compares)."""
+        compares). ``extra`` commands (``live_window.lua`` calls) go in the same
+        write; their replies are appended to the counts' replies."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
         rows = base.partition_rows(self.partitions)
         sha = self._counts.sha
@@ -296,7 +347,10 @@ class LiveReader:
                     rows.count_before(p, rows_before) if rows else 0,
                 )
             )
-        replies = await run_commands(self.speed.client, self._counts, commands)
+        scripts = (self._counts, self._window_script) if extra else self._counts
+        replies = await run_commands(
+            self.speed.client, scripts, commands + extra if extra else commands
+        )
         if read_flag and player_id:
             return replies[1:], replies[0] in (b"shadow", "shadow")
         return replies, None
@@ -315,12 +369,21 @@ class LiveReader:
             numbers = self._last_bases = await self._bases()
             return numbers, self._base(numbers, board)
 
-    async def rank(self, board: str, player_id: str) -> dict[str, Any]:
+    async def rank(
+        self,
+        board: str,
+        player_id: str,
+        extra_for: Callable[[int, int | None, Base], list[tuple[Any, ...]]]
+        | None = None,
+    ) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player.
 
         One round trip when the player's standing is guessed right (as last read,
         or in the latest generation): the owner partition verifies it in the same
-        atomic read as its counts; a wrong guess costs one more round trip."""
+        atomic read as its counts; a wrong guess costs one more round trip.
+        ``extra_for(score, achieved, base)`` names commands to send with the counts
+        (for the standing and base they assume); their replies come back as
+        ``extra`` (read with the counts that verified that standing)."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing = self.guess(board, player_id)
@@ -333,6 +396,7 @@ class LiveReader:
             if standing is None:
                 raise PlayerMissing(player_id)
             score, achieved = standing
+            extra = extra_for(score, achieved, base) if extra_for else []
             replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
@@ -342,7 +406,11 @@ class LiveReader:
                 base.count_above(score),
                 base.rows_before(score, player_id, achieved),
                 read_flag=shadowed is None,
+                extra=extra,
             )
+            extra_replies: list[list[Any]] = []
+            if extra:
+                replies, extra_replies = replies[: -len(extra)], replies[-len(extra) :]
             if flag is not None:
                 shadowed = flag
             seen = [_int(r[0]) for r in replies]
@@ -353,7 +421,13 @@ class LiveReader:
                 self._last_bases = seen
                 continue
             verified = replies[owner][8]
-            current = _standing(verified) if verified else None
+            # No total in Redis: unchanged since the base these counts were read
+            # against (checked just above), which holds its score.
+            current = (
+                _standing(verified)
+                if verified
+                else segment_standing(base.segment, player_id)
+            )
             if current != standing:
                 # The player moved since the guess (or between the two reads): read
                 # again at the new score.
@@ -378,8 +452,55 @@ class LiveReader:
                 # Shadowed players are out of every count: their own read adds
                 # them back (api/reads.py).
                 "shadowed": bool(shadowed),
+                "extra": extra_replies,
             }
         raise NotExact("the player's score kept changing")
+
+    def _window_commands(
+        self,
+        board: str,
+        forward_from: bytes | str,
+        forward_limit: int,
+        backward_from: bytes | str,
+        backward_limit: int,
+        base: Base,
+        snap_lo: int,
+        snap_hi: int,
+    ) -> list[tuple[Any, ...]]:
+        """``live_window.lua`` on every partition (see :meth:`_window`)."""
+        rows = base.partition_rows(self.partitions)
+        sha = self._window_script.sha
+        commands: list[tuple[Any, ...]] = []
+        for p in range(self.partitions):
+            keys = _changed_keys(Keys(p), board)
+            first = stop = 0
+            if rows is not None and snap_hi > snap_lo:
+                first = rows.count_before(p, snap_lo)
+                stop = rows.count_before(p, snap_hi)
+            commands.append(
+                (
+                    "EVALSHA",
+                    sha,
+                    len(keys),
+                    *keys,
+                    forward_from,
+                    forward_limit,
+                    backward_from,
+                    backward_limit,
+                    first,
+                    stop,
+                )
+            )
+        return commands
+
+    def _window_changed(self, replies: list[list[Any]], base: Base) -> set[int]:
+        """The global rows of ``base`` the window replies name as changed."""
+        rows = base.partition_rows(self.partitions)
+        changed: set[int] = set()
+        if rows is not None:
+            for p, reply in enumerate(replies):
+                changed.update(rows.global_row(p, _int(local)) for local in reply[6])
+        return changed
 
     async def _window(
         self,
@@ -394,33 +515,18 @@ class LiveReader:
     ) -> tuple[list[list[Any]], set[int]]:
         """``live_window.lua`` on every partition, and which global rows of ``base``
         in [snap_lo, snap_hi) are changed (their players are read from chz)."""
-        rows = base.partition_rows(self.partitions)
-        calls = []
-        for p in range(self.partitions):
-            keys = Keys(p)
-            first = stop = 0
-            if rows is not None and snap_hi > snap_lo:
-                first = rows.count_before(p, snap_lo)
-                stop = rows.count_before(p, snap_hi)
-            calls.append(
-                (
-                    _changed_keys(keys, board),
-                    [
-                        forward_from,
-                        forward_limit,
-                        backward_from,
-                        backward_limit,
-                        first,
-                        stop,
-                    ],
-                )
-            )
-        replies = await self.speed.run_script(self._window_script, calls)
-        changed: set[int] = set()
-        if rows is not None:
-            for p, reply in enumerate(replies):
-                changed.update(rows.global_row(p, _int(local)) for local in reply[6])
-        return replies, changed
+        commands = self._window_commands(
+            board,
+            forward_from,
+            forward_limit,
+            backward_from,
+            backward_limit,
+            base,
+            snap_lo,
+            snap_hi,
+        )
+        replies = await run_commands(self.speed.client, self._window_script, commands)
+        return replies, self._window_changed(replies, base)
 
     async def top(self, board: str, limit: int) -> dict[str, Any]:
         """The exact live first ``limit`` display positions."""
@@ -482,27 +588,48 @@ class LiveReader:
 
     async def nearby(self, board: str, player_id: str, radius: int) -> dict[str, Any]:
         """Exact live entries within ``radius`` positions of the player."""
+        margin0 = radius + 16
+
+        def bounds(
+            score: int, achieved: int | None, base: Base, margin: int
+        ) -> tuple[int, int]:
+            i0 = base.rows_before(score, player_id, achieved)
+            return max(0, i0 - margin), min(base.population, i0 + margin + 1)
+
+        def window_of(
+            score: int, achieved: int | None, base: Base, margin: int
+        ) -> list[tuple[Any, ...]]:
+            center = b"(" + encode_entry(score, player_id, achieved)
+            lo, hi = bounds(score, achieved, base, margin)
+            return self._window_commands(
+                board, center, radius, center, radius, base, lo, hi
+            )
+
         for _ in range(ATTEMPTS):
-            me = await self.rank(board, player_id)
+            # The window around the standing the rank assumes goes in the rank's
+            # round trip: when that standing holds, no second trip is needed.
+            me = await self.rank(
+                board,
+                player_id,
+                lambda score, achieved, base: window_of(score, achieved, base, margin0),
+            )
             base: Base = me["base"]
             score, position = me["score"], me["position"]
             achieved = me["achieved"]
             timed, unique = self._order(board)
             center = encode_entry(score, player_id, achieved)
-            margin = radius + 16
+            margin = margin0
             for _ in range(ATTEMPTS * 2):
-                i0 = base.rows_before(score, player_id, achieved)
-                lo, hi = max(0, i0 - margin), min(base.population, i0 + margin + 1)
-                replies, changed = await self._window(
-                    board,
-                    b"(" + center,
-                    radius,
-                    b"(" + center,
-                    radius,
-                    base,
-                    lo,
-                    hi,
-                )
+                lo, hi = bounds(score, achieved, base, margin)
+                if margin == margin0 and me["extra"]:
+                    replies = me["extra"]
+                else:
+                    replies = await run_commands(
+                        self.speed.client,
+                        self._window_script,
+                        window_of(score, achieved, base, margin),
+                    )
+                changed = self._window_changed(replies, base)
                 as_of = _as_of(replies)
                 if as_of != me["asOf"] or not _based_on(replies, base):
                     break  # something changed since the rank: start over

@@ -72,7 +72,8 @@ DEGRADED_READS = Counter(
 )
 READ_CACHE = Counter(
     "lb_read_cache_total",
-    "Read-cache lookups (api/reads.py): cache snapshot|live_top, outcome hit|miss",
+    "Read-cache lookups (api/reads.py): cache snapshot|live_top|approx_histogram, "
+    "outcome hit|miss",
     ["cache", "outcome"],
 )
 

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
+from api.approx import Histogram, Stamp, TreeSizeError
 from api.degraded import (
     LIVE_LAYER_HEADER,
     REDIS_DOWN,
@@ -72,15 +73,23 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
+from speed.connection import is_cluster
+from speed.lua import load
 from speed.partitions import Keys, partition_of
 from speed.rebase import bucket_lowers
-from speed.scripts import APPROX_RANK, LIVE_STAMP
+from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP, READ_STAMP
 
 Mode = Literal["live", "snapshot", "approx"]
 SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
 SNAPSHOT_MISSES = READ_CACHE.labels("snapshot", "miss")
 LIVE_HITS = READ_CACHE.labels("live_top", "hit")
 LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
+APPROX_HITS = READ_CACHE.labels("approx_histogram", "hit")
+APPROX_MISSES = READ_CACHE.labels("approx_histogram", "miss")
+# When a board's histogram, once read, served no read before the stamp moved again
+# (writes outpace reads), this many approximate reads ask the partitions' trees
+# around their score before the tables are read again (see _histogram).
+HISTOGRAM_BACKOFF = 16
 # Reply slots of approx_rank.lua, looked up once (a per-reply lookup showed in
 # the approximate read's profile).
 _HIGHER, _SAME, _ALL, _BASE, _POSITION = (
@@ -148,9 +157,6 @@ class SnapshotCache:
             _, dropped = self._entries.popitem(last=False)
             self.size -= len(dropped.body)
         return answer
-
-
-Stamp = tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -540,6 +546,15 @@ class ReadService:
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
         self._scores: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # Per board: the summed histogram (api/approx.py), its read in flight, the
+        # reads it served, and the reads answered without it since it went stale.
+        self._histograms: dict[str, Histogram] = {}
+        self._histogram_flights: dict[str, asyncio.Future[Histogram | None]] = {}
+        self._histogram_served: dict[str, int] = {}
+        self._histogram_skipped: dict[str, int] = {}
+        self._approx_table = live.speed.client.register_script(load("approx_table"))
+        self._read_stamp = live.speed.client.register_script(load("read_stamp"))
+        self._read_stamp_keys: list[str] | None = None
 
     @property
     def speed(self) -> Any:
@@ -628,7 +643,7 @@ class ReadService:
         if cached is not None and cached.headers is None:
             return cached
         try:
-            stamp = await self._stamp()
+            stamp, _ = await self._stamp()
         except REDIS_DOWN:
             return self._degraded_top(board, mode, limit)
         current = self.tops.current(key, stamp)
@@ -670,32 +685,70 @@ class ReadService:
             {**snapshot_header(board, mode, gen, population), "entries": entries}
         )
 
-    async def _stamp(self) -> Stamp:
-        """What a live top list depends on, in one round trip: every partition's
-        base generation and log position (one ``live_stamp.lua`` reply each), the
-        flags version, and the dataset's epoch (a random number kept in Redis: a
-        flushed or replaced dataset whose positions restart cannot match an answer
-        cached from the old one). As (bases..., positions..., flags, epoch).
-        Each command reads one hash slot, so on a Redis Cluster send_commands
-        groups them per master."""
+    def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
+        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
+        partition (a call's keys must share a slot there)."""
         if self._stamp_commands is None:
             script = self.live._stamp_script
             self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
             for p in range(self.live.partitions):
                 keys = LIVE_STAMP.keys_of(
-                    {"base": Keys(p).base_generation, "position": Keys(p).position}
+                    {},
+                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
                 )
                 self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
-        replies = await run_commands(
-            self.speed.client, self.live._stamp_script, self._stamp_commands
-        )
-        flags = int(replies[0] or 0)
-        epoch = int(replies[1] or 0)
+        return self._stamp_commands
+
+    async def _stamp(
+        self, fields: list[tuple[str, str]] | None = None
+    ) -> tuple[Stamp, list[Any]]:
+        """What a live answer depends on, in one round trip: every partition's base
+        generation and log position, the flags version, and the dataset's epoch (a
+        random number kept in Redis: a flushed or replaced dataset whose positions
+        restart cannot match an answer cached from the old one). As (bases...,
+        positions..., flags, epoch), with the values of the hash ``fields``
+        ((key, field) pairs) read in the same round trip. On one server it is one
+        reply (``read_stamp.lua``); on a cluster one per partition and counter."""
+        fields = fields or []
+        partitions = self.live.partitions
+        if is_cluster(self.speed.client):
+            commands = self._stamp_commands_of() + [
+                ("HGET", key, field) for key, field in fields
+            ]
+            replies = await run_commands(
+                self.speed.client, self.live._stamp_script, commands
+            )
+            n = len(commands) - len(fields)
+            flat = [v for reply in replies[2:n] for v in reply]
+            head, values = replies[:2], replies[n:]
+        else:
+            if self._read_stamp_keys is None:
+                self._read_stamp_keys = READ_STAMP.keys_of(
+                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
+                    [
+                        {"base": Keys(p).base_generation, "position": Keys(p).position}
+                        for p in range(partitions)
+                    ],
+                )
+            keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
+            args = READ_STAMP.args_of(
+                {"partitions": partitions}, rest=[field for _, field in fields]
+            )
+            (reply,) = await run_commands(
+                self.speed.client,
+                self._read_stamp,
+                [("EVALSHA", self._read_stamp.sha, len(keys), *keys, *args)],
+            )
+            head = reply[:2]
+            flat = reply[2 : 2 + 2 * partitions]
+            values = reply[2 + 2 * partitions :]
+        flags = int(head[0] or 0)
+        epoch = int(head[1] or 0)
         if epoch == 0:
             await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
             epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        parts = replies[2:]
-        return (*(r[0] for r in parts), *(r[1] for r in parts), flags, epoch)
+        stamp = (*flat[0::2], *flat[1::2], flags, epoch)
+        return stamp, values
 
     # ----------------------------------------------------------------------- rank
 
@@ -794,23 +847,52 @@ class ReadService:
     async def approx_rank(
         self, board: str, player_id: str, mode: Mode, own: bool
     ) -> dict[str, Any]:
-        """Rank from the Fenwick histogram in one round trip: the player's total and
-        flag are read in the same pipeline as every partition's histogram counts,
-        which are asked for the score the player had when last seen (or in the base
-        generation). Only when that guess is wrong (the player scored since) does a
-        second round trip ask for the right score."""
-        guess = self._guess_score(board, player_id)
-        total, shadowed, counts = await self._approx_round(board, player_id, guess)
-        if total is None:
+        """Rank from the bucket histogram. One round trip reads the board's stamp
+        (:meth:`_stamp`) and the player's total and flag; while the stamp equals
+        the histogram's kept in the API (:mod:`api.approx`) that is all. Otherwise
+        the histogram is read again (one more round trip, shared by concurrent
+        reads), or, when that cannot help (a rebase under way, or the stamp moving
+        faster than tables are worth reading), every partition's tree is asked
+        around the score (:meth:`_approx_by_partition`)."""
+        owner = Keys(partition_of(player_id, self.live.partitions))
+        stamp, (raw, flag) = await self._stamp(
+            [(owner.totals(board), player_id), (owner.flags, player_id)]
+        )
+        total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+        shadowed = flag in (b"shadow", "shadow")
+        if total is None or (shadowed and not own):
             raise PlayerMissing(player_id)
-        if shadowed and not own:
-            raise PlayerMissing(player_id)
-        if total != guess:
-            _, _, counts = await self._approx_round(board, player_id, total)
-        self._remember(board, player_id, total)
-        higher = sum(_int(c[_HIGHER]) for c in counts)
-        same = sum(_int(c[_SAME]) for c in counts)
-        population = sum(_int(c[_ALL]) for c in counts)
+        histogram = await self._histogram(board, stamp)
+        if histogram is None:
+            APPROX_MISSES.inc()
+            return await self._approx_by_partition(board, player_id, mode, own)
+        APPROX_HITS.inc()
+        higher, same = histogram.around(total)
+        positions = stamp[self.live.partitions : 2 * self.live.partitions]
+        return self._approx_body(
+            board,
+            mode,
+            player_id,
+            total,
+            shadowed,
+            higher,
+            same,
+            histogram.population,
+            {str(p): position for p, position in enumerate(positions)},
+        )
+
+    def _approx_body(
+        self,
+        board: str,
+        mode: Mode,
+        player_id: str,
+        total: int,
+        shadowed: bool,
+        higher: int,
+        same: int,
+        population: int,
+        as_of: dict[str, int],
+    ) -> dict[str, Any]:
         # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player)
         # unless it is shadowed: then the histogram lacks it and its own read counts
         # it back in, anywhere in its bucket.
@@ -826,13 +908,119 @@ class ReadService:
             "basis": "histogram",
             "errorBound": error,
             "generation": latest.header if latest else None,
-            "asOf": {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
+            "asOf": as_of,
             "population": population,
             "playerId": player_id,
             "score": total,
             "rank": higher + 1,
             "topPercent": top_percent(higher + 1, population),
         }
+
+    async def _histogram(self, board: str, stamp: Stamp) -> Histogram | None:
+        """The board's histogram exact for ``stamp``, read again if the kept one is
+        not; None when no histogram can be (see :meth:`approx_rank`)."""
+        kept = self._histograms.get(board)
+        if kept is not None and kept.stamp == stamp:
+            self._histogram_served[board] = self._histogram_served.get(board, 0) + 1
+            return kept
+        latest = self.registry.latest()
+        number = latest.number if latest is not None else 0
+        if any(b != number for b in stamp[: self.live.partitions]):
+            return None  # a rebase under way: the partitions' buckets differ
+        flight = self._histogram_flights.get(board)
+        if flight is None:
+            if kept is not None and not self._histogram_served.get(board):
+                # The last tables served nothing before the stamp moved: under a
+                # stream of writes, read them again only every so often.
+                skipped = self._histogram_skipped.get(board, 0) + 1
+                self._histogram_skipped[board] = skipped
+                if skipped < HISTOGRAM_BACKOFF:
+                    return None
+            self._histogram_skipped[board] = 0
+            self._histogram_served[board] = 0
+            flight = asyncio.ensure_future(self._read_histogram(board, latest))
+            self._histogram_flights[board] = flight
+            flight.add_done_callback(lambda _: self._histogram_flights.pop(board, None))
+        histogram = await asyncio.shield(flight)
+        # Only reads served from the kept histogram count as served (above): the
+        # read that had it read would have paid a round trip either way.
+        return histogram if histogram is not None and histogram.stamp == stamp else None
+
+    async def _read_histogram(
+        self, board: str, latest: Generation | None
+    ) -> Histogram | None:
+        """Every partition's tree, with the stamp it is exact for (flags version and
+        epoch read before the trees, as :meth:`_stamp` orders them). Without a
+        generation the trees have one bucket (no boundaries)."""
+        number = latest.number if latest is not None else 0
+        lowers = self._lowers(board, latest) if latest is not None else []
+        if lowers is None:
+            return None
+        script = self._approx_table
+        commands: list[tuple[Any, ...]] = [
+            ("GET", FLAGS_VERSION_KEY),
+            ("GET", EPOCH_KEY),
+        ]
+        for p in range(self.live.partitions):
+            keys = Keys(p)
+            script_keys = APPROX_TABLE.keys_of(
+                {
+                    "fw": keys.fenwick(board),
+                    "base": keys.base_generation,
+                    "position": keys.position,
+                }
+            )
+            commands.append(("EVALSHA", script.sha, len(script_keys), *script_keys))
+        replies = await run_commands(self.speed.client, script, commands)
+        tables = replies[2:]
+        bases = [_int(t[0]) for t in tables]
+        if any(b != number for b in bases):
+            return None
+        stamp = (
+            *bases,
+            *(_int(t[1]) for t in tables),
+            int(replies[0] or 0),
+            int(replies[1] or 0),
+        )
+        try:
+            histogram = Histogram.of(
+                stamp, number, lowers, [bytes(t[2]) for t in tables]
+            )
+        except TreeSizeError:
+            return None
+        self._histograms[board] = histogram
+        if len(self._histograms) > 256:
+            self._histograms.pop(next(iter(self._histograms)))
+        return histogram
+
+    async def _approx_by_partition(
+        self, board: str, player_id: str, mode: Mode, own: bool
+    ) -> dict[str, Any]:
+        """Rank from every partition's Fenwick tree, asked around the score in one
+        round trip: the player's total and flag are read in the same write as the
+        counts, which are asked for the score the player had when last seen (or in
+        the base generation). Only when that guess is wrong (the player scored
+        since) does a second round trip ask for the right score."""
+        guess = self._guess_score(board, player_id)
+        total, shadowed, counts = await self._approx_round(board, player_id, guess)
+        if total is None:
+            raise PlayerMissing(player_id)
+        if shadowed and not own:
+            raise PlayerMissing(player_id)
+        if total != guess:
+            _, _, counts = await self._approx_round(board, player_id, total)
+        self._remember(board, player_id, total)
+        return self._approx_body(
+            board,
+            mode,
+            player_id,
+            total,
+            shadowed,
+            sum(_int(c[_HIGHER]) for c in counts),
+            sum(_int(c[_SAME]) for c in counts),
+            sum(_int(c[_ALL]) for c in counts),
+            {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
+        )
 
     def _guess_score(self, board: str, player_id: str) -> int:
         known = self._scores.get((board, player_id))
@@ -855,6 +1043,18 @@ class ReadService:
         if len(self._scores) > 100_000:
             self._scores.popitem(last=False)
 
+    def _lowers(self, board: str, latest: Generation) -> list[int] | None:
+        """The bucket lower bounds a rebase onto ``latest`` put in Redis (cached per
+        generation); None without a mapped segment."""
+        key = f"bucket_lowers:{board}"
+        lowers = latest.memo.get(key)
+        if lowers is None:
+            segment = latest.board(board)
+            if segment is None:
+                return None
+            lowers = latest.memo.setdefault(key, bucket_lowers(segment).tolist())
+        return lowers  # type: ignore[no-any-return]
+
     def _bucket_of(self, board: str, score: int) -> tuple[int, int, int] | None:
         """(bucket index, bucket count, generation number) of ``score`` in the
         latest generation's histogram boundaries (the ones a rebase onto it put in
@@ -863,13 +1063,9 @@ class ReadService:
         latest = self.registry.latest()
         if latest is None:
             return None
-        key = f"bucket_lowers:{board}"
-        lowers = latest.memo.get(key)
+        lowers = self._lowers(board, latest)
         if lowers is None:
-            segment = latest.board(board)
-            if segment is None:
-                return None
-            lowers = latest.memo.setdefault(key, bucket_lowers(segment).tolist())
+            return None
         return (
             max(1, bisect.bisect_right(lowers, score)),
             max(1, len(lowers)),
@@ -917,6 +1113,12 @@ class ReadService:
                 continue
             raw, flag = replies[0], replies[1]
             total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+            if raw is None:
+                # No total in Redis: unchanged since the owner partition's base.
+                owner_p = partition_of(player_id, self.live.partitions)
+                number = _int(counts[owner_p][_BASE])
+                standing = self.live.base_standing(board, player_id, number)
+                total = None if standing is None else standing[0]
             return total, flag in (b"shadow", "shadow"), counts
         raise NotExact("the histogram changed generation while it was read")
 

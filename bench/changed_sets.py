@@ -12,7 +12,9 @@ per board, ``MEMORY USAGE <key> SAMPLES 0`` summed over the partitions:
   enc(base score)+playerId per changed player in the base, ``chs``), built under
   scratch keys of the same partitions and deleted again;
 * a full Redis sorted set of the board (every live total, ZADD into one scratch
-  key, then deleted), and the totals hash ``tot``.
+  key, then deleted), and the totals hash ``tot``: after the rebase it holds only
+  the changed players (issue 11 item 1), ``unchanged_players_with_tot`` counts the
+  others it still holds (0 expected).
 
 Also ``INFO memory used_memory`` before and after the M events.
 
@@ -98,12 +100,31 @@ def board_names(client: redis.Redis, partitions: int) -> list[str]:
     return sorted(found)
 
 
-def live_totals(client: redis.Redis, partitions: int, board: str) -> dict[str, int]:
-    totals: dict[str, int] = {}
+def live_state(
+    client: redis.Redis, partitions: int, board: str, segment: Any = None
+) -> dict[str, tuple[int, int]]:
+    """(total, version) per player: the base ``segment``'s (players without state in
+    Redis are unchanged since it), overlaid with the totals hashes."""
+    state: dict[str, tuple[int, int]] = {}
+    if segment is not None:
+        for row in range(segment.population):
+            state[segment.players.str_at(row)] = (
+                int(segment.scores[row]),
+                int(segment.versions[row]),
+            )
     for p in range(partitions):
         for player, value in client.hgetall(Keys(p).totals(board)).items():
-            totals[player.decode()] = int(value.split(b"|", 1)[0])
-    return totals
+            total, version = value.split(b"|")[:2]
+            state[player.decode()] = (int(total), int(version))
+    return state
+
+
+def live_totals(
+    client: redis.Redis, partitions: int, board: str, segment: Any = None
+) -> dict[str, int]:
+    return {
+        p: t for p, (t, _) in live_state(client, partitions, board, segment).items()
+    }
 
 
 def publish(
@@ -126,14 +147,17 @@ def publish(
         timed, _ = board_order(config, board)
         if timed:
             continue  # not measured here (members carry the time; same structure)
-        totals = live_totals(client, settings.partitions, board)
-        ordered = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+        state = live_state(client, settings.partitions, board)
+        ordered = sorted(state.items(), key=lambda kv: (-kv[1][0], kv[0].encode()))
+        # With each pair's version, as the publish writes it (jobs/versions.py): the
+        # rebase then drops the totals of players unchanged since the boundary.
         sums = write_board_segment(
             directory,
             board,
             pa.array([p for p, _ in ordered], pa.string()),
-            pa.array([s for _, s in ordered], pa.int64()),
+            pa.array([s for _, (s, _) in ordered], pa.int64()),
             100,
+            versions=pa.array([v for _, (_, v) in ordered], pa.int64()),
         )
         meta[board] = board_entry(board, len(ordered), sums)
         meta[board].pop("checksums")
@@ -157,15 +181,20 @@ def measure(
         return int(client.memory_usage(key, samples=0) or 0)  # type: ignore[arg-type]
 
     segment = generation.board(board)
-    chz = chb = tot = chs_old = changed = in_base = players = 0
+    chz = chb = tot = chs_old = changed = in_base = entries = 0
+    unchanged_with_tot = 0
     for p in range(settings.partitions):
         keys = Keys(p)
         chz += usage(keys.changed_live(board))
         chb += usage(keys.changed_snapshot(board))
         tot += usage(keys.totals(board))
-        players += int(client.hlen(keys.totals(board)))
+        entries += int(client.hlen(keys.totals(board)))
         members = client.zrange(keys.changed_live(board), 0, -1)
         changed += len(members)
+        # Players with a total in Redis that are not changed since the base: none
+        # when only deltas are kept.
+        held = {k.decode() for k in client.hkeys(keys.totals(board))}
+        unchanged_with_tot += len(held - {m[8:].decode() for m in members})
         # The snapshot side as it was before (chs): enc(base)+id per changed player
         # in the base, under a scratch key of the same partition.
         scratch = f"{keys.base}:bench-chs:{board}"
@@ -183,7 +212,8 @@ def measure(
         client.delete(scratch)
     # A full sorted set of the same board: every live total, one key.
     full_key = f"{KEY_PREFIX}:bench-full:{board}"
-    totals = live_totals(client, settings.partitions, board)
+    totals = live_totals(client, settings.partitions, board, segment)
+    players = len(totals)
     items = list(totals.items())
     for first in range(0, len(items), 1000):
         client.zadd(full_key, dict(items[first : first + 1000]))
@@ -203,7 +233,13 @@ def measure(
         "before_chz_plus_chs_bytes_per_changed_player": round((chz + chs_old) / per, 1),
         "before_chs_bytes_per_changed_in_base": round(chs_old / max(1, in_base), 1),
         "full_zset_bytes_per_player": round(full / max(1, len(totals)), 1),
+        "tot_entries": entries,
+        "unchanged_players_with_tot": unchanged_with_tot,
         "tot_bytes_per_player": round(tot / max(1, players), 1),
+        "tot_bytes_per_changed_player": round(tot / per, 1),
+        "tot_bytes_per_unchanged_player": round(
+            0 if unchanged_with_tot == 0 else tot / max(1, entries), 1
+        ),
     }
 
 
@@ -248,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             second = [(i, 10 * rng.randrange(1, 101)) for i in changed]
             s2 = asyncio.run(apply_all(server.url, settings, second, "b"))
             after = int(client.info("memory")["used_memory"])
+            mx_keys = sum(1 for _ in client.scan_iter(match="lb:*:mx:*", count=1000))
             results = [
                 measure(client, settings, board, generation)
                 for board in generation.board_names()
@@ -266,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                 "used_memory_delta_per_changed_event": round(
                     (after - before) / max(1, args.changed), 1
                 ),
+                "best_of_keys": mx_keys,
+                "used_memory_after_rebase": before,
                 "boards": results,
             }
             client.close()

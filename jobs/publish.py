@@ -83,6 +83,7 @@ from jobs.recompute import (
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
+from jobs.versions import with_versions
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
 
 # The format is serving's; the re-exported names are the ones callers know from here.
@@ -763,6 +764,7 @@ def publish_segments(
     )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
+    rows = with_versions(spark, rows, bronze_path(settings), boundary)
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()

@@ -81,7 +81,7 @@ def write_segments_distributed(
 ) -> dict[str, dict[str, Any]]:
     """Write every board of ``gold`` (one generation's rows) into ``directory`` from
     the executors; returns the manifest's boards map (with per-file checksums)."""
-    rows = gold.select(*SEGMENT_COLUMNS)
+    rows = gold.select(*SEGMENT_COLUMNS, *[c for c in ["version"] if c in gold.columns])
     tasks = tasks or int(
         rows.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4
     )

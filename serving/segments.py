@@ -5,8 +5,10 @@ Files per board (named after the board id; ':' is fine on Linux), each an Arrow 
 file of one uncompressed record batch (:func:`serving.files.write_arrow`):
 
 * ``<board>.arrow``: ``player_id`` (utf8), ``score`` (int64) and, on
-  ``first_achieved`` boards, ``achieved_ms`` (int64) in display order (row i is
-  position i+1);
+  ``first_achieved`` boards, ``achieved_ms`` (int64), then (when the publish gives
+  it) ``version`` (int64: the last version the speed layer's log gave the pair up
+  to the generation's boundary, so a player unchanged since needs no state in
+  Redis to keep counting) in display order (row i is position i+1);
 * ``<board>.index.arrow``: ``row`` (uint32), row numbers sorted by player id (UTF-8
   byte order), for bisecting by player;
 * ``<board>.buckets.arrow``: equi-depth Fenwick buckets, ascending: ``lower`` (int64,
@@ -39,6 +41,8 @@ SEGMENT_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
 TIMED_SEGMENT_SCHEMA = SEGMENT_SCHEMA.append(pa.field("achieved_ms", pa.int64()))
 INDEX_SCHEMA = pa.schema([("row", pa.uint32())])
 BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
+# The pair's version at the boundary (optional: segments written before it lack it).
+VERSION_FIELD = pa.field("version", pa.int64())
 HIDDEN_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
 
 
@@ -116,6 +120,7 @@ def write_board_segment(
     scores: pa.Array,
     bucket_target: int,
     achieved: pa.Array | None = None,
+    versions: pa.Array | None = None,
 ) -> dict[str, str]:
     """Write the three files of one board (rows in display order); returns file
     name -> sha256."""
@@ -127,6 +132,8 @@ def write_board_segment(
             [player_ids, scores, canonical_array(achieved)],
             schema=TIMED_SEGMENT_SCHEMA,
         )
+    if versions is not None:
+        data = data.append_column(VERSION_FIELD, canonical_array(versions))
     index = pc.sort_indices(data, sort_keys=[("player_id", "ascending")])
     lowers, counts = equi_depth_buckets(
         data.column("score").to_numpy(zero_copy_only=False), bucket_target
@@ -183,6 +190,12 @@ def write_segments(
         if "achieved_ms" in table.column_names
         else None
     )
+    # A pair the log never named (e.g. a replayed rule's board) is at version 0.
+    versions = (
+        table.column("version").combine_chunks().cast(pa.int64()).fill_null(0)
+        if "version" in table.column_names
+        else None
+    )
     for begin, end in zip(starts[:-1], starts[1:], strict=True):
         board = names[codes[begin]]
         timed, unique = orders.get(board, (False, False))
@@ -195,6 +208,7 @@ def write_segments(
             achieved.slice(begin, end - begin)
             if timed and achieved is not None
             else None,
+            None if versions is None else versions.slice(begin, end - begin),
         )
         boards[board] = board_entry(board, end - begin, sums)
         if timed:
@@ -284,6 +298,8 @@ class BoardSegment:
     # first_achieved boards: when each row's player reached its score (epoch ms),
     # the tie-break between score and player id; None on player_id boards.
     achieved: np.ndarray | None = None
+    # Per row: the pair's version at the boundary; None for segments without it.
+    versions: np.ndarray | None = None
     # rank: unique -- a row's rank is its position.
     unique_rank: bool = False
 
@@ -298,6 +314,9 @@ class BoardSegment:
             index=index.column("row").to_numpy(),
             achieved=table.column("achieved_ms").to_numpy()
             if "achieved_ms" in table.column_names
+            else None,
+            versions=table.column("version").to_numpy()
+            if "version" in table.column_names
             else None,
             unique_rank=meta.get("rank") == "unique",
         )
@@ -333,6 +352,12 @@ class BoardSegment:
             if self.players.bytes_at(row) == key:
                 return row
         return None
+
+    def version_at(self, row: int) -> int | None:
+        """The pair's version at the boundary; None when the segment has none."""
+        if self.versions is None:
+            return None
+        return int(self.versions[row])
 
     def count_above(self, score: int) -> int:
         """Number of players with a strictly higher score (scores are descending)."""

@@ -99,6 +99,11 @@ class PartitionRows:
 
     def local_rows_of(self, players: list[str]) -> list[int]:
         """Local row of each player, -1 for a player not in the segment."""
+        local = self.local
+        return [-1 if row < 0 else int(local[row]) for row in self.rows_of(players)]
+
+    def rows_of(self, players: list[str]) -> list[int]:
+        """Global display row of each player, -1 for a player not in the segment."""
         if not players:
             return []
         if len(self.sorted_ids) == 0:
@@ -114,7 +119,7 @@ class PartitionRows:
                 and pos < len(self.sorted_ids)
                 and self.sorted_ids[pos] == key
             ):
-                out.append(int(self.local[self.id_rows[pos]]))
+                out.append(int(self.id_rows[pos]))
             else:
                 out.append(-1)
         return out
@@ -195,6 +200,18 @@ def base_row(
     )
 
 
+def base_version(
+    generation: Generation | None, board: str, player_id: str
+) -> int | None:
+    """The pair's version in the base segment of ``board``; None when the player is
+    not on it or the segment carries no versions."""
+    segment = generation.board(board) if generation is not None else None
+    if segment is None:
+        return None
+    row = segment.row_of(player_id)
+    return None if row is None else segment.version_at(row)
+
+
 def local_rows(
     generation: Generation | None, board: str, partitions: int, players: list[str]
 ) -> list[int]:
@@ -205,6 +222,40 @@ def local_rows(
     if rows is None:
         return [-1] * len(players)
     return rows.local_rows_of(players)
+
+
+def base_entries(
+    generation: Generation | None, board: str, partitions: int, players: list[str]
+) -> list[tuple[int, str]]:
+    """Per player: (local row, base) in the base segment of ``board``; the base is
+    ``"<score>,<version>[,<achievedMs>]"`` (what the owner transaction starts from
+    when Redis holds no state for the pair: the player has not changed since the
+    generation), ``""`` for a player not in it or a segment without versions."""
+    if generation is None:
+        return [(-1, "")] * len(players)
+    rows = partition_rows(generation, board, partitions)
+    segment = generation.board(board)
+    if rows is None or segment is None:
+        return [(-1, "")] * len(players)
+    scores, versions, achieved = segment.scores, segment.versions, segment.achieved
+    out: list[tuple[int, str]] = []
+    for row in rows.rows_of(players):
+        if row < 0:
+            out.append((-1, ""))
+            continue
+        local = int(rows.local[row])
+        if versions is None:
+            out.append((local, ""))
+        elif achieved is None:
+            out.append((local, f"{int(scores[row])},{int(versions[row])}"))
+        else:
+            out.append(
+                (
+                    local,
+                    f"{int(scores[row])},{int(versions[row])},{int(achieved[row])}",
+                )
+            )
+    return out
 
 
 def registry_lookup(

@@ -33,6 +33,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.driver_info import DriverInfo
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -44,6 +45,10 @@ from redis.exceptions import (
 )
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+# What redis-py sends with CLIENT SETINFO, resolved once: left to redis-py, every new
+# connection looks its version up through importlib.metadata (~5 ms of CPU each, a
+# tail-latency source when a burst grows a pool, bench/RESULTS.md, issue 13).
+DRIVER_INFO = DriverInfo()
 # Rounds of MOVED/ASK/TRYAGAIN/connection-error replies before giving up: a slot
 # being migrated or a master failing over settles within a few topology refreshes.
 MAX_REDIRECTS = 5
@@ -73,6 +78,7 @@ def node_url(url: str) -> str:
 
 def sync_client(url: str, **kwargs: Any) -> redis.Redis:
     """A blocking client for ``url``: ``redis.Redis`` or ``RedisCluster``."""
+    kwargs.setdefault("driver_info", DRIVER_INFO)
     if is_cluster_url(url):
         # Same command surface as redis.Redis (see the module docstring).
         return cast(redis.Redis, RedisCluster.from_url(node_url(url), **kwargs))
@@ -81,6 +87,7 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
 
 def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
     """An asyncio client for ``url``; ``max_connections`` is per node on a cluster."""
+    kwargs.setdefault("driver_info", DRIVER_INFO)
     if is_cluster_url(url):
         return cast(aioredis.Redis, AsyncRedisCluster.from_url(node_url(url), **kwargs))
     return aioredis.from_url(url, **kwargs)

@@ -21,7 +21,7 @@ import redis
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
-from speed.baserows import base_row, crc32_column
+from speed.baserows import base_row, crc32_column, partition_rows
 from speed.connection import sync_client
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
@@ -103,6 +103,34 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
     return pairs
 
 
+def _droppable(
+    client: redis.Redis,
+    keys: Keys,
+    generation: Generation,
+    segments: dict[str, BoardSegment | None],
+    partitions: int,
+) -> dict[str, list[str]]:
+    """Per board, the players with a total in Redis who are on the generation's
+    segment, which carries their version: the script drops those not changed after
+    the boundary (nor shadowed). Redis holds only what changed since the last
+    generation, so this reads little once the first rebase has dropped the rest."""
+    drop: dict[str, list[str]] = {}
+    for board, segment in segments.items():
+        if segment is None or segment.versions is None:
+            continue  # a segment without versions: totals stay (they count on)
+        rows = partition_rows(generation, board, partitions)
+        assert rows is not None
+        names = [
+            p.decode() if isinstance(p, bytes) else p
+            for p in client.hkeys(keys.totals(board))  # type: ignore[union-attr]
+        ]
+        found = rows.rows_of(names)
+        listed = [name for name, row in zip(names, found, strict=True) if row >= 0]
+        if listed:
+            drop[board] = listed
+    return drop
+
+
 def rebase(
     client: redis.Redis,
     generation: Generation,
@@ -160,6 +188,7 @@ def rebase(
             row, score, achieved = found
             return [score, achieved, row]
 
+        drop = _droppable(client, keys, generation, segments, partitions)
         pending = _tail_pairs(client, keys, position)
         # Shadowed players' scores in the generation (normally none: publish leaves
         # them out), so the script can hide any it still holds.
@@ -198,6 +227,7 @@ def rebase(
                     "boundary": position,
                     "n_boards": len(ordered),
                     "snapshot_json": orjson.dumps(snapshot),
+                    "drop_json": orjson.dumps(drop),
                 },
                 rest=ordered,
             )

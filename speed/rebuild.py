@@ -5,8 +5,10 @@ position order (landed ones are in Delta bronze, the rest still in the Redis log
 
 * ``totals`` (``total|version`` per board and player): the ``result`` item of the last
   record that touched the pair; every record carries the total and version it left, so
-  no scoring is re-done here (versions are not part of a generation, so the whole log
-  is read for them, not only the tail after the boundary);
+  no scoring is re-done here (the whole log is read, not only the tail after the
+  boundary); only deltas stay: a pair on the generation's segment (which carries its
+  version) unchanged after the boundary and not shadowed gets none, as
+  :mod:`speed.rebase` leaves it;
 * the changed-sets and the Fenwick tree: relative to the newest generation G, exactly
   as :mod:`speed.rebase` leaves them: players touched after G's boundary, their live
   total (``chz``) and their rows in G (bits of ``chb``), and G's per-bucket counts
@@ -46,7 +48,7 @@ from conf.rules import (
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
-from speed.baserows import base_row
+from speed.baserows import base_row, partition_rows
 from speed.closed import final_boards
 from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
@@ -429,6 +431,31 @@ def _bucket_of(lowers: np.ndarray, score: int) -> int:
     return max(0, int(np.searchsorted(lowers, score, side="right")) - 1)
 
 
+def _kept_totals(
+    totals: dict[str, tuple[int, int]],
+    generation: Generation | None,
+    segment: BoardSegment | None,
+    partitions: int,
+    changed: Collection[str],
+    shadowed: Collection[str],
+    board: str,
+) -> set[str]:
+    """The players whose totals stay in Redis, as speed/rebase.py leaves them: all
+    but those on a segment with versions that did not change after its boundary
+    and are not shadowed (the generation holds their score and version)."""
+    if generation is None or segment is None or segment.versions is None:
+        return set(totals)
+    rows = partition_rows(generation, board, partitions)
+    assert rows is not None
+    names = list(totals)
+    found = rows.rows_of(names)
+    return {
+        name
+        for name, row in zip(names, found, strict=True)
+        if row < 0 or name in changed or name in shadowed
+    }
+
+
 def build_boards(
     state: PartitionState,
     generation: Generation | None,
@@ -477,12 +504,16 @@ def build_boards(
         buckets = {
             f"{i + 1}/{size}": float(lower) for i, lower in enumerate(lowers.tolist())
         }
+        kept = _kept_totals(
+            totals, generation, segment, partitions, changed, state.shadowed, board
+        )
         built[board] = BoardBuild(
             totals={
                 p: (
                     f"{t}|{v}|{times[p]}" if times and p in times else f"{t}|{v}"
                 ).encode()
                 for p, (t, v) in totals.items()
+                if p in kept
             },
             changed_live=sorted(live),
             changed_snapshot=sorted(snap),

@@ -164,10 +164,21 @@ APPLY_EVENT = ScriptInterface(
         # player's best-of zset on an aggregation "max" board, else 0.
         # saved_as: the board's name in the saved result (speed/records.py).
         # base_row: the player's local row in the base segment of the board
-        # (speed/baserows.py), -1 when not in it.
+        # (speed/baserows.py), -1 when not in it; base: its "score,version
+        # [,achievedMs]" there ("" when not in it), what the script starts from
+        # when Redis holds no total for the pair (unchanged since the base).
         (
             "EV_BOARD",
-            ("board", "feeds", "points", "threshold", "best", "saved_as", "base_row"),
+            (
+                "board",
+                "feeds",
+                "points",
+                "threshold",
+                "best",
+                "saved_as",
+                "base_row",
+                "base",
+            ),
         ),
         # The event's own keys, from KEYS[key_at]: the dedupe and the contribution
         # record's buckets in the current slice and the two before it
@@ -209,12 +220,21 @@ APPROX_RANK = ScriptInterface(
     fields=("higher", "same_bucket", "all", "base_generation", "position"),
 )
 
+APPROX_TABLE = ScriptInterface(
+    name="approx_table",
+    keys=("fw", "base", "position"),
+    fields=("base_generation", "position", "tree"),
+)
+
 FLAG_PLAYER = ScriptInterface(
     name="flag_player",
     keys=("flags", "base"),
     key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
-    argv_group=("board", "base_score", "base_achieved_ms", "base_row"),
+    # base_version: the pair's version in the base ("" when not in it or none): a
+    # player shadowed without a total in Redis gets one (the next generation
+    # leaves it out, so its total must not rest on it).
+    argv_group=("board", "base_score", "base_achieved_ms", "base_row", "base_version"),
     statuses=("ok", "noop", "retry"),
 )
 
@@ -247,8 +267,20 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
-    keys=("base", "position"),
+    # One group per partition; the reply repeats the fields per group, flattened.
+    key_group=("base", "position"),
     fields=("base_generation", "position"),
+)
+
+READ_STAMP = ScriptInterface(
+    name="read_stamp",
+    # One server only: names keys of many slots (api/reads.py _stamp).
+    keys=("flags", "epoch"),
+    key_group=("base", "position"),
+    argv=("partitions",),
+    # Hash fields, each read from one hash named after the groups in KEYS.
+    argv_rest="fields",
+    fields=("flags_version", "epoch", "bases_and_positions", "field_values"),
 )
 
 LIVE_WINDOW = ScriptInterface(
@@ -279,7 +311,9 @@ REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
     keys=("base", "log", "landed", "flags"),
     key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
-    argv=("generation", "boundary", "n_boards", "snapshot_json"),
+    # drop_json: per board, players whose totals leave Redis unless changed after
+    # the boundary or shadowed (the generation holds their score and version).
+    argv=("generation", "boundary", "n_boards", "snapshot_json", "drop_json"),
     argv_rest="boards",
     statuses=("ok", "stale", "retry"),
 )
@@ -297,11 +331,13 @@ INTERFACES: dict[str, ScriptInterface] = {
     for i in (
         APPLY_EVENT,
         APPROX_RANK,
+        APPROX_TABLE,
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
         LIVE_STAMP,
         LIVE_WINDOW,
+        READ_STAMP,
         REBASE_PARTITION,
         REBUILD_PARTITION,
     )

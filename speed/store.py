@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.registry import Generation
-from speed.baserows import local_rows
+from speed.baserows import base_entries
 from speed.connection import send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
@@ -53,6 +53,8 @@ GROUP_SIZE = Histogram(
 )
 
 
+# (local row, base) of a player not in the base segment (speed/baserows.py).
+NOT_IN_BASE = (-1, "")
 # Rounds a chunk may be refused because its partition was rebased meanwhile.
 MAX_REBASED = 20
 
@@ -258,7 +260,7 @@ class SpeedLayer:
             if generation is None:
                 # Not readable (any more): ask the script for the partition's base.
                 base_number = -1
-        rows: dict[tuple[str, str], int] = {}
+        rows: dict[tuple[str, str], tuple[int, str]] = {}
         board_index: dict[str, int] = {}
         best_prefix: list[str] = []
         script_keys: list[Any] = [
@@ -297,7 +299,7 @@ class SpeedLayer:
                     wanted.setdefault(spec.board, {})[call.event.event.playerId] = None
             for board, players in wanted.items():
                 names = list(players)
-                found = local_rows(generation, board, self.partitions, names)
+                found = base_entries(generation, board, self.partitions, names)
                 rows.update(
                     ((board, name), row) for name, row in zip(names, found, strict=True)
                 )
@@ -346,7 +348,7 @@ class SpeedLayer:
                     event_keys.append(best_prefix[index - 1] + player)
                     best = key_at
                     key_at += 1
-                row = rows.get((spec.board, player), -1)
+                row, base = rows.get((spec.board, player), NOT_IN_BASE)
                 event_args += [
                     index,
                     1 if feeds else 0,
@@ -355,6 +357,7 @@ class SpeedLayer:
                     best,
                     short_board(spec.board, periods, event.region),
                     row,
+                    base,
                 ]
         args = [
             now_ms,

@@ -53,7 +53,9 @@
 -- log record) followed by its n_refs EV_BOARD records (index into the board table,
 -- feeds 1/0, points under the board's rule, quarantine threshold: points above it
 -- hold the event as "quarantined", 0 = none; the board's name in the saved result;
--- the player's local row in the base segment, -1 when not in it).
+-- the player's local row in the base segment, -1 when not in it; base: its
+-- "score,version[,achievedMs]" there, "" when not in it: a pair without a total in
+-- Redis has not changed since the base generation and starts from it).
 --
 -- Returns, per event in order, kind then payload (ending early after a "retry": the
 -- events after it did not run): "ok", resultCompact |
@@ -80,8 +82,8 @@ local EV = {
   n_refs = 10, dedupe_field = 11, contribution_field = 12, context = 13,
 }
 local EV_BOARD = {
-  size = 7, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
-  base_row = 6,
+  size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
+  base_row = 6, base = 7,
 }
 local EV_KEY = {
   size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
@@ -128,6 +130,7 @@ for i = 1, n_boards do
     chb = KEYS[k + KEY_GROUP.chb], fw = KEYS[k + KEY_GROUP.fw],
     bk = KEYS[k + KEY_GROUP.bk],
     wanted = {}, wanted_list = {}, cur = {}, in_chz = {}, first = {}, bucket = {}, row = {},
+    base = {},
     touched = {}, touched_list = {}, delta = {}, fw_touched = false, memo = {},
   }
 end
@@ -160,6 +163,7 @@ for e = 1, n_events do
       saved_as = ARGV[cursor + EV_BOARD.saved_as],
     }
     b.row[ev.player] = tonumber(ARGV[cursor + EV_BOARD.base_row])
+    b.base[ev.player] = ARGV[cursor + EV_BOARD.base]
     if not b.wanted[ev.player] then
       b.wanted[ev.player] = true
       b.wanted_list[#b.wanted_list + 1] = ev.player
@@ -364,6 +368,19 @@ for _, b in ipairs(boards) do
           probe[#probe + 1] = member(b, p, entry[1], entry[3])
           probe_players[#probe_players + 1] = p
         end
+      elseif b.base[p] ~= "" then
+        -- No state in Redis: unchanged since the base generation (the check above
+        -- makes the caller's base that one), which holds its total and version.
+        local base = b.base[p]
+        local sep = string.find(base, ",", 1, true)
+        local sep2 = string.find(base, ",", sep + 1, true)
+        if sep2 then
+          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)),
+            tonumber(string.sub(base, sep + 1, sep2 - 1)), tonumber(string.sub(base, sep2 + 1))}
+        else
+          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)), tonumber(string.sub(base, sep + 1))}
+        end
+        b.in_chz[p] = false
       else
         b.cur[p] = false
       end

@@ -6,7 +6,8 @@
 -- ARGV: playerId, action ("shadow" | "restore"), expected base generation number,
 --       nBoards, then per board: boardId, the player's score in the base generation
 --       ("" when not in it), when it reached that score (first_achieved boards; ""),
---       its row among the partition's rows of the base segment ("" when not in it)
+--       its row among the partition's rows of the base segment ("" when not in it),
+--       its version there ("" when not in it or the segment has none)
 --
 -- Live reads count a player through the base generation (unless its base row's bit
 -- is set in chb) and through chz. Shadow takes both away: its chz entry leaves, its
@@ -18,7 +19,8 @@ local KEY = {flags = 1, base = 2}
 local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
 local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
 local ARG_GROUP = {
-  start = 5, size = 4, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
+  start = 5, size = 5, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
+  base_version = 4,
 }
 local player = ARGV[ARG.player]
 local action = ARGV[ARG.action]
@@ -90,8 +92,18 @@ for i = 1, n do
     local sep2 = string.find(cur, "|", sep + 1, true)
     achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
   end
+  local base_version = tonumber(ARGV[a + ARG_GROUP.base_version])
   if total ~= nil then
     touched = touched + 1
+    if action == "shadow" and not cur and base_version then
+      -- Unchanged since the base, so no total in Redis; the next generation leaves
+      -- a shadowed player out: keep its total and version here from now on.
+      local value = string.format("%d|%d", total, base_version)
+      if achieved then
+        value = value .. "|" .. string.format("%d", achieved)
+      end
+      redis.call("HSET", totals, player, value)
+    end
     if action == "shadow" then
       if redis.call("ZREM", chz, member(total, achieved)) == 1 then
         fenwick_add(fw, bk, total, -1)

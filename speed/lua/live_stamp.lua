@@ -1,13 +1,16 @@
--- live_stamp.lua: one partition's part of what a cached live top list depends on.
+-- live_stamp.lua: what a cached live answer depends on, for one or more partitions.
 --
--- KEYS: base hash, position counter
--- Returns {base generation, position} as integers (0 when missing): one reply per
--- partition where two plain reads would give two (parsing replies was most of the
--- API's CPU for a cached live top list, bench/RESULTS.md, issue 13). Keys of one
--- partition only, so on a Redis Cluster it runs on the partition's node.
+-- KEYS: per partition (KEY_GROUP): base hash, position counter
+-- Returns {base generation, position} per partition, flattened, as integers (0 when
+-- missing). Used on a Redis Cluster, one call per partition, so a call's keys share
+-- a hash slot and it runs on the partition's node; on one server read_stamp.lua
+-- reads every partition and the counters in one reply (parsing replies was most of
+-- the API's CPU for a cached live top list, bench/RESULTS.md, issue 13).
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2}
-return {
-  tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0"),
-  tonumber(redis.call("GET", KEYS[KEY.position]) or "0"),
-}
+local KEY_GROUP = {start = 1, size = 2, base = 0, position = 1}
+local out = {}
+for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+  out[#out + 1] = tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0")
+  out[#out + 1] = tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0")
+end
+return out

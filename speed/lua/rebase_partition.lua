@@ -12,10 +12,15 @@
 --       generation and their row among the partition's rows of its segment
 --       (speed/baserows.py), then the nBoards board ids.
 --       Members on first_achieved boards carry the time (see apply_event.lua).
+--       drop JSON {"<board>": [playerId, ...]}: players on the new generation's
+--       segment (with versions) whose totals may leave Redis.
 --
 -- Players whose last change is at or before the boundary leave the changed-sets (the
 -- generation now holds their score); those changed after it stay, with the bit of
--- their row in the new generation set in chb. The Fenwick tree is
+-- their row in the new generation set in chb. Only deltas stay in Redis: the totals
+-- of the players in drop leave too unless they changed after the boundary or are
+-- shadowed (apply_event.lua and the readers then take score and version from the
+-- generation). The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
 -- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
@@ -23,12 +28,13 @@ local KEY = {base = 1, log = 2, landed = 3, flags = 4}
 local KEY_GROUP = {
   start = 5, size = 7, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
 }
-local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4}
-local ARG_REST = 5
+local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4, drop_json = 5}
+local ARG_REST = 6
 local gen = tonumber(ARGV[ARG.generation])
 local bpos = tonumber(ARGV[ARG.boundary])
 local n = tonumber(ARGV[ARG.n_boards])
 local snap = cjson.decode(ARGV[ARG.snapshot_json])
+local drop = cjson.decode(ARGV[ARG.drop_json])
 local SCORE_OFFSET = 4503599627370496
 
 local current = tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0")
@@ -176,6 +182,20 @@ for i = 1, n do
     end
   end
   add_all(chz, live_members)
+  -- Unchanged since the boundary: the generation now holds score and version.
+  local gone = {}
+  local changed = tail[board] or {}
+  local listed = drop[board]
+  if type(listed) == "table" then
+    for _, player in ipairs(listed) do
+      if not changed[player] and not shadowed[player] then
+        gone[#gone + 1] = player
+      end
+    end
+  end
+  for first = 1, #gone, 500 do
+    redis.call("HDEL", totals, unpack(gone, first, math.min(#gone, first + 499)))
+  end
   for first = 1, #snap_rows, 500 do
     local ops = {}
     for j = first, math.min(#snap_rows, first + 499) do

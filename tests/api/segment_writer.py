@@ -37,9 +37,12 @@ def write_generation(
     boundary: dict[str, int] | None = None,
     bucket_target: int | None = None,
     achieved: dict[str, dict[str, int]] | None = None,
+    versions: dict[str, dict[str, int]] | None = None,
 ) -> str:
     """``achieved``: per first_achieved board, when each player reached its score;
-    those boards are ordered by (score desc, achieved, player) and carry the column."""
+    those boards are ordered by (score desc, achieved, player) and carry the column.
+    ``versions``: per board, each player's version at the boundary (the ``version``
+    column; a board not named has none, as segments written before it)."""
     gen = f"g{number}"
     directory = segments_dir / gen
     directory.mkdir(parents=True)
@@ -57,6 +60,11 @@ def write_generation(
         if times is not None:
             columns["achieved_ms"] = pa.array(
                 [times[p] for p, _ in ordered], pa.int64()
+            )
+        known = (versions or {}).get(board)
+        if known is not None:
+            columns["version"] = pa.array(
+                [known.get(p, 0) for p, _ in ordered], pa.int64()
             )
         _write(directory / f"{board}.arrow", pa.table(columns))
         rows = sorted(range(len(ordered)), key=lambda i: ordered[i][0].encode())

@@ -162,18 +162,22 @@ def test_approximate_rank_takes_one_round_trip(
 ) -> None:
     seed(api, SEED)
     approx = {"mode": "approx"}
-    # Redis learns the script on first use (one extra load, once per server).
+    # Redis learns the scripts on first use (one extra load, once per server); the
+    # first approximate read also reads the board's histogram.
     assert api.get(f"/v1/boards/{BOARD}/players/P1", params=approx).status_code == 200
     trips = RoundTrips(reads_of(api), monkeypatch)
     path = f"/v1/boards/{BOARD}/players/P3"
     exact = trips.during(api, path, {})
-    # First read: the guess (nothing seen, no generation) is wrong: two trips.
-    assert trips.during(api, path, approx) == 2
+    # The histogram read for P1 is still the board's: stamp and total only.
+    assert trips.during(api, path, approx) == 1
     assert trips.during(api, path, approx) == 1
     assert exact > 1
-    # The player scores: the next read's guess is wrong once, then right again.
+    # The player scores: the stamp moved, so the next read reads the histogram
+    # again (one more trip), and the one after needs one trip again.
     post(api, "P3", 7, 2)
+    start = trips.count
     reply = api.get(path, params=approx).json()
+    assert trips.count - start == 2
     assert reply["score"] == 907
     assert trips.during(api, path, approx) == 1
 
@@ -199,3 +203,64 @@ def test_exact_live_rank_takes_one_round_trip_when_its_guess_holds(
     assert trips.count - start == 2
     assert (reply["score"], reply["rank"]) == (907, 2)
     assert trips.during(api, path, {}) == 1
+
+
+def test_approximate_rank_under_a_stream_of_writes(api: SignedClient) -> None:
+    """Each write moves the board's stamp: a kept histogram that served no read
+    before the next write is not read again on every read (the partitions' trees
+    answer meanwhile), and once writes stop the reads are served from a histogram
+    read again. Every answer names the live score and population either way."""
+    from api.reads import APPROX_HITS, APPROX_MISSES, HISTOGRAM_BACKOFF
+
+    seed(api, SEED)
+    path = f"/v1/boards/{BOARD}/players/P4"
+    approx = {"mode": "approx"}
+    score = SEED["P4"]
+    misses = APPROX_MISSES._value.get()
+    for n in range(HISTOGRAM_BACKOFF + 4):
+        post(api, "P4", 1, 100 + n)
+        score += 1
+        reply = api.get(path, params=approx).json()
+        assert (reply["score"], reply["population"]) == (score, len(SEED))
+        assert 1 <= reply["rank"] <= reply["rank"] + reply["errorBound"] <= len(SEED)
+    # Read once with the histogram (the first), then a miss per write but the
+    # ones that read the tables again.
+    assert APPROX_MISSES._value.get() - misses >= HISTOGRAM_BACKOFF
+    hits = APPROX_HITS._value.get()
+    for _ in range(HISTOGRAM_BACKOFF + 2):
+        reply = api.get(path, params=approx).json()
+        assert reply["score"] == score
+    # Writes stopped: within the back-off the tables are read again and kept.
+    assert APPROX_HITS._value.get() - hits >= 2
+
+
+def test_live_nearby_takes_one_round_trip_when_its_guess_holds(
+    api: SignedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window around the guessed standing is read with the rank's counts."""
+    seed(api, SEED)
+    params = {"radius": "1"}
+    # Redis learns the scripts on first use (loads, once per server).
+    warm = api.get(f"/v1/boards/{BOARD}/players/P1/nearby", params=params)
+    assert warm.status_code == 200
+    trips = RoundTrips(reads_of(api), monkeypatch)
+    path = f"/v1/boards/{BOARD}/players/P3/nearby"
+    # Nothing known yet: the standing, then the counts with the window.
+    assert trips.during(api, path, params) == 2
+    assert trips.during(api, path, params) == 1
+    reply = api.get(path, params=params).json()
+    assert [(e["playerId"], e["rank"]) for e in reply["entries"]] == [
+        ("P2", 2),
+        ("P3", 2),
+        ("P4", 4),
+    ]
+    # The player scores: the guess is wrong once, the answer still exact.
+    post(api, "P3", 30, 3)
+    start = trips.count
+    reply = api.get(path, params=params).json()
+    assert trips.count - start == 2
+    assert [(e["playerId"], e["score"], e["rank"]) for e in reply["entries"]] == [
+        ("P3", 930, 1),
+        ("P1", 920, 2),
+    ]
+    assert trips.during(api, path, params) == 1

@@ -145,6 +145,11 @@ def test_api_to_segments(spark, settings, api, redis_client):
     buckets = read_arrow(settings.segments_dir / "g1" / meta["buckets"])
     assert buckets.column("lower").to_pylist() == [870, 900]
     assert buckets.column("count").to_pylist() == [2, 2]
+    # Each pair's version at the boundary (the correction made P1's second).
+    rows = read_arrow(settings.segments_dir / "g1" / meta["file"])
+    assert dict(zip(rows.column("player_id").to_pylist(),
+                    rows.column("version").to_pylist(), strict=True)) == {
+        "P1": 2, "P2": 1, "P3": 1, "P4": 1}
     # Landed and trimmed.
     for p in range(settings.partitions):
         landed = int(redis_client.get(Keys(p).landed) or 0)

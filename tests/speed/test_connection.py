@@ -11,6 +11,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from speed.connection import (
+    DRIVER_INFO,
     RedisUrlError,
     async_client,
     is_cluster_url,
@@ -116,3 +117,39 @@ def test_a_moved_slot_is_followed(redis_cluster: str) -> None:
                 "CLUSTER", "SETSLOT", slot, "NODE", source_id
             )
         admin.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("redis_backend", ["single", "cluster"], indirect=True)
+def test_new_connections_do_not_look_up_the_library_version(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py resolves its version through importlib.metadata per connection
+    unless given driver_info (~5 ms of CPU each); the clients carry it, resolved
+    once, and still announce it (CLIENT SETINFO, on Redis >= 7.2)."""
+    import redis.utils
+
+    looked_up: list[str] = []
+    original = redis.utils.get_lib_version
+
+    def counted() -> str:
+        looked_up.append("version")
+        return original()
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", counted)
+
+    async def body(client: Any) -> None:
+        # Several connections at once: the pool opens new ones.
+        await asyncio.gather(*(client.ping() for _ in range(8)))
+
+    _run(redis_url, body)
+    check = sync_client(redis_url)
+    try:
+        check.ping()
+    finally:
+        check.close()
+    assert looked_up == []
+    assert (DRIVER_INFO.formatted_name, DRIVER_INFO.lib_version) == (
+        "redis-py",
+        original(),
+    )

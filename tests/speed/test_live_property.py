@@ -52,17 +52,31 @@ class Oracle:
         self.events: set[tuple[str, str]] = set()
         self.revision: dict[tuple[str, str], int] = {}
         self.contribution: dict[tuple[str, str], int] = {}
+        # Per (board, player): applied changes (the version the API reports).
+        self.version: dict[tuple[str, str], int] = {}
 
     def apply(
         self, player: str, event_id: str, match: str, revision: int, points: int
-    ) -> None:
+    ) -> bool:
+        """Whether the event changes the player's boards."""
         if (player, event_id) in self.events:
-            return
+            return False
         self.events.add((player, event_id))
         if revision <= self.revision.get((player, match), 0):
-            return
+            return False
         self.revision[(player, match)] = revision
         self.contribution[(player, match)] = points
+        for board in ALL_BOARDS:
+            if board.rsplit(":", 1)[1] in ("global", region(player)):
+                key = (board, player)
+                self.version[key] = self.version.get(key, 0) + 1
+        return True
+
+    def versions(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (board, player), version in self.version.items():
+            out.setdefault(board, {})[player] = version
+        return out
 
     def totals(self, board: str) -> dict[str, int]:
         scope = board.rsplit(":", 1)[1]
@@ -102,20 +116,23 @@ def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
 def publish(
     api: SignedClient,
     client: redis.Redis,
-    state: tuple[dict[str, int], dict[str, dict[str, int]]],
+    state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
     number: int,
     partitions: int,
 ) -> None:
     """What `lb publish` does, with the oracle's state at the boundary standing in
-    for Spark."""
-    boundary, totals = state
+    for Spark (versions too: the rebase then leaves the totals of players unchanged
+    since the boundary out of Redis)."""
+    boundary, totals, versions = state
     for p in range(partitions):
         keys = Keys(p)
         client.set(keys.landed, boundary[str(p)])
         client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
     segments_dir = api.client.app.state.settings.segments_dir
     boards = {b: t for b, t in totals.items() if t}
-    write_generation(segments_dir, number, boards, boundary, bucket_target=2)
+    write_generation(
+        segments_dir, number, boards, boundary, bucket_target=2, versions=versions
+    )
     registry: GenerationRegistry = api.client.app.state.generations
     registry.refresh(force=True)
     generation = registry.by_number(number)
@@ -228,6 +245,7 @@ def test_live_answers_equal_the_offline_sort(
         (
             positions(redis_client, settings.partitions),
             {b: oracle.totals(b) for b in ALL_BOARDS},
+            oracle.versions(),
         )
     ]
     published = 0
@@ -253,11 +271,18 @@ def test_live_answers_equal_the_offline_sort(
             )
             reply = api.post("/v1/score-events", payload)
             assert reply.status_code == 200, reply.text
-            oracle.apply(player, event_id, f"m{match}", revision, points)
+            if oracle.apply(player, event_id, f"m{match}", revision, points):
+                # Versions count on across generations, with or without state.
+                assert {
+                    (item["board"], item["version"]) for item in reply.json()["boards"]
+                } == {
+                    (b, v) for (b, p), v in oracle.version.items() if p == player
+                }
             history.append(
                 (
                     positions(redis_client, settings.partitions),
                     {b: oracle.totals(b) for b in ALL_BOARDS},
+                    oracle.versions(),
                 )
             )
         elif op[0] == "publish":
@@ -280,6 +305,7 @@ def test_rebasing_twice_is_stale_and_leaves_no_staged_keys(
     state = (
         positions(redis_client, settings.partitions),
         {b: oracle.totals(b) for b in ALL_BOARDS},
+        oracle.versions(),
     )
     publish(api, redis_client, state, 1, settings.partitions)
     generation = api.client.app.state.generations.by_number(1)

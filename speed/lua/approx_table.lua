@@ -1,0 +1,15 @@
+-- approx_table.lua: one partition's whole Fenwick tree with the base generation and
+-- log position it is exact for, read atomically (the API sums every partition's
+-- counts into one histogram per board and reuses it while the board's stamp holds,
+-- so an approximate rank then needs no histogram read at all, api/approx.py).
+--
+-- KEYS: Fenwick tree (i32 big-endian per slot, slot i at byte 4 * (i - 1); missing
+--       trailing slots are 0), base hash, position counter
+-- Returns {base generation, position, the tree's bytes}
+-- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
+local KEY = {fw = 1, base = 2, position = 3}
+return {
+  redis.call("HGET", KEYS[KEY.base], "g") or "0",
+  redis.call("GET", KEYS[KEY.position]) or "0",
+  redis.call("GET", KEYS[KEY.fw]) or "",
+}
