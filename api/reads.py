@@ -854,11 +854,17 @@ class ReadService:
         reads), or, when that cannot help (a rebase under way, or the stamp moving
         faster than tables are worth reading), every partition's tree is asked
         around the score (:meth:`_approx_by_partition`)."""
-        owner = Keys(partition_of(player_id, self.live.partitions))
+        owner_p = partition_of(player_id, self.live.partitions)
+        owner = Keys(owner_p)
         stamp, (raw, flag) = await self._stamp(
             [(owner.totals(board), player_id), (owner.flags, player_id)]
         )
         total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
+        if raw is None:
+            # No total in Redis: unchanged since the owner partition's base (the
+            # stamp's bases come first, in partition order).
+            standing = self.live.base_standing(board, player_id, stamp[owner_p])
+            total = None if standing is None else standing[0]
         shadowed = flag in (b"shadow", "shadow")
         if total is None or (shadowed and not own):
             raise PlayerMissing(player_id)
