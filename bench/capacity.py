@@ -142,7 +142,9 @@ def measure(url: str, players: int, events: int, seed: int) -> dict[str, Any]:
     for key in client.scan_iter(match="*", count=1000):
         kind = _structure(key)
         sizes[kind] += int(client.memory_usage(key, samples=0) or 0)
-        counts[kind] += 1
+        # Dedupe (rd) and contribution (rc) records are fields of bucket hashes
+        # (speed/records.py): count the records, not the buckets.
+        counts[kind] += int(client.hlen(key)) if kind in ("rd", "rc") else 1
         if key.startswith(b"lb:{p"):
             partitions.add(key.decode().split(":")[1])
         if kind == "log":
@@ -197,11 +199,11 @@ def measure(url: str, players: int, events: int, seed: int) -> dict[str, Any]:
             "full_zset_per_player": round(full_bytes / on_board, 1)
             if on_board
             else None,
-            "dedupe_per_event": round(sizes["ev"] / counts["ev"], 1)
-            if counts["ev"]
+            "dedupe_per_event": round(sizes["rd"] / counts["rd"], 1)
+            if counts["rd"]
             else None,
-            "contribution_per_event": round(sizes["ct"] / counts["ct"], 1)
-            if counts["ct"]
+            "contribution_per_event": round(sizes["rc"] / counts["rc"], 1)
+            if counts["rc"]
             else None,
             "recent_matches_per_player": round(sizes["pm"] / counts["pm"], 1)
             if counts["pm"]

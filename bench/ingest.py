@@ -10,8 +10,9 @@ a. accepted events/s through ``POST /v1/score-events:batch`` (batches of 1000 si
    events, C concurrent connections), p50/p99 latency per batch request;
 b. single ``POST /v1/score-events`` at a fixed offered rate (open loop), p50/p99/max
    latency measured from each request's scheduled send time, achieved rate, errors;
-c. Redis bytes per dedupe record and per contribution record (``MEMORY USAGE`` on
-   sampled keys) and ``used_memory`` growth per accepted event.
+c. Redis bytes per dedupe record and per contribution record (``MEMORY USAGE`` of
+   sampled bucket hashes over the records they hold) and ``used_memory`` growth per
+   accepted event.
 
 The load generator runs on the same machine as the API and Redis and competes with
 them for the CPU; the results say so.
@@ -458,7 +459,7 @@ async def bench_speed_layer(
         batches.append((raws, valid))
     client = aioredis.from_url(redis_url, max_connections=256)
     speed = SpeedLayer(
-        client, boards, settings.partitions, settings.retention_seconds, None
+        client, boards, settings.partitions, settings.record_ttl_seconds, None
     )
     verify = Verify()
     latencies: list[float] = []
@@ -503,17 +504,23 @@ async def bench_speed_layer(
 # --------------------------------------------------------------------------- c. memory
 
 
-def memory_usage(client: redis.Redis, pattern: str, samples: int) -> dict[str, Any]:
+def record_memory(client: redis.Redis, pattern: str, samples: int) -> dict[str, Any]:
+    """Bytes per record of records kept as fields of bucket hashes
+    (speed/records.py): ``MEMORY USAGE`` of whole sampled buckets (key, table and
+    every field) over the records they hold."""
     keys: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=1000):
         keys.append(key)
         if len(keys) >= samples:
             break
     sizes = [client.memory_usage(k, samples=0) or 0 for k in keys]
+    records = sum(int(client.hlen(k)) for k in keys)
     return {
         "pattern": pattern,
-        "sampled_keys": len(sizes),
-        "avg_bytes": round(sum(sizes) / len(sizes), 1) if sizes else None,
+        "sampled_keys": len(keys),
+        "records": records,
+        "encodings": sorted({str(client.object("encoding", k)) for k in keys}),
+        "avg_bytes": round(sum(sizes) / records, 1) if records else None,
     }
 
 
@@ -713,12 +720,14 @@ def print_table(report: dict[str, Any]) -> None:
         (
             "redis: bytes / dedupe record",
             f"{c['dedupe']['avg_bytes']}",
-            f"MEMORY USAGE, {c['dedupe']['sampled_keys']} keys sampled",
+            f"MEMORY USAGE of {c['dedupe']['sampled_keys']} buckets / "
+            f"{c['dedupe']['records']} records",
         ),
         (
             "redis: bytes / contribution record",
             f"{c['contribution']['avg_bytes']}",
-            f"MEMORY USAGE, {c['contribution']['sampled_keys']} keys sampled",
+            f"MEMORY USAGE of {c['contribution']['sampled_keys']} buckets / "
+            f"{c['contribution']['records']} records",
         ),
         (
             "redis: used_memory / event",
@@ -898,8 +907,9 @@ async def run(
     events_in_redis = sum(int(client.get(k) or 0) for k in client.scan_iter("lb:*:pos"))
     delta = after["used_memory"] - before["used_memory"]
     report["memory"] = {
-        "dedupe": memory_usage(client, "lb:*:ev:*", args.memory_samples),
-        "contribution": memory_usage(client, "lb:*:ct:*", args.memory_samples),
+        # Bucket hashes of records (speed/records.py): bytes per record held.
+        "dedupe": record_memory(client, "lb:*:rd:*", args.memory_samples),
+        "contribution": record_memory(client, "lb:*:rc:*", args.memory_samples),
         "used_memory_before": before["used_memory"],
         "used_memory_after_batch": after_batch["used_memory"],
         "used_memory_after": after["used_memory"],

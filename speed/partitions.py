@@ -8,8 +8,6 @@ Redis Cluster slot and the same Lua runs on one server or on a cluster.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import struct
 import zlib
 
@@ -49,15 +47,6 @@ def decode_achieved(member: bytes) -> int:
     return int(key) - TIME_OFFSET
 
 
-def _pair_hash(player_id: str, other_id: str) -> str:
-    """16 URL-safe characters of blake2b over the length-prefixed pair, so (a:b, c)
-    and (a, b:c) never meet; with 96 bits a collision between two live records of
-    one partition is negligible (about 1e-11 at 10^9 records)."""
-    text = f"{len(player_id)}:{player_id}:{other_id}".encode()
-    digest = hashlib.blake2b(text, digest_size=12).digest()
-    return base64.urlsafe_b64encode(digest).decode()
-
-
 def partition_of(player_id: str, partitions: int) -> int:
     return zlib.crc32(player_id.encode("utf-8")) % partitions
 
@@ -74,14 +63,15 @@ class Keys:
         self.partition = partition
         self.base = f"{KEY_PREFIX}:{tag(partition)}"
 
-    def dedupe(self, player_id: str, event_id: str) -> str:
-        """Dedupe record of (playerId, eventId): a 96-bit hash of the pair names it
-        (short keys: there is one per event for the whole retention)."""
-        return f"{self.base}:ev:{_pair_hash(player_id, event_id)}"
+    def dedupe_bucket(self, slice_index: int, bucket: int) -> str:
+        """Hash of dedupe records: field = 8-byte identity hash -> fingerprint prefix
+        and saved result, for one acceptance slice and bucket (speed/records.py)."""
+        return f"{self.base}:rd:{slice_index}:{bucket}"
 
-    def contribution(self, player_id: str, match_id: str) -> str:
-        """Contribution record of (playerId, matchId), named by a hash likewise."""
-        return f"{self.base}:ct:{_pair_hash(player_id, match_id)}"
+    def contribution_bucket(self, slice_index: int, bucket: int) -> str:
+        """Hash of contribution records: field = 8-byte hash of (playerId, matchId)
+        -> the record's fields, encoded (speed/records.py)."""
+        return f"{self.base}:rc:{slice_index}:{bucket}"
 
     def rate(self, player_id: str) -> str:
         return f"{self.base}:rl:{player_id}"

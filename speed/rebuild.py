@@ -55,7 +55,17 @@ from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
-from speed.records import event_periods, short_board
+from speed.records import (
+    compact_result,
+    decode_contribution,
+    dedupe_value,
+    encode_contribution,
+    event_periods,
+    identity_hash,
+    record_lookups,
+    slice_expire_at,
+    slice_of,
+)
 from speed.scripts import REBUILD_PARTITION
 from speed.server import resolve_redis_url
 
@@ -104,43 +114,29 @@ class PartitionState:
         default_factory=lambda: defaultdict(dict)
     )
     contribution_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (player, match) -> (periods, region) of the event that touched it last: what
+    # its encoded board names are short against (speed/records.py).
+    contribution_ctx: dict[tuple[str, str], tuple[dict[str, str], str]] = field(
+        default_factory=dict
+    )
     # (board, player) -> matchId -> points, for aggregation "max"; last touch in ms.
     best: dict[tuple[str, str], dict[str, int]] = field(
         default_factory=lambda: defaultdict(dict)
     )
     best_ms: dict[tuple[str, str], int] = field(default_factory=dict)
     # (player, eventId) -> (dedupe record value, acceptance in ms)
-    dedupe: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    dedupe: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
     # Shadowed players of the partition (flags are not rebuilt: they are read).
     shadowed: set[str] = field(default_factory=set)
     # Plausibility history (``Keys.recent_matches``): player -> matchId -> occurredAt
     # ms of the accepted new matches of the last day of event time, as
     # apply_event.lua keeps it; the last addition in epoch ms (its TTL runs from it).
-    recent: dict[str, dict[str, int]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
+    recent: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     recent_ms: dict[str, int] = field(default_factory=dict)
     # Boards rescored under their season's promoted rule: board -> player -> matchId
     # -> (points, removed); the totals of these boards are summed from it.
     rescored: dict[str, dict[str, dict[str, tuple[int, bool]]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(dict))
-    )
-
-
-def compact_result(result: dict[str, Any], occurred_at: str) -> str:
-    """The saved result of a dedupe record, as ``apply_event.lua`` writes it
-    (speed/records.py: boards of the event's own periods are written short)."""
-    periods = event_periods(parse_rfc3339(occurred_at))
-    parts = []
-    for item in result.get("boards") or []:
-        board = short_board(item["board"], periods)
-        part = f"{board},{int(item['total'])},{int(item['version'])}"
-        if item.get("status"):
-            part += f",{item['status']}"
-        parts.append(part)
-    return (
-        f"{result['status']}|{int(result['partition'])}|{int(result['position'])}|"
-        + ";".join(parts)
     )
 
 
@@ -263,8 +259,12 @@ class Folder:
         status = record["status"]
         player = event["playerId"]
         received = int(record["receivedAtMs"])
+        periods = event_periods(parse_rfc3339(event["occurredAt"]))
         state.dedupe[(player, event["eventId"])] = (
-            f"{fingerprint(event)}|{compact_result(result, event['occurredAt'])}",
+            dedupe_value(
+                fingerprint(event),
+                compact_result(result, periods, event.get("region", "")),
+            ),
             received,
         )
         items = result.get("boards") or []
@@ -290,6 +290,11 @@ class Folder:
                 state.changed[board].add(player)
         match = (player, event["matchId"])
         state.contribution_ms[match] = received
+        # apply_event.lua rewrites the record, short against this event's periods.
+        state.contribution_ctx[match] = (
+            event_periods(parse_rfc3339(event["occurredAt"])),
+            event["region"],
+        )
         if status == "superseded":
             return
         # apply_event.lua: a match is new when it has no contribution record yet.
@@ -668,37 +673,87 @@ def diff_partition(
     return out
 
 
-def diff_records(client: redis.Redis, state: PartitionState) -> list[Difference]:
+def _locate_records(
+    client: redis.Redis,
+    bucket_key: Callable[[int, int], str],
+    idents: list[tuple[str, str]],
+    now_ms: int,
+    lifetime_seconds: int,
+) -> list[tuple[str, bytes, bytes] | None]:
+    """(bucket key, field, value) of each (player, other id) record in the newest
+    live slice holding it; None where none does (speed/records.py)."""
+    out: list[tuple[str, bytes, bytes] | None] = []
+    for first in range(0, len(idents), PIPELINE_CHUNK):
+        chunk = idents[first : first + PIPELINE_CHUNK]
+        places = [
+            record_lookups(bucket_key, player, other, now_ms / 1000, lifetime_seconds)
+            for player, other in chunk
+        ]
+        pipe = client.pipeline(transaction=False)
+        for lookups in places:
+            for key, record_field in lookups:
+                pipe.hget(key, record_field)
+        found = iter(pipe.execute())
+        for lookups in places:
+            values = [next(found) for _ in lookups]
+            out.append(
+                next(
+                    (
+                        (key, f, v)
+                        for (key, f), v in zip(lookups, values, strict=True)
+                        if v is not None
+                    ),
+                    None,
+                )
+            )
+    return out
+
+
+def _find_records(
+    client: redis.Redis,
+    bucket_key: Callable[[int, int], str],
+    idents: list[tuple[str, str]],
+    now_ms: int,
+    lifetime_seconds: int,
+) -> list[bytes | None]:
+    """The live value of each (player, other id) record; None where none is."""
+    return [
+        place[2] if place else None
+        for place in _locate_records(
+            client, bucket_key, idents, now_ms, lifetime_seconds
+        )
+    ]
+
+
+def diff_records(
+    client: redis.Redis, state: PartitionState, lifetime_seconds: int
+) -> list[Difference]:
     """Contribution, best-of and dedupe records: missing or different live."""
     keys = Keys(state.partition)
     p = state.partition
     out: list[Difference] = []
     now_ms = int(time.time() * 1000)
-    pipe = client.pipeline(transaction=False)
     contribution_keys = list(state.contributions)
-    for player, match in contribution_keys:
-        pipe.hgetall(keys.contribution(player, match))
+    contributions_found = _find_records(
+        client, keys.contribution_bucket, contribution_keys, now_ms, lifetime_seconds
+    )
     dedupe_keys = list(state.dedupe)
-    for player, event_id in dedupe_keys:
-        pipe.get(keys.dedupe(player, event_id))
-    replies = pipe.execute()
+    dedupe_found = _find_records(
+        client, keys.dedupe_bucket, dedupe_keys, now_ms, lifetime_seconds
+    )
     for (player, match), have in zip(
-        contribution_keys, replies[: len(contribution_keys)], strict=True
+        contribution_keys, contributions_found, strict=True
     ):
         want = {k: str(v) for k, v in state.contributions[(player, match)].items()}
-        have_text = {_text(k): _text(v) for k, v in have.items()}
+        have_text = decode_contribution(have) if have is not None else {}
         if have_text != want:
             out.append(
                 Difference(p, None, f"contribution {match}", player, have_text, want)
             )
-    for (player, event_id), have in zip(
-        dedupe_keys, replies[len(contribution_keys) :], strict=True
-    ):
+    for (player, event_id), have in zip(dedupe_keys, dedupe_found, strict=True):
         value, received = state.dedupe[(player, event_id)]
-        if _text(have) != value and _ttl_left(received, now_ms, 0) is not None:
-            out.append(
-                Difference(p, None, f"dedupe {event_id}", player, _text(have), value)
-            )
+        if have != value and _ttl_left(received, now_ms, lifetime_seconds) is not None:
+            out.append(Difference(p, None, f"dedupe {event_id}", player, have, value))
     return out
 
 
@@ -751,19 +806,34 @@ def restore_records(
     keys = Keys(state.partition)
     now_ms = int(time.time() * 1000)
     writes: list[tuple[str, Callable[[Any], None]]] = []
-    for (player, match), fields in state.contributions.items():
-        ttl = _ttl_left(
-            state.contribution_ms[(player, match)], now_ms, retention_seconds
-        )
-        if ttl is None:
+    contribution_keys = list(state.contributions)
+    contributions_live = _find_records(
+        client, keys.contribution_bucket, contribution_keys, now_ms, retention_seconds
+    )
+    for (player, match), live in zip(
+        contribution_keys, contributions_live, strict=True
+    ):
+        touched = state.contribution_ms[(player, match)]
+        if live is not None or _ttl_left(touched, now_ms, retention_seconds) is None:
             continue
-        key = keys.contribution(player, match)
-
-        def write_ct(pipe: Any, key: str = key, f: dict = fields, t: int = ttl) -> None:
-            pipe.hset(key, mapping=f)
-            pipe.expire(key, t)
-
-        writes.append((key, write_ct))
+        # Into the slice of its last touch, encoded as that touch wrote it.
+        encoded = encode_contribution(
+            state.contributions[(player, match)],
+            *state.contribution_ctx[(player, match)],
+        )
+        writes.append(
+            (
+                "",
+                _bucket_write(
+                    keys.contribution_bucket,
+                    player,
+                    match,
+                    touched,
+                    encoded,
+                    retention_seconds,
+                ),
+            )
+        )
     for (board, player), matches in state.best.items():
         ttl = _ttl_left(state.best_ms[(board, player)], now_ms, retention_seconds)
         if ttl is None or not matches:
@@ -777,16 +847,27 @@ def restore_records(
             pipe.expire(key, t)
 
         writes.append((key, write_mx))
-    for (player, event_id), (value, received) in state.dedupe.items():
-        ttl = _ttl_left(received, now_ms, retention_seconds)
-        if ttl is None:
+    dedupe_keys = list(state.dedupe)
+    dedupe_live = _find_records(
+        client, keys.dedupe_bucket, dedupe_keys, now_ms, retention_seconds
+    )
+    for (player, event_id), live in zip(dedupe_keys, dedupe_live, strict=True):
+        value, received = state.dedupe[(player, event_id)]
+        if live is not None or _ttl_left(received, now_ms, retention_seconds) is None:
             continue
-        key = keys.dedupe(player, event_id)
-
-        def write_ev(pipe: Any, key: str = key, v: str = value, t: int = ttl) -> None:
-            pipe.set(key, v, ex=t, nx=True)
-
-        writes.append((key, write_ev))
+        writes.append(
+            (
+                "",
+                _bucket_write(
+                    keys.dedupe_bucket,
+                    player,
+                    event_id,
+                    received,
+                    value,
+                    retention_seconds,
+                ),
+            )
+        )
     for player, recent in state.recent.items():
         ttl = _ttl_left(state.recent_ms[player], now_ms, RECENT_TTL_SECONDS)
         if ttl is None or not recent:
@@ -802,9 +883,12 @@ def restore_records(
     for first in range(0, len(writes), PIPELINE_CHUNK):
         chunk = writes[first : first + PIPELINE_CHUNK]
         pipe = client.pipeline(transaction=False)
-        for key, _ in chunk:
+        # "": a dedupe record found missing above (its bucket holds others).
+        named = [key for key, _ in chunk if key]
+        for key in named:
             pipe.exists(key)
-        present = pipe.execute()
+        found_keys = dict(zip(named, pipe.execute(), strict=True)) if named else {}
+        present = [bool(found_keys.get(key, 0)) for key, _ in chunk]
         pipe = client.pipeline(transaction=False)
         for (_, write), exists in zip(chunk, present, strict=True):
             if not exists:
@@ -814,7 +898,32 @@ def restore_records(
     return written
 
 
-def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
+def _bucket_write(
+    bucket_key: Callable[[int, int], str],
+    player: str,
+    other: str,
+    written_ms: int,
+    value: str | bytes,
+    lifetime_seconds: int,
+) -> Callable[[Any], None]:
+    """Writes a record missing live into the bucket of the slice it was written
+    in, which expires as the live one would (speed/records.py); a record written
+    meanwhile (same field) is newer: HSETNX keeps it."""
+    at = slice_of(written_ms / 1000, lifetime_seconds)
+    bucket, record_field = identity_hash(player, other)
+    key = bucket_key(at, bucket)
+    expire_at = slice_expire_at(at, lifetime_seconds)
+
+    def write(pipe: Any) -> None:
+        pipe.hsetnx(key, record_field, value)
+        pipe.expireat(key, expire_at)
+
+    return write
+
+
+def rewrite_rescored(
+    client: redis.Redis, state: PartitionState, lifetime_seconds: int
+) -> int:
     """Contribution records of rescored boards (seasons promoted to another rule):
     their per-board points were written under the old rule, and a later correction
     subtracts what the record says, so the rescored boards' fields are rewritten
@@ -826,18 +935,21 @@ def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
     keys = Keys(state.partition)
     matches = list(state.contributions)
     rewritten = 0
+    now_ms = int(time.time() * 1000)
     for first in range(0, len(matches), PIPELINE_CHUNK):
         chunk = matches[first : first + PIPELINE_CHUNK]
+        places = _locate_records(
+            client, keys.contribution_bucket, chunk, now_ms, lifetime_seconds
+        )
         pipe = client.pipeline(transaction=False)
-        for player, match in chunk:
-            pipe.hget(keys.contribution(player, match), "r")
-        revisions = pipe.execute()
-        pipe = client.pipeline(transaction=False)
-        for (player, match), live in zip(chunk, revisions, strict=True):
+        for (player, match), place in zip(chunk, places, strict=True):
             fields = state.contributions[(player, match)]
-            if live is None or int(live) != int(fields.get("r", -1)):
+            if place is None:
                 continue
-            key = keys.contribution(player, match)
+            key, record_field, value = place
+            live: dict[str, Any] = decode_contribution(value)
+            if int(live.get("r", -1)) != int(fields.get("r", -1)):
+                continue
             keep: dict = {
                 f"{kind}:{board}": fields[f"{kind}:{board}"]
                 for board in boards
@@ -850,10 +962,11 @@ def rewrite_rescored(client: redis.Redis, state: PartitionState) -> int:
                 for kind in ("b", "u")
                 if f"{kind}:{board}" not in fields
             ]
-            if keep:
-                pipe.hset(key, mapping=keep)
-            if drop:
-                pipe.hdel(key, *drop)
+            live.update(keep)
+            for name in drop:
+                live.pop(name, None)
+            periods, region = state.contribution_ctx[(player, match)]
+            pipe.hset(key, record_field, encode_contribution(live, periods, region))
             rewritten += 1
         pipe.execute()
     return rewritten
@@ -1013,15 +1126,16 @@ def run_rebuild(
                     state, generation, base_counts, final, settings.partitions
                 )
                 differences = diff_partition(client, state, built, generation)
-                differences += diff_records(client, state)
+                differences += diff_records(client, state, settings.record_ttl_seconds)
                 if dry_run:
                     report.differences += differences
                     outcome = "dry-run"
                     break
                 # Records first: an event arriving meanwhile writes its own (newer)
                 # record, which restore never overwrites, and forces a retry below.
-                restored = restore_records(client, state, settings.retention_seconds)
-                restored += rewrite_rescored(client, state)
+                # The lifetime the API gives records (speed/records.py slices by it).
+                restored = restore_records(client, state, settings.record_ttl_seconds)
+                restored += rewrite_rescored(client, state, settings.record_ttl_seconds)
                 stage_partition(client, state, built)
                 if before_switch is not None:
                     before_switch(partition)

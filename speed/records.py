@@ -1,27 +1,85 @@
 """Compact encodings of the per-event records of the speed layer (one home).
 
-The saved result of a dedupe record (``<fingerprint>|<compact>``, written by
-``apply_event.lua``, rebuilt by ``speed/rebuild.py``, read by ``speed/store.py``):
+**Dedupe records** (written by ``apply_event.lua``, rebuilt by ``speed/rebuild.py``,
+read by ``speed/store.py``) are fields of small hash keys, not one key each: the
+field is an 8-byte hash of the event's identity (playerId, eventId), the value the
+first 8 bytes of the content fingerprint followed by the saved result::
 
-    <status>|<partition>|<position>|<item>;<item>...
-    item = <board>,<total>,<version>[,<status>]
+    <fingerprint, 8 bytes><status>|<position>|<item>;<item>...
+    item = <board>,<total>,<version>[,<status>]  or  <board>
 
-A board of one of the event's own rolling periods is written short, since the event
-(same content, so same ``occurredAt``) names the period again on every redelivery:
-``daily:2026-11-20:eu`` becomes ``d:eu`` when the event occurred on 2026-11-20, and
-likewise ``w:`` (ISO week), ``m:`` (month) and ``a:`` (all-time). Every other board
-(seasons; a day the event moved away from in a correction) keeps its full id. No
-real window is one letter long, so the two forms never collide.
+A status is one letter (:data:`STATUS_CODE`), numbers are base 36 (digits then
+lower-case letters, ``-`` for negatives), an item that is only a board name has the
+total, version and status of the item before it (a player's global and regional
+boards often agree), and the partition is the key's own, so it is not stored.
+
+The hash key is ``lb:{pN}:rd:<slice>:<bucket>``. ``slice`` is the acceptance time
+(wall clock) in slices of half the record lifetime; ``bucket`` is a few more bits of
+the identity hash (:data:`BUCKET_BITS`). A whole bucket expires at once (EXPIREAT),
+a lifetime after its slice ends, so a record lives at least its lifetime and at
+most half a lifetime more; a lookup reads the current slice and the two before it
+(:data:`LOOKBACK_SLICES`), which hold every record younger than a lifetime. No key
+and no expiry entry per record: about 140 B per record instead of about 300 B
+(bench/RESULTS.md).
+
+**Contribution records** (playerId, matchId) are fields of buckets likewise
+(``lb:{pN}:rc:<slice>:<bucket>``), moved to the current slice whenever an event of
+the match touches them (a record lives a lifetime from its last touch). The value
+holds the record's fields (:func:`decode_contribution`)::
+
+    <day>|<week>|<region>|<entry>;<entry>...
+    entry = r=<revision> | u=<rule> | q=<held eventId> | Q=<revision before it>
+          | <board>=<points> | <board> | ^<board>=<rule of that board>
+
+numbers in base 36, boards in the order they entered the record, a board alone
+with the points of the board before it, board names short relative to the day, ISO week
+and region the value starts with (those of the event that wrote it last; a
+correction may move the match to another day).
+
+**Board names** in saved results are short where the event itself names the board
+again (a redelivery has the same content, so the same ``occurredAt`` and region):
+a rolling board of one of the event's own periods is its window's letter ``d``
+``w`` ``m`` ``a``, a season board ``s<seasonId>``, each followed by its scope's
+letter, ``g`` for ``global`` and ``r`` for the event's region
+(``daily:2026-11-20:eu`` of an event in ``eu`` on 2026-11-20 is ``dr``). Every
+other board keeps its full id, which always holds a ``:``; a short name never does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
 from datetime import datetime
+from typing import Any
 
 from conf.periods import period_ids
 
 SHORT_WINDOW = {"daily": "d", "weekly": "w", "monthly": "m", "alltime": "a"}
 LONG_WINDOW = {code: window for window, code in SHORT_WINDOW.items()}
+SEASON_CODE = "s"
+# Characters a short name may not hold: the saved result's separators and ":".
+_RESERVED = set(":,;|")
+
+STATUS_CODE = {
+    "accepted": "a",
+    "superseded": "s",
+    "late-review": "l",
+    "quarantined": "q",
+}
+STATUS_NAME = {code: name for name, code in STATUS_CODE.items()}
+
+# Buckets per partition and slice: 2**BUCKET_BITS hash keys. Buckets bound the
+# size of one hash (its table is rehashed, moved and expired as one piece) while
+# holding enough records each that a key's own overhead (~100 B) is shared.
+BUCKET_BITS = 6
+# A record lifetime spans this many slices; lookups read one more (the slice a
+# record was written in may have started up to a slice before its lifetime).
+SLICES_PER_LIFETIME = 2
+LOOKBACK_SLICES = SLICES_PER_LIFETIME + 1
+# Buckets outlive their last possible record by this much (clock skew between API
+# processes: a record written by a slow clock into a slice still lives its time).
+EXPIRY_MARGIN_SECONDS = 3600
+FINGERPRINT_BYTES = 8
 
 
 def event_periods(occurred_at: datetime) -> dict[str, str]:
@@ -29,22 +87,228 @@ def event_periods(occurred_at: datetime) -> dict[str, str]:
     return dict(period_ids(occurred_at))
 
 
-def short_board(board: str, periods: dict[str, str]) -> str:
-    """The board as written in a saved result of an event with these periods."""
+def _scope_code(scope: str, region: str) -> str | None:
+    if scope == "global":
+        return "g"
+    if scope == region:
+        return "r"
+    return None
+
+
+def short_board(board: str, periods: dict[str, str], region: str) -> str:
+    """The board as written in a saved result of an event with these periods and
+    this region."""
     window, _, rest = board.partition(":")
-    code = SHORT_WINDOW.get(window)
+    period, _, scope = rest.partition(":")
+    code = _scope_code(scope, region)
     if code is None:
         return board
-    period, _, scope = rest.partition(":")
-    if periods.get(window) != period or not scope:
+    if window == "season":
+        if period and not _RESERVED.intersection(period):
+            return f"{SEASON_CODE}{period}{code}"
         return board
-    return f"{code}:{scope}"
+    letter = SHORT_WINDOW.get(window)
+    if letter is None or periods.get(window) != period:
+        return board
+    return f"{letter}{code}"
 
 
-def long_board(name: str, periods: dict[str, str]) -> str:
+def long_board(name: str, periods: dict[str, str], region: str) -> str:
     """The board id of a name read from a saved result (inverse of short_board)."""
-    code, _, scope = name.partition(":")
-    window = LONG_WINDOW.get(code)
-    if window is None:
+    if ":" in name:
         return name
+    letter, middle, code = name[0], name[1:-1], name[-1]
+    scope = "global" if code == "g" else region
+    if letter == SEASON_CODE:
+        return f"season:{middle}:{scope}"
+    window = LONG_WINDOW[letter]
     return f"{window}:{periods[window]}:{scope}"
+
+
+def identity_hash(player_id: str, other_id: str) -> tuple[int, bytes]:
+    """(bucket, field) of a record of (playerId, other id): blake2b over the
+    length-prefixed pair, so (a:b, c) and (a, b:c) never meet. The field holds 64
+    bits and the bucket BUCKET_BITS more, all compared on a lookup: with 70 bits a
+    collision between two live records of one partition is unlikely (about 4e-4 at
+    10^9 records, and it makes a redelivery a 409 conflict, never a double count)."""
+    text = f"{len(player_id)}:{player_id}:{other_id}".encode()
+    digest = hashlib.blake2b(text, digest_size=10).digest()
+    bucket = int.from_bytes(digest[8:10], "big") >> (16 - BUCKET_BITS)
+    return bucket, digest[:8]
+
+
+def slice_seconds(lifetime_seconds: int) -> int:
+    return max(1, -(-lifetime_seconds // SLICES_PER_LIFETIME))
+
+
+def slice_of(now_seconds: float, lifetime_seconds: int) -> int:
+    """The slice a record written at ``now_seconds`` goes to."""
+    return int(now_seconds // slice_seconds(lifetime_seconds))
+
+
+def slice_expire_at(slice_index: int, lifetime_seconds: int) -> int:
+    """Unix time at which a slice's buckets expire: a lifetime after its end."""
+    return (
+        (slice_index + 1) * slice_seconds(lifetime_seconds)
+        + lifetime_seconds
+        + EXPIRY_MARGIN_SECONDS
+    )
+
+
+def lookup_slices(now_seconds: float, lifetime_seconds: int) -> list[int]:
+    """Slices that may hold a record younger than a lifetime, newest first."""
+    current = slice_of(now_seconds, lifetime_seconds)
+    return [current - k for k in range(LOOKBACK_SLICES)]
+
+
+def record_lookups(
+    bucket_key: Any, player_id: str, other_id: str, now_seconds: float, lifetime: int
+) -> list[tuple[str, bytes]]:
+    """(bucket key, field) of every slice that may hold the record of (playerId,
+    other id), newest first; ``bucket_key(slice, bucket)`` names a bucket
+    (:meth:`speed.partitions.Keys.dedupe_bucket` or ``contribution_bucket``)."""
+    bucket, field = identity_hash(player_id, other_id)
+    return [
+        (bucket_key(s, bucket), field) for s in lookup_slices(now_seconds, lifetime)
+    ]
+
+
+def find_record(
+    client: Any,
+    bucket_key: Any,
+    player_id: str,
+    other_id: str,
+    lifetime: int,
+    now_seconds: float | None = None,
+) -> bytes | None:
+    """The value of a record, read with a synchronous client (tools and tests)."""
+    moment = time.time() if now_seconds is None else now_seconds
+    for key, field in record_lookups(bucket_key, player_id, other_id, moment, lifetime):
+        value = client.hget(key, field)
+        if value is not None:
+            return bytes(value)
+    return None
+
+
+def fingerprint_prefix(fingerprint_hex: str) -> bytes:
+    """The part of the content fingerprint a dedupe record keeps (64 bits: a
+    conflicting event is taken for a redelivery with probability 2**-64)."""
+    return bytes.fromhex(fingerprint_hex)[:FINGERPRINT_BYTES]
+
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def base36(n: int) -> str:
+    """``n`` in base 36 (``int(text, 36)`` reads it back)."""
+    if n == 0:
+        return "0"
+    sign, n = ("-", -n) if n < 0 else ("", n)
+    out = []
+    while n:
+        n, d = divmod(n, 36)
+        out.append(_DIGITS[d])
+    return sign + "".join(reversed(out))
+
+
+def compact_result(result: dict[str, Any], periods: dict[str, str], region: str) -> str:
+    """The saved result of a 200 body (``status``, ``position``, ``boards``), as
+    ``apply_event.lua`` writes it."""
+    parts = []
+    previous: str | None = None
+    for item in result.get("boards") or []:
+        board = short_board(item["board"], periods, region)
+        numbers = f",{base36(int(item['total']))},{base36(int(item['version']))}"
+        if item.get("status"):
+            numbers += f",{STATUS_CODE[item['status']]}"
+        parts.append(board if numbers == previous else board + numbers)
+        previous = numbers
+    return f"{STATUS_CODE[result['status']]}|{base36(int(result['position']))}|" + (
+        ";".join(parts)
+    )
+
+
+def decode_compact(
+    raw: bytes | str, periods: dict[str, str] | None, region: str
+) -> tuple[str, int, list[dict[str, Any]]]:
+    """(status, position, boards) of a saved result; ``periods`` None leaves board
+    names as stored."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    status, position, items = text.split("|", 2)
+    boards: list[dict[str, Any]] = []
+    numbers: list[str] = []
+    for part in items.split(";") if items else ():
+        name, *given = part.split(",")
+        numbers = given or numbers
+        item: dict[str, Any] = {
+            "board": long_board(name, periods, region) if periods is not None else name,
+            "total": int(numbers[0], 36),
+            "version": int(numbers[1], 36),
+        }
+        if len(numbers) > 2:
+            item["status"] = STATUS_NAME[numbers[2]]
+        boards.append(item)
+    return STATUS_NAME[status], int(position, 36), boards
+
+
+def dedupe_value(fingerprint_hex: str, compact: str) -> bytes:
+    """A dedupe record's value: fingerprint prefix, then the saved result."""
+    return fingerprint_prefix(fingerprint_hex) + compact.encode()
+
+
+def record_context(periods: dict[str, str], region: str) -> str:
+    """The context a contribution record's board names are short against."""
+    return f"{periods.get('daily', '')}|{periods.get('weekly', '')}|{region}"
+
+
+def _from_base36(text: str) -> int:
+    return int(text, 36)
+
+
+def decode_contribution(raw: bytes | str) -> dict[str, str]:
+    """The fields of a contribution record: r, u, q, qr, b:<board>, u:<board>, with
+    numbers as decimal text (as ``HGETALL`` of the former hash returned them)."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    day, week, region, body = text.split("|", 3)
+    periods = {"daily": day, "weekly": week, "monthly": day[:7], "alltime": "all"}
+    fields: dict[str, str] = {}
+    points = ""
+    for part in body.split(";") if body else ():
+        name, eq, value = part.partition("=")
+        if name in ("r", "Q"):
+            fields["r" if name == "r" else "qr"] = str(_from_base36(value))
+        elif name in ("u", "q"):
+            fields[name] = value
+        elif name.startswith("^"):
+            fields["u:" + long_board(name[1:], periods, region)] = value
+        else:
+            if eq:
+                points = str(_from_base36(value))
+            fields["b:" + long_board(name, periods, region)] = points
+    return fields
+
+
+def encode_contribution(
+    fields: dict[str, Any], periods: dict[str, str], region: str
+) -> str:
+    """A contribution record's value from its fields (inverse of
+    :func:`decode_contribution`), board names short against ``periods``/``region``
+    (``{}`` and ``""``: rolling boards keep their full ids)."""
+    parts = [f"r={base36(int(fields['r']))}"]
+    if "u" in fields:
+        parts.append(f"u={fields['u']}")
+    if "q" in fields:
+        parts.append(f"q={fields['q']}")
+    if "qr" in fields:
+        parts.append(f"Q={base36(int(fields['qr']))}")
+    # Boards in the order they entered the record (the fields' order), as
+    # apply_event.lua writes them.
+    previous = None
+    for name in [n for n in fields if n.startswith("b:")]:
+        board = short_board(name[2:], periods, region)
+        points = base36(int(fields[name]))
+        parts.append(board if points == previous else f"{board}={points}")
+        previous = points
+    for name in [n for n in fields if n.startswith("u:")]:
+        parts.append(f"^{short_board(name[2:], periods, region)}={fields[name]}")
+    return record_context(periods, region) + "|" + ";".join(parts)

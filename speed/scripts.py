@@ -129,6 +129,9 @@ APPLY_EVENT = ScriptInterface(
         # The partition's base generation the base rows below refer to (-1: not
         # known yet): the script refuses the chunk with "rebased" otherwise.
         "base_generation",
+        # Unix time the dedupe buckets of the current slice expire at
+        # (speed/records.py).
+        "record_expire_at",
     ),
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
@@ -148,6 +151,13 @@ APPLY_EVENT = ScriptInterface(
                 "max_per_hour",
                 "key_at",
                 "n_refs",
+                # 8-byte hashes of (playerId, eventId) and (playerId, matchId): the
+                # fields of the dedupe and the contribution record.
+                "dedupe_field",
+                "contribution_field",
+                # "<day>|<week>|<region>" of the event: what the board names of its
+                # contribution record are short against (speed/records.py).
+                "context",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the
@@ -170,8 +180,22 @@ APPLY_EVENT = ScriptInterface(
                 "base",
             ),
         ),
-        # The event's own keys, from KEYS[key_at].
-        ("EV_KEY", ("dedupe", "contribution", "rate", "recent")),
+        # The event's own keys, from KEYS[key_at]: the dedupe and the contribution
+        # record's buckets in the current slice and the two before it
+        # (speed/records.py), then the rest.
+        (
+            "EV_KEY",
+            (
+                "dedupe",
+                "dedupe_prev",
+                "dedupe_oldest",
+                "contribution",
+                "contribution_prev",
+                "contribution_oldest",
+                "rate",
+                "recent",
+            ),
+        ),
     ),
     # The reply holds one (kind, payload) pair per event, in order.
     statuses=(

@@ -25,7 +25,17 @@ from speed.connection import send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
-from speed.records import event_periods, long_board, short_board
+from speed.records import (
+    LOOKBACK_SLICES,
+    decode_compact,
+    event_periods,
+    fingerprint_prefix,
+    identity_hash,
+    lookup_slices,
+    record_context,
+    short_board,
+    slice_expire_at,
+)
 from speed.scoring import score_event
 
 # Events of one partition per script call at most: bounds the time Redis spends in
@@ -86,31 +96,21 @@ def decode_result(
     raw: bytes | str,
     event_id: str,
     player_id: str,
+    partition: int,
     periods: dict[str, str] | None = None,
+    region: str = "",
 ) -> dict[str, Any]:
-    """The 200 body from the script's compact result
-    ``status|partition|position|board,total,version[,status];...``; ``periods``
-    (:func:`speed.records.event_periods` of the event) expands short board names."""
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    status, partition, position, items = text.split("|", 3)
-    boards: list[dict[str, Any]] = []
-    for part in items.split(";") if items else ():
-        fields = part.split(",")
-        item: dict[str, Any] = {
-            "board": long_board(fields[0], periods) if periods else fields[0],
-            "total": int(fields[1]),
-            "version": int(fields[2]),
-        }
-        if len(fields) > 3:
-            item["status"] = fields[3]
-        boards.append(item)
+    """The 200 body from the script's compact result (speed/records.py);
+    ``periods`` (:func:`speed.records.event_periods` of the event) and the event's
+    ``region`` expand short board names."""
+    status, position, boards = decode_compact(raw, periods, region)
     return {
         "eventId": event_id,
         "playerId": player_id,
         "status": status,
         "boards": boards,
-        "partition": int(partition),
-        "position": int(position),
+        "partition": partition,
+        "position": position,
     }
 
 
@@ -301,38 +301,46 @@ class SpeedLayer:
                 names = list(players)
                 found = base_entries(generation, board, self.partitions, names)
                 rows.update(
-                    ((board, name), row)
-                    for name, row in zip(names, found, strict=True)
+                    ((board, name), row) for name, row in zip(names, found, strict=True)
                 )
         # KEYS of the events follow the board table's (1-based, as in Lua).
         key_at = len(script_keys) + 1
+        # Dedupe and contribution records go by wall-clock slices (also for a
+        # release, whose now_ms is its past acceptance): the newest slice first.
+        slices = lookup_slices(self.clock(), self.retention_seconds)
+        assert len(slices) == LOOKBACK_SLICES
         for call, feeding in per_event:
             normalized = call.event
             event = normalized.event
             player = event.playerId
             occurred_ms = int(normalized.occurred_at.timestamp() * 1000)
+            bucket, dedupe_field = identity_hash(player, event.eventId)
+            match_bucket, contribution_field = identity_hash(player, event.matchId)
             event_keys += [
-                keys.dedupe(player, event.eventId),
-                keys.contribution(player, event.matchId),
+                *(keys.dedupe_bucket(s, bucket) for s in slices),
+                *(keys.contribution_bucket(s, match_bucket) for s in slices),
                 keys.rate(player),
                 keys.recent_matches(player),
             ]
             first_key = key_at
-            key_at += 4
+            key_at += 2 * LOOKBACK_SLICES + 2
+            periods = self._periods_of(normalized)
             event_args += [
                 player,
                 event.eventId,
                 event.matchId,
                 event.sourceRevision,
-                normalized.fingerprint,
+                fingerprint_prefix(normalized.fingerprint),
                 normalized.log_json(),
                 occurred_ms,
                 *normalized.limits,
                 first_key,
                 len(feeding),
+                dedupe_field,
+                contribution_field,
+                record_context(periods, event.region),
             ]
             scores = normalized.scores
-            periods = self._periods_of(normalized)
             for spec, feeds in feeding:
                 index = board_index[spec.board]
                 best = 0
@@ -347,7 +355,7 @@ class SpeedLayer:
                     scores[spec.rule] if feeds else 0,
                     thresholds.get(spec.board, {}).get(event.region, 0) if feeds else 0,
                     best,
-                    short_board(spec.board, periods),
+                    short_board(spec.board, periods, event.region),
                     row,
                     base,
                 ]
@@ -362,6 +370,7 @@ class SpeedLayer:
             len(calls),
             self.boards.rule,
             base_number,
+            slice_expire_at(slices[0], self.retention_seconds),
             *board_args,
             *event_args,
         ]
@@ -542,7 +551,12 @@ class SpeedLayer:
         event = call.event.event
         if kind in ("ok", "duplicate"):
             body = decode_result(
-                payload, event.eventId, event.playerId, self._periods_of(call.event)
+                payload,
+                event.eventId,
+                event.playerId,
+                call.partition,
+                self._periods_of(call.event),
+                event.region,
             )
             if kind == "duplicate":
                 body["status"] = "duplicate"

@@ -23,12 +23,17 @@
 --            player is changed (or shadowed): its base row leaves the live merge
 --   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
 --   bk       bucket boundaries: zset member "<index>/<bucket count>", score = lower
--- Per event (EV_KEY, from the event's key_at): dedupe record (playerId, eventId) ->
---   "<fingerprint>|<saved result>", the result kept compact (it lives for the whole
---   retention window): "<status>|<partition>|<position>|<board>,<total>,<version>
---   [,<status>];..."; contribution record (playerId, matchId) hash: r=<revision>,
---   b:<board>=<points>, u=<rule version the points were scored under>, and
---   u:<board>=<its rule version> for a board whose rule is not u;
+-- Per event (EV_KEY, from the event's key_at): the dedupe record's bucket hash in the
+--   current slice, the previous one and the one before (speed/records.py), field
+--   EV.record_field (8-byte identity hash) -> <fingerprint prefix, 8 bytes><saved
+--   result>, the result kept compact: "<status letter>|<position>|<board>,<total>,
+--   <version>[,<status letter>];..." (the reply is the same compact form; a bucket
+--   expires whole at ARG.record_expire_at); contribution record (playerId, matchId): the
+--   field EV.contribution_field of its bucket in the current slice or one of the two
+--   before (moved to the current one whenever touched), holding the record's fields
+--   r=<revision>, b:<board>=<points>, u=<rule version the points were scored under>,
+--   u:<board>=<its rule version> for a board whose rule is not u (q, qr while a
+--   revision is held), encoded by encode_record below (speed/records.py);
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -65,21 +70,29 @@ local KEY_GROUP = {start = 6, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk
 local ARG = {
   now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
   mode = 6, n_boards = 7, n_events = 8, default_rule = 9, base_generation = 10,
+  record_expire_at = 11,
 }
 local ARG_GROUP = {
-  start = 11, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  start = 12, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
   rule = 4,
 }
 local EV = {
-  size = 11, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
+  size = 14, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
   event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
-  n_refs = 10,
+  n_refs = 10, dedupe_field = 11, contribution_field = 12, context = 13,
 }
 local EV_BOARD = {
   size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
   base_row = 6, base = 7,
 }
-local EV_KEY = {size = 4, dedupe = 0, contribution = 1, rate = 2, recent = 3}
+local EV_KEY = {
+  size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
+  contribution_prev = 4, contribution_oldest = 5, rate = 6, recent = 7,
+}
+-- One-letter statuses of saved results (speed/records.py STATUS_CODE).
+local status_letter = {
+  accepted = "a", superseded = "s", ["late-review"] = "l", quarantined = "q",
+}
 
 local now_ms = tonumber(ARGV[ARG.now_ms])
 local retention = tonumber(ARGV[ARG.retention])
@@ -90,6 +103,7 @@ local mode = ARGV[ARG.mode]
 local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
 local default_rule = ARGV[ARG.default_rule]
+local record_expire_at = ARGV[ARG.record_expire_at]
 
 -- Base rows are positions in one generation's segments: refuse them for another.
 local base_generation = redis.call("HGET", KEYS[KEY.base], "g") or "0"
@@ -134,7 +148,9 @@ for e = 1, n_events do
     occurred_ms = tonumber(ARGV[a + EV.occurred_ms]),
     min_gap_ms = tonumber(ARGV[a + EV.min_gap_ms]),
     max_per_hour = tonumber(ARGV[a + EV.max_per_hour]),
-    key_at = tonumber(ARGV[a + EV.key_at]), refs = {},
+    key_at = tonumber(ARGV[a + EV.key_at]), dedupe_field = ARGV[a + EV.dedupe_field],
+    contribution_field = ARGV[a + EV.contribution_field], context = ARGV[a + EV.context],
+    refs = {},
   }
   cursor = a + EV.size
   for r = 1, tonumber(ARGV[a + EV.n_refs]) do
@@ -159,6 +175,150 @@ for e = 1, n_events do
     player_list[#player_list + 1] = ev.player
   end
   events[e] = ev
+end
+
+-- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
+local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+local function base36(n)
+  if n >= 0 and n < 36 then
+    return string.sub(DIGITS, n + 1, n + 1)
+  end
+  local sign = ""
+  if n < 0 then
+    sign, n = "-", -n
+  end
+  -- Prepending to a string: cheaper in Lua than a table, concat and reverse.
+  local out = ""
+  while n > 0 do
+    local d = n % 36
+    out = string.sub(DIGITS, d + 1, d + 1) .. out
+    n = (n - d) / 36
+  end
+  return sign .. out
+end
+
+local function from_base36(text)
+  if string.sub(text, 1, 1) == "-" then
+    return -tonumber(string.sub(text, 2), 36)
+  end
+  return tonumber(text, 36)
+end
+
+-- Contribution records (speed/records.py, the format's home):
+--   <day>|<week>|<region>|<entry>;<entry>...
+-- entries r=<revision>, u=<rule>, q=<held eventId>, Q=<revision before the held
+-- one>, <board>=<points>, ^<board>=<rule of that board>; numbers in base 36; a
+-- board alone has the points of the board before it; board names short relative
+-- to the record's own day, ISO week and region (as in saved results).
+local function expand(name, ctx)
+  if string.find(name, ":", 1, true) then
+    return name
+  end
+  local letter, middle, code = string.sub(name, 1, 1), string.sub(name, 2, -2),
+    string.sub(name, -1)
+  local scope = ctx.region
+  if code == "g" then
+    scope = "global"
+  end
+  if letter == "s" then
+    return "season:" .. middle .. ":" .. scope
+  elseif letter == "d" then
+    return "daily:" .. ctx.day .. ":" .. scope
+  elseif letter == "w" then
+    return "weekly:" .. ctx.week .. ":" .. scope
+  elseif letter == "m" then
+    return "monthly:" .. string.sub(ctx.day, 1, 7) .. ":" .. scope
+  end
+  return "alltime:all:" .. scope
+end
+
+local function record_board(rec, board)
+  if not rec.seen[board] then
+    rec.seen[board] = true
+    rec.order[#rec.order + 1] = board
+  end
+end
+
+-- The record's fields: r, u, q, qr; b[board] = points, ub[board] = rule; order: its
+-- boards in the order written. raw false: no record.
+local function decode_record(raw)
+  local rec = {b = {}, ub = {}, order = {}, seen = {}}
+  if not raw then
+    return rec
+  end
+  local p1 = string.find(raw, "|", 1, true)
+  local p2 = string.find(raw, "|", p1 + 1, true)
+  local p3 = string.find(raw, "|", p2 + 1, true)
+  local ctx = {
+    day = string.sub(raw, 1, p1 - 1), week = string.sub(raw, p1 + 1, p2 - 1),
+    region = string.sub(raw, p2 + 1, p3 - 1),
+  }
+  local points = nil
+  for part in string.gmatch(string.sub(raw, p3 + 1), "[^;]+") do
+    local eq = string.find(part, "=", 1, true)
+    local name, value = part, nil
+    if eq then
+      name, value = string.sub(part, 1, eq - 1), string.sub(part, eq + 1)
+    end
+    if name == "r" then
+      rec.r = from_base36(value)
+    elseif name == "Q" then
+      rec.qr = from_base36(value)
+    elseif name == "u" then
+      rec.u = value
+    elseif name == "q" then
+      rec.q = value
+    elseif string.sub(name, 1, 1) == "^" then
+      local board = expand(string.sub(name, 2), ctx)
+      record_board(rec, board)
+      rec.ub[board] = value
+    else
+      if value then
+        points = from_base36(value)
+      end
+      local board = expand(name, ctx)
+      record_board(rec, board)
+      rec.b[board] = points
+    end
+  end
+  return rec
+end
+
+-- ctx: "<day>|<week>|<region>" of the event writing it; short_of[board] = the
+-- board's name relative to that context (a full id where none is shorter). Boards
+-- go in the order they entered the record (speed/rebuild.py keeps the same order;
+-- sorting with a Lua comparator cost Redis CPU for nothing).
+local function encode_record(rec, ctx, short_of)
+  local parts = {"r=" .. base36(rec.r)}
+  if rec.u then
+    parts[#parts + 1] = "u=" .. rec.u
+  end
+  if rec.q then
+    parts[#parts + 1] = "q=" .. rec.q
+  end
+  if rec.qr then
+    parts[#parts + 1] = "Q=" .. base36(rec.qr)
+  end
+  local previous = nil
+  for _, board in ipairs(rec.order) do
+    local points = rec.b[board]
+    if points ~= nil then
+      local name = short_of[board] or board
+      local text = base36(points)
+      if text == previous then
+        parts[#parts + 1] = name
+      else
+        parts[#parts + 1] = name .. "=" .. text
+      end
+      previous = text
+    end
+  end
+  for _, board in ipairs(rec.order) do
+    if rec.ub[board] then
+      parts[#parts + 1] = "^" .. (short_of[board] or board) .. "=" .. rec.ub[board]
+    end
+  end
+  return ctx .. "|" .. table.concat(parts, ";")
 end
 
 local function enc(score)
@@ -331,22 +491,36 @@ local function process(ev)
   local revision = ev.revision
   local occurred_ms = ev.occurred_ms
   local dedupe_key = KEYS[ev.key_at + EV_KEY.dedupe]
+  local dedupe_older = {
+    KEYS[ev.key_at + EV_KEY.dedupe_prev], KEYS[ev.key_at + EV_KEY.dedupe_oldest],
+  }
   local contribution_key = KEYS[ev.key_at + EV_KEY.contribution]
+  local contribution_older = {
+    KEYS[ev.key_at + EV_KEY.contribution_prev], KEYS[ev.key_at + EV_KEY.contribution_oldest],
+  }
   local rate_key = KEYS[ev.key_at + EV_KEY.rate]
   local recent_key = KEYS[ev.key_at + EV_KEY.recent]
   local held_field = string.len(player) .. ":" .. player .. event_id
 
-  -- (a) dedupe: same identity and content returns the saved result unchanged.
-  local saved = redis.call("GET", dedupe_key)
+  -- (a) dedupe: same identity and content returns the saved result unchanged. The
+  -- record is in the newest slice's bucket that has it (it is written once).
+  local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)
+  for _, older in ipairs(dedupe_older) do
+    if saved then
+      break
+    end
+    saved = redis.call("HGET", older, ev.dedupe_field)
+  end
   if mode == "release" then
     -- Only a held event is released, and only once.
     if redis.call("HEXISTS", KEYS[KEY.quarantine], held_field) == 0 then
       return "noop", "not held in quarantine"
     end
   elseif saved then
-    local sep = string.find(saved, "|", 1, true)
-    if string.sub(saved, 1, sep - 1) == ev.fingerprint then
-      return "duplicate", string.sub(saved, sep + 1)
+    -- The fingerprint prefix is as many bytes as EV.fingerprint holds.
+    local n = string.len(ev.fingerprint)
+    if string.sub(saved, 1, n) == ev.fingerprint then
+      return "duplicate", string.sub(saved, n + 1)
     end
     return "conflict", ""
   end
@@ -356,31 +530,30 @@ local function process(ev)
     given[ref.b.id] = true
   end
 
-  -- (b) contribution: a revision not above the stored one changes nothing.
-  local stored = redis.call("HGETALL", contribution_key)
-  local stored_rev = 0
-  local held_id = nil
-  local held_before = 0
-  local applied = {}
-  for i = 1, #stored, 2 do
-    local f = stored[i]
-    if f == "r" then
-      stored_rev = tonumber(stored[i + 1])
-    elseif f == "q" then
-      held_id = stored[i + 1]
-    elseif f == "qr" then
-      held_before = tonumber(stored[i + 1])
-    elseif string.sub(f, 1, 2) == "b:" then
-      local board = string.sub(f, 3)
-      applied[board] = tonumber(stored[i + 1])
-      -- A correction that moves a match out of a board must touch that board's keys:
-      -- the caller resolves this and calls again with the board included.
-      if not given[board] then
-        return "retry", board
-      end
+  -- (b) contribution: a revision not above the stored one changes nothing. The
+  -- record is in the newest slice's bucket that has it.
+  local raw = redis.call("HGET", contribution_key, ev.contribution_field)
+  local found_in = contribution_key
+  for _, older in ipairs(contribution_older) do
+    if raw then
+      break
+    end
+    raw = redis.call("HGET", older, ev.contribution_field)
+    found_in = older
+  end
+  local rec = decode_record(raw)
+  local stored_rev = rec.r or 0
+  local held_id = rec.q
+  local held_before = rec.qr or 0
+  local applied = rec.b
+  for _, board in ipairs(rec.order) do
+    -- A correction that moves a match out of a board must touch that board's keys:
+    -- the caller resolves this and calls again with the board included.
+    if applied[board] ~= nil and not given[board] then
+      return "retry", board
     end
   end
-  local is_new_match = #stored == 0
+  local is_new_match = raw == false
   if mode == "release" then
     -- As if accepted then: only while no later revision replaced it; the revision it
     -- is compared with is the one stored before it was held.
@@ -461,7 +634,7 @@ local function process(ev)
     status = "quarantined"
     -- The match's revision is taken (a resend is superseded); its contributions stay
     -- those of the revision before, remembered for the release.
-    redis.call("HSET", contribution_key, "r", revision, "q", event_id, "qr", stored_rev)
+    rec.r, rec.q, rec.qr = revision, event_id, stored_rev
   elseif stored_rev > 0 and revision <= stored_rev then
     -- Superseded: report the current totals of the boards this event would feed.
     status = "superseded"
@@ -475,8 +648,7 @@ local function process(ev)
   else
     -- (c) delta = new - stored contribution, on every board the event feeds; a board
     -- the previous revision fed and this one does not gets its contribution removed.
-    -- The contribution record's fields are written in one HSET, in board order, then r.
-    local contribution = {}
+    -- The contribution record (rec) is written once, at the end of the event.
     for _, ref in ipairs(ev.refs) do
       local b = ref.b
       local late = b.cutoff > 0 and now_ms > b.cutoff
@@ -512,27 +684,23 @@ local function process(ev)
         end
         version = version + 1
         write_total(b, player, old_total, achieved, total, version, occurred_ms)
-        contribution[#contribution + 1] = "b:" .. b.id
-        contribution[#contribution + 1] = new
+        record_board(rec, b.id)
+        rec.b[b.id] = new
         -- The rule version the contribution was scored under: the record's "u"
         -- unless the board's differs.
         if b.rule ~= default_rule then
-          contribution[#contribution + 1] = "u:" .. b.id
-          contribution[#contribution + 1] = b.rule
+          rec.ub[b.id] = b.rule
         end
         any_applied = true
         items[#items + 1] = {board = b.id, total = total, version = version}
         saved_as[#items] = ref.saved_as
       end
     end
-    contribution[#contribution + 1] = "u"
-    contribution[#contribution + 1] = default_rule
-    contribution[#contribution + 1] = "r"
-    contribution[#contribution + 1] = revision
-    redis.call("HSET", contribution_key, unpack(contribution))
+    rec.u = default_rule
+    rec.r = revision
     if held_id then
       -- This revision replaces a held one: releasing that one later changes nothing.
-      redis.call("HDEL", contribution_key, "q", "qr")
+      rec.q, rec.qr = nil, nil
     end
     if is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
       -- A day of history is enough for both bounds; older matches drop out.
@@ -554,7 +722,19 @@ local function process(ev)
       end
     end
   end
-  redis.call("EXPIRE", contribution_key, retention)
+  -- Touched: the record lives on from now, in the current slice's bucket.
+  if rec.r then
+    local short_of = {}
+    for _, ref in ipairs(ev.refs) do
+      short_of[ref.b.id] = ref.saved_as
+    end
+    redis.call("HSET", contribution_key, ev.contribution_field,
+      encode_record(rec, ev.context, short_of))
+    redis.call("EXPIREAT", contribution_key, record_expire_at)
+    if found_in ~= contribution_key and raw then
+      redis.call("HDEL", found_in, ev.contribution_field)
+    end
+  end
 
   local result = cjson.encode({
     eventId = event_id, playerId = player, status = status, boards = items,
@@ -578,19 +758,27 @@ local function process(ev)
   end
 
   -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
-  -- boards of the event's own periods written short, see speed/records.py). The
-  -- reply is the same compact form.
+  -- boards the event names again written short, statuses one letter, the
+  -- partition left out: speed/records.py). The reply is the same compact form.
   local parts = {}
+  local previous = nil
   for j, item in ipairs(items) do
-    local part = string.format("%s,%d,%d", saved_as[j], item.total, item.version)
+    local numbers = "," .. base36(item.total) .. "," .. base36(item.version)
     if item.status then
-      part = part .. "," .. item.status
+      numbers = numbers .. "," .. status_letter[item.status]
     end
-    parts[j] = part
+    -- Same numbers as the item before: the board's name alone.
+    if numbers == previous then
+      parts[j] = saved_as[j]
+    else
+      parts[j] = saved_as[j] .. numbers
+    end
+    previous = numbers
   end
-  local compact = string.format("%s|%d|%d|%s", status, partition, position,
-    table.concat(parts, ";"))
-  redis.call("SET", dedupe_key, ev.fingerprint .. "|" .. compact, "EX", retention)
+  local compact = status_letter[status] .. "|" .. base36(position) .. "|" ..
+    table.concat(parts, ";")
+  redis.call("HSET", dedupe_key, ev.dedupe_field, ev.fingerprint .. compact)
+  redis.call("EXPIREAT", dedupe_key, record_expire_at)
   return "ok", compact
 end
 

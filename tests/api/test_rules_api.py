@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from conf.settings import Settings
 from speed.partitions import Keys, partition_of
+from speed.records import decode_contribution, find_record
 from tests.conftest import OPEN_LATENESS, SignedClient, event
 
 pytestmark = pytest.mark.integration
@@ -61,7 +62,7 @@ def implausible_count(api: SignedClient, bound: str) -> float:
 
 
 def test_v2_points_come_from_the_record(
-    v2api: SignedClient, redis_client: redis.Redis
+    v2api: SignedClient, redis_client: redis.Redis, settings: Settings
 ) -> None:
     reply = v2api.post("/v1/score-events", match(1, "2026-11-20T10:00:00Z"))
     assert reply.status_code == 200, reply.text
@@ -73,12 +74,18 @@ def test_v2_points_come_from_the_record(
     assert record["event"]["scores"] == {"v2": 145}
     assert record["event"]["placement"] == 1
     # The contribution record names the rule of each board.
-    contribution = redis_client.hgetall(
-        Keys(partition_of("P2", 4)).contribution("P2", "M1")
+    raw = find_record(
+        redis_client,
+        Keys(partition_of("P2", 4)).contribution_bucket,
+        "P2",
+        "M1",
+        settings.record_ttl_seconds,
     )
+    assert raw is not None
+    contribution = decode_contribution(raw)
     # (as the record's "u", or as u:<board> where a board's rule differs).
-    rule = contribution.get(b"u:season:S4:global", contribution[b"u"])
-    assert rule == b"v2"
+    rule = contribution.get("u:season:S4:global", contribution["u"])
+    assert rule == "v2"
     boards = {b["board"]: b for b in v2api.get("/v1/boards").json()["boards"]}
     assert boards["season:S4:global"]["rule"] == "v2"
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from conf.settings import Settings
 from speed.partitions import Keys, partition_of
+from speed.records import identity_hash, slice_of
 from tests.conftest import SignedClient, event
 
 WINDOW_S = 2
@@ -41,14 +42,17 @@ def test_redelivery_after_the_window_is_too_old_not_counted_twice(
         assert again.json()["boards"] == first.json()["boards"]
 
         keys = Keys(partition_of("win", windowed.partitions))
-        record = keys.dedupe("win", "W1")
+        bucket, record = identity_hash("win", "W1")
+        lifetime = windowed.record_ttl_seconds
+        key = keys.dedupe_bucket(slice_of(time.time(), lifetime), bucket)
+        assert redis_client.hexists(key, record)
         # The record lives at least as long as the window plus the allowed skew.
-        assert redis_client.ttl(record) >= WINDOW_S + windowed.max_future_seconds
+        assert redis_client.ttl(key) >= WINDOW_S + windowed.max_future_seconds
 
         # Past the window, and with the record gone (as if expired or moved out):
         # refused, so it cannot be applied a second time.
         time.sleep(max(0.0, occurred.timestamp() + WINDOW_S + 1 - time.time()))
-        redis_client.delete(record)
+        redis_client.hdel(key, record)
         late = api.post("/v1/score-events", sent)
         assert late.status_code == 422, late.text
         assert late.json()["error"] == "too_old"

@@ -112,7 +112,7 @@ def test_rebuild_with_rules_shadow_and_quarantine(
         before_keys = derived(redis_client)
         # The premise: every feature left state in Redis.
         names = b" ".join(before_keys)
-        assert b":ct:" in names and b":chz:" in names
+        assert b":rc:" in names and b":chz:" in names
         held = Keys(partition_of("p4", config.partitions)).quarantine
         assert redis_client.hlen(held) == 1
 

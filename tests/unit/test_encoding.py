@@ -51,9 +51,10 @@ def test_ranks_follow_first_holder_of_each_score() -> None:
 
 def test_compact_result_round_trip() -> None:
     body = decode_result(
-        "accepted|3|17|season:S4:global,930,12;season:S3:eu,0,0,late-review",
+        "a|h|season:S4:global,pu,c;season:S3:eu,0,0,l",
         "E77",
         "P2",
+        3,
     )
     assert body == {
         "eventId": "E77",
@@ -71,7 +72,7 @@ def test_compact_result_round_trip() -> None:
         "partition": 3,
         "position": 17,
     }
-    assert decode_result(b"late-review|0|1|", "E", "P")["boards"] == []
+    assert decode_result(b"l|1|", "E", "P", 0)["boards"] == []
 
 
 def test_headroom_buckets_are_distinct_and_above_the_top() -> None:

@@ -8,50 +8,193 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speed.partitions import Keys
-from speed.records import event_periods, long_board, short_board
+from speed.records import (
+    BUCKET_BITS,
+    LOOKBACK_SLICES,
+    compact_result,
+    decode_compact,
+    decode_contribution,
+    dedupe_value,
+    encode_contribution,
+    event_periods,
+    fingerprint_prefix,
+    identity_hash,
+    long_board,
+    lookup_slices,
+    short_board,
+    slice_expire_at,
+    slice_of,
+)
 from speed.store import decode_result
 
 MOMENT = datetime(2026, 11, 20, 10, tzinfo=UTC)
 
 
-def test_boards_of_the_events_periods_are_short() -> None:
+def test_boards_the_event_names_again_are_short() -> None:
     periods = event_periods(MOMENT)
-    assert short_board("daily:2026-11-20:eu", periods) == "d:eu"
-    assert short_board("weekly:2026-W47:global", periods) == "w:global"
-    assert short_board("monthly:2026-11:na", periods) == "m:na"
-    assert short_board("alltime:all:global", periods) == "a:global"
-    # Another day (a correction moved the match away) and seasons stay whole.
-    assert short_board("daily:2026-11-19:eu", periods) == "daily:2026-11-19:eu"
-    assert short_board("season:S4:global", periods) == "season:S4:global"
+    assert short_board("daily:2026-11-20:eu", periods, "eu") == "dr"
+    assert short_board("weekly:2026-W47:global", periods, "eu") == "wg"
+    assert short_board("monthly:2026-11:na", periods, "na") == "mr"
+    assert short_board("alltime:all:global", periods, "eu") == "ag"
+    assert short_board("season:S4:global", periods, "eu") == "sS4g"
+    assert short_board("season:S4:eu", periods, "eu") == "sS4r"
+    # Another day (a correction moved the match away) or another region stay whole.
+    assert short_board("daily:2026-11-19:eu", periods, "eu") == "daily:2026-11-19:eu"
+    assert short_board("daily:2026-11-20:na", periods, "eu") == "daily:2026-11-20:na"
 
 
 @given(
     window=st.sampled_from(["daily", "weekly", "monthly", "alltime", "season"]),
     period=st.sampled_from(["2026-11-20", "2026-W47", "2026-11", "all", "S4", "x"]),
     scope=st.sampled_from(["global", "eu", "na", "a:b"]),
+    region=st.sampled_from(["eu", "na", "a:b"]),
 )
-def test_short_and_long_board_round_trip(window: str, period: str, scope: str) -> None:
+def test_short_and_long_board_round_trip(
+    window: str, period: str, scope: str, region: str
+) -> None:
     periods = event_periods(MOMENT)
     board = f"{window}:{period}:{scope}"
-    assert long_board(short_board(board, periods), periods) == board
+    short = short_board(board, periods, region)
+    # A short name never holds ":", a full id always does: they cannot be confused.
+    assert (":" in short) == (short == board)
+    assert long_board(short, periods, region) == board
 
 
 def test_decode_expands_short_boards() -> None:
     body = decode_result(
-        b"accepted|3|9|d:eu,30,1;season:S4:global,40,2,late-review",
-        "E",
-        "P",
-        event_periods(MOMENT),
+        b"a|9|dr,u,1;season:S4:global,14,2,l", "E", "P", 3, event_periods(MOMENT), "eu"
     )
     assert [b["board"] for b in body["boards"]] == [
         "daily:2026-11-20:eu",
         "season:S4:global",
     ]
+    assert body["boards"][1]["status"] == "late-review"
+    assert (body["status"], body["partition"], body["position"]) == ("accepted", 3, 9)
 
 
-def test_record_keys_are_short_and_distinct() -> None:
-    keys = Keys(3)
-    long_ids = ("player-" + "x" * 57, "event-" + "y" * 58)
-    assert len(keys.dedupe(*long_ids)) == len("lb:{p3}:ev:") + 16
-    assert keys.dedupe("a:b", "c") != keys.dedupe("a", "b:c")
-    assert keys.contribution("a:b", "c") != keys.contribution("a", "b:c")
+statuses = st.sampled_from(["accepted", "superseded", "late-review", "quarantined"])
+boards = st.sampled_from(
+    [
+        "daily:2026-11-20:eu",
+        "daily:2026-11-19:global",
+        "weekly:2026-W47:na",
+        "monthly:2026-11:global",
+        "alltime:all:eu",
+        "season:S4:global",
+        "season:S-9.x:eu",
+    ]
+)
+items = st.fixed_dictionaries(
+    {
+        "board": boards,
+        "total": st.integers(-(2**52), 2**52),
+        "version": st.integers(0, 2**40),
+    },
+    optional={"status": statuses},
+)
+
+
+@given(
+    status=statuses,
+    position=st.integers(1, 2**53),
+    boards=st.lists(items, max_size=12),
+    fingerprint=st.binary(min_size=12, max_size=12),
+)
+def test_dedupe_value_round_trip(
+    status: str, position: int, boards: list, fingerprint: bytes
+) -> None:
+    periods = event_periods(MOMENT)
+    result = {"status": status, "position": position, "boards": boards}
+    value = dedupe_value(fingerprint.hex(), compact_result(result, periods, "eu"))
+    assert value[:8] == fingerprint_prefix(fingerprint.hex()) == fingerprint[:8]
+    assert decode_compact(value[8:], periods, "eu") == (status, position, boards)
+
+
+def test_ten_board_result_is_compact() -> None:
+    """The default event feeds 10 boards; its saved result stays near 100 bytes."""
+    periods = event_periods(MOMENT)
+    scopes = ("global", "eu")
+    names = [f"season:S4:{s}" for s in scopes] + [
+        f"{w}:{periods[w]}:{s}"
+        for w in ("daily", "weekly", "monthly", "alltime")
+        for s in scopes
+    ]
+    result = {
+        "status": "accepted",
+        "position": 123456,
+        "boards": [
+            {"board": b, "total": 40_000 + 997 * i, "version": 300 + i}
+            for i, b in enumerate(names)
+        ],
+    }
+    value = dedupe_value("ab" * 12, compact_result(result, periods, "eu"))
+    assert len(value) <= 125, value
+    # Where a player's global and regional boards agree, items shrink to a name.
+    for item in result["boards"]:
+        item.update(total=4321, version=17)
+    value = dedupe_value("ab" * 12, compact_result(result, periods, "eu"))
+    assert len(value) <= 64, value
+
+
+def test_identity_hash_is_length_prefixed_and_bounded() -> None:
+    assert identity_hash("a:b", "c") != identity_hash("a", "b:c")
+    bucket, field = identity_hash("player-" + "x" * 57, "event-" + "y" * 58)
+    assert len(field) == 8 and 0 <= bucket < 2**BUCKET_BITS
+    assert Keys(3).dedupe_bucket(5, bucket).startswith("lb:{p3}:rd:5:")
+
+
+@given(now=st.integers(0, 2**40), lifetime=st.integers(60, 10**9))
+def test_a_record_is_found_for_its_whole_lifetime(now: int, lifetime: int) -> None:
+    """Written at ``now``, a record's slice is among the slices looked up until a
+    lifetime has passed, and its bucket has not expired by then."""
+    written = slice_of(now, lifetime)
+    assert lookup_slices(now, lifetime)[0] == written
+    assert len(lookup_slices(now, lifetime)) == LOOKBACK_SLICES
+    for later in (now, now + lifetime // 2, now + lifetime - 1):
+        assert written in lookup_slices(later, lifetime)
+    assert slice_expire_at(written, lifetime) >= now + lifetime
+
+
+contribution_fields = st.fixed_dictionaries(
+    {"r": st.integers(1, 2**40), "u": st.sampled_from(["v1", "v2"])},
+    optional={"q": st.sampled_from(["E1", "e-2.x:y"]), "qr": st.integers(0, 99)},
+)
+
+
+@given(
+    base=contribution_fields,
+    points=st.dictionaries(boards, st.integers(-(2**40), 2**40), max_size=8),
+    rules=st.dictionaries(boards, st.sampled_from(["v1", "v3"]), max_size=3),
+    region=st.sampled_from(["eu", "na"]),
+    other_day=st.booleans(),
+)
+def test_contribution_round_trip(
+    base: dict, points: dict, rules: dict, region: str, other_day: bool
+) -> None:
+    """Fields -> value -> fields, whatever day and region the value is short
+    against (a correction may move the match to another day or region)."""
+    fields: dict = dict(base)
+    fields.update({f"b:{b}": p for b, p in points.items()})
+    fields.update({f"u:{b}": r for b, r in rules.items()})
+    moment = MOMENT.replace(day=19) if other_day else MOMENT
+    value = encode_contribution(fields, event_periods(moment), region)
+    assert decode_contribution(value) == {k: str(v) for k, v in fields.items()}
+    # Boards keep the order they entered the record in (apply_event.lua's too).
+    decoded = list(decode_contribution(value))
+    assert [n for n in decoded if n[:2] in ("b:", "u:")] == [
+        n for n in fields if n[:2] in ("b:", "u:")
+    ]
+
+
+def test_ten_board_contribution_is_compact() -> None:
+    """A match that fed the default 10 boards with the same points."""
+    periods = event_periods(MOMENT)
+    names = [f"season:S4:{s}" for s in ("global", "eu")] + [
+        f"{w}:{periods[w]}:{s}"
+        for w in ("daily", "weekly", "monthly", "alltime")
+        for s in ("global", "eu")
+    ]
+    fields = {"r": 1, "u": "v1", **{f"b:{b}": 283 for b in names}}
+    value = encode_contribution(fields, periods, "eu")
+    # With its 3-byte header and NUL, the value fits jemalloc's 80-byte class.
+    assert len(value) <= 76, value
