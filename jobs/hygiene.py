@@ -144,7 +144,9 @@ def run_maintenance(
     docs = parse_tables_doc(doc_path.read_text()) if doc_path.exists() else {}
     report = MaintenanceReport(retention)
     for name, doc in sorted(docs.items()):
-        path = delta_dir / name
+        # Spark resolves a relative path against the JVM's working directory, which
+        # need not be Python's (LB_DATA_DIR defaults to a relative path).
+        path = (delta_dir / name).resolve()
         if not (path / "_delta_log").is_dir():
             continue
         entry: dict[str, object] = {

@@ -39,7 +39,7 @@ def test_retention_covers_the_oldest_protected_generation() -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(1800)  # a dozen Delta commits: minutes on a loaded machine
 def test_maintenance_documents_and_keeps_time_travel(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "silver_totals"
     first = spark.createDataFrame(
@@ -80,6 +80,9 @@ def test_maintenance_documents_and_keeps_time_travel(
     # The first version is still readable after OPTIMIZE + VACUUM.
     old = spark.read.format("delta").option("versionAsOf", 0).load(str(path))
     assert [tuple(r) for r in old.collect()] == [("b1", "p1", "sum", 5, 1)]
-    # A second run changes no comment (idempotent).
-    again = run_maintenance(spark, tmp_path, protected, optimize=False)
+    # A second run changes no comment (idempotent), given the lake as a path
+    # relative to Python's working directory (LB_DATA_DIR's default is relative),
+    # which is not the JVM's.
+    monkeypatch.chdir(tmp_path.parent)
+    again = run_maintenance(spark, Path(tmp_path.name), protected, optimize=False)
     assert again.tables["silver_totals"]["commented"] == []
