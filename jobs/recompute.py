@@ -21,10 +21,12 @@ without trusting the statuses the speed layer wrote:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
@@ -32,9 +34,23 @@ from conf.rules import RuleRegistry, default_registry
 from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
+# Matches with at most this many accepted events get their contributions from
+# compiled expressions (transform_contributions); longer ones from interpreted
+# higher-order functions.
+UNROLLED = 4
 DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
 
 BOARD_STRUCT = "struct<board:string,aggregation:string,cutoff_ms:bigint,rule:string>"
+BOARDS_TYPE = T.ArrayType(
+    T.StructType(
+        [
+            T.StructField("board", T.StringType()),
+            T.StructField("aggregation", T.StringType()),
+            T.StructField("cutoff_ms", T.LongType()),
+            T.StructField("rule", T.StringType()),
+        ]
+    )
+)
 # Match-record columns of bronze (tables landed before they existed lack them).
 RECORD_COLUMNS = {
     "placement": "bigint",
@@ -165,6 +181,43 @@ def with_record_columns(events: DataFrame) -> DataFrame:
     return events
 
 
+def _printf(pattern: str, *fields: Column) -> Column:
+    """``pattern % fields`` for the integer patterns of conf.periods (``%0Nd`` and
+    literal text), as string concatenation: Spark compiles ``concat``/``lpad`` into
+    the stage's generated code, while ``format_string`` builds a
+    ``java.util.Formatter`` per row (the largest single cost of deriving boards for
+    10 M events). Same strings for fields >= 0; a field wider than N is kept whole,
+    as ``%0Nd`` does."""
+    parts: list[Column] = []
+    pending = iter(fields)
+    for literal, width in _PRINTF.findall(pattern):
+        if literal:
+            parts.append(F.lit(literal.replace("%%", "%")))
+        if width:
+            text = next(pending).cast("string")
+            parts.append(
+                F.when(F.length(text) >= int(width), text).otherwise(
+                    F.lpad(text, int(width), "0")
+                )
+            )
+    if next(pending, None) is not None:
+        raise ValueError(f"more fields than {pattern!r} formats")
+    return F.concat(*parts)
+
+
+# A pattern is literal text and %0Nd fields (conf.periods); anything else fails
+# loudly in _check_printf rather than formatting differently from the speed layer.
+_PRINTF = re.compile(r"((?:[^%]|%%)*)(?:%0(\d)d)?")
+
+
+def _check_printf(pattern: str) -> str:
+    if "".join(a + (f"%0{w}d" if w else "") for a, w in _PRINTF.findall(pattern)) != (
+        pattern
+    ):
+        raise ValueError(f"unsupported period pattern {pattern!r}")
+    return pattern
+
+
 def board_columns(
     occurred_ms: Column,
     region: Column,
@@ -177,6 +230,11 @@ def board_columns(
     Computed from epoch milliseconds with date arithmetic only, so the answer does
     not depend on the session time zone. A rolling window's cutoff is its period's
     end (next day, next ISO Monday, first of next month) plus ``window_lateness_ms``.
+
+    Built without higher-order functions (a season's boards are a ``concat`` of
+    an empty or a two-element array, not a ``filter`` of nulls): Spark evaluates a
+    lambda and everything under it row by row in interpreted mode, outside the
+    generated code, which made deriving boards most of the full recompute.
     """
     day = F.date_from_unix_date(F.floor(occurred_ms / F.lit(MS_PER_DAY)).cast("int"))
     # ISO week: the week's Thursday decides the ISO year (weekday(): Monday = 0).
@@ -194,39 +252,45 @@ def board_columns(
     periods = [
         (
             "daily",
-            F.format_string(DAILY, F.year(day), F.month(day), F.dayofmonth(day)),
+            _printf(_check_printf(DAILY), F.year(day), F.month(day), F.dayofmonth(day)),
             end_ms(F.date_add(day, 1)),
         ),
         (
             "weekly",
-            F.format_string(WEEKLY, iso_year, iso_week),
+            _printf(_check_printf(WEEKLY), iso_year, iso_week),
             end_ms(F.date_add(day, F.lit(7) - F.weekday(day))),
         ),
         (
             "monthly",
-            F.format_string(MONTHLY, F.year(day), F.month(day)),
+            _printf(_check_printf(MONTHLY), F.year(day), F.month(day)),
             end_ms(F.add_months(F.trunc(day, "month"), 1)),
         ),
         ("alltime", F.lit(ALLTIME), F.lit(0)),
     ]
-    items: list[Column] = []
+    board_type = BOARDS_TYPE
+    arrays: list[Column] = []
     for season in seasons:
         inside = (occurred_ms >= F.lit(to_ms(season.start))) & (
             occurred_ms < F.lit(to_ms(season.end))
         )
+        items = []
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"season:{season.id}:"), scope)
             items.append(
-                F.when(
-                    inside,
-                    _board(name, season.aggregation, to_ms(season.cutoff), season.rule),
-                )
+                _board(name, season.aggregation, to_ms(season.cutoff), season.rule)
             )
+        arrays.append(
+            F.when(inside, F.array(*items).cast(board_type)).otherwise(
+                F.array().cast(board_type)
+            )
+        )
+    items = []
     for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
             items.append(_board(name, "sum", cutoff, window_rule))
-    return F.filter(F.array(*items), lambda b: b.isNotNull())
+    arrays.append(F.array(*items).cast(board_type))
+    return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
 
 
 def transform_event_boards(
@@ -262,21 +326,6 @@ NARROW = [
 ]
 
 
-def _with_boards(
-    e: Column,
-    seasons: list[Season],
-    window_lateness_ms: int = DEFAULT_LATENESS_MS,
-    window_rule: str = "v1",
-) -> Column:
-    """An event struct (with occurred_ms, region) plus its ``boards`` array."""
-    return e.withField(
-        "boards",
-        board_columns(
-            e["occurred_ms"], e["region"], seasons, window_lateness_ms, window_rule
-        ),
-    )
-
-
 def transform_contributions(
     events: DataFrame,
     seasons: Iterable[Season],
@@ -293,23 +342,26 @@ def transform_contributions(
     Points under a board's rule are the record's recorded ``scores[rule]``, else
     computed from the match record (jobs/rules.py).
 
-    The accepted events of a match (usually one) are gathered, narrow, into a
-    position-ordered array; boards are derived only then, from the gathered events,
-    so nothing wide is shuffled and non-accepted events never get boards. A match
-    with one accepted event takes a direct path (its non-late boards, its points);
-    otherwise each board's value is picked from the array with higher-order
-    functions instead of a join. Grouping by (player, match) needs no shuffle when
-    the input is already hash-partitioned by player.
+    The accepted events of a match (usually one) are gathered, with their boards,
+    into a position-ordered array (after the shuffle: nothing wide is shuffled and
+    non-accepted events never get boards). A match with at most ``UNROLLED``
+    accepted events gets each board's value from plain expressions over the first
+    ``UNROLLED`` array elements, which Spark compiles into the stage's code; a longer
+    one from higher-order functions, which Spark interprets row by row (profiled at
+    1 M events: interpreted evaluation was most of the recompute, see
+    bench/RESULTS.md). Grouping by (player, match) needs no shuffle when the input
+    is already hash-partitioned by player.
     """
     seasons = list(seasons)
     registry = registry or default_registry()
+    occurred_ms = F.unix_millis(F.col("occurred_at"))
     item = F.struct(
         F.col("position"),
         F.col("partition"),
         F.col("source_revision"),
         F.col("received_at_ms"),
         F.col("points"),
-        F.unix_millis(F.col("occurred_at")).alias("occurred_ms"),
+        occurred_ms.alias("occurred_ms"),
         F.col("region"),
         F.col("scores"),
         F.struct(
@@ -318,73 +370,107 @@ def transform_contributions(
             F.col("kills"),
             F.col("duration_seconds").alias("durationSeconds"),
         ).alias("record"),
+        # Derived here, on flat rows, where Spark compiles it: inside a lambda
+        # (``transform`` over the gathered events) it was interpreted row by row.
+        board_columns(
+            occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+        ).alias("boards"),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
     # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
     # once it falls back to sort-based aggregation). The last row keeps the array.
     match = Window.partitionBy("player_id", "match_id").orderBy("position")
     whole = match.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    evs = F.col("evs")
+    n = F.size(evs)
+
+    def ev(i: int) -> Column:
+        # try_: no error past the end under ANSI mode (a null event instead).
+        return F.try_element_at(evs, F.lit(i + 1))
+
+    # The window hands the frame's rows to collect_list in position order, so the
+    # array is normally sorted already; checked (compiled, for up to UNROLLED
+    # events) and sorted with the interpreted comparator only when it is not.
+    in_order = F.lit(True)
+    for i in range(UNROLLED - 1):
+        in_order = in_order & (
+            (n <= F.lit(i + 1)) | (ev(i)["position"] < ev(i + 1)["position"])
+        )
     matches = (
         events.where(F.col("accepted"))
+        .select("player_id", "match_id", "position", item.alias("_e"))
         .select(
             "player_id",
             "match_id",
-            F.collect_list(item).over(whole).alias("evs"),
+            F.collect_list("_e").over(whole).alias("evs"),
             F.lead("position").over(match).isNull().alias("_last"),
         )
         .where(F.col("_last"))
         .select(
             "player_id",
             "match_id",
-            F.transform(
-                # By position (the structs hold a map, which has no order).
+            # By position (the structs hold a map, which has no order).
+            F.when((n <= F.lit(UNROLLED)) & in_order, evs)
+            .otherwise(
                 F.array_sort(
-                    "evs",
+                    evs,
                     lambda x, y: (
                         (x["position"] > y["position"]).cast("int")
                         - (x["position"] < y["position"]).cast("int")
                     ),
-                ),
-                lambda e: _with_boards(e, seasons, window_lateness_ms, window_rule),
-            ).alias("evs"),
+                )
+            )
+            .alias("evs"),
         )
     )
 
     def not_late(e: Column, b: Column) -> Column:
         return _not_late(e["received_at_ms"], b["cutoff_ms"])
 
-    single = F.size("evs") == 1
-    only = F.col("evs")[0]
-    # Boards the match ever fed while not late: the only boards it can hold a value on.
-    fed = F.when(
-        single, F.filter(only["boards"], lambda b: not_late(only, b))
-    ).otherwise(
-        F.array_distinct(
-            F.flatten(
-                F.transform(
-                    "evs", lambda e: F.filter(e["boards"], lambda b: not_late(e, b))
+    # Matches with up to UNROLLED accepted events (nearly all; most have one) are
+    # resolved with plain expressions over evs[0..UNROLLED-1], which Spark compiles;
+    # longer ones with higher-order functions, which it interprets row by row (in
+    # Spark 4 every value an interpreted expression reads costs a SQLConf lookup).
+    short = n <= F.lit(UNROLLED)
+    b = F.col("b")
+
+    def feeds(e: Column, board: Column) -> Column:
+        return F.array_contains(e["boards"]["board"], board["board"])
+
+    # Candidate boards: every board an event of the match names (for a long match,
+    # only those it fed while not late). A candidate is kept if some event fed it
+    # while not late for it: the only boards the match can hold a value on.
+    candidates = (
+        F.when(n == 1, ev(0)["boards"])
+        .when(short, F.array_distinct(F.flatten(evs["boards"])))
+        .otherwise(
+            F.array_distinct(
+                F.flatten(
+                    F.transform(
+                        "evs", lambda e: F.filter(e["boards"], lambda x: not_late(e, x))
+                    )
                 )
             )
         )
     )
+    fed_early = F.lit(False)
+    for i in range(UNROLLED):
+        fed_early = fed_early | ((n > F.lit(i)) & not_late(ev(i), b) & feeds(ev(i), b))
     per_board = matches.select(
-        "player_id", "match_id", "evs", F.explode(fed).alias("b")
-    )
+        "player_id", "match_id", "evs", F.explode(candidates).alias("b")
+    ).where(~short | fed_early)
     # The last accepted event of the match that is not late for this board.
-    last = F.when(single, only).otherwise(
-        F.element_at(F.filter("evs", lambda e: not_late(e, F.col("b"))), -1)
+    last_short = F.lit(None).cast("int")
+    for i in range(UNROLLED):  # the highest index wins: the latest position
+        last_short = F.when(
+            (n > F.lit(i)) & not_late(ev(i), b), F.lit(i + 1)
+        ).otherwise(last_short)
+    last = F.when(short, F.try_element_at(evs, last_short)).otherwise(
+        F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1)
     )
     picked = per_board.select(
-        "player_id",
-        "match_id",
-        F.col("b"),
-        last.alias("last"),
-        single.alias("single"),
-    ).withColumn(
-        "feeds",
-        F.col("single")
-        | F.exists("last.boards", lambda x: x["board"] == F.col("b.board")),
-    )
+        "player_id", "match_id", F.col("b"), last.alias("last")
+    ).withColumn("feeds", feeds(F.col("last"), b))
     return picked.select(
         F.col("last.partition").alias("partition"),
         "player_id",

@@ -261,3 +261,42 @@ def test_totals_equal_oracle_on_random_histories(spark):
 def test_schema_of_totals(spark):
     _, totals = totals_of(spark, [Ev("P1", "M1", 1, 3)])
     assert totals.schema["score"].dataType == T.LongType()
+
+
+@pytest.mark.parametrize("unrolled", [1, 4])
+def test_long_and_short_matches_equal_oracle(spark, monkeypatch, unrolled):
+    """Matches with more accepted events than jobs.recompute.UNROLLED take the
+    higher-order-function path, shorter ones the compiled one: both equal the oracle
+    (revisions up to 9, so many matches have 5+ accepted events; with UNROLLED = 1
+    every multi-event match takes the long path)."""
+    monkeypatch.setattr("jobs.recompute.UNROLLED", unrolled)
+    config = BoardsConfig(regions=["eu", "na"], seasons=[S4, BEST])
+    rng = random.Random(23)
+    events = []
+    for i in range(400):
+        player = f"P{rng.randrange(6)}"
+        events.append(Ev(
+            player,
+            f"M{rng.randrange(4)}",
+            # Mostly rising revisions: long chains of accepted corrections.
+            min(9, i // 40 + rng.randrange(0, 3)),
+            rng.randrange(0, 60),
+            occurred=rng.choice([
+                "2026-10-31T23:59:59Z", "2026-11-01T00:00:00Z", "2026-11-29T12:00:00Z",
+                "2026-11-30T23:30:00Z", "2027-01-03T10:00:00Z",
+            ]),
+            region=rng.choice(["eu", "na"]),
+            received_ms=rng.choice([NOW_MS, CUTOFF_MS + 5, CUTOFF_MS - 5]),
+            event_id=f"E{i}",
+            partition=int(player[1:]) % 3,
+        ))
+    df = bronze(spark, events)
+    boundary = {0: 10**9, 1: 10**9, 2: 10**9}
+    accepted = transform_accepted(transform_first_acceptance(df)).where("accepted")
+    longest = accepted.groupBy("player_id", "match_id").count().agg(F.max("count"))
+    assert longest.collect()[0][0] > 4  # the long path is exercised
+    _, totals = transform_recompute(df, boundary, config.seasons)
+    got: dict[str, dict[str, int]] = {}
+    for r in totals.collect():
+        got.setdefault(r["board"], {})[r["player_id"]] = r["score"]
+    assert got == oracle_totals(config, log_records(events))
