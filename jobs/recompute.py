@@ -497,15 +497,30 @@ def transform_contributions(
 
 
 def transform_totals(contributions: DataFrame) -> DataFrame:
-    """Total per (board, player): sum of contributions, or best non-removed one."""
+    """Total per (board, player): sum of contributions, or best non-removed one.
+
+    A board has one aggregation, so grouping by it too names the same groups; it
+    keeps every aggregation buffer fixed-width (``first`` of a string is not), which
+    lets Spark use its compiled hash aggregate instead of sorting every
+    contribution by (board, player) for a sort aggregate."""
     kept = F.when(~F.col("removed"), F.col("points"))
-    return contributions.groupBy("board", "player_id").agg(
-        F.first("aggregation").alias("aggregation"),
-        F.when(F.first("aggregation") == "max", F.coalesce(F.max(kept), F.lit(0)))
-        .otherwise(F.sum("points"))
-        .cast("bigint")
-        .alias("score"),
-        F.count(F.lit(1)).alias("matches"),
+    return (
+        contributions.groupBy("board", "player_id", "aggregation")
+        .agg(
+            F.coalesce(F.max(kept), F.lit(0)).alias("_best"),
+            F.sum("points").alias("_sum"),
+            F.count(F.lit(1)).alias("matches"),
+        )
+        .select(
+            "board",
+            "player_id",
+            "aggregation",
+            F.when(F.col("aggregation") == "max", F.col("_best"))
+            .otherwise(F.col("_sum"))
+            .cast("bigint")
+            .alias("score"),
+            "matches",
+        )
     )
 
 
