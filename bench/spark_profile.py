@@ -128,6 +128,11 @@ def profile(events: list[dict]) -> str:
             f"{_mb(m['sh_write'])}({int(m['sh_write_rows']):,}) "
             f"{_mb(m['spill_disk'])} {info.get('Stage Name', '')[:60]}"
         )
+    lines.append(
+        f"all stages: task run {sum(m['run_ms'] for m in metrics.values()) / 1000:.1f}"
+        f" s, task CPU {sum(m['cpu_ms'] for m in metrics.values()) / 1000:.1f} s, "
+        f"GC {sum(m['gc_ms'] for m in metrics.values()) / 1000:.1f} s"
+    )
     return "\n".join(lines)
 
 
