@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from bench.ingest import EventFactory, _proc_cpu
+from bench.ingest import CLK_TCK, EventFactory
 from speed.lua import load
 from speed.server import RedisServer
 
@@ -56,9 +56,8 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     # The record writes (values still encoded).
     "record_writes": [
         ('redis.call("HSET", contribution_key,', NOOP + "contribution_key,"),
-        ('redis.call("EXPIREAT", contribution_key,', NOOP + "contribution_key,"),
         ('redis.call("HSET", dedupe_key,', NOOP + "dedupe_key,"),
-        ('redis.call("EXPIREAT", dedupe_key,', NOOP + "dedupe_key,"),
+        ('redis.call("EXPIREAT", key,', NOOP + "key,"),
     ],
     # The log append (the record still formatted).
     "log": [('redis.call("XADD", KEYS[KEY.log],', NOOP + "KEYS[KEY.log],")],
@@ -66,7 +65,7 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     "board_reads": [
         ('local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))',
          "local raw = {}"),
-        ('local first = redis.call("ZRANGE", b.bk, 0, 0)', "local first = {}"),
+        ('first = redis.call("ZRANGE", b.bk, 0, 0)', "first = {}"),
     ],
     # The per-chunk writes of totals, changed-sets and Fenwick trees.
     "board_writes": [
@@ -112,6 +111,12 @@ def ablated(script: str, name: str) -> str:
             raise SystemExit(f"--ablate {name}: {old!r} not in the script")
         script = script.replace(old, new)
     return script
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def _prepare(
@@ -172,9 +177,12 @@ def one_round(
             client = redis.Redis.from_url(server.url)
             asyncio.run(_apply_all(server.url, script, warm))
             client.config_resetstat()
-            cpu0, wall0 = _proc_cpu(pid), time.perf_counter()
+            (user0, sys0), wall0 = _cpu(pid), time.perf_counter()
             statuses = asyncio.run(_apply_all(server.url, script, timed))
-            cpu, wall = _proc_cpu(pid) - cpu0, time.perf_counter() - wall0
+            (user1, sys1), wall = _cpu(pid), time.perf_counter() - wall0
+            user, system = user1 - user0, sys1 - sys0
+            cpu = user + system
+            aof = int(client.info("persistence").get("aof_current_size", 0))
             n = sum(len(b) for b in timed)
             stats = client.info("commandstats")
             client.close()
@@ -196,6 +204,11 @@ def one_round(
         "events": n,
         "statuses": statuses,
         "redis_cpu_us_per_event": round(cpu / n * 1e6, 1),
+        "redis_user_us_per_event": round(user / n * 1e6, 1),
+        "redis_system_us_per_event": round(system / n * 1e6, 1),
+        "aof_bytes_per_event_incl_warmup": round(
+            aof / (n + sum(len(b) for b in warm)), 1
+        ),
         "wall_s": round(wall, 3),
         "events_per_s": round(n / wall, 1),
         "evalsha_us_per_event": evalsha["us_per_event"],
@@ -241,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(result)
             print(
                 f"round {r + 1} {name}: Redis CPU {result['redis_cpu_us_per_event']} "
-                f"µs/event, EVALSHA {result['evalsha_us_per_event']} µs/event, "
+                f"µs/event (user {result['redis_user_us_per_event']}, system "
+                f"{result['redis_system_us_per_event']}), EVALSHA "
+                f"{result['evalsha_us_per_event']} µs/event, "
                 f"{result['calls_per_event']} calls/event, "
                 f"{result['events_per_s']} events/s, {result['statuses']}",
                 flush=True,
