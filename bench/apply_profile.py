@@ -38,19 +38,22 @@ from bench.ingest import CLK_TCK, EventFactory
 from speed.lua import load
 from speed.server import RedisServer
 
-
-NOOP = "select(\"#\", "
+NOOP = 'select("#", '
 # Sections of apply_event.lua switched off by text replacement, for the cost split
 # (--ablate NAME): (old text, new text) pairs; a pair whose old text is missing is an
 # error (the script changed: update the pair). The replies stay well-formed.
 ABLATIONS: dict[str, list[tuple[str, str]]] = {
     # The dedupe and contribution record lookups (every event then looks new).
     "lookups": [
-        ('local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)',
-         "local saved = false"),
+        (
+            'local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)',
+            "local saved = false",
+        ),
         ('saved = redis.call("HGET", older, ev.dedupe_field)', "saved = false"),
-        ('local raw = redis.call("HGET", contribution_key, ev.contribution_field)',
-         "local raw = false"),
+        (
+            'local raw = redis.call("HGET", contribution_key, ev.contribution_field)',
+            "local raw = false",
+        ),
         ('raw = redis.call("HGET", older, ev.contribution_field)', "raw = false"),
     ],
     # The record writes (values still encoded).
@@ -63,8 +66,10 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     "log": [('redis.call("XADD", KEYS[KEY.log],', NOOP + "KEYS[KEY.log],")],
     # The per-chunk reads of the boards' totals, chz membership and bucket bounds.
     "board_reads": [
-        ('local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))',
-         "local raw = {}"),
+        (
+            'local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))',
+            "local raw = {}",
+        ),
         ('first = redis.call("ZRANGE", b.bk, 0, 0)', "first = {}"),
     ],
     # The per-chunk writes of totals, changed-sets and Fenwick trees.
@@ -76,11 +81,15 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
         ('redis.call("BITFIELD", b.fw,', NOOP + "b.fw,"),
     ],
     # The result's JSON for the log record (cjson.encode).
-    "result_json": [("local result = cjson.encode({", "local result = \"{}\" or cjson.encode({")],
+    "result_json": [
+        ("local result = cjson.encode({", 'local result = "{}" or cjson.encode({')
+    ],
     # Encoding the saved result (base 36 numbers, short boards).
     "saved_result": [
-        ('local numbers = "," .. base36(item.total) .. "," .. base36(item.version)',
-         'local numbers = ",1,1"'),
+        (
+            'local numbers = "," .. base36(item.total) .. "," .. base36(item.version)',
+            'local numbers = ",1,1"',
+        ),
     ],
     # Encoding the contribution record (its value becomes a constant).
     "contribution_value": [
@@ -90,17 +99,21 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     "track": [("  track(b, player, old, old_achieved, total)\n", "\n")],
     # Everything after the arguments are parsed into tables: fixed replies.
     "after_parse": [
-        ("-- Numbers of saved results in base 36",
-         'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
-         'out[2 * e] = "a|1|" end return out end\n'
-         "-- Numbers of saved results in base 36"),
+        (
+            "-- Numbers of saved results in base 36",
+            'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
+            'out[2 * e] = "a|1|" end return out end\n'
+            "-- Numbers of saved results in base 36",
+        ),
     ],
     # Everything after the generation check: EVALSHA's own cost (arguments in).
     "everything": [
-        ("local HOUR_MS = 3600000",
-         'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
-         'out[2 * e] = "a|1|" end return out end\n'
-         "local HOUR_MS = 3600000"),
+        (
+            "local HOUR_MS = 3600000",
+            'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
+            'out[2 * e] = "a|1|" end return out end\n'
+            "local HOUR_MS = 3600000",
+        ),
     ],
 }
 
@@ -151,8 +164,11 @@ async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[st
     settings = Settings(rate_limit="off")
     client = aioredis.from_url(url, max_connections=16)
     speed = SpeedLayer(
-        client, load_boards(settings.boards_file), settings.partitions,
-        settings.record_ttl_seconds, None,
+        client,
+        load_boards(settings.boards_file),
+        settings.partitions,
+        settings.record_ttl_seconds,
+        None,
     )
     speed._apply = client.register_script(script)
     statuses: dict[str, int] = {}
@@ -196,7 +212,14 @@ def one_round(
         for name, v in stats.items()
     }
     evalsha = commands.pop("evalsha", {"us_per_event": 0.0, "calls_per_event": 0})
-    for name in ("config|resetstat", "info", "ping", "script|load", "hget", "client|setinfo"):
+    for name in (
+        "config|resetstat",
+        "info",
+        "ping",
+        "script|load",
+        "hget",
+        "client|setinfo",
+    ):
         # Made by the client outside the script, once per run (hget: base probe).
         if name in commands and commands[name]["calls_per_event"] < 0.01:
             commands.pop(name)
@@ -213,7 +236,9 @@ def one_round(
         "events_per_s": round(n / wall, 1),
         "evalsha_us_per_event": evalsha["us_per_event"],
         "evalsha_calls_per_event": evalsha["calls_per_event"],
-        "calls_per_event": round(sum(c["calls_per_event"] for c in commands.values()), 2),
+        "calls_per_event": round(
+            sum(c["calls_per_event"] for c in commands.values()), 2
+        ),
         "commands": dict(
             sorted(commands.items(), key=lambda kv: -kv[1]["us_per_event"])
         ),
@@ -221,7 +246,9 @@ def one_round(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.apply_profile", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.apply_profile", description=__doc__
+    )
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--warmup", type=int, default=5_000)
     p.add_argument("--batch-size", type=int, default=1000)
@@ -229,11 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument(
-        "--script", action="append", type=Path,
+        "--script",
+        action="append",
+        type=Path,
         help="a variant of apply_event.lua (repeatable; default: the shipped one)",
     )
     p.add_argument(
-        "--ablate", action="append", choices=sorted(ABLATIONS), default=[],
+        "--ablate",
+        action="append",
+        choices=sorted(ABLATIONS),
+        default=[],
         help="also run the script with this section switched off (repeatable)",
     )
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
@@ -282,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     last = next(iter(runs.values()))[-1]
     print("commands per event (last round of the first variant):")
     for cmd, c in last["commands"].items():
-        print(f"  {cmd:24s} {c['calls_per_event']:8.3f} calls {c['us_per_event']:8.2f} µs")
+        print(
+            f"  {cmd:24s} {c['calls_per_event']:8.3f} calls {c['us_per_event']:8.2f} µs"
+        )
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
