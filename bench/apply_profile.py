@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from bench.ingest import CLK_TCK, EventFactory
+from bench.ingest import CLK_TCK, EventFactory, bench_boards
 from speed.lua import load
 from speed.server import RedisServer
 
@@ -136,12 +136,11 @@ def _prepare(
     factory: EventFactory, events: int, batch_size: int, tag: str
 ) -> list[list[Any]]:
     from api.routes.score_events import validate_event
-    from conf.boards import load_boards
     from conf.rules import default_registry
     from conf.settings import Settings
 
     settings = Settings(rate_limit="off")
-    boards = load_boards(settings.boards_file)
+    boards = bench_boards()
     rules = default_registry()
     now = datetime.now(UTC)
     batches = []
@@ -157,7 +156,6 @@ def _prepare(
 async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[str, int]:
     import redis.asyncio as aioredis
 
-    from conf.boards import load_boards
     from conf.settings import Settings
     from speed.store import SpeedLayer
 
@@ -165,7 +163,7 @@ async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[st
     client = aioredis.from_url(url, max_connections=16)
     speed = SpeedLayer(
         client,
-        load_boards(settings.boards_file),
+        bench_boards(),
         settings.partitions,
         settings.record_ttl_seconds,
         None,
