@@ -453,9 +453,12 @@ def transform_contributions(
             )
         )
     )
+    # One event (most matches): its own boards, so only lateness decides (no
+    # per-row array of board names to search).
     fed_early = F.lit(False)
     for i in range(UNROLLED):
         fed_early = fed_early | ((n > F.lit(i)) & not_late(ev(i), b) & feeds(ev(i), b))
+    fed_early = F.when(n == 1, not_late(ev(0), b)).otherwise(fed_early)
     per_board = matches.select(
         "player_id", "match_id", "evs", F.explode(candidates).alias("b")
     ).where(~short | fed_early)
@@ -465,12 +468,14 @@ def transform_contributions(
         last_short = F.when(
             (n > F.lit(i)) & not_late(ev(i), b), F.lit(i + 1)
         ).otherwise(last_short)
-    last = F.when(short, F.try_element_at(evs, last_short)).otherwise(
-        F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1)
+    last = (
+        F.when(n == 1, ev(0))
+        .when(short, F.try_element_at(evs, last_short))
+        .otherwise(F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1))
     )
     picked = per_board.select(
-        "player_id", "match_id", F.col("b"), last.alias("last")
-    ).withColumn("feeds", feeds(F.col("last"), b))
+        "player_id", "match_id", F.col("b"), last.alias("last"), (n == 1).alias("_one")
+    ).withColumn("feeds", F.col("_one") | feeds(F.col("last"), b))
     return picked.select(
         F.col("last.partition").alias("partition"),
         "player_id",

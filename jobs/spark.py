@@ -64,6 +64,11 @@ def get_spark(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
+        # A write partitioned by log partition (bronze, silver contributions) keeps
+        # up to this many files open per task instead of first sorting every row by
+        # the partition column: that sort was ~40 % of the CPU of writing silver
+        # contributions (bench/RESULTS.md). Past the limit Spark sorts the rest.
+        .config("spark.sql.maxConcurrentOutputFileWriters", "16")
         # Delta's own retention checks and stats are not needed for local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
