@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -398,6 +399,8 @@ async def open_loop(
     errors: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     done_at: list[float] = []
+    sent_at: list[float] = []  # scheduled send, seconds into the phase
+    pauses = GcPauses()
 
     async def one(k: int, scheduled: float) -> None:
         url, meta = url_of(k)
@@ -414,17 +417,19 @@ async def open_loop(
             errors[f"http {status}"] += 1
             return
         latencies.append(end - scheduled)
+        sent_at.append(scheduled - t0)
         check(orjson.loads(content), meta)
 
     tasks = []
     t0 = loop.time() + 0.05
-    for k in range(count):
-        scheduled = t0 + k / rate
-        delay = scheduled - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(k, scheduled)))
-    await asyncio.gather(*tasks)
+    with pauses:
+        for k in range(count):
+            scheduled = t0 + k / rate
+            delay = scheduled - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(k, scheduled)))
+        await asyncio.gather(*tasks)
     span = (max(done_at) - t0) if done_at else float("nan")
     return {
         "offered_rate": rate,
@@ -433,7 +438,78 @@ async def open_loop(
         "achieved_rate": round(len(latencies) / span, 1) if done_at else 0,
         "errors": dict(errors),
         **summarize_ms(latencies),
+        "slow": slow_windows(sent_at, latencies),
+        "generator_gc": pauses.report(
+            [t0 + at for at in sent_at], latencies, over_ms=20.0
+        ),
     }
+
+
+class GcPauses:
+    """The load generator's own garbage-collector pauses during a phase. Latency
+    is measured from each request's scheduled send, so a pause of the generator's
+    event loop shows as latency of every request in flight: a full collection of a
+    large heap (tens of ms) alone can make a phase's p99."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float, float]] = []  # generation, start, end
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.monotonic()  # = the loop's clock (asyncio and uvloop)
+        if phase == "start":
+            self._start = now
+        else:
+            self.pauses.append((info["generation"], self._start, now))
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def report(
+        self, sent: list[float], latencies: list[float], over_ms: float
+    ) -> dict[str, Any]:
+        """Collections per generation, the longest, their total, and how many of
+        the requests slower than ``over_ms`` were in flight during a pause of at
+        least 5 ms (the generator's share of the tail)."""
+        long = [(a, b) for _, a, b in self.pauses if (b - a) * 1000 >= 5]
+        slow_in_pause = sum(
+            1
+            for start, latency in zip(sent, latencies, strict=True)
+            if latency * 1000 > over_ms
+            and any(a < start + latency and b > start for a, b in long)
+        )
+        return {
+            "collections": dict(Counter(str(g) for g, _, _ in self.pauses)),
+            "max_ms": round(
+                max(((b - a) * 1000 for _, a, b in self.pauses), default=0), 1
+            ),
+            "total_ms": round(sum((b - a) * 1000 for _, a, b in self.pauses), 1),
+            f"slow_over_{over_ms:g}ms": sum(1 for v in latencies if v * 1000 > over_ms),
+            "of_them_in_flight_during_a_pause_over_5ms": slow_in_pause,
+        }
+
+
+def slow_windows(
+    sent_at: list[float], latencies: list[float], over_ms: float = 20.0
+) -> list[dict[str, float]]:
+    """Requests slower than ``over_ms`` grouped by the 100 ms window they were
+    scheduled in: a few dense windows are stalls (one process stopped), a thin
+    spread is queueing."""
+    windows: Counter[int] = Counter()
+    worst: dict[int, float] = {}
+    for at, latency in zip(sent_at, latencies, strict=True):
+        if latency * 1000 > over_ms:
+            w = int(at * 10)
+            windows[w] += 1
+            worst[w] = max(worst.get(w, 0.0), latency * 1000)
+    return [
+        {"at_s": w / 10, "slow": c, "max_ms": round(worst[w], 1)}
+        for w, c in sorted(windows.items())
+    ]
 
 
 class LeanHttp:
@@ -779,10 +855,14 @@ async def measure(
             lambda k: (lambda i: (f"{api}/players/{player_id(i)}?mode=approx", i))(
                 rnd(k)
             ),
-            lambda body, i: approx_seen.append((i, body)),
+            # Only what the error check needs: a tuple of atoms leaves the
+            # collector's lists, 15,000 kept bodies would not (see GcPauses).
+            lambda body, i: approx_seen.append(
+                (i, body["rank"], body["errorBound"], body.get("exactness"))
+            ),
         ),
     ]
-    approx_seen: list[tuple[int, dict[str, Any]]] = []
+    approx_seen: list[tuple[int, int, int, str | None]] = []
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
@@ -800,6 +880,14 @@ async def measure(
                 await asyncio.gather(
                     *(warm(url_of(k)[0]) for k in range(args.connections))
                 )
+        # The generator's own full collections stop its event loop, which shows
+        # as latency of every request in flight (GcPauses). Everything alive now
+        # (set-up, modules, truth) lives to the end: out of the collector's walks.
+        heap = {"gc_tracked_objects": len(gc.get_objects())}
+        gc.collect()
+        gc.freeze()
+        heap["frozen"] = gc.get_freeze_count()
+        print(f"  generator heap: {heap}", flush=True)
         for name, url_of, check in specs:
             if args.only and name not in args.only.split(","):
                 continue
@@ -827,6 +915,10 @@ async def measure(
                 f"{result['cpu']['other_processes_cpu_s']} s",
                 flush=True,
             )
+            dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
+            if dense:
+                print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
+            print(f"    generator GC: {result['generator_gc']}", flush=True)
         if args.closed_seconds > 0:
             print(
                 f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
@@ -886,7 +978,11 @@ async def measure(
         await asyncio.gather(*(pair(i) for i in sample))
     errs, bounds, violations = [], [], []
     exact_mismatch = 0
-    for i, approx, exact in rows + [(i, body, None) for i, body in approx_seen]:
+    seen: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = [
+        (i, {"rank": rank, "errorBound": bound, "exactness": exactness}, None)
+        for i, rank, bound, exactness in approx_seen
+    ]
+    for i, approx, exact in rows + seen:
         want = live_truth.rank(i)
         if exact is not None:
             checker.rank(exact, i, live_truth, "live")
@@ -926,6 +1022,7 @@ async def measure(
     }
     return {
         "phases": phases,
+        "generator_heap": heap,
         "approx_error": approx_error,
         "verification": {"checked": checker.checked, "bad": checker.bad},
     }
