@@ -256,11 +256,17 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
         names.append(np.full(len(rows), board, dtype=object))
         players.append(ids[rows])
         scores.append(points[rows])
+    version = boundary_version(client, settings.partitions, sorted(boards), n)
+    rows_total = sum(len(b) for b in names)
     table = pa.table(
         {
             "board": pa.array(np.concatenate(names), pa.string()),
             "player_id": pa.array(np.concatenate(players), pa.string()),
             "score": pa.array(np.concatenate(scores), pa.int64()),
+            # As the production writer (jobs/versions.py): each pair's version at
+            # the boundary, so the rebase drops the totals of unchanged players
+            # (issue 11, only deltas in Redis) and the memory line is issue 11's.
+            "version": pa.array(np.full(rows_total, version), pa.int64()),
         }
     )
     generation = generation_id(1)
@@ -285,6 +291,27 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
         "rebase_s": round(t2 - t1, 1),
         "rebase": {str(k): v for k, v in report.partitions.items()},
     }
+
+
+def boundary_version(
+    client: redis.Redis, partitions: int, boards: list[str], n: int
+) -> int:
+    """The version every (board, player) pair has at the boundary. Every player
+    had exactly one event by then, so all pairs share it: read from the totals
+    hashes ("total|version") for a sample of players on every board, which must
+    agree (else the bench's set-up is not what this assumes)."""
+    from speed.partitions import Keys, partition_of
+
+    seen: set[int] = set()
+    for board in boards:
+        for i in range(0, n, max(1, n // 50)):
+            pid = player_id(i)
+            raw = client.hget(Keys(partition_of(pid, partitions)).totals(board), pid)
+            if raw is not None:
+                seen.add(int(bytes(raw).split(b"|")[1]))  # type: ignore[arg-type]
+    if len(seen) != 1:
+        raise RuntimeError(f"pairs at the boundary have versions {sorted(seen)}")
+    return seen.pop()
 
 
 # --------------------------------------------------------------------------- truth
@@ -884,8 +911,9 @@ async def measure(
         # as latency of every request in flight (GcPauses). Everything alive now
         # (set-up, modules, truth) lives to the end: out of the collector's walks.
         heap = {"gc_tracked_objects": len(gc.get_objects())}
-        gc.collect()
-        gc.freeze()
+        if not args.no_gc_freeze:
+            gc.collect()
+            gc.freeze()
         heap["frozen"] = gc.get_freeze_count()
         print(f"  generator heap: {heap}", flush=True)
         for name, url_of, check in specs:
@@ -1434,6 +1462,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="py-spy record the API during each phase (raw files in --out)",
+    )
+    p.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="leave the generator's set-up heap to its collector during the phases "
+        "(its full collections then show as service latency; for comparison)",
     )
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
