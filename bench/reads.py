@@ -722,6 +722,9 @@ def memory_report(
             "totals_hash_bytes": tot,
             "totals_players": tot_players,
             "totals_bytes_per_player": round(tot / max(1, tot_players), 1),
+            # Issue 11's "only deltas": a rebase onto a generation with versions
+            # drops the totals of players unchanged since (changed ones keep one).
+            "unchanged_players_with_totals": max(0, tot_players - members),
         }
     # A full sorted set of the biggest board, in the same Redis, for comparison.
     scratch = "bench:reads:fullzset"
@@ -1349,11 +1352,12 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if BOARD in boards:
         v = boards[BOARD]["changed_bytes_per_changed_player"]
         row("Redis bytes / changed player / board (chz+chb)", v, "<= 150", v <= 150)
+        v = boards[BOARD].get("unchanged_players_with_totals")
         row(
-            "Redis bytes / unchanged player (totals hash)",
-            boards[BOARD]["totals_bytes_per_player"],
+            "unchanged players with a total in Redis",
+            v,
             "0",
-            False,
+            v == 0,
         )
     if seg:
         v = seg["segment_plus_index_bytes_per_player"]
@@ -1414,7 +1418,9 @@ def print_table(report: dict[str, Any]) -> None:
             f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chb "
             f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
             f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
-            f"{b.get('totals_bytes_per_player')} B/player; full zset "
+            f"{b.get('totals_bytes_per_player')} B per player in it "
+            f"({b.get('totals_players')} players, "
+            f"{b.get('unchanged_players_with_totals')} unchanged); full zset "
             f"{f['bytes_per_player']} B/player"
         )
     if "segments" in report:
