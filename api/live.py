@@ -388,11 +388,9 @@ class LiveReader:
         counts = base.row_counts(self.partitions)
         local_above = counts.before(rows_above) if counts else [0] * self.partitions
         local_before = (
-            local_above
-            if rows_before == rows_above
-            else counts.before(rows_before)
-            if counts
-            else [0] * self.partitions
+            counts.before(rows_before)
+            if counts and rows_before != rows_above
+            else local_above
         )
         sha = self._counts.sha
         commands: list[tuple[Any, ...]] = []
