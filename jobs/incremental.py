@@ -71,6 +71,8 @@ class Build:
     # Boards re-ranked and rewritten (None: all of them, a full build).
     touched_boards: list[str] | None = None
     touched_players: int | None = None
+    # Log records the incremental build re-derived contributions from.
+    rederived_records: int | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
@@ -80,6 +82,8 @@ class Build:
             entry["touchedBoards"] = len(self.touched_boards)
         if self.touched_players is not None:
             entry["touchedPlayers"] = self.touched_players
+        if self.rederived_records is not None:
+            entry["rederivedRecords"] = self.rederived_records
         return entry
 
     def save(self, path: Path) -> None:
@@ -177,7 +181,8 @@ def hidden_players(previous: Previous) -> set[str]:
 
 
 def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFrame:
-    """Every log record of the touched players (``touched``: one ``player_id`` col)."""
+    """Every log record of the ``touched`` players (one ``player_id`` column): what
+    the first-achieved replay of those players folds over."""
     return events.join(F.broadcast(touched), "player_id", "left_semi")
 
 
