@@ -9,10 +9,16 @@ contributions and totals are those already in silver. The incremental build
 
 1. reads the log's delta (``prev boundary < position <= new boundary``, partition
    pruning and file skipping on position: :func:`transform_between_boundaries`);
-2. takes the players it touches, and reads their whole history (a semi-join: the
-   earlier event ids deduplicate only for them);
-3. re-derives their contributions, totals and first-achieved times with the same
-   transforms as the full recompute (``transform_recompute``, ``transform_achieved``);
+2. takes the (player, match) pairs it touches (and those of held records a delta
+   ``released`` record releases) and reads only their records plus the records
+   sharing a (player, eventId) with them (jobs/incremental_pairs.py): a
+   contribution depends on nothing else of the player's history;
+3. re-derives those pairs' contributions with the same transforms as the full
+   recompute (``transform_recompute``); ``sum`` totals of the touched (board,
+   player) keys are the old total minus the pairs' old rows plus their new ones,
+   ``max`` totals re-aggregate the other pairs' silver rows with the new ones, and
+   first-achieved times (``transform_achieved``) replay the whole history of the
+   touched players on ``first_achieved`` boards only;
 4. ``MERGE``s into ``silver_contributions`` only the rows of the (player, match)
    pairs the delta has records of (and of a held record a delta ``released`` record
    lets count), into ``silver_totals`` only the (board, player) rows of those pairs'

@@ -14,8 +14,10 @@ re-derives exactly
   recompute, keeping only the touched pairs' rows (the extra records' own pairs
   come out partial and are dropped);
 
-and the total of a touched (board, player) is aggregated from the other pairs'
-existing silver rows plus the re-derived ones (:func:`transform_scope_totals`).
+and the total of a touched (board, player) is its old total minus the pairs' old
+rows plus their re-derived ones on ``sum`` boards (:func:`transform_sum_totals`),
+and on ``max`` boards aggregated from the other pairs' existing silver rows plus
+the re-derived ones (:func:`transform_scope_totals`).
 Cost follows the delta's pairs, not the touched players' whole histories (with
 Zipf activity the players a small delta touches own most of bronze).
 
@@ -76,6 +78,48 @@ def transform_scope_totals(
     )
     columns = fresh.columns
     return transform_totals(others.select(*columns).unionByName(fresh))
+
+
+def transform_sum_totals(
+    before: DataFrame, old: DataFrame, fresh: DataFrame
+) -> DataFrame:
+    """Totals of ``sum`` boards' touched keys without reading the other pairs: the
+    old total (``before``: board, player_id, aggregation, score, matches) minus the
+    touched pairs' old rows (``old``) plus their re-derived ones (``fresh``). Exact:
+    silver's total is the sum and count of silver's contribution rows (both are
+    written from one recompute or merged together), integers, so subtracting a
+    pair's old row and adding its new one gives what summing would. A key left with
+    no contribution has no total (``matches`` 0: dropped). Rows of ``max`` keys
+    come out wrong and must be replaced (:func:`transform_scope_totals`)."""
+    keys = ["board", "player_id"]
+    change = (
+        fresh.select(*keys, "aggregation", "points", F.lit(1).alias("n"))
+        .unionByName(
+            old.select(
+                *keys,
+                "aggregation",
+                (-F.col("points")).alias("points"),
+                F.lit(-1).alias("n"),
+            )
+        )
+        .unionByName(
+            before.select(
+                *keys,
+                "aggregation",
+                F.col("score").alias("points"),
+                F.col("matches").alias("n"),
+            )
+        )
+    )
+    return (
+        change.groupBy(*keys)
+        .agg(
+            F.first("aggregation").alias("aggregation"),
+            F.sum("points").cast("bigint").alias("score"),
+            F.sum("n").cast("bigint").alias("matches"),
+        )
+        .where(F.col("matches") > 0)
+    )
 
 
 def timed_players(scope: DataFrame, seasons: Iterable[Season]) -> DataFrame | None:

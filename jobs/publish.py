@@ -68,6 +68,7 @@ from jobs.incremental_pairs import (
     timed_players,
     transform_pair_sources,
     transform_scope_totals,
+    transform_sum_totals,
     transform_touched_pairs,
 )
 from jobs.land import (
@@ -717,9 +718,10 @@ def _recompute_incremental(
     contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
     silver = spark.read.format("delta").load(str(contributions_path))
+    # The pairs' old rows (what the totals lose) and the scope's old totals.
     old = (
         silver.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
-        .select(*CONTRIBUTION_KEYS)
+        .select(*CONTRIBUTION_KEYS, "aggregation", "points")
         .localCheckpoint(eager=True)
     )
     gone = old.join(
@@ -731,6 +733,13 @@ def _recompute_incremental(
         .distinct()
         .localCheckpoint(eager=True)
     )
+    before = (
+        spark.read.format("delta")
+        .load(str(totals_path))
+        .join(F.broadcast(scope), list(TOTAL_KEYS), "left_semi")
+        .select(*TOTAL_KEYS, "aggregation", "score", "matches")
+        .localCheckpoint(eager=True)  # read before the table it reads is merged
+    )
     achieved = None
     players = timed_players(scope, inputs.boards.seasons)
     if players is not None:
@@ -741,20 +750,36 @@ def _recompute_incremental(
             inputs.boards.seasons,
             inputs.boards.window_lateness_ms,
         )
+    # sum totals from the old ones and the pairs' changes; only max boards (the
+    # best contribution may be the one replaced) read the other pairs' rows.
+    best = [
+        r[0]
+        for r in fresh.select("board", "aggregation")
+        .unionByName(old.select("board", "aggregation"))
+        .where(F.col("aggregation") == "max")
+        .select("board")
+        .distinct()
+        .collect()
+    ]
+    summed = transform_sum_totals(before, old, fresh)
+    if best:
+        max_scope = scope.where(F.col("board").isin(best))
+        summed = summed.where(~F.col("board").isin(best)).unionByName(
+            transform_scope_totals(
+                silver, fresh.where(F.col("board").isin(best)), pairs, max_scope
+            )
+        )
     totals = (
-        with_achieved(transform_scope_totals(silver, fresh, pairs, scope), achieved)
+        with_achieved(summed, achieved)
         .join(scope, list(TOTAL_KEYS), "left_semi")
         .withColumn("generation", F.lit(generation))
         .localCheckpoint(eager=True)
     )
-    totals_gone = (
-        spark.read.format("delta")
-        .load(str(totals_path))
-        .join(scope, list(TOTAL_KEYS), "left_semi")
-        .select(*TOTAL_KEYS)
-        .join(totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti")
-        .localCheckpoint(eager=True)  # read before the table it reads is merged
+    totals_gone = before.select(*TOTAL_KEYS).join(
+        totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti"
     )
+    if clock is not None:
+        clock.lap("totals_inputs")
     # Boards to re-rank: those where a total may have changed, and those of a
     # player whose shadow flag changed since the previous generation.
     boards = {r[0] for r in scope.select("board").distinct().collect()}
@@ -777,7 +802,7 @@ def _recompute_incremental(
     load_merge(spark, contributions_path, contributions, gone, CONTRIBUTION_KEYS)
     load_merge(spark, totals_path, totals, totals_gone, TOTAL_KEYS)
     if clock is not None:
-        clock.lap("totals")
+        clock.lap("merges")
     gold_path = delta_dir / GOLD_SNAPSHOTS
     kept = (
         spark.read.format("delta")
