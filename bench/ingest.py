@@ -40,14 +40,20 @@ from typing import Any
 import httpx
 import orjson
 import redis
+import yaml
 
 from api.security import sign
 
 KEY_ID = "dev"
 SECRET = b"dev-secret"
 REGIONS = ("eu", "na")
-BOARDS_PER_EVENT = 10  # season S4, daily, weekly, monthly, all-time; global + region
-NOV_START = datetime(2026, 11, 1, tzinfo=UTC)
+BOARDS_PER_EVENT = 10  # the season, daily, weekly, monthly, all-time; global + region
+BENCH_SEASON = "BENCH"
+# Events occur in the last RECENT_SPAN before the run, so every board they name is
+# open: a daily board closes an hour after its day, and the oldest event is 50
+# minutes old. (Spreading them over a fixed month made 39 % of board references
+# late by 30 November, and every one of them after the month's season closed.)
+RECENT_SPAN = timedelta(minutes=50)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -69,10 +75,46 @@ def lb_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "cli.main"]
 
 
+def bench_boards_config(now: datetime) -> dict[str, Any]:
+    """The packaged default boards with one season, ``BENCH``, open around ``now``.
+
+    The default file's season has fixed dates; a benchmark that used it would
+    measure fewer boards per event (and then none accepted) as the calendar moves.
+    Everything else (regions, tiers, lateness) is the default a user gets.
+    """
+    from importlib import resources
+
+    config = yaml.safe_load(resources.files("conf").joinpath("boards.yaml").read_text())
+    season = dict(config["seasons"][0])
+    season.update(
+        id=BENCH_SEASON,
+        start=(now - timedelta(days=14)).strftime("%Y-%m-%dT00:00:00Z"),
+        end=(now + timedelta(days=14)).strftime("%Y-%m-%dT00:00:00Z"),
+    )
+    config["seasons"] = [season]
+    return dict(config)
+
+
+def bench_boards(now: datetime | None = None) -> Any:
+    """:func:`bench_boards_config` validated, for benchmarks that run in process."""
+    from conf.boards import BoardsConfig
+
+    return BoardsConfig.model_validate(bench_boards_config(now or datetime.now(UTC)))
+
+
+def bench_boards_file(directory: Path, now: datetime) -> Path:
+    """:func:`bench_boards_config` as a boards file, for `lb up`'s LB_BOARDS_FILE."""
+    path = directory / "bench-boards.yaml"
+    path.write_text(yaml.safe_dump(bench_boards_config(now), sort_keys=False))
+    return path
+
+
 def stack_env(data_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    for name in ("LB_REDIS_URL", "LB_APPENDFSYNC", "LB_BOARDS_FILE", "LB_PARTITIONS"):
+    for name in ("LB_REDIS_URL", "LB_APPENDFSYNC", "LB_PARTITIONS"):
         env.pop(name, None)  # the defaults a user gets: local Redis, fsync always
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env["LB_BOARDS_FILE"] = str(bench_boards_file(data_dir, datetime.now(UTC)))
     env["LB_DATA_DIR"] = str(data_dir)
     env["LB_RATE_LIMIT"] = "off"
     env["LB_HMAC_KEYS"] = f"{KEY_ID}:{SECRET.decode()}"
@@ -101,17 +143,14 @@ class EventFactory:
         self.players = players
         self.rng = random.Random(seed)
         self.counter = 0
-        # occurredAt in November 2026, before now (events > 5 min ahead are rejected).
-        self.span = max(
-            1,
-            int((min(now, NOV_START + timedelta(days=30)) - NOV_START).total_seconds())
-            - 3600,
-        )
+        # occurredAt in the RECENT_SPAN before now: every board it names is open.
+        self.oldest = now - RECENT_SPAN
+        self.span = int(RECENT_SPAN.total_seconds()) - 60
 
     def event(self, tag: str) -> dict[str, Any]:
         self.counter += 1
         n = self.counter
-        moment = NOV_START + timedelta(seconds=self.rng.randrange(self.span))
+        moment = self.oldest + timedelta(seconds=self.rng.randrange(self.span))
         return {
             "eventId": f"{tag}-e{n}",
             "playerId": f"P{self.rng.randrange(self.players)}",
@@ -241,11 +280,15 @@ class Verify:
         boards = result.get("boards") or []
         if len(boards) != BOARDS_PER_EVENT:
             problems.append(f"{len(boards)} boards")
+        # A board past its cutoff is named with its own status and not applied.
+        not_applied = [b["board"] for b in boards if b.get("status", status) != status]
+        if not_applied:
+            problems.append(f"not applied on {', '.join(not_applied)}")
         day = sent["occurredAt"][:10]
         names = {b["board"] for b in boards}
         for expected in (
-            "season:S4:global",
-            f"season:S4:{sent['region']}",
+            f"season:{BENCH_SEASON}:global",
+            f"season:{BENCH_SEASON}:{sent['region']}",
             f"daily:{day}:global",
             "alltime:all:global",
         ):
@@ -440,13 +483,12 @@ async def bench_speed_layer(
     import redis.asyncio as aioredis
 
     from api.routes.score_events import validate_event
-    from conf.boards import load_boards
     from conf.rules import default_registry
     from conf.settings import Settings
     from speed.store import SpeedLayer
 
     settings = Settings(rate_limit="off")
-    boards = load_boards(settings.boards_file)
+    boards = bench_boards()
     rules = default_registry()
     now = datetime.now(UTC)
     batches = []

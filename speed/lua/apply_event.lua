@@ -130,9 +130,12 @@ for i = 1, n_boards do
     chb = KEYS[k + KEY_GROUP.chb], fw = KEYS[k + KEY_GROUP.fw],
     bk = KEYS[k + KEY_GROUP.bk],
     wanted = {}, wanted_list = {}, cur = {}, in_chz = {}, first = {}, bucket = {}, row = {},
-    base = {},
+    base = {}, probed = {},
     touched = {}, touched_list = {}, delta = {}, fw_touched = false, memo = {},
   }
+  -- Past its cutoff the board takes nothing from this chunk (events report its
+  -- total as late-review), so its changed-set and tree are not read.
+  boards[i].late = boards[i].cutoff > 0 and now_ms > boards[i].cutoff
 end
 
 local events = {}
@@ -179,10 +182,18 @@ end
 
 -- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
 local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+-- Written numbers of this chunk: an event's boards mostly repeat its points and
+-- their totals, so most numbers are written more than once.
+local base36_memo = {}
 local function base36(n)
   if n >= 0 and n < 36 then
     return string.sub(DIGITS, n + 1, n + 1)
   end
+  local known = base36_memo[n]
+  if known then
+    return known
+  end
+  local given = n
   local sign = ""
   if n < 0 then
     sign, n = "-", -n
@@ -194,7 +205,9 @@ local function base36(n)
     out = string.sub(DIGITS, d + 1, d + 1) .. out
     n = (n - d) / 36
   end
-  return sign .. out
+  out = sign .. out
+  base36_memo[given] = out
+  return out
 end
 
 local function from_base36(text)
@@ -364,9 +377,11 @@ for _, b in ipairs(boards) do
           entry = {tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))}
         end
         b.cur[p] = entry
-        if not shadowed[p] then
-          probe[#probe + 1] = member(b, p, entry[1], entry[3])
+        if not shadowed[p] and not b.late then
+          local m = member(b, p, entry[1], entry[3])
+          probe[#probe + 1] = m
           probe_players[#probe_players + 1] = p
+          b.probed[p] = m
         end
       elseif b.base[p] ~= "" then
         -- No state in Redis: unchanged since the base generation (the check above
@@ -392,7 +407,10 @@ for _, b in ipairs(boards) do
       b.in_chz[p] = scores[i] ~= false
     end
   end
-  local first = redis.call("ZRANGE", b.bk, 0, 0)
+  local first = {}
+  if not b.late then
+    first = redis.call("ZRANGE", b.bk, 0, 0)
+  end
   if #first == 0 then
     b.size = 1
     b.no_buckets = true
@@ -428,7 +446,9 @@ end
 -- (at the chunk's end).
 local function track(b, player, old, old_achieved, new)
   if b.first[player] == nil then
-    b.first[player] = old ~= nil and member(b, player, old, old_achieved)
+    -- The first move in the chunk starts from the total read above (its member
+    -- computed then, when it was probed in chz).
+    b.first[player] = old ~= nil and (b.probed[player] or member(b, player, old, old_achieved))
   end
   local to, lower = bucket_of(b, new)
   local from = nil
@@ -482,6 +502,38 @@ local function best_of(key)
     return 0
   end
   return tonumber(top[2])
+end
+
+-- Record buckets of the current slice all expire at ARG.record_expire_at. A bucket
+-- given that expiry earlier in the chunk keeps it (HSET keeps a TTL), so it needs no
+-- second EXPIREAT, unless the time has passed already (a caller's clock behind
+-- Redis's: the EXPIREAT deleted the bucket, and a later write must delete it again,
+-- as it would in a call of its own).
+local expired_buckets = {}
+local expiry_ahead = nil
+local function expire_bucket(key)
+  if expired_buckets[key] then
+    if expiry_ahead == nil then
+      expiry_ahead = tonumber(redis.call("TIME")[1]) + 1 < tonumber(record_expire_at)
+    end
+    if expiry_ahead then
+      return
+    end
+  end
+  expired_buckets[key] = true
+  redis.call("EXPIREAT", key, record_expire_at)
+end
+
+-- The partition's position counter, read on the chunk's first accepted event and
+-- written back once at the end (one INCR per event before).
+local position_read, position_last = false, 0
+local function next_position()
+  if not position_read then
+    position_read = true
+    position_last = tonumber(redis.call("GET", KEYS[KEY.position]) or "0")
+  end
+  position_last = position_last + 1
+  return position_last
 end
 
 local function process(ev)
@@ -605,7 +657,7 @@ local function process(ev)
     redis.call("PEXPIRE", rate_key, rate_capacity * rate_refill_ms)
   end
 
-  local position = redis.call("INCR", KEYS[KEY.position])
+  local position = next_position()
 
   local status
   local items = {}
@@ -730,7 +782,7 @@ local function process(ev)
     end
     redis.call("HSET", contribution_key, ev.contribution_field,
       encode_record(rec, ev.context, short_of))
-    redis.call("EXPIREAT", contribution_key, record_expire_at)
+    expire_bucket(contribution_key)
     if found_in ~= contribution_key and raw then
       redis.call("HDEL", found_in, ev.contribution_field)
     end
@@ -778,7 +830,7 @@ local function process(ev)
   local compact = status_letter[status] .. "|" .. base36(position) .. "|" ..
     table.concat(parts, ";")
   redis.call("HSET", dedupe_key, ev.dedupe_field, ev.fingerprint .. compact)
-  redis.call("EXPIREAT", dedupe_key, record_expire_at)
+  expire_bucket(dedupe_key)
   return "ok", compact
 end
 
@@ -792,6 +844,10 @@ for e, ev in ipairs(events) do
     -- so the partition's events still apply in the order sent.
     break
   end
+end
+
+if position_read then
+  redis.call("SET", KEYS[KEY.position], position_last)
 end
 
 -- Write the per-board structures once for the chunk.

@@ -19,8 +19,14 @@ from conf.settings import Settings
 from speed.connection import async_client
 from speed.events import NormalizedEvent
 from speed.partitions import Keys
-from speed.records import BUCKET_BITS, identity_hash, slice_seconds
-from speed.store import EventConflict, Outcome, SpeedLayer
+from speed.records import (
+    BUCKET_BITS,
+    identity_hash,
+    slice_expire_at,
+    slice_of,
+    slice_seconds,
+)
+from speed.store import MAX_CHUNK, EventConflict, Outcome, SpeedLayer
 from tests.conftest import BACKENDS, event
 
 PARTITIONS = 2
@@ -178,3 +184,44 @@ def test_records_across_slices(
     again = asyncio.run(apply_all(redis_url, settings, [fresh], clock))[0][0]
     assert again.body is not None
     assert again.body["status"] == "accepted"
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_one_chunk_expires_each_bucket_and_numbers_positions(
+    settings: Settings, redis_client: redis.Redis, redis_url: str, redis_backend: str
+) -> None:
+    """A chunk gives each record bucket it writes one EXPIREAT (later writes to the
+    bucket keep that expiry), and reads and writes the position counter once: every
+    bucket still expires when its slice says, and positions stay 1..n in order."""
+    events = normalized(settings, [sent(i) for i in range(300)])
+    clock = [NOW.timestamp()]
+    if redis_backend == "single":
+        redis_client.config_resetstat()
+    out = asyncio.run(apply_all(redis_url, settings, [events], clock))[0]
+    assert all(o.body and o.body["status"] == "accepted" for o in out)
+
+    expire_at = slice_expire_at(slice_of(NOW.timestamp(), LIFETIME), LIFETIME)
+    buckets = [
+        *redis_client.scan_iter(match="lb:*:rd:*"),
+        *redis_client.scan_iter(match="lb:*:rc:*"),
+    ]
+    records = sum(int(redis_client.hlen(k)) for k in buckets)
+    assert records == 2 * len(events)
+    # Far fewer buckets than records: most buckets took several writes in the chunk.
+    assert len(buckets) < records / 2
+    assert {int(redis_client.expiretime(k)) for k in buckets} == {expire_at}
+    if redis_backend == "single":
+        stats = redis_client.info("commandstats")
+        assert stats["cmdstat_expireat"]["calls"] == len(buckets)
+        assert "cmdstat_incr" not in stats
+
+    for p in range(PARTITIONS):
+        positions = [
+            o.body["position"]  # type: ignore[index]
+            for o in out
+            if o.body and o.body["partition"] == p
+        ]
+        # One chunk per partition (the EXPIREAT count above assumes it).
+        assert 0 < len(positions) < MAX_CHUNK
+        assert positions == list(range(1, len(positions) + 1))
+        assert int(redis_client.get(Keys(p).position) or 0) == len(positions)

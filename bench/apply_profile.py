@@ -1,0 +1,324 @@
+"""Redis cost of the owner transaction (apply_event.lua) per event, by command.
+
+Starts a throwaway ``redis-server`` (AOF, ``appendfsync always``, as `lb up`), applies
+``--events`` events of ``bench.ingest``'s shape (every event feeding the default 10
+boards, unique eventId and matchId, players drawn from ``--players``) through
+``SpeedLayer.apply`` in batches of ``--batch-size`` (no HTTP), and reports per event:
+
+- Redis CPU from ``/proc`` (user + system of the server process: includes the fsync
+  and the reply writes, the figure `make bench` reports);
+- ``EVALSHA`` time from ``INFO commandstats`` (the script, commands inside it
+  included);
+- ``redis.call``s inside the script by command (calls and µs per event).
+
+``--script A.lua --script B.lua`` runs each variant (a modified copy of the owner
+transaction, e.g. with a section switched off) ``--rounds`` times, alternating, each
+on a fresh server with the same events, so variants are compared on the same load.
+A warm-up of ``--warmup`` events runs before the clock in each round.
+
+    .venv/bin/python -m bench.apply_profile --events 20000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.ingest import CLK_TCK, EventFactory, bench_boards
+from speed.lua import load
+from speed.server import RedisServer
+
+NOOP = 'select("#", '
+# Sections of apply_event.lua switched off by text replacement, for the cost split
+# (--ablate NAME): (old text, new text) pairs; a pair whose old text is missing is an
+# error (the script changed: update the pair). The replies stay well-formed.
+ABLATIONS: dict[str, list[tuple[str, str]]] = {
+    # The dedupe and contribution record lookups (every event then looks new).
+    "lookups": [
+        (
+            'local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)',
+            "local saved = false",
+        ),
+        ('saved = redis.call("HGET", older, ev.dedupe_field)', "saved = false"),
+        (
+            'local raw = redis.call("HGET", contribution_key, ev.contribution_field)',
+            "local raw = false",
+        ),
+        ('raw = redis.call("HGET", older, ev.contribution_field)', "raw = false"),
+    ],
+    # The record writes (values still encoded).
+    "record_writes": [
+        ('redis.call("HSET", contribution_key,', NOOP + "contribution_key,"),
+        ('redis.call("HSET", dedupe_key,', NOOP + "dedupe_key,"),
+        ('redis.call("EXPIREAT", key,', NOOP + "key,"),
+    ],
+    # The log append (the record still formatted).
+    "log": [('redis.call("XADD", KEYS[KEY.log],', NOOP + "KEYS[KEY.log],")],
+    # The per-chunk reads of the boards' totals, chz membership and bucket bounds.
+    "board_reads": [
+        (
+            'local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))',
+            "local raw = {}",
+        ),
+        ('first = redis.call("ZRANGE", b.bk, 0, 0)', "first = {}"),
+    ],
+    # The per-chunk writes of totals, changed-sets and Fenwick trees.
+    "board_writes": [
+        ('redis.call("HSET", b.totals,', NOOP + "b.totals,"),
+        ('redis.call("ZREM", b.chz,', NOOP + "b.chz,"),
+        ('redis.call("BITFIELD", b.chb,', NOOP + "b.chb,"),
+        ('redis.call("ZADD", b.chz,', NOOP + "b.chz,"),
+        ('redis.call("BITFIELD", b.fw,', NOOP + "b.fw,"),
+    ],
+    # The result's JSON for the log record (cjson.encode).
+    "result_json": [
+        ("local result = cjson.encode({", 'local result = "{}" or cjson.encode({')
+    ],
+    # Encoding the saved result (base 36 numbers, short boards).
+    "saved_result": [
+        (
+            'local numbers = "," .. base36(item.total) .. "," .. base36(item.version)',
+            'local numbers = ",1,1"',
+        ),
+    ],
+    # Encoding the contribution record (its value becomes a constant).
+    "contribution_value": [
+        ("encode_record(rec, ev.context, short_of))", '"x")'),
+    ],
+    # Bucket and changed-set bookkeeping per board of an event (track()).
+    "track": [("  track(b, player, old, old_achieved, total)\n", "\n")],
+    # Everything after the arguments are parsed into tables: fixed replies.
+    "after_parse": [
+        (
+            "-- Numbers of saved results in base 36",
+            'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
+            'out[2 * e] = "a|1|" end return out end\n'
+            "-- Numbers of saved results in base 36",
+        ),
+    ],
+    # Everything after the generation check: EVALSHA's own cost (arguments in).
+    "everything": [
+        (
+            "local HOUR_MS = 3600000",
+            'do local out = {} for e = 1, n_events do out[2 * e - 1] = "ok" '
+            'out[2 * e] = "a|1|" end return out end\n'
+            "local HOUR_MS = 3600000",
+        ),
+    ],
+}
+
+
+def ablated(script: str, name: str) -> str:
+    for old, new in ABLATIONS[name]:
+        if old not in script:
+            raise SystemExit(f"--ablate {name}: {old!r} not in the script")
+        script = script.replace(old, new)
+    return script
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def _prepare(
+    factory: EventFactory, events: int, batch_size: int, tag: str
+) -> list[list[Any]]:
+    from api.routes.score_events import validate_event
+    from conf.rules import default_registry
+    from conf.settings import Settings
+
+    settings = Settings(rate_limit="off")
+    boards = bench_boards()
+    rules = default_registry()
+    now = datetime.now(UTC)
+    batches = []
+    for b in range((events + batch_size - 1) // batch_size):
+        raws = [
+            factory.event(f"{tag}{b}")
+            for _ in range(min(batch_size, events - b * batch_size))
+        ]
+        batches.append([validate_event(r, settings, boards, now, rules) for r in raws])
+    return batches
+
+
+async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[str, int]:
+    import redis.asyncio as aioredis
+
+    from conf.settings import Settings
+    from speed.store import SpeedLayer
+
+    settings = Settings(rate_limit="off")
+    client = aioredis.from_url(url, max_connections=16)
+    speed = SpeedLayer(
+        client,
+        bench_boards(),
+        settings.partitions,
+        settings.record_ttl_seconds,
+        None,
+    )
+    speed._apply = client.register_script(script)
+    statuses: dict[str, int] = {}
+    try:
+        for batch in batches:
+            for outcome in await speed.apply(batch):
+                key = (outcome.body or {}).get("status") or type(outcome.error).__name__
+                statuses[key] = statuses.get(key, 0) + 1
+    finally:
+        await client.aclose()
+    return statuses
+
+
+def one_round(
+    script: str, warm: list[list[Any]], timed: list[list[Any]]
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="lb-apply-profile-") as tmp:
+        server = RedisServer(Path(tmp)).start()
+        try:
+            assert server.process is not None
+            pid = server.process.pid
+            client = redis.Redis.from_url(server.url)
+            asyncio.run(_apply_all(server.url, script, warm))
+            client.config_resetstat()
+            (user0, sys0), wall0 = _cpu(pid), time.perf_counter()
+            statuses = asyncio.run(_apply_all(server.url, script, timed))
+            (user1, sys1), wall = _cpu(pid), time.perf_counter() - wall0
+            user, system = user1 - user0, sys1 - sys0
+            cpu = user + system
+            aof = int(client.info("persistence").get("aof_current_size", 0))
+            n = sum(len(b) for b in timed)
+            stats = client.info("commandstats")
+            client.close()
+        finally:
+            server.stop()
+    commands = {
+        name.removeprefix("cmdstat_"): {
+            "calls_per_event": round(v["calls"] / n, 3),
+            "us_per_event": round(v["usec"] / n, 2),
+        }
+        for name, v in stats.items()
+    }
+    evalsha = commands.pop("evalsha", {"us_per_event": 0.0, "calls_per_event": 0})
+    for name in (
+        "config|resetstat",
+        "info",
+        "ping",
+        "script|load",
+        "hget",
+        "client|setinfo",
+    ):
+        # Made by the client outside the script, once per run (hget: base probe).
+        if name in commands and commands[name]["calls_per_event"] < 0.01:
+            commands.pop(name)
+    return {
+        "events": n,
+        "statuses": statuses,
+        "redis_cpu_us_per_event": round(cpu / n * 1e6, 1),
+        "redis_user_us_per_event": round(user / n * 1e6, 1),
+        "redis_system_us_per_event": round(system / n * 1e6, 1),
+        "aof_bytes_per_event_incl_warmup": round(
+            aof / (n + sum(len(b) for b in warm)), 1
+        ),
+        "wall_s": round(wall, 3),
+        "events_per_s": round(n / wall, 1),
+        "evalsha_us_per_event": evalsha["us_per_event"],
+        "evalsha_calls_per_event": evalsha["calls_per_event"],
+        "calls_per_event": round(
+            sum(c["calls_per_event"] for c in commands.values()), 2
+        ),
+        "commands": dict(
+            sorted(commands.items(), key=lambda kv: -kv[1]["us_per_event"])
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.apply_profile", description=__doc__
+    )
+    p.add_argument("--events", type=int, default=20_000)
+    p.add_argument("--warmup", type=int, default=5_000)
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--players", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument(
+        "--script",
+        action="append",
+        type=Path,
+        help="a variant of apply_event.lua (repeatable; default: the shipped one)",
+    )
+    p.add_argument(
+        "--ablate",
+        action="append",
+        choices=sorted(ABLATIONS),
+        default=[],
+        help="also run the script with this section switched off (repeatable)",
+    )
+    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    args = p.parse_args(argv)
+    variants = {str(s): s.read_text() for s in args.script or []} or {
+        "apply_event.lua": load("apply_event")
+    }
+    base = next(iter(variants.values()))
+    for name in args.ablate:
+        variants[f"without {name}"] = ablated(base, name)
+    factory = EventFactory(args.players, args.seed, datetime.now(UTC))
+    warm = _prepare(factory, args.warmup, args.batch_size, "w")
+    timed = _prepare(factory, args.events, args.batch_size, "t")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for r in range(args.rounds):
+        for name, text in variants.items():
+            result = one_round(text, warm, timed)
+            runs[name].append(result)
+            print(
+                f"round {r + 1} {name}: Redis CPU {result['redis_cpu_us_per_event']} "
+                f"µs/event (user {result['redis_user_us_per_event']}, system "
+                f"{result['redis_system_us_per_event']}), EVALSHA "
+                f"{result['evalsha_us_per_event']} µs/event, "
+                f"{result['calls_per_event']} calls/event, "
+                f"{result['events_per_s']} events/s, {result['statuses']}",
+                flush=True,
+            )
+    report = {
+        "load_average": os.getloadavg(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "summary": {
+            name: {
+                "median_redis_cpu_us_per_event": statistics.median(
+                    x["redis_cpu_us_per_event"] for x in xs
+                ),
+                "median_evalsha_us_per_event": statistics.median(
+                    x["evalsha_us_per_event"] for x in xs
+                ),
+            }
+            for name, xs in runs.items()
+        },
+        "runs": runs,
+    }
+    for name, s in report["summary"].items():
+        print(f"median {name}: {s}")
+    last = next(iter(runs.values()))[-1]
+    print("commands per event (last round of the first variant):")
+    for cmd, c in last["commands"].items():
+        print(
+            f"  {cmd:24s} {c['calls_per_event']:8.3f} calls {c['us_per_event']:8.2f} µs"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
