@@ -73,7 +73,8 @@ def transform_scope_totals(
     """Totals of the ``scope`` (board, player) keys: the other pairs' silver
     contribution rows (unchanged) plus the touched pairs' re-derived rows
     (``fresh``), aggregated with the full recompute's rule."""
-    others = silver.join(F.broadcast(scope), ["board", "player_id"], "left_semi").join(
+    # ``scope`` may be large (every board of every touched pair): no broadcast hint.
+    others = silver.join(scope, ["board", "player_id"], "left_semi").join(
         F.broadcast(pairs), PAIR, "left_anti"
     )
     columns = fresh.columns
