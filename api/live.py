@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from redis.exceptions import NoScriptError
 
 from conf.boards import board_order
@@ -41,6 +42,8 @@ from speed.store import SpeedLayer
 ATTEMPTS = 5
 # Standings remembered per (board, player) for guessing the next read's score.
 REMEMBERED = 100_000
+# Rows per block of RowCounts' table.
+ROW_BLOCK = 256
 
 
 class NotExact(Exception):
@@ -107,6 +110,17 @@ class Base:
             return None
         return partition_rows(self.generation, self.segment.board, partitions)
 
+    def row_counts(self, partitions: int) -> RowCounts | None:
+        """:class:`RowCounts` of the segment's rows, kept with the generation."""
+        rows = self.partition_rows(partitions)
+        if rows is None or self.generation is None or self.segment is None:
+            return None
+        key = f"api.live.row_counts:{self.segment.board}:{partitions}"
+        counts = self.generation.memo.get(key)
+        if counts is None:
+            counts = self.generation.memo.setdefault(key, RowCounts(rows))
+        return counts  # type: ignore[no-any-return]
+
     def encoded_prefix(self, rows: int) -> list[bytes]:
         """The first ``rows`` rows encoded; cached on the immutable segment, since
         every live top list starts from the same rows."""
@@ -116,6 +130,51 @@ class Base:
         if len(cache) < rows:
             cache.extend(self.encoded_range(len(cache), rows))
         return cache[:rows]
+
+
+class RowCounts:
+    """For a global row of a base segment, how many rows before it each partition
+    owns (every partition's local bound, :meth:`PartitionRows.count_before`), in
+    two vector steps for all partitions: a table of the counts at every
+    ``ROW_BLOCK``-th row plus the owners of the rows since. One ``searchsorted``
+    per partition and bound cost about 9 µs each, 16-32 of them per live rank or
+    nearby (bench/RESULTS.md, issue 13)."""
+
+    def __init__(self, rows: PartitionRows) -> None:
+        self.partitions = rows.partitions
+        self.owner = rows.owner
+        blocks = len(self.owner) // ROW_BLOCK
+        whole = blocks * ROW_BLOCK
+        per_block = np.bincount(
+            np.arange(whole, dtype=np.int64) // ROW_BLOCK * self.partitions
+            + self.owner[:whole],
+            minlength=blocks * self.partitions,
+        ).reshape(blocks, self.partitions)
+        self.table = np.zeros((blocks + 1, self.partitions), dtype=np.int64)
+        np.cumsum(per_block, axis=0, out=self.table[1:])
+
+    def before(self, row: int) -> list[int]:
+        """Rows before global row ``row`` per partition (``row`` in [0, rows])."""
+        block = row // ROW_BLOCK
+        since = np.bincount(
+            self.owner[block * ROW_BLOCK : row], minlength=self.partitions
+        )
+        return (self.table[block] + since).tolist()  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What ``live_window.lua`` reads on every partition: up to ``forward_limit``
+    changed players from ``forward_from`` on and ``backward_limit`` before
+    ``backward_from`` (ZRANGEBYLEX bounds), and which base rows in
+    [snap_lo, snap_hi) (global rows) are changed."""
+
+    forward_from: bytes | str
+    forward_limit: int
+    backward_from: bytes | str
+    backward_limit: int
+    snap_lo: int = 0
+    snap_hi: int = 0
 
 
 async def run_commands(
@@ -326,7 +385,13 @@ class LiveReader:
         compares). ``extra`` commands (``live_window.lua`` calls) go in the same
         write; their replies are appended to the counts' replies."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
-        rows = base.partition_rows(self.partitions)
+        counts = base.row_counts(self.partitions)
+        local_above = counts.before(rows_above) if counts else [0] * self.partitions
+        local_before = (
+            counts.before(rows_before)
+            if counts and rows_before != rows_above
+            else local_above
+        )
         sha = self._counts.sha
         commands: list[tuple[Any, ...]] = []
         if read_flag and player_id:
@@ -343,8 +408,8 @@ class LiveReader:
                     above,
                     before,
                     player_id if player_id and p == owner else "",
-                    rows.count_before(p, rows_above) if rows else 0,
-                    rows.count_before(p, rows_before) if rows else 0,
+                    local_above[p],
+                    local_before[p],
                 )
             )
         scripts = (self._counts, self._window_script) if extra else self._counts
@@ -373,7 +438,7 @@ class LiveReader:
         self,
         board: str,
         player_id: str,
-        extra_for: Callable[[int, int | None, Base], list[tuple[Any, ...]]]
+        extra_for: Callable[[int, int | None, Base, int], list[tuple[Any, ...]]]
         | None = None,
     ) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player.
@@ -381,9 +446,11 @@ class LiveReader:
         One round trip when the player's standing is guessed right (as last read,
         or in the latest generation): the owner partition verifies it in the same
         atomic read as its counts; a wrong guess costs one more round trip.
-        ``extra_for(score, achieved, base)`` names commands to send with the counts
-        (for the standing and base they assume); their replies come back as
-        ``extra`` (read with the counts that verified that standing)."""
+        ``extra_for(score, achieved, base, base_row)`` names commands to send with
+        the counts (for the standing and base they assume; ``base_row``: the
+        standing's first row at or after it in the base); their replies come back
+        as ``extra`` (read with the counts that verified that standing), and that
+        row as ``base_row``."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing = self.guess(board, player_id)
@@ -396,15 +463,19 @@ class LiveReader:
             if standing is None:
                 raise PlayerMissing(player_id)
             score, achieved = standing
-            extra = extra_for(score, achieved, base) if extra_for else []
+            # Base rows above the score and before the standing: bisections of
+            # the mapped segment, each done once per attempt.
+            rows_above = base.count_above(score)
+            rows_before = base.rows_before(score, player_id, achieved)
+            extra = extra_for(score, achieved, base, rows_before) if extra_for else []
             replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
                 player_id,
                 base,
-                base.count_above(score),
-                base.rows_before(score, player_id, achieved),
+                rows_above,
+                rows_before,
                 read_flag=shadowed is None,
                 extra=extra,
             )
@@ -434,12 +505,8 @@ class LiveReader:
                 standing = current
                 continue
             self.remember(board, player_id, standing)
-            above = base.count_above(score) + sum(
-                _int(r[2]) - _int(r[3]) for r in replies
-            )
-            before = base.rows_before(score, player_id, achieved) + sum(
-                _int(r[4]) - _int(r[5]) for r in replies
-            )
+            above = rows_above + sum(_int(r[2]) - _int(r[3]) for r in replies)
+            before = rows_before + sum(_int(r[4]) - _int(r[5]) for r in replies)
             population = base.population + sum(_int(r[6]) - _int(r[7]) for r in replies)
             return {
                 "score": score,
@@ -453,43 +520,31 @@ class LiveReader:
                 # them back (api/reads.py).
                 "shadowed": bool(shadowed),
                 "extra": extra_replies,
+                "base_row": rows_before,
             }
         raise NotExact("the player's score kept changing")
 
     def _window_commands(
-        self,
-        board: str,
-        forward_from: bytes | str,
-        forward_limit: int,
-        backward_from: bytes | str,
-        backward_limit: int,
-        base: Base,
-        snap_lo: int,
-        snap_hi: int,
+        self, board: str, window: Window, base: Base
     ) -> list[tuple[Any, ...]]:
         """``live_window.lua`` on every partition (see :meth:`_window`)."""
-        rows = base.partition_rows(self.partitions)
+        counts = base.row_counts(self.partitions)
+        first = stop = [0] * self.partitions
+        if counts is not None and window.snap_hi > window.snap_lo:
+            first = counts.before(window.snap_lo)
+            stop = counts.before(window.snap_hi)
         sha = self._window_script.sha
+        args = (
+            window.forward_from,
+            window.forward_limit,
+            window.backward_from,
+            window.backward_limit,
+        )
         commands: list[tuple[Any, ...]] = []
         for p in range(self.partitions):
             keys = _changed_keys(Keys(p), board)
-            first = stop = 0
-            if rows is not None and snap_hi > snap_lo:
-                first = rows.count_before(p, snap_lo)
-                stop = rows.count_before(p, snap_hi)
             commands.append(
-                (
-                    "EVALSHA",
-                    sha,
-                    len(keys),
-                    *keys,
-                    forward_from,
-                    forward_limit,
-                    backward_from,
-                    backward_limit,
-                    first,
-                    stop,
-                )
+                ("EVALSHA", sha, len(keys), *keys, *args, first[p], stop[p])
             )
         return commands
 
@@ -503,28 +558,11 @@ class LiveReader:
         return changed
 
     async def _window(
-        self,
-        board: str,
-        forward_from: bytes | str,
-        forward_limit: int,
-        backward_from: bytes | str,
-        backward_limit: int,
-        base: Base,
-        snap_lo: int,
-        snap_hi: int,
+        self, board: str, window: Window, base: Base
     ) -> tuple[list[list[Any]], set[int]]:
         """``live_window.lua`` on every partition, and which global rows of ``base``
         in [snap_lo, snap_hi) are changed (their players are read from chz)."""
-        commands = self._window_commands(
-            board,
-            forward_from,
-            forward_limit,
-            backward_from,
-            backward_limit,
-            base,
-            snap_lo,
-            snap_hi,
-        )
+        commands = self._window_commands(board, window, base)
         replies = await run_commands(self.speed.client, self._window_script, commands)
         return replies, self._window_changed(replies, base)
 
@@ -555,7 +593,7 @@ class LiveReader:
             take = min(rows, base.population)
             encoded = base.encoded_prefix(take)
             replies, changed = await self._window(
-                board, "-", limit, "+", 0, base, 0, take
+                board, Window("-", limit, "+", 0, 0, take), base
             )
             seen = [_int(r[0]) for r in replies]
             if seen != base_numbers:
@@ -590,20 +628,17 @@ class LiveReader:
         """Exact live entries within ``radius`` positions of the player."""
         margin0 = radius + 16
 
-        def bounds(
-            score: int, achieved: int | None, base: Base, margin: int
-        ) -> tuple[int, int]:
-            i0 = base.rows_before(score, player_id, achieved)
-            return max(0, i0 - margin), min(base.population, i0 + margin + 1)
+        def bounds(row: int, base: Base, margin: int) -> tuple[int, int]:
+            """Base rows [lo, hi) around ``row`` (the standing's base row)."""
+            return max(0, row - margin), min(base.population, row + margin + 1)
 
         def window_of(
-            score: int, achieved: int | None, base: Base, margin: int
+            score: int, achieved: int | None, base: Base, row: int, margin: int
         ) -> list[tuple[Any, ...]]:
             center = b"(" + encode_entry(score, player_id, achieved)
-            lo, hi = bounds(score, achieved, base, margin)
-            return self._window_commands(
-                board, center, radius, center, radius, base, lo, hi
-            )
+            lo, hi = bounds(row, base, margin)
+            window = Window(center, radius, center, radius, lo, hi)
+            return self._window_commands(board, window, base)
 
         for _ in range(ATTEMPTS):
             # The window around the standing the rank assumes goes in the rank's
@@ -611,23 +646,25 @@ class LiveReader:
             me = await self.rank(
                 board,
                 player_id,
-                lambda score, achieved, base: window_of(score, achieved, base, margin0),
+                lambda score, achieved, base, row: window_of(
+                    score, achieved, base, row, margin0
+                ),
             )
             base: Base = me["base"]
             score, position = me["score"], me["position"]
-            achieved = me["achieved"]
+            achieved, row = me["achieved"], me["base_row"]
             timed, unique = self._order(board)
             center = encode_entry(score, player_id, achieved)
             margin = margin0
             for _ in range(ATTEMPTS * 2):
-                lo, hi = bounds(score, achieved, base, margin)
+                lo, hi = bounds(row, base, margin)
                 if margin == margin0 and me["extra"]:
                     replies = me["extra"]
                 else:
                     replies = await run_commands(
                         self.speed.client,
                         self._window_script,
-                        window_of(score, achieved, base, margin),
+                        window_of(score, achieved, base, row, margin),
                     )
                 changed = self._window_changed(replies, base)
                 as_of = _as_of(replies)

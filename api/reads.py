@@ -96,6 +96,20 @@ _HIGHER, _SAME, _ALL, _BASE, _POSITION = (
     APPROX_RANK.fields.index(name)
     for name in ("higher", "same_bucket", "all", "base_generation", "position")
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ApproxCounts:
+    """What an approximate rank is made of, from the kept histogram or from every
+    partition's tree: players in higher buckets, in the score's bucket, in all,
+    and the log positions the counts are exact for."""
+
+    higher: int
+    same: int
+    population: int
+    as_of: dict[str, int]
+
+
 # Outside the speed layer's namespace: not state a rebuild restores.
 EPOCH_KEY = "lb-reads:epoch"
 
@@ -871,21 +885,20 @@ class ReadService:
         histogram = await self._histogram(board, stamp)
         if histogram is None:
             APPROX_MISSES.inc()
-            return await self._approx_by_partition(board, player_id, mode, own)
-        APPROX_HITS.inc()
-        higher, same = histogram.around(total)
-        positions = stamp[self.live.partitions : 2 * self.live.partitions]
-        return self._approx_body(
-            board,
-            mode,
-            player_id,
-            total,
-            shadowed,
-            higher,
-            same,
-            histogram.population,
-            {str(p): position for p, position in enumerate(positions)},
-        )
+            total, shadowed, counts = await self._approx_by_partition(
+                board, player_id, own
+            )
+        else:
+            APPROX_HITS.inc()
+            higher, same = histogram.around(total)
+            positions = stamp[self.live.partitions : 2 * self.live.partitions]
+            counts = ApproxCounts(
+                higher,
+                same,
+                histogram.population,
+                {str(p): position for p, position in enumerate(positions)},
+            )
+        return self._approx_body(board, mode, player_id, total, shadowed, counts)
 
     def _approx_body(
         self,
@@ -894,18 +907,16 @@ class ReadService:
         player_id: str,
         total: int,
         shadowed: bool,
-        higher: int,
-        same: int,
-        population: int,
-        as_of: dict[str, int],
+        counts: ApproxCounts,
     ) -> dict[str, Any]:
         # The true rank lies in [higher + 1, higher + same]; same >= 1 (the player)
         # unless it is shadowed: then the histogram lacks it and its own read counts
         # it back in, anywhere in its bucket.
-        error = max(0, same - 1)
+        higher, population = counts.higher, counts.population
+        error = max(0, counts.same - 1)
         if shadowed:
             population += 1
-            error = same
+            error = counts.same
         latest = self.registry.latest()
         return {
             "board": board,
@@ -914,7 +925,7 @@ class ReadService:
             "basis": "histogram",
             "errorBound": error,
             "generation": latest.header if latest else None,
-            "asOf": as_of,
+            "asOf": counts.as_of,
             "population": population,
             "playerId": player_id,
             "score": total,
@@ -1000,13 +1011,14 @@ class ReadService:
         return histogram
 
     async def _approx_by_partition(
-        self, board: str, player_id: str, mode: Mode, own: bool
-    ) -> dict[str, Any]:
-        """Rank from every partition's Fenwick tree, asked around the score in one
-        round trip: the player's total and flag are read in the same write as the
-        counts, which are asked for the score the player had when last seen (or in
-        the base generation). Only when that guess is wrong (the player scored
-        since) does a second round trip ask for the right score."""
+        self, board: str, player_id: str, own: bool
+    ) -> tuple[int, bool, ApproxCounts]:
+        """(live total, shadowed?, counts) from every partition's Fenwick tree,
+        asked around the score in one round trip: the player's total and flag are
+        read in the same write as the counts, which are asked for the score the
+        player had when last seen (or in the base generation). Only when that
+        guess is wrong (the player scored since) does a second round trip ask for
+        the right score."""
         guess = self._guess_score(board, player_id)
         total, shadowed, counts = await self._approx_round(board, player_id, guess)
         if total is None:
@@ -1016,16 +1028,15 @@ class ReadService:
         if total != guess:
             _, _, counts = await self._approx_round(board, player_id, total)
         self._remember(board, player_id, total)
-        return self._approx_body(
-            board,
-            mode,
-            player_id,
+        return (
             total,
             shadowed,
-            sum(_int(c[_HIGHER]) for c in counts),
-            sum(_int(c[_SAME]) for c in counts),
-            sum(_int(c[_ALL]) for c in counts),
-            {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
+            ApproxCounts(
+                sum(_int(c[_HIGHER]) for c in counts),
+                sum(_int(c[_SAME]) for c in counts),
+                sum(_int(c[_ALL]) for c in counts),
+                {str(p): _int(c[_POSITION]) for p, c in enumerate(counts)},
+            ),
         )
 
     def _guess_score(self, board: str, player_id: str) -> int:

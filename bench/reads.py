@@ -12,8 +12,9 @@ Set-up (not timed as reads):
 2. N players, one event each, applied straight through ``speed.store.SpeedLayer.apply``
    (redis.asyncio, batches of 1000, bypassing HTTP). Points on a coarse scale (multiples
    of ``--points-step``), so there are many ties. Every event has the same occurredAt
-   (a fixed UTC day in season S4), region eu for even and na for odd players, so it
-   feeds the same 10 boards; ``season:S4:global`` holds all N players.
+   (ten minutes before the bench started, in the season ``bench.ingest`` opens
+   around now), region eu for even and na for odd players, so it feeds the same 10
+   boards; ``season:BENCH:global`` holds all N players.
    During the bulk load only, Redis runs with ``appendfsync everysec`` (restored to the
    stack's setting before anything is measured); reads never fsync.
 3. Publish a generation exactly as `lb publish` does (``jobs.publish.run_publish`` then
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -49,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,7 @@ import orjson
 import redis
 
 from bench.ingest import (
+    BENCH_SEASON,
     CpuMeter,
     free_port,
     lb,
@@ -69,8 +72,10 @@ from bench.ingest import (
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-OCCURRED_AT = "2026-11-29T12:00:00Z"
-BOARD = "season:S4:global"
+# Recent, so every board it names is open (a daily board closes an hour after its
+# day); `lb up` gets bench.ingest's boards file, whose season is open around now.
+OCCURRED_AT = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+BOARD = f"season:{BENCH_SEASON}:global"
 REGIONS = ("eu", "na")
 
 
@@ -255,11 +260,17 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
         names.append(np.full(len(rows), board, dtype=object))
         players.append(ids[rows])
         scores.append(points[rows])
+    version = boundary_version(client, settings.partitions, sorted(boards), n)
+    rows_total = sum(len(b) for b in names)
     table = pa.table(
         {
             "board": pa.array(np.concatenate(names), pa.string()),
             "player_id": pa.array(np.concatenate(players), pa.string()),
             "score": pa.array(np.concatenate(scores), pa.int64()),
+            # As the production writer (jobs/versions.py): each pair's version at
+            # the boundary, so the rebase drops the totals of unchanged players
+            # (issue 11, only deltas in Redis) and the memory line is issue 11's.
+            "version": pa.array(np.full(rows_total, version), pa.int64()),
         }
     )
     generation = generation_id(1)
@@ -284,6 +295,27 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
         "rebase_s": round(t2 - t1, 1),
         "rebase": {str(k): v for k, v in report.partitions.items()},
     }
+
+
+def boundary_version(
+    client: redis.Redis, partitions: int, boards: list[str], n: int
+) -> int:
+    """The version every (board, player) pair has at the boundary. Every player
+    had exactly one event by then, so all pairs share it: read from the totals
+    hashes ("total|version") for a sample of players on every board, which must
+    agree (else the bench's set-up is not what this assumes)."""
+    from speed.partitions import Keys, partition_of
+
+    seen: set[int] = set()
+    for board in boards:
+        for i in range(0, n, max(1, n // 50)):
+            pid = player_id(i)
+            raw = client.hget(Keys(partition_of(pid, partitions)).totals(board), pid)
+            if raw is not None:
+                seen.add(int(bytes(raw).split(b"|")[1]))  # type: ignore[arg-type]
+    if len(seen) != 1:
+        raise RuntimeError(f"pairs at the boundary have versions {sorted(seen)}")
+    return seen.pop()
 
 
 # --------------------------------------------------------------------------- truth
@@ -398,6 +430,8 @@ async def open_loop(
     errors: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     done_at: list[float] = []
+    sent_at: list[float] = []  # scheduled send, seconds into the phase
+    pauses = GcPauses()
 
     async def one(k: int, scheduled: float) -> None:
         url, meta = url_of(k)
@@ -414,17 +448,19 @@ async def open_loop(
             errors[f"http {status}"] += 1
             return
         latencies.append(end - scheduled)
+        sent_at.append(scheduled - t0)
         check(orjson.loads(content), meta)
 
     tasks = []
     t0 = loop.time() + 0.05
-    for k in range(count):
-        scheduled = t0 + k / rate
-        delay = scheduled - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(k, scheduled)))
-    await asyncio.gather(*tasks)
+    with pauses:
+        for k in range(count):
+            scheduled = t0 + k / rate
+            delay = scheduled - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(k, scheduled)))
+        await asyncio.gather(*tasks)
     span = (max(done_at) - t0) if done_at else float("nan")
     return {
         "offered_rate": rate,
@@ -433,7 +469,78 @@ async def open_loop(
         "achieved_rate": round(len(latencies) / span, 1) if done_at else 0,
         "errors": dict(errors),
         **summarize_ms(latencies),
+        "slow": slow_windows(sent_at, latencies),
+        "generator_gc": pauses.report(
+            [t0 + at for at in sent_at], latencies, over_ms=20.0
+        ),
     }
+
+
+class GcPauses:
+    """The load generator's own garbage-collector pauses during a phase. Latency
+    is measured from each request's scheduled send, so a pause of the generator's
+    event loop shows as latency of every request in flight: a full collection of a
+    large heap (tens of ms) alone can make a phase's p99."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float, float]] = []  # generation, start, end
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.monotonic()  # = the loop's clock (asyncio and uvloop)
+        if phase == "start":
+            self._start = now
+        else:
+            self.pauses.append((info["generation"], self._start, now))
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def report(
+        self, sent: list[float], latencies: list[float], over_ms: float
+    ) -> dict[str, Any]:
+        """Collections per generation, the longest, their total, and how many of
+        the requests slower than ``over_ms`` were in flight during a pause of at
+        least 5 ms (the generator's share of the tail)."""
+        long = [(a, b) for _, a, b in self.pauses if (b - a) * 1000 >= 5]
+        slow_in_pause = sum(
+            1
+            for start, latency in zip(sent, latencies, strict=True)
+            if latency * 1000 > over_ms
+            and any(a < start + latency and b > start for a, b in long)
+        )
+        return {
+            "collections": dict(Counter(str(g) for g, _, _ in self.pauses)),
+            "max_ms": round(
+                max(((b - a) * 1000 for _, a, b in self.pauses), default=0), 1
+            ),
+            "total_ms": round(sum((b - a) * 1000 for _, a, b in self.pauses), 1),
+            f"slow_over_{over_ms:g}ms": sum(1 for v in latencies if v * 1000 > over_ms),
+            "of_them_in_flight_during_a_pause_over_5ms": slow_in_pause,
+        }
+
+
+def slow_windows(
+    sent_at: list[float], latencies: list[float], over_ms: float = 20.0
+) -> list[dict[str, float]]:
+    """Requests slower than ``over_ms`` grouped by the 100 ms window they were
+    scheduled in: a few dense windows are stalls (one process stopped), a thin
+    spread is queueing."""
+    windows: Counter[int] = Counter()
+    worst: dict[int, float] = {}
+    for at, latency in zip(sent_at, latencies, strict=True):
+        if latency * 1000 > over_ms:
+            w = int(at * 10)
+            windows[w] += 1
+            worst[w] = max(worst.get(w, 0.0), latency * 1000)
+    return [
+        {"at_s": w / 10, "slow": c, "max_ms": round(worst[w], 1)}
+        for w, c in sorted(windows.items())
+    ]
 
 
 class LeanHttp:
@@ -619,6 +726,9 @@ def memory_report(
             "totals_hash_bytes": tot,
             "totals_players": tot_players,
             "totals_bytes_per_player": round(tot / max(1, tot_players), 1),
+            # Issue 11's "only deltas": a rebase onto a generation with versions
+            # drops the totals of players unchanged since (changed ones keep one).
+            "unchanged_players_with_totals": max(0, tot_players - members),
         }
     # A full sorted set of the biggest board, in the same Redis, for comparison.
     scratch = "bench:reads:fullzset"
@@ -779,10 +889,14 @@ async def measure(
             lambda k: (lambda i: (f"{api}/players/{player_id(i)}?mode=approx", i))(
                 rnd(k)
             ),
-            lambda body, i: approx_seen.append((i, body)),
+            # Only what the error check needs: a tuple of atoms leaves the
+            # collector's lists, 15,000 kept bodies would not (see GcPauses).
+            lambda body, i: approx_seen.append(
+                (i, body["rank"], body["errorBound"], body.get("exactness"))
+            ),
         ),
     ]
-    approx_seen: list[tuple[int, dict[str, Any]]] = []
+    approx_seen: list[tuple[int, int, int, str | None]] = []
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
@@ -800,6 +914,15 @@ async def measure(
                 await asyncio.gather(
                     *(warm(url_of(k)[0]) for k in range(args.connections))
                 )
+        # The generator's own full collections stop its event loop, which shows
+        # as latency of every request in flight (GcPauses). Everything alive now
+        # (set-up, modules, truth) lives to the end: out of the collector's walks.
+        heap = {"gc_tracked_objects": len(gc.get_objects())}
+        if not args.no_gc_freeze:
+            gc.collect()
+            gc.freeze()
+        heap["frozen"] = gc.get_freeze_count()
+        print(f"  generator heap: {heap}", flush=True)
         for name, url_of, check in specs:
             if args.only and name not in args.only.split(","):
                 continue
@@ -827,6 +950,10 @@ async def measure(
                 f"{result['cpu']['other_processes_cpu_s']} s",
                 flush=True,
             )
+            dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
+            if dense:
+                print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
+            print(f"    generator GC: {result['generator_gc']}", flush=True)
         if args.closed_seconds > 0:
             print(
                 f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
@@ -886,7 +1013,11 @@ async def measure(
         await asyncio.gather(*(pair(i) for i in sample))
     errs, bounds, violations = [], [], []
     exact_mismatch = 0
-    for i, approx, exact in rows + [(i, body, None) for i, body in approx_seen]:
+    seen: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = [
+        (i, {"rank": rank, "errorBound": bound, "exactness": exactness}, None)
+        for i, rank, bound, exactness in approx_seen
+    ]
+    for i, approx, exact in rows + seen:
         want = live_truth.rank(i)
         if exact is not None:
             checker.rank(exact, i, live_truth, "live")
@@ -926,6 +1057,7 @@ async def measure(
     }
     return {
         "phases": phases,
+        "generator_heap": heap,
         "approx_error": approx_error,
         "verification": {"checked": checker.checked, "bad": checker.bad},
     }
@@ -1224,11 +1356,12 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if BOARD in boards:
         v = boards[BOARD]["changed_bytes_per_changed_player"]
         row("Redis bytes / changed player / board (chz+chb)", v, "<= 150", v <= 150)
+        v = boards[BOARD].get("unchanged_players_with_totals")
         row(
-            "Redis bytes / unchanged player (totals hash)",
-            boards[BOARD]["totals_bytes_per_player"],
+            "unchanged players with a total in Redis",
+            v,
             "0",
-            False,
+            v == 0,
         )
     if seg:
         v = seg["segment_plus_index_bytes_per_player"]
@@ -1289,7 +1422,9 @@ def print_table(report: dict[str, Any]) -> None:
             f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chb "
             f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
             f"{b.get('fenwick_bytes')} B, bk {b.get('buckets_bytes')} B; tot "
-            f"{b.get('totals_bytes_per_player')} B/player; full zset "
+            f"{b.get('totals_bytes_per_player')} B per player in it "
+            f"({b.get('totals_players')} players, "
+            f"{b.get('unchanged_players_with_totals')} unchanged); full zset "
             f"{f['bytes_per_player']} B/player"
         )
     if "segments" in report:
@@ -1337,6 +1472,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="py-spy record the API during each phase (raw files in --out)",
+    )
+    p.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="leave the generator's set-up heap to its collector during the phases "
+        "(its full collections then show as service latency; for comparison)",
     )
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)

@@ -25,6 +25,7 @@ surface; :func:`send_commands` is the one place that reaches below it.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -42,6 +43,9 @@ from redis.exceptions import (
 )
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
+)
+from redis.exceptions import (
+    TimeoutError as RedisTimeoutError,
 )
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -189,11 +193,21 @@ async def _send_one_server(
     async def send_and_read() -> list[Any]:
         await conn.send_packed_command(packed)
         replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
+        # One deadline (the socket timeout) for the whole batch: redis-py arms and
+        # cancels a timer per reply, about a tenth of the API CPU of a live read
+        # of 9-17 replies (bench/RESULTS.md, issue 13). A timeout leaves the
+        # connection closed (redis-py closes it when a read is interrupted) and
+        # raises redis-py's TimeoutError, as its own per-reply deadline would.
+        try:
+            async with asyncio.timeout(conn.socket_timeout):
+                for _ in commands:
+                    try:
+                        replies.append(await conn.read_response(timeout=math.inf))
+                    except ResponseError as exc:
+                        replies.append(exc)
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout reading the replies") from None
         return replies
 
     async def on_failure(error: BaseException) -> None:

@@ -153,3 +153,49 @@ def test_new_connections_do_not_look_up_the_library_version(
         "redis-py",
         original(),
     )
+
+
+@pytest.mark.integration
+def test_one_deadline_per_batch_on_one_server(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's replies are read under one deadline, not a timer per reply (armed
+    and cancelled per reply, about a tenth of a live read's API CPU); a batch that
+    overruns it raises redis-py's TimeoutError and the client still works."""
+    import redis.asyncio.connection as aio_connection
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    armed: list[float | None] = []
+    original = aio_connection.async_timeout
+
+    def counted(delay: float | None) -> Any:
+        armed.append(delay)
+        return original(delay)
+
+    monkeypatch.setattr(aio_connection, "async_timeout", counted)
+    commands: list[tuple[Any, ...]] = [("SET", "conn-batch", "v")]
+    commands += [("GET", "conn-batch")] * 16
+
+    async def batch(client: Any) -> list[Any]:
+        await client.ping()  # opens the connection (its connect timer)
+        armed.clear()
+        return await send_commands(client, commands)
+
+    replies = _run(redis_url, batch)
+    assert replies[0] is True or replies[0] == b"OK"
+    assert replies[1:] == [b"v"] * 16
+    # At most the write's own timer (send_packed_command); none per reply.
+    assert len(armed) <= 1, armed
+
+    async def overrun(client: Any) -> Any:
+        slow = async_client(redis_url, socket_timeout=0.2)
+        try:
+            with pytest.raises(RedisTimeoutError):
+                # Blocks 1 s on the server: past the 0.2 s deadline (retried by
+                # redis-py's retry policy, each attempt times out the same way).
+                await send_commands(slow, [("PING",), ("BLPOP", "conn-empty", 1)])
+            return await send_commands(slow, [("PING",)])
+        finally:
+            await slow.aclose()
+
+    assert _run(redis_url, overrun) in ([True], [b"PONG"])
