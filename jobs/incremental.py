@@ -9,10 +9,16 @@ contributions and totals are those already in silver. The incremental build
 
 1. reads the log's delta (``prev boundary < position <= new boundary``, partition
    pruning and file skipping on position: :func:`transform_between_boundaries`);
-2. takes the players it touches, and reads their whole history (a semi-join: the
-   earlier event ids deduplicate only for them);
-3. re-derives their contributions, totals and first-achieved times with the same
-   transforms as the full recompute (``transform_recompute``, ``transform_achieved``);
+2. takes the (player, match) pairs it touches (and those of held records a delta
+   ``released`` record releases) and reads only their records plus the records
+   sharing a (player, eventId) with them (jobs/incremental_pairs.py): a
+   contribution depends on nothing else of the player's history;
+3. re-derives those pairs' contributions with the same transforms as the full
+   recompute (``transform_recompute``); ``sum`` totals of the touched (board,
+   player) keys are the old total minus the pairs' old rows plus their new ones,
+   ``max`` totals re-aggregate the other pairs' silver rows with the new ones, and
+   first-achieved times (``transform_achieved``) replay the whole history of the
+   touched players on ``first_achieved`` boards only;
 4. ``MERGE``s into ``silver_contributions`` only the rows of the (player, match)
    pairs the delta has records of (and of a held record a delta ``released`` record
    lets count), into ``silver_totals`` only the (board, player) rows of those pairs'
@@ -71,6 +77,8 @@ class Build:
     # Boards re-ranked and rewritten (None: all of them, a full build).
     touched_boards: list[str] | None = None
     touched_players: int | None = None
+    # Log records the incremental build re-derived contributions from.
+    rederived_records: int | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
@@ -80,6 +88,8 @@ class Build:
             entry["touchedBoards"] = len(self.touched_boards)
         if self.touched_players is not None:
             entry["touchedPlayers"] = self.touched_players
+        if self.rederived_records is not None:
+            entry["rederivedRecords"] = self.rederived_records
         return entry
 
     def save(self, path: Path) -> None:
@@ -177,7 +187,8 @@ def hidden_players(previous: Previous) -> set[str]:
 
 
 def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFrame:
-    """Every log record of the touched players (``touched``: one ``player_id`` col)."""
+    """Every log record of the ``touched`` players (one ``player_id`` column): what
+    the first-achieved replay of those players folds over."""
     return events.join(F.broadcast(touched), "player_id", "left_semi")
 
 

@@ -64,6 +64,13 @@ from jobs.incremental import (
     previous_state,
     transform_touched_history,
 )
+from jobs.incremental_pairs import (
+    timed_players,
+    transform_pair_sources,
+    transform_scope_totals,
+    transform_sum_totals,
+    transform_touched_pairs,
+)
 from jobs.land import (
     BRONZE,
     bronze_path,
@@ -80,6 +87,7 @@ from jobs.recompute import (
     transform_between_boundaries,
     transform_recompute,
     transform_totals,
+    transform_within_boundary,
     with_record_columns,
 )
 from jobs.segment_tasks import write_segments_distributed
@@ -670,59 +678,50 @@ def _recompute_incremental(
 ) -> Build:
     """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
 
-    Only rows that can have changed are merged: a contribution is a function of
-    its (player, match)'s records (a player's records share one partition, so the
+    Only rows that can have changed are re-derived and merged: a contribution is a
+    function of its (player, match)'s records and of the records sharing a
+    (player, eventId) with them (a player's records share one partition, so the
     delta never reorders earlier ones), so only the pairs with a record in the delta
     change, plus the match of a held record a ``released`` record in the delta lets
-    count. A total is a function of the player's contributions on that board, so
-    only the (board, player) keys of those pairs' old and new rows change; the
-    boards of those keys (and of players whose shadow flag flipped) are re-ranked.
-    The touched players' whole history is still re-derived (the dedupe by eventId,
-    the totals and the first-achieved times need it), read from bronze once."""
+    count (jobs/incremental_pairs.py). A total is a function of the player's
+    contributions on that board, so only the (board, player) keys of those pairs'
+    old and new rows change; they are aggregated from the other pairs' silver rows
+    plus the re-derived ones. The boards of those keys (and of players whose
+    shadow flag flipped) are re-ranked. Only the first-achieved replay reads whole
+    histories, of the touched players on ``first_achieved`` boards."""
     delta = transform_between_boundaries(
         inputs.events, previous.boundary, inputs.boundary
     )
     delta_keys = delta.select("player_id", "match_id", "event_id", "status")
     delta_keys = delta_keys.localCheckpoint(eager=True)
-    touched = delta_keys.select("player_id").distinct().localCheckpoint(eager=True)
-    touched_count = touched.count()
-    # One bronze scan: the recompute and the first-achieved replay both read it.
-    history = (
-        transform_touched_history(inputs.events, touched)
-        .select(*NARROW)
-        .localCheckpoint(eager=True)
+    touched_count = delta_keys.select("player_id").distinct().count()
+    history = transform_within_boundary(inputs.events, inputs.boundary).select(*NARROW)
+    pairs = transform_touched_pairs(delta_keys, history).localCheckpoint(eager=True)
+    sources = transform_pair_sources(history, pairs).localCheckpoint(eager=True)
+    source_count = sources.count()
+    if clock is not None:
+        clock.lap("read_pairs")
+    derived, _ = transform_recompute(
+        sources,
+        inputs.boundary,
+        inputs.seasons,
+        window_lateness_ms=inputs.boards.window_lateness_ms,
+        window_rule=inputs.boards.rule,
+        registry=inputs.registry,
     )
-    released = (
-        delta_keys.where(F.col("status") == "released")
-        .select("player_id", "event_id")
-        .distinct()
-    )
-    pairs = (
-        delta_keys.select("player_id", "match_id")
-        .unionByName(
-            history.join(
-                F.broadcast(released), ["player_id", "event_id"], "left_semi"
-            ).select("player_id", "match_id")
-        )
-        .distinct()
-        .localCheckpoint(eager=True)
-    )
-    everything, achieved = inputs.silver(history)
-    everything = everything.localCheckpoint(eager=True)
-    contributions = (
-        everything.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
-        .withColumn("generation", F.lit(generation))
-        .localCheckpoint(eager=True)
-    )
+    fresh = derived.join(
+        F.broadcast(pairs), ["player_id", "match_id"], "left_semi"
+    ).localCheckpoint(eager=True)
+    contributions = fresh.withColumn("generation", F.lit(generation))
     if clock is not None:
         clock.lap("recompute_contributions")
     contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
+    silver = spark.read.format("delta").load(str(contributions_path))
+    # The pairs' old rows (what the totals lose) and the scope's old totals.
     old = (
-        spark.read.format("delta")
-        .load(str(contributions_path))
-        .join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
-        .select(*CONTRIBUTION_KEYS)
+        silver.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
+        .select(*CONTRIBUTION_KEYS, "aggregation", "points")
         .localCheckpoint(eager=True)
     )
     gone = old.join(
@@ -734,20 +733,54 @@ def _recompute_incremental(
         .distinct()
         .localCheckpoint(eager=True)
     )
+    before = (
+        spark.read.format("delta")
+        .load(str(totals_path))
+        # No broadcast hint: ~0.8 M keys at 100 k events (a 2 GiB driver).
+        .join(scope, list(TOTAL_KEYS), "left_semi")
+        .select(*TOTAL_KEYS, "aggregation", "score", "matches")
+        .localCheckpoint(eager=True)  # read before the table it reads is merged
+    )
+    achieved = None
+    players = timed_players(scope, inputs.boards.seasons)
+    if players is not None:
+        # The first-achieved fold needs each such player's whole history.
+        achieved = transform_achieved(
+            transform_touched_history(inputs.events, players),
+            inputs.boundary,
+            inputs.boards.seasons,
+            inputs.boards.window_lateness_ms,
+        )
+    # sum totals from the old ones and the pairs' changes; only max boards (the
+    # best contribution may be the one replaced) read the other pairs' rows.
+    best = [
+        r[0]
+        for r in fresh.select("board", "aggregation")
+        .unionByName(old.select("board", "aggregation"))
+        .where(F.col("aggregation") == "max")
+        .select("board")
+        .distinct()
+        .collect()
+    ]
+    summed = transform_sum_totals(before, old, fresh)
+    if best:
+        max_scope = scope.where(F.col("board").isin(best))
+        summed = summed.where(~F.col("board").isin(best)).unionByName(
+            transform_scope_totals(
+                silver, fresh.where(F.col("board").isin(best)), pairs, max_scope
+            )
+        )
     totals = (
-        with_achieved(transform_totals(everything), achieved)
+        with_achieved(summed, achieved)
         .join(scope, list(TOTAL_KEYS), "left_semi")
         .withColumn("generation", F.lit(generation))
         .localCheckpoint(eager=True)
     )
-    totals_gone = (
-        spark.read.format("delta")
-        .load(str(totals_path))
-        .join(scope, list(TOTAL_KEYS), "left_semi")
-        .select(*TOTAL_KEYS)
-        .join(totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti")
-        .localCheckpoint(eager=True)  # read before the table it reads is merged
+    totals_gone = before.select(*TOTAL_KEYS).join(
+        totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti"
     )
+    if clock is not None:
+        clock.lap("totals_inputs")
     # Boards to re-rank: those where a total may have changed, and those of a
     # player whose shadow flag changed since the previous generation.
     boards = {r[0] for r in scope.select("board").distinct().collect()}
@@ -770,7 +803,7 @@ def _recompute_incremental(
     load_merge(spark, contributions_path, contributions, gone, CONTRIBUTION_KEYS)
     load_merge(spark, totals_path, totals, totals_gone, TOTAL_KEYS)
     if clock is not None:
-        clock.lap("totals")
+        clock.lap("merges")
     gold_path = delta_dir / GOLD_SNAPSHOTS
     kept = (
         spark.read.format("delta")
@@ -792,6 +825,7 @@ def _recompute_incremental(
         base=previous.generation,
         touched_boards=touched_boards,
         touched_players=touched_count,
+        rederived_records=source_count,
     )
 
 

@@ -260,6 +260,8 @@ def test_incremental_chain_links_untouched_boards(
             # boards only b's untouched match is on.
             "touchedBoards": 12,
             "touchedPlayers": 1,
+            # b's corrected match's two records, not its untouched match's.
+            "rederivedRecords": 2,
         }
         # The merges wrote only the corrected match's rows and the totals on its
         # boards (not b's other match, not the boards only that one is on), and
@@ -300,6 +302,43 @@ def test_incremental_chain_links_untouched_boards(
         gold.delete("generation = 'g2' AND board = 'season:S4:na' AND player_id = 'b'")
         check = check_generation(settings, spark, "g2")
         assert (check.only_in_gold, check.only_in_recompute) == (0, 1)
+
+
+def _record(match: int, revision: int, points: int, kind: int = 0) -> dict[str, Any]:
+    return {
+        "player": "a",
+        "match": match,
+        "revision": revision,
+        "points": points,
+        "occurred": OCCURRED[2],
+        "region": "eu",
+        "late": False,
+        "kind": kind,
+    }
+
+
+def test_incremental_rederives_only_touched_pairs(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    """A touched player's untouched matches are not re-derived: the build reads the
+    delta's (player, match) pairs' records and the records sharing an eventId with
+    them, not the player's whole history."""
+    history = [
+        _record(0, 1, 4),  # E0, match M0
+        _record(1, 1, 3),  # M1: untouched by the delta
+        _record(1, 2, 1),  # M1 corrected
+        # M2's first record reuses E0 (3 % 3 = 0): a duplicate of M0's record, so
+        # first acceptance drops it and the delta's record below (same revision)
+        # is M2's accepted one. Re-deriving M2 without M0's E0 record would keep
+        # the duplicate and reject the new record (and score 5 instead of 2).
+        _record(2, 1, 5, kind=1),
+        _record(2, 1, 2),  # the delta: one record of M2
+    ]
+    build = check_history(spark, redis_server, history, 4)
+    # M2's two records and M0's record sharing E0; not M1's two (the old build
+    # re-derived all five of a's records).
+    assert build["rederivedRecords"] == 3
+    assert build["touchedBoards"] == 12
 
 
 @hyp_settings(

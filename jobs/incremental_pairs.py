@@ -1,0 +1,135 @@
+"""The records an incremental build re-derives: the touched (player, match) pairs'.
+
+A contribution is a function of its (player, match)'s records (revision acceptance
+is per match, the boards and cutoffs per record) plus, for each of those records,
+the other records with the same (player, eventId): the first of them by position
+is the one that counts (first acceptance), and a ``released`` record lets a held
+one count. Nothing else of the player's history enters it. So an incremental build
+re-derives exactly
+
+* the pairs with a record in the log's delta, and the pairs of a held record a
+  ``released`` record in the delta releases (:func:`transform_touched_pairs`);
+* from their records plus every record sharing a (player, eventId) with them
+  (:func:`transform_pair_sources`), with the same transforms as the full
+  recompute, keeping only the touched pairs' rows (the extra records' own pairs
+  come out partial and are dropped);
+
+and the total of a touched (board, player) is its old total minus the pairs' old
+rows plus their re-derived ones on ``sum`` boards (:func:`transform_sum_totals`),
+and on ``max`` boards aggregated from the other pairs' existing silver rows plus
+the re-derived ones (:func:`transform_scope_totals`).
+Cost follows the delta's pairs, not the touched players' whole histories (with
+Zipf activity the players a small delta touches own most of bronze).
+
+The first-achieved replay (``tieBreak: first_achieved`` seasons) is a fold over a
+player's whole history per board, so it still reads the whole history, of the
+touched players on such boards only (:func:`timed_players`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from conf.boards import Season
+from jobs.recompute import transform_totals
+
+PAIR = ["player_id", "match_id"]
+EVENT = ["player_id", "event_id"]
+
+
+def transform_touched_pairs(delta: DataFrame, history: DataFrame) -> DataFrame:
+    """(player_id, match_id) whose contributions may change: the delta's pairs and
+    the pairs of earlier records a ``released`` record of the delta releases.
+
+    ``delta``: the delta's records (player_id, match_id, event_id, status);
+    ``history``: the log up to the new boundary (at least those columns)."""
+    released = delta.where(F.col("status") == "released").select(*EVENT).distinct()
+    held = history.join(F.broadcast(released), EVENT, "left_semi").select(*PAIR)
+    return delta.select(*PAIR).unionByName(held).distinct()
+
+
+def transform_pair_sources(history: DataFrame, pairs: DataFrame) -> DataFrame:
+    """The records the touched pairs' contributions depend on: theirs, plus every
+    record with the same (player, eventId) as one of theirs (an earlier duplicate
+    in another match wins first acceptance; a ``released`` record releases).
+
+    Two semi-joins with broadcast keys, so bronze is filtered while scanned and
+    only these records are kept."""
+    own = history.join(F.broadcast(pairs), PAIR, "left_semi")
+    own = own.localCheckpoint(eager=True)
+    ids = own.select(*EVENT).distinct()
+    sharing = history.join(F.broadcast(ids), EVENT, "left_semi").join(
+        F.broadcast(pairs), PAIR, "left_anti"
+    )
+    return own.unionByName(sharing)
+
+
+def transform_scope_totals(
+    silver: DataFrame, fresh: DataFrame, pairs: DataFrame, scope: DataFrame
+) -> DataFrame:
+    """Totals of the ``scope`` (board, player) keys: the other pairs' silver
+    contribution rows (unchanged) plus the touched pairs' re-derived rows
+    (``fresh``), aggregated with the full recompute's rule."""
+    # ``scope`` may be large (every board of every touched pair): no broadcast hint.
+    others = silver.join(scope, ["board", "player_id"], "left_semi").join(
+        F.broadcast(pairs), PAIR, "left_anti"
+    )
+    columns = fresh.columns
+    return transform_totals(others.select(*columns).unionByName(fresh))
+
+
+def transform_sum_totals(
+    before: DataFrame, old: DataFrame, fresh: DataFrame
+) -> DataFrame:
+    """Totals of ``sum`` boards' touched keys without reading the other pairs: the
+    old total (``before``: board, player_id, aggregation, score, matches) minus the
+    touched pairs' old rows (``old``) plus their re-derived ones (``fresh``). Exact:
+    silver's total is the sum and count of silver's contribution rows (both are
+    written from one recompute or merged together), integers, so subtracting a
+    pair's old row and adding its new one gives what summing would. A key left with
+    no contribution has no total (``matches`` 0: dropped). Rows of ``max`` keys
+    come out wrong and must be replaced (:func:`transform_scope_totals`)."""
+    keys = ["board", "player_id"]
+    change = (
+        fresh.select(*keys, "aggregation", "points", F.lit(1).alias("n"))
+        .unionByName(
+            old.select(
+                *keys,
+                "aggregation",
+                (-F.col("points")).alias("points"),
+                F.lit(-1).alias("n"),
+            )
+        )
+        .unionByName(
+            before.select(
+                *keys,
+                "aggregation",
+                F.col("score").alias("points"),
+                F.col("matches").alias("n"),
+            )
+        )
+    )
+    return (
+        change.groupBy(*keys)
+        .agg(
+            F.first("aggregation").alias("aggregation"),
+            F.sum("points").cast("bigint").alias("score"),
+            F.sum("n").cast("bigint").alias("matches"),
+        )
+        .where(F.col("matches") > 0)
+    )
+
+
+def timed_players(scope: DataFrame, seasons: Iterable[Season]) -> DataFrame | None:
+    """Players of the ``scope`` keys on a ``first_achieved`` season's boards (None
+    when no season breaks ties by first achievement)."""
+    prefixes = [f"season:{s.id}:" for s in seasons if s.tie_break == "first_achieved"]
+    if not prefixes:
+        return None
+    on_timed = F.lit(False)
+    for prefix in prefixes:
+        on_timed = on_timed | F.col("board").startswith(prefix)
+    return scope.where(on_timed).select("player_id").distinct()
