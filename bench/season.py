@@ -333,7 +333,7 @@ def main() -> None:
             "ingest_seconds": round(ingest_s, 1),
             "ingest_events_per_second": round(sent / ingest_s),
             "close_seconds": round(close_s, 1),
-            "close_steps": steps,
+            "close_steps": {k: round(v, 3) for k, v in steps.items()},
             "repeat_landing_pass_seconds": round(repeat_s, 1),
             "award_populations": snapshot.boards,
             "hash": snapshot.hash,

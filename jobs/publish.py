@@ -79,6 +79,7 @@ from jobs.land import (
     table_exists,
     transform_records,
 )
+from jobs.phase_clock import PhaseClock
 from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import (
@@ -242,20 +243,6 @@ def read_gold_generation(
     return table.take(order)
 
 
-class _PhaseClock:
-    """Wall-clock seconds per publish phase into an optional dict."""
-
-    def __init__(self, sink: dict[str, float] | None) -> None:
-        self.sink = sink
-        self.last = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        now = time.perf_counter()
-        if self.sink is not None:
-            self.sink[phase] = self.sink.get(phase, 0.0) + now - self.last
-        self.last = now
-
-
 # ------------------------------------------------------------------ manifest & repair
 
 
@@ -373,7 +360,7 @@ def load_silver(
     contributions: DataFrame,
     delta_dir: Path,
     generation: str,
-    clock: _PhaseClock | None = None,
+    clock: PhaseClock | None = None,
     achieved: DataFrame | None = None,
 ) -> DataFrame:
     """Write silver contributions, then totals computed from the written table.
@@ -468,7 +455,7 @@ def run_publish(
     not land again.
     ``timings``, when given, receives the wall-clock seconds of each phase.
     """
-    clock = _PhaseClock(timings)
+    clock = PhaseClock(timings)
     # Segment files and directories: owner rw, group r (Delta's follow Spark's
     # fs.permissions.umask-mode, set in jobs.spark).
     previous_umask = os.umask(JOB_UMASK)
@@ -551,7 +538,7 @@ def recompute_generation(
     boards: BoardsConfig,
     generation: str,
     boundary: Mapping[int, int],
-    clock: _PhaseClock | None = None,
+    clock: PhaseClock | None = None,
     read_flags: bool = True,
     *,
     full: bool = False,
@@ -655,7 +642,7 @@ def _recompute_full(
     delta_dir: Path,
     generation: str,
     inputs: RecomputeInputs,
-    clock: _PhaseClock | None,
+    clock: PhaseClock | None,
 ) -> None:
     contributions, achieved = inputs.silver(inputs.events)
     if clock is not None:
@@ -674,7 +661,7 @@ def _recompute_incremental(
     generation: str,
     inputs: RecomputeInputs,
     previous: Previous,
-    clock: _PhaseClock | None,
+    clock: PhaseClock | None,
 ) -> Build:
     """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
 
@@ -839,7 +826,7 @@ def publish_segments(
     *,
     bucket_target: int = DEFAULT_BUCKET_TARGET,
     fail_at: str | None = None,
-    clock: _PhaseClock | None = None,
+    clock: PhaseClock | None = None,
     build: Build | None = None,
 ) -> str:
     """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention.
@@ -985,7 +972,7 @@ def _build_entry(
 
 def _run_publish(
     settings: Settings,
-    clock: _PhaseClock,
+    clock: PhaseClock,
     *,
     spark: SparkSession | None,
     boards: BoardsConfig | None,

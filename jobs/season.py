@@ -25,7 +25,6 @@ from __future__ import annotations
 import getpass
 import os
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +55,7 @@ from jobs.awards import (
     write_version,
 )
 from jobs.land import LandingGap, table_exists
+from jobs.phase_clock import PhaseClock
 from jobs.publish_lock import publish_lock
 from serving.files import read_arrow
 from serving.registry import GenerationRegistry
@@ -246,20 +246,6 @@ def _contributions(
         return pq.read_table(f"{tmp}/c")
 
 
-class _Laps:
-    """Wall-clock seconds per step into an optional dict."""
-
-    def __init__(self, out: dict[str, float] | None) -> None:
-        self.out = out
-        self.last = time.perf_counter()
-
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        if self.out is not None:
-            self.out[step] = round(now - self.last, 3)
-        self.last = now
-
-
 def close_season(
     settings: Settings,
     season_id: str,
@@ -302,7 +288,7 @@ def close_season(
     from jobs.publish import land_inputs, run_publish
     from speed.rebase import rebase_published
 
-    clock = _Laps(timings)
+    clock = PhaseClock(timings)
     with publish_lock(settings):
         clean_partial(settings.data_dir, season.id)
         client = sync_client(resolve_redis_url(settings))
