@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from bench.ingest import CLK_TCK, EventFactory, bench_boards
+from bench.ingest import CLK_TCK, EventFactory, bench_boards, prepared_batches
 from speed.lua import load
 from speed.server import RedisServer
 
@@ -135,22 +135,7 @@ def _cpu(pid: int) -> tuple[float, float]:
 def _prepare(
     factory: EventFactory, events: int, batch_size: int, tag: str
 ) -> list[list[Any]]:
-    from api.routes.score_events import validate_event
-    from conf.rules import default_registry
-    from conf.settings import Settings
-
-    settings = Settings(rate_limit="off")
-    boards = bench_boards()
-    rules = default_registry()
-    now = datetime.now(UTC)
-    batches = []
-    for b in range((events + batch_size - 1) // batch_size):
-        raws = [
-            factory.event(f"{tag}{b}")
-            for _ in range(min(batch_size, events - b * batch_size))
-        ]
-        batches.append([validate_event(r, settings, boards, now, rules) for r in raws])
-    return batches
+    return [valid for _, valid in prepared_batches(factory, events, batch_size, tag)]
 
 
 async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[str, int]:

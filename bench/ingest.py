@@ -164,6 +164,30 @@ class EventFactory:
         }
 
 
+def prepared_batches(
+    factory: EventFactory, events: int, batch_size: int, tag: str
+) -> list[tuple[list[dict[str, Any]], list[Any]]]:
+    """``events`` new events in batches of ``batch_size``: each batch's raw bodies
+    and the same events validated as the API would (for the speed layer alone)."""
+    from api.routes.score_events import validate_event
+    from conf.rules import default_registry
+    from conf.settings import Settings
+
+    settings = Settings(rate_limit="off")
+    boards = bench_boards()
+    rules = default_registry()
+    now = datetime.now(UTC)
+    batches = []
+    for b in range((events + batch_size - 1) // batch_size):
+        raws = [
+            factory.event(f"{tag}{b}")
+            for _ in range(min(batch_size, events - b * batch_size))
+        ]
+        valid = [validate_event(r, settings, boards, now, rules) for r in raws]
+        batches.append((raws, valid))
+    return batches
+
+
 def signed(body: bytes) -> dict[str, str]:
     return {
         "content-type": "application/json",
@@ -491,14 +515,7 @@ async def bench_speed_layer(
     boards = bench_boards()
     rules = default_registry()
     now = datetime.now(UTC)
-    batches = []
-    for b in range((total_events + batch_size - 1) // batch_size):
-        raws = [
-            factory.event(f"d{b}")
-            for _ in range(min(batch_size, total_events - b * batch_size))
-        ]
-        valid = [validate_event(r, settings, boards, now, rules) for r in raws]
-        batches.append((raws, valid))
+    batches = prepared_batches(factory, total_events, batch_size, "d")
     client = aioredis.from_url(redis_url, max_connections=256)
     speed = SpeedLayer(
         client, boards, settings.partitions, settings.record_ttl_seconds, None

@@ -615,8 +615,8 @@ class RecomputeInputs:
     shadowed: set[str]
     partitions: int
 
-    def silver(self, events: DataFrame) -> tuple[DataFrame, DataFrame | None]:
-        """(contributions, first-achieved times) of ``events`` up to the boundary."""
+    def contributions(self, events: DataFrame) -> DataFrame:
+        """Silver contribution rows of ``events`` up to the boundary."""
         contributions, _ = transform_recompute(
             events,
             self.boundary,
@@ -625,6 +625,11 @@ class RecomputeInputs:
             window_rule=self.boards.rule,
             registry=self.registry,
         )
+        return contributions
+
+    def silver(self, events: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+        """(contributions, first-achieved times) of ``events`` up to the boundary."""
+        contributions = self.contributions(events)
         achieved = transform_achieved(
             events, self.boundary, self.boards.seasons, self.boards.window_lateness_ms
         )
@@ -688,14 +693,7 @@ def _recompute_incremental(
     source_count = sources.count()
     if clock is not None:
         clock.lap("read_pairs")
-    derived, _ = transform_recompute(
-        sources,
-        inputs.boundary,
-        inputs.seasons,
-        window_lateness_ms=inputs.boards.window_lateness_ms,
-        window_rule=inputs.boards.rule,
-        registry=inputs.registry,
-    )
+    derived = inputs.contributions(sources)
     fresh = derived.join(
         F.broadcast(pairs), ["player_id", "match_id"], "left_semi"
     ).localCheckpoint(eager=True)
