@@ -69,6 +69,9 @@ def test_verify_agrees_then_names_planted_divergences(
     monkeypatch.setenv("LB_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("LB_PARTITIONS", str(settings.partitions))
     monkeypatch.setenv("LB_RATE_LIMIT", "off")
+    # The test's boards (windows open on any date): with the default file the
+    # November season is closed after 1 December and verify reads it as a snapshot.
+    monkeypatch.setenv("LB_BOARDS_FILE", str(settings.boards_file))
     code = lb_main(["verify", "--board", BOARD, "--sample", "3", "--seed", "2"])
     out = capsys.readouterr().out
     assert code == 1
