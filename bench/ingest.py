@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -606,14 +607,48 @@ def commandstats(client: redis.Redis) -> dict[str, Any]:
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The API's pid is uvicorn's supervisor; its workers (children) serve the requests.
+API_TREE = ("api",)
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
 
 
 def _proc_cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    """CPU seconds of ``pid``: utime + stime, all threads."""
+    fields = _stat_fields(pid)
+    if fields is None:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime, all threads
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and every process below it (uvicorn's workers are
+    children of the API's pid): utime + stime of each, plus cutime + cstime
+    (children it reaped, so a worker that exits mid-phase keeps its CPU in the
+    sum)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None:
+                parent[int(entry.name)] = int(fields[1])
+    tree = {pid}
+    while True:
+        below = {child for child, ppid in parent.items() if ppid in tree}
+        if below <= tree:
+            break
+        tree |= below
+    total = 0
+    for member in tree:
+        fields = _stat_fields(member)
+        if fields is not None:
+            total += sum(int(x) for x in fields[11:15])
+    return total / CLK_TCK
 
 
 def _machine_cpu() -> tuple[float, float]:
@@ -626,14 +661,22 @@ def _machine_cpu() -> tuple[float, float]:
 
 
 class CpuMeter:
-    """CPU seconds used by the API, Redis, this generator and everything else."""
+    """CPU seconds used by the API, Redis, this generator and everything else.
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    Names in ``trees`` count their process and every descendant: the API's pid is
+    uvicorn's supervisor, which does no request work; its worker processes do.
+    """
+
+    def __init__(self, pids: dict[str, int], trees: Iterable[str] = ()) -> None:
         self.pids = pids
+        self.trees = frozenset(trees)
         self.start = self._snap()
 
     def _snap(self) -> dict[str, float]:
-        snap = {name: _proc_cpu(pid) for name, pid in self.pids.items()}
+        snap = {
+            name: (_tree_cpu if name in self.trees else _proc_cpu)(pid)
+            for name, pid in self.pids.items()
+        }
         snap["machine_busy"], snap["machine_total"] = _machine_cpu()
         snap["wall"] = time.monotonic()
         return snap
@@ -898,7 +941,7 @@ async def run(
             f"{args.concurrency} connections ...",
             flush=True,
         )
-        meter = CpuMeter(pids)
+        meter = CpuMeter(pids, trees=API_TREE)
         report["batch"] = await bench_batch(
             url,
             factory,
@@ -938,7 +981,7 @@ async def run(
             "open loop ...",
             flush=True,
         )
-        meter = CpuMeter(pids)
+        meter = CpuMeter(pids, trees=API_TREE)
         report["single"] = await bench_single(
             url,
             factory,
@@ -956,7 +999,7 @@ async def run(
             f"d. speed layer alone (no HTTP): {args.ceiling_events} events ...",
             flush=True,
         )
-        meter = CpuMeter(pids)
+        meter = CpuMeter(pids, trees=API_TREE)
         report["speed_layer"] = await bench_speed_layer(
             redis_url, factory, args.ceiling_events, args.batch_size, args.concurrency
         )
@@ -1004,7 +1047,10 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "args": {k: str(v) for k, v in vars(args).items()},
         "machine": machine(),
-        "note": "load generator, API (one uvicorn process) and Redis share the CPUs",
+        "note": (
+            "load generator, API (uvicorn: supervisor + workers, api_cpu_s sums "
+            "them) and Redis share the CPUs"
+        ),
     }
     code = 0
     try:

@@ -20,6 +20,10 @@ RFC3339 = re.compile(
 MAX_ID_CHARS = 64
 ID_PUNCTUATION = frozenset("_-.:")
 ID_FIELDS = ("eventId", "playerId", "matchId")
+# The common case of normalize_id's rule: an ASCII id is its own NFC form, and its
+# only letters and digits are these, so this match decides it without the
+# per-character Unicode lookups (a test checks both paths agree).
+ASCII_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,%d}" % MAX_ID_CHARS)
 
 
 class EventResult(BaseModel):
@@ -31,6 +35,10 @@ class EventResult(BaseModel):
     placement: StrictInt | None = None
     kills: StrictInt | None = None
     durationSeconds: StrictInt | None = None
+
+
+# The fields of a match record, in declaration order (NormalizedEvent.record).
+RECORD_FIELDS = tuple(EventResult.model_fields)
 
 
 class ScoreEventIn(BaseModel):
@@ -78,7 +86,12 @@ def normalize_id(field: str, value: str) -> str:
     NFC makes a composed and a decomposed ``José`` one player; refusing '/' and the
     like keeps every accepted id readable back through a URL path.
     """
-    nfc = unicodedata.normalize("NFC", value)
+    if value.isascii():
+        if ASCII_ID.fullmatch(value):
+            return value
+        nfc = value
+    else:
+        nfc = unicodedata.normalize("NFC", value)
     if not 1 <= len(nfc) <= MAX_ID_CHARS:
         raise EventInvalid(field, f"must be 1-{MAX_ID_CHARS} characters after NFC")
     if not all(_id_char_ok(c, i == 0) for i, c in enumerate(nfc)):
@@ -150,7 +163,9 @@ class NormalizedEvent:
     @property
     def record(self) -> dict[str, int | None]:
         """The match record's fields (None when absent)."""
-        return self.event.result.model_dump()
+        result = self.event.result
+        # What model_dump() gives, without pydantic's serializer per event.
+        return {name: getattr(result, name) for name in RECORD_FIELDS}
 
     @property
     def points(self) -> int:

@@ -6,9 +6,24 @@ rule's per-match bound, never reaches Redis.
 
 from __future__ import annotations
 
-from conf.boards import BoardsConfig, boards_for_event
+from datetime import datetime
+
+from conf.boards import BoardsConfig
 from conf.rules import RuleRegistry
 from speed.events import NormalizedEvent
+
+
+def rules_for_event(boards: BoardsConfig, occurred_at: datetime) -> set[str]:
+    """The scoring rules of the boards an event at ``occurred_at`` feeds: the rule
+    of every rolling window (one always holds the moment: all-time) and of each
+    season holding it. The same set as ``{spec.rule for spec in
+    boards_for_event(...)}`` without building the board specs (a test checks it);
+    the region changes which boards, never which rules."""
+    rules = {boards.rule}
+    for season in boards.seasons:
+        if season.start <= occurred_at < season.end:
+            rules.add(season.rule)
+    return rules
 
 
 def score_event(
@@ -20,7 +35,8 @@ def score_event(
         bounds.
     :raises conf.rules.Implausible: beyond a rule's points per match.
     """
-    specs = boards_for_event(boards, event.occurred_at, event.event.region)
-    event.scores = rules.score_all({spec.rule for spec in specs}, event.record)
+    event.scores = rules.score_all(
+        rules_for_event(boards, event.occurred_at), event.record
+    )
     event.limits = rules.limits(event.scores)
     return event
