@@ -23,7 +23,7 @@ ID_FIELDS = ("eventId", "playerId", "matchId")
 # The common case of normalize_id's rule: an ASCII id is its own NFC form, and its
 # only letters and digits are these, so this match decides it without the
 # per-character Unicode lookups (a test checks both paths agree).
-ASCII_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,%d}" % MAX_ID_CHARS)
+ASCII_ID = re.compile(rf"[A-Za-z0-9_.:\-]{{1,{MAX_ID_CHARS}}}")
 
 
 class EventResult(BaseModel):
