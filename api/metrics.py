@@ -15,9 +15,10 @@ are not per process at all: each scrape reads them from Redis and the data dir
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -109,9 +110,10 @@ def prepare_multiprocess_dir(settings: Settings) -> Path:
     return path
 
 
-def record_outcomes(statuses: list[str]) -> None:
-    for status in statuses:
-        EVENTS.labels(status).inc()
+def record_outcomes(statuses: Iterable[str]) -> None:
+    # One inc per distinct status: a batch of 1000 costs a few label lookups.
+    for status, count in collections.Counter(statuses).items():
+        EVENTS.labels(status).inc(count)
 
 
 def record_rejected(error: str, count: int = 1) -> None:

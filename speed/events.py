@@ -121,6 +121,21 @@ def parse_rfc3339(value: str) -> datetime:
         ) from None
 
 
+def canonical_time(text: str, moment: datetime) -> str:
+    """occurredAt as the canonical body writes it: UTC, milliseconds, ``Z``.
+
+    ``text`` is the wire's form of ``moment`` (parsed by :func:`parse_rfc3339`) or
+    "". The forms servers send most, ``...T10:00:00Z`` and ``...T10:00:00.123Z``,
+    are already UTC with whole milliseconds, so the text gives the canonical form
+    without formatting the datetime (a test checks both ways agree).
+    """
+    if len(text) == 20 and text[19] == "Z" and text[10] == "T":
+        return text[:19] + ".000Z"
+    if len(text) == 24 and text[23] == "Z" and text[19] == "." and text[10] == "T":
+        return text
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class NormalizedEvent:
     """A validated event with its canonical form, fingerprint and occurredAt.
 
@@ -133,7 +148,11 @@ class NormalizedEvent:
         "event", "occurred_at", "canonical", "fingerprint", "body", "scores", "limits"
     )
 
-    def __init__(self, event: ScoreEventIn, occurred_at: datetime) -> None:
+    def __init__(
+        self, event: ScoreEventIn, occurred_at: datetime, occurred_text: str = ""
+    ) -> None:
+        """``occurred_text``: the wire's occurredAt (:func:`canonical_time` reuses
+        it when it already is the canonical form)."""
         self.event = event
         self.occurred_at = occurred_at
         body = {
@@ -141,9 +160,7 @@ class NormalizedEvent:
             "playerId": event.playerId,
             "matchId": event.matchId,
             "sourceRevision": event.sourceRevision,
-            "occurredAt": occurred_at.isoformat(timespec="milliseconds").replace(
-                "+00:00", "Z"
-            ),
+            "occurredAt": canonical_time(occurred_text, occurred_at),
             "region": event.region,
             "points": event.result.points,
             "kind": event.kind,
@@ -230,4 +247,4 @@ def normalize(
     if occurred_at < oldest:
         # Its dedupe record may be gone: accepting it could count it twice.
         raise TooOld("occurredAt", f"older than the dedupe window ({dedupe_window})")
-    return NormalizedEvent(event, occurred_at)
+    return NormalizedEvent(event, occurred_at, event.occurredAt)

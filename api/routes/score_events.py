@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -226,9 +227,13 @@ async def submit_score_event_batch(
             results[index] = error_body(
                 "rate_limited", str(outcome.error), retryAfter=outcome.error.retry_after
             )
-    for item in results:
-        if item is not None and "error" in item:
-            record_rejected(item["error"])
-        elif item is not None:
-            record_outcomes([item["status"]])
+    # Metrics once per distinct outcome, not once per event.
+    errors = collections.Counter(
+        item["error"] for item in results if item and "error" in item
+    )
+    for code, count in errors.items():
+        record_rejected(code, count)
+    record_outcomes(
+        item["status"] for item in results if item and "error" not in item
+    )
     return FastJSONResponse({"results": results})

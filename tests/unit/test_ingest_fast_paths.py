@@ -24,7 +24,9 @@ from speed.events import (
     EventResult,
     NormalizedEvent,
     ScoreEventIn,
+    canonical_time,
     normalize_id,
+    parse_rfc3339,
 )
 from speed.scoring import rules_for_event
 
@@ -152,3 +154,34 @@ def test_record_is_what_pydantic_dumps(result: EventResult) -> None:
     normalized = NormalizedEvent(event, datetime(2026, 11, 20, 10, tzinfo=UTC))
     assert normalized.record == result.model_dump()
     assert list(normalized.record) == list(result.model_dump())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.just(UTC),
+    ),
+    st.sampled_from(["", ".1", ".12", ".123", ".1234", ".123456789"]),
+    st.sampled_from(["Z", "z", "+00:00", "+05:30", "-23:59"]),
+    st.sampled_from(["T", "t", " "]),
+)
+def test_canonical_time_from_the_text_is_the_formatted_one(
+    moment: datetime, fraction: str, zone: str, sep: str
+) -> None:
+    digits = f"{moment.microsecond:06d}000"[: len(fraction) - 1]
+    m = moment
+    text = (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}{sep}"
+        f"{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+        + (f".{digits}" if fraction else "")
+        + zone
+    )
+    try:
+        parsed = parse_rfc3339(text)
+    except ValueError:  # an offset that leaves years 1-9999
+        return
+    formatted = parsed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert canonical_time(text, parsed) == formatted
+    assert canonical_time("", parsed) == formatted
