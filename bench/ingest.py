@@ -603,6 +603,32 @@ def commandstats(client: redis.Redis) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- groups
+
+
+def group_commits(url: str) -> tuple[float, float]:
+    """(groups sent, apply() calls in them) so far, summed over the API's workers:
+    the ``lb_speed_group_commit_calls`` histogram of /metrics (speed/store.py)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    found = {"count": 0.0, "sum": 0.0}
+    for line in text.splitlines():
+        for part in found:
+            if line.startswith(f"lb_speed_group_commit_calls_{part} "):
+                found[part] = float(line.rsplit(" ", 1)[1])
+    return found["count"], found["sum"]
+
+
+def group_commit_delta(
+    before: tuple[float, float], after: tuple[float, float]
+) -> dict[str, Any]:
+    groups, calls = after[0] - before[0], after[1] - before[1]
+    return {
+        "groups": int(groups),
+        "calls": int(calls),
+        "calls_per_group": round(calls / groups, 2) if groups else None,
+    }
+
+
 # --------------------------------------------------------------------------- cpu
 
 
@@ -818,6 +844,12 @@ def print_table(report: dict[str, Any]) -> None:
             f"max {b['latency_service']['max_ms']} ms",
         ),
         ("single: CPU us/event api|redis|generator", _cpu_cell(b), _cpu_other(b)),
+        (
+            "single: requests per group commit",
+            str((b.get("group_commit") or {}).get("calls_per_group", "-")),
+            f"{(b.get('group_commit') or {}).get('groups', '-')} groups "
+            "(lb_speed_group_commit_calls, LB_GROUP_COMMIT_US)",
+        ),
         *_ceiling_rows(report),
         (
             "redis: bytes / dedupe record",
@@ -982,6 +1014,7 @@ async def run(
             flush=True,
         )
         meter = CpuMeter(pids, trees=API_TREE)
+        groups_before = group_commits(url)
         report["single"] = await bench_single(
             url,
             factory,
@@ -991,6 +1024,9 @@ async def run(
             args.single_client,
         )
         report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
+        report["single"]["group_commit"] = group_commit_delta(
+            groups_before, group_commits(url)
+        )
         report["single"]["top_processes_after"] = top_processes()
         report["redis_commandstats_single"] = commandstats(client)
     if args.ceiling_events > 0:
