@@ -26,6 +26,9 @@ ID_FIELDS = ("eventId", "playerId", "matchId")
 ASCII_ID = re.compile(rf"[A-Za-z0-9_.:\-]{{1,{MAX_ID_CHARS}}}")
 
 
+BEYOND_MICROSECONDS = re.compile(r"\.(\d{6})\d+")
+
+
 class EventResult(BaseModel):
     """The match record. Which fields are needed, and their bounds, is up to the
     scoring rules of the boards the event feeds (conf/rules.py)."""
@@ -110,7 +113,8 @@ def parse_rfc3339(value: str) -> datetime:
         )
     text = value.replace("z", "Z").replace("t", "T").replace(" ", "T")
     # Python accepts at most microseconds; trim extra fractional digits.
-    text = re.sub(r"\.(\d{6})\d+", r".\1", text)
+    if "." in text:
+        text = BEYOND_MICROSECONDS.sub(r".\1", text)
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
     except (OverflowError, ValueError):
@@ -145,7 +149,14 @@ class NormalizedEvent:
     """
 
     __slots__ = (
-        "event", "occurred_at", "canonical", "fingerprint", "body", "scores", "limits"
+        "event",
+        "occurred_at",
+        "canonical",
+        "fingerprint",
+        "body",
+        "scores",
+        "limits",
+        "record",
     )
 
     def __init__(
@@ -166,6 +177,12 @@ class NormalizedEvent:
             "kind": event.kind,
             "reason": event.reason,
         }
+        result = event.result
+        # The match record's fields (None when absent): what result.model_dump()
+        # gives, without pydantic's serializer per event.
+        self.record: dict[str, int | None] = {
+            name: getattr(result, name) for name in RECORD_FIELDS
+        }
         # Record fields beyond points only when present: a points-only event keeps
         # the fingerprint it had before rules could read other fields.
         for name, value in self.record.items():
@@ -176,13 +193,6 @@ class NormalizedEvent:
         self.fingerprint = hashlib.blake2b(self.canonical, digest_size=12).hexdigest()
         self.scores: dict[str, int] = {}
         self.limits: tuple[int, int] = (0, 0)
-
-    @property
-    def record(self) -> dict[str, int | None]:
-        """The match record's fields (None when absent)."""
-        result = self.event.result
-        # What model_dump() gives, without pydantic's serializer per event.
-        return {name: getattr(result, name) for name in RECORD_FIELDS}
 
     @property
     def points(self) -> int:
