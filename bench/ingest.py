@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -424,7 +425,10 @@ async def bench_single(
     seconds: float,
     connections: int,
     client_kind: str,
+    gc_freeze: bool = True,
 ) -> dict[str, Any]:
+    from bench.reads import GcPauses
+
     n = int(rate * seconds)
     # Pre-build and pre-sign every request so the generator spends its time sending.
     requests = []
@@ -434,6 +438,10 @@ async def bench_single(
         requests.append((ev, body, signed(body)))
     from_schedule: list[float] = []
     service: list[float] = []
+    # (scheduled send on the monotonic clock, latency from it): which slow
+    # requests were in flight during one of the generator's GC pauses.
+    timed: list[tuple[float, float]] = []
+    to_monotonic = time.monotonic() - time.perf_counter()
     verify = Verify()
     errors: dict[str, int] = {}
 
@@ -457,22 +465,34 @@ async def bench_single(
             done = time.perf_counter()
             from_schedule.append(done - scheduled)
             service.append(done - sent)
+            timed.append((scheduled + to_monotonic, done - scheduled))
             if status != 200:
                 errors[str(status)] = errors.get(str(status), 0) + 1
                 return
             verify.check(ev, orjson.loads(content))
 
+        # The generator's own full collections stop its event loop, which shows as
+        # latency of every request in flight (bench/RESULTS.md, issue 13: one
+        # 150 ms pause is a p99 at 500 req/s). After a 100,000-event batch phase
+        # and with every request pre-built, its heap is large: everything alive now
+        # lives to the end, so keep it out of the collector's walks.
+        if gc_freeze:
+            gc.collect()
+            gc.freeze()
         tasks = []
-        started = time.perf_counter()
-        for i, (ev, body, headers) in enumerate(requests):
-            scheduled = started + i / rate
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(scheduled, ev, body, headers)))
-        send_done = time.perf_counter()
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - started
+        with GcPauses() as pauses:
+            started = time.perf_counter()
+            for i, (ev, body, headers) in enumerate(requests):
+                scheduled = started + i / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(scheduled, ev, body, headers)))
+            send_done = time.perf_counter()
+            await asyncio.gather(*tasks)
+            elapsed = time.perf_counter() - started
+        if gc_freeze:
+            gc.unfreeze()
     return {
         "http_client": kind,
         "offered_rate_per_s": rate,
@@ -489,6 +509,10 @@ async def bench_single(
         "verification_failures": verify.bad,
         "latency_from_schedule": summarize_ms(from_schedule),
         "latency_service": summarize_ms(service),
+        "generator_gc_frozen": gc_freeze,
+        "generator_gc": pauses.report(
+            [t for t, _ in timed], [latency for _, latency in timed], over_ms=20.0
+        ),
     }
 
 
@@ -805,6 +829,7 @@ def _cpu_other(phase: dict[str, Any]) -> str:
 
 def print_table(report: dict[str, Any]) -> None:
     a, b, c = report["batch"], report["single"], report["memory"]
+    pauses = b.get("generator_gc") or {}
     rows = [
         (
             "batch: accepted events/s",
@@ -844,6 +869,14 @@ def print_table(report: dict[str, Any]) -> None:
             f"max {b['latency_service']['max_ms']} ms",
         ),
         ("single: CPU us/event api|redis|generator", _cpu_cell(b), _cpu_other(b)),
+        (
+            "single: generator GC pauses",
+            f"max {pauses.get('max_ms', '-')} ms",
+            f"collections {pauses.get('collections', '-')}, slow (> 20 ms) requests "
+            "in flight during a pause >= 5 ms: "
+            f"{pauses.get('of_them_in_flight_during_a_pause_over_5ms', '-')} of "
+            f"{pauses.get('slow_over_20ms', '-')}",
+        ),
         (
             "single: requests per group commit",
             str((b.get("group_commit") or {}).get("calls_per_group", "-")),
@@ -938,6 +971,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=30_000,
         help="events for the speed-layer-only run, no HTTP (0 skips; default 30000)",
     )
+    p.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="leave the generator's heap to the collector in the single phase "
+        "(for comparison; its pauses are reported either way)",
+    )
     p.add_argument("--skip-batch", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--keep-data", action="store_true", help="keep the temp LB_DATA_DIR")
@@ -1022,6 +1061,7 @@ async def run(
             args.single_seconds,
             args.single_connections,
             args.single_client,
+            gc_freeze=not args.no_gc_freeze,
         )
         report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
         report["single"]["group_commit"] = group_commit_delta(
