@@ -34,7 +34,8 @@ def test_a_tree_counts_its_children_and_a_process_does_not() -> None:
         start_tree = _tree_cpu(parent.pid)
         # Until the child has burnt its CPU (the parent then blocks on stdin).
         deadline = time.monotonic() + 30
-        while _tree_cpu(parent.pid) - start_tree < 0.25 < deadline - time.monotonic():
+        while _tree_cpu(parent.pid) - start_tree < 0.25:
+            assert time.monotonic() < deadline, "the child never burnt its CPU"
             time.sleep(0.05)
         out = meter.stop(events=1)
     finally:
