@@ -140,6 +140,10 @@ def canonical_time(text: str, moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# The last key of every canonical body (NormalizedEvent.log_json).
+SOURCE_REVISION_KEY = b',"sourceRevision":'
+
+
 class NormalizedEvent:
     """A validated event with its canonical form, fingerprint and occurredAt.
 
@@ -202,10 +206,19 @@ class NormalizedEvent:
 
     def log_json(self) -> bytes:
         """The event as written to the partition log: the canonical body plus the
-        points under every rule its boards use (the rule version is the key)."""
-        return orjson.dumps(
-            {**self.body, "scores": self.scores}, option=orjson.OPT_SORT_KEYS
-        )
+        points under every rule its boards use (the rule version is the key), keys
+        sorted: ``orjson.dumps({**body, "scores": scores}, OPT_SORT_KEYS)``.
+
+        Built from the canonical bytes instead of dumping the body again: of the
+        body's keys, ``sourceRevision`` alone sorts after ``scores``, so the scores
+        go just before it. ``,"sourceRevision":`` occurs once in the canonical
+        bytes: inside a JSON string a quote is escaped, so no string holds ``,"``.
+        (A test checks this equals the plain dump.)
+        """
+        canonical = self.canonical
+        at = canonical.rindex(SOURCE_REVISION_KEY)
+        scores = orjson.dumps(self.scores, option=orjson.OPT_SORT_KEYS)
+        return b"".join((canonical[:at], b',"scores":', scores, canonical[at:]))
 
 
 # Keys of a logged event that are not part of its canonical form (derived from it).

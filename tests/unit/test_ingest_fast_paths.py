@@ -12,6 +12,7 @@ from __future__ import annotations
 import unicodedata
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -185,3 +186,37 @@ def test_canonical_time_from_the_text_is_the_formatted_one(
     formatted = parsed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     assert canonical_time(text, parsed) == formatted
     assert canonical_time("", parsed) == formatted
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(max_size=40),
+    st.none() | st.integers(min_value=0, max_value=400),
+    st.booleans(),
+    st.dictionaries(
+        st.sampled_from(["v1", "v2", "v10", "a", "zz"]),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    ),
+)
+def test_logged_event_is_the_sorted_dump(
+    reason: str, placement: int | None, correction: bool, scores: dict[str, int]
+) -> None:
+    # Reasons may hold quotes, commas and the very key the splice looks for.
+    reason = reason + ',"sourceRevision":1,"scores":{}'
+    event = ScoreEventIn(
+        eventId="E1",
+        playerId="P1",
+        matchId="M1",
+        sourceRevision=7,
+        occurredAt="2026-11-20T10:00:00Z",
+        region="eu",
+        result=EventResult(points=5, placement=placement),
+        kind="correction" if correction else "result",
+        reason=reason,
+    )
+    normalized = NormalizedEvent(event, datetime(2026, 11, 20, 10, tzinfo=UTC))
+    normalized.scores = scores
+    expected = orjson.dumps(
+        {**normalized.body, "scores": scores}, option=orjson.OPT_SORT_KEYS
+    )
+    assert normalized.log_json() == expected
