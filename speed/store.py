@@ -139,7 +139,7 @@ class SpeedLayer:
         self._keys_cache: dict[int, Keys] = {}
         self.use_boards(boards)
         self._periods_cache: dict[date, dict[str, str]] = {}
-        self._texts_cache: dict[str, bytes] = {}
+        self._texts_cache: dict[tuple[str, str, str], bytes] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
         # Quarantine thresholds of the latest generation: board -> cohort (region) ->
@@ -373,11 +373,7 @@ class SpeedLayer:
                         row,
                     )
                 )
-                parts.append(
-                    self._ref_texts(
-                        short_board(spec.board, periods, event.region), base
-                    )
-                )
+                parts.append(self._ref_texts(spec.board, periods, event.region, base))
             event_args.append(b"".join(parts))
         args = [
             now_ms,
@@ -397,18 +393,23 @@ class SpeedLayer:
         all_keys = script_keys + event_keys
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
 
-    def _ref_texts(self, saved_as: str, base: str) -> bytes:
-        """The strings of an EV_BOARD record, packed; cached when the player is not
-        in the base (the common case: the board's short name alone varies)."""
+    def _ref_texts(
+        self, board: str, periods: dict[str, str], region: str, base: str
+    ) -> bytes:
+        """The strings of an EV_BOARD record, packed: the board's name in the saved
+        result (short against the event's periods and region) and its base. Cached
+        when the player is not in the base (the common case); the periods follow
+        from the UTC day, their "daily" id."""
         if base:
+            saved_as = short_board(board, periods, region)
             return pack_strings((saved_as.encode(), base.encode()))
-        packed = self._texts_cache.get(saved_as)
+        key = (board, periods["daily"], region)
+        packed = self._texts_cache.get(key)
         if packed is None:
             if len(self._texts_cache) > 4096:
                 self._texts_cache.clear()
-            packed = self._texts_cache[saved_as] = pack_strings(
-                (saved_as.encode(), b"")
-            )
+            saved_as = short_board(board, periods, region)
+            packed = self._texts_cache[key] = pack_strings((saved_as.encode(), b""))
         return packed
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
