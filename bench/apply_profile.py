@@ -215,6 +215,53 @@ async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[st
     return statuses
 
 
+def encode_cost(batches: list[list[Any]], repeats: int = 5) -> float:
+    """Python CPU (µs per event, best of ``repeats``) of building the owner
+    transaction's EVALSHAs (``SpeedLayer._chunk_command``) and serializing them
+    (redis-py ``pack_commands``), as the API does per request; no Redis."""
+    import redis.asyncio as aioredis
+
+    from conf.settings import Settings
+    from speed.partitions import partition_of
+    from speed.scoring import score_event
+    from speed.store import SpeedLayer, _Call
+
+    settings = Settings(rate_limit="off")
+    client = aioredis.Redis()
+    speed = SpeedLayer(
+        client,
+        bench_boards(),
+        settings.partitions,
+        settings.record_ttl_seconds,
+        None,
+    )
+    speed._bases = dict.fromkeys(range(settings.partitions), 0)
+    connection = client.connection_pool.make_connection()
+    for batch in batches:
+        for e in batch:
+            if not e.scores:
+                score_event(e, speed.boards, speed.rules)
+    n = sum(len(b) for b in batches)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for batch in batches:
+            by_partition: dict[int, list[_Call]] = {}
+            for e in batch:
+                p = partition_of(e.event.playerId, speed.partitions)
+                call = _Call(e, p, speed._boards_for(e.occurred_at, e.event.region))
+                by_partition.setdefault(p, []).append(call)
+            now_ms = int(time.time() * 1000)
+            connection.pack_commands(
+                [
+                    speed._chunk_command(p, calls, "apply", now_ms)
+                    for p, calls in by_partition.items()
+                ]
+            )
+        best = min(best, (time.process_time() - start) / n * 1e6)
+    return round(best, 1)
+
+
 def one_round(
     script: str, warm: list[list[Any]], timed: list[list[Any]]
 ) -> dict[str, Any]:
@@ -313,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run each variant with wall-clock laps per section (Redis TIME)",
     )
+    p.add_argument(
+        "--encode-only",
+        action="store_true",
+        help="only measure the Python side: building and serializing the EVALSHAs",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
     args = p.parse_args(argv)
     variants = {str(s): s.read_text() for s in args.script or []} or {
@@ -327,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     factory = EventFactory(args.players, args.seed, datetime.now(UTC))
     warm = _prepare(factory, args.warmup, args.batch_size, "w")
     timed = _prepare(factory, args.events, args.batch_size, "t")
+    if args.encode_only:
+        print(
+            "Python, building + serializing the EVALSHAs: "
+            f"{encode_cost(timed)} µs/event (best of 5, {args.events} events)"
+        )
+        return 0
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, text in variants.items():
