@@ -1,4 +1,4 @@
-"""bench/apply_profile.py edits the owner transaction by text: its markers must match."""
+"""bench/apply_profile.py edits the owner transaction by text: markers must match."""
 
 from __future__ import annotations
 
