@@ -94,7 +94,12 @@ from jobs.recompute import (
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
-from jobs.versions import with_versions
+from jobs.versions import (
+    segment_files_with_versions,
+    transform_versions,
+    with_versions,
+    with_versions_since,
+)
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
 
 # The format is serving's; the re-exported names are the ones callers know from here.
@@ -781,6 +786,12 @@ def _recompute_incremental(
             .distinct()
             .collect()
         }
+    # A record's result names the boards whose version it moved: those boards'
+    # segments are rewritten too (else a linked segment would keep versions of an
+    # older boundary, which the next build's versions start from).
+    named = transform_versions(delta.select("player_id", "raw")).select("board")
+    listed = set(previous.manifest.get("boards", {}))
+    boards |= {r[0] for r in named.distinct().collect()} & listed
     touched_boards = sorted(boards)
     # Silver written by a full publish of older code has no deletion vectors yet.
     enable_deletion_vectors(spark, contributions_path)
@@ -846,7 +857,7 @@ def publish_segments(
     )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
-    rows = with_versions(spark, rows, bronze_path(settings), boundary)
+    rows = _rows_with_versions(settings, spark, rows, boundary, base, only)
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
@@ -954,6 +965,35 @@ def _segment_base(
     boundary = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
     previous = Previous(build.base, boundary, manifest, directory)
     return previous, dict(row["checksums"])
+
+
+def _rows_with_versions(
+    settings: Settings,
+    spark: SparkSession,
+    rows: DataFrame,
+    boundary: Mapping[int, int],
+    base: tuple[Previous, dict[str, str]] | None,
+    only: list[str] | None,
+) -> DataFrame:
+    """The gold rows to write with each pair's version: from the previous
+    generation's segments and the log's delta when this build extends one whose
+    segments carry versions, else parsed from the whole log."""
+    if base is not None and only is not None:
+        previous = base[0]
+        files = segment_files_with_versions(
+            previous.directory, previous.manifest.get("boards", {}), only
+        )
+        if files is not None:
+            return with_versions_since(
+                spark,
+                rows,
+                bronze_path(settings),
+                boundary,
+                previous.boundary,
+                previous.directory,
+                files,
+            )
+    return with_versions(spark, rows, bronze_path(settings), boundary)
 
 
 def _build_entry(

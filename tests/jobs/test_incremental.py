@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from delta.tables import DeltaTable
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hyp_settings
@@ -25,10 +26,11 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import to_ms
+from conf.boards import BoardsConfig, boards_for_event, to_ms
 from conf.settings import Settings
 from jobs.land import bronze_path, transform_records
 from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
+from serving.files import read_arrow
 from speed.server import RedisServer
 from tests.jobs.helpers import NOW_MS, ts
 
@@ -74,7 +76,15 @@ record = st.fixed_dictionaries(
 
 
 def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Log records (the speed layer's JSON) for a generated history."""
+    """Log records (the speed layer's JSON) for a generated history.
+
+    Every record's result names the boards of its event with the pair's next
+    version (what the segments' ``version`` column is derived from), held and
+    released records too: a pair can then be named by the log without a total on
+    that board (a correction that moved the match, a held record), which the
+    incremental build must carry over like the full derivation does."""
+    config = BoardsConfig.model_validate(yaml.safe_load(BOARDS_YAML))
+    versions: dict[tuple[str, str], int] = defaultdict(int)
     positions: dict[int, int] = defaultdict(int)
     ids: dict[str, list[str]] = defaultdict(list)
     held: dict[str, list[str]] = defaultdict(list)
@@ -91,6 +101,12 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             event_id, status = held[player][i % len(held[player])], "released"
         ids[player].append(event_id)
         positions[partition] += 1
+        named = []
+        for spec in boards_for_event(config, ts(h["occurred"]), h["region"]):
+            versions[(spec.board, player)] += 1
+            named.append(
+                {"board": spec.board, "version": versions[(spec.board, player)]}
+            )
         out.append(
             {
                 "partition": partition,
@@ -106,6 +122,7 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "region": h["region"],
                     "points": h["points"],
                 },
+                "result": {"boards": named},
             }
         )
     return out
@@ -287,6 +304,12 @@ def test_incremental_chain_links_untouched_boards(
         assert (g1 / s3).stat().st_ino == (g2 / s3).stat().st_ino  # hard link
         s4 = manifest(settings, "g2")["boards"]["season:S4:na"]["file"]
         assert (g1 / s4).stat().st_ino != (g2 / s4).stat().st_ino
+        # b's version on the rewritten board: 2 at g1's boundary, 3 after the
+        # delta's record (from g1's segment and the delta, not the whole log).
+        for directory, version in ((g1, 2), (g2, 3)):
+            table = read_arrow(directory / s4).to_pydict()
+            row = table["player_id"].index("b")
+            assert table["version"][row] == version, directory
         # Nothing new: every board is linked.
         assert run_publish(settings, spark=spark, land=False) == "g3"
         assert manifest(settings, "g3")["build"]["touchedBoards"] == 0
