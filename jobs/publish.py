@@ -571,7 +571,8 @@ def recompute_generation(
     boards = effective_boards(boards, rule_state)
     seasons = [*boards.seasons, *namespace_seasons(boards, rule_state)]
     points = (settings.points_min, settings.points_max)
-    fp = fingerprint(boards, seasons, points, bucket_target)
+    quarantine = (settings.quarantine_quantile, settings.quarantine_min_samples)
+    fp = fingerprint(boards, seasons, points, bucket_target, quarantine)
     shadowed = extract_shadowed(settings) if read_flags else set()
     previous: Previous | None = None
     if not full:
@@ -822,6 +823,7 @@ def _recompute_incremental(
         touched_boards=touched_boards,
         touched_players=touched_count,
         rederived_records=source_count,
+        shadowed=sorted(inputs.shadowed),
     )
 
 
@@ -868,12 +870,9 @@ def publish_segments(
             rows, tmp, bucket_target, board_orders(boards), umask=JOB_UMASK
         )
         # Shadowed players: in silver, left out of this generation's gold.
-        silver_totals = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
-        gold = spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS))
-        if only is not None:
-            silver_totals = silver_totals.where(F.col("board").isin(only))
-            gold = gold.where(F.col("board").isin(only))
-        write_hidden(hidden_from(silver_totals, gold, generation), tmp, board_files)
+        write_hidden(
+            _hidden_rows(settings, spark, generation, build, only), tmp, board_files
+        )
         if base is not None:
             previous, checksums = base
             rewritten = set(only or ())
@@ -896,11 +895,7 @@ def publish_segments(
     versions = table_versions(
         delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
     )
-    thresholds = extract_thresholds(
-        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
-        settings.quarantine_quantile,
-        settings.quarantine_min_samples,
-    )
+    thresholds = _thresholds(settings, spark, base, only)
     manifest_json = build_manifest(
         generation,
         published_at,
@@ -965,6 +960,72 @@ def _segment_base(
     boundary = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
     previous = Previous(build.base, boundary, manifest, directory)
     return previous, dict(row["checksums"])
+
+
+def _hidden_rows(
+    settings: Settings,
+    spark: SparkSession,
+    generation: str,
+    build: Build | None,
+    only: list[str] | None,
+) -> list[tuple[str, str, int]]:
+    """(board, player_id, score) of the rewritten boards' players silver holds and
+    gold left out. The ranking drops exactly the shadowed players' totals
+    (``transform_public``), so when the build recorded them (incremental) those are
+    their silver rows on the rewritten boards: a filtered scan of silver_totals, not
+    a join of all of them with the generation's gold rows."""
+    silver_totals = spark.read.format("delta").load(
+        str(settings.delta_dir / SILVER_TOTALS)
+    )
+    if only is not None:
+        silver_totals = silver_totals.where(F.col("board").isin(only))
+        if build is not None and build.shadowed is not None:
+            if not build.shadowed or not only:
+                return []
+            rows = (
+                silver_totals.where(F.col("player_id").isin(build.shadowed))
+                .select("board", "player_id", "score")
+                .collect()
+            )
+            return [(r["board"], r["player_id"], int(r["score"])) for r in rows]
+    gold = spark.read.format("delta").load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+    if only is not None:
+        gold = gold.where(F.col("board").isin(only))
+    return hidden_from(silver_totals, gold, generation)
+
+
+def _thresholds(
+    settings: Settings,
+    spark: SparkSession,
+    base: tuple[Previous, dict[str, str]] | None,
+    only: list[str] | None,
+) -> dict[str, dict[str, int]]:
+    """The manifest's quarantine thresholds. A board's thresholds are a function of
+    its silver contributions, which an incremental build changes only on boards it
+    rewrites: the others keep the previous manifest's, and the quantiles are taken
+    over the rewritten boards' rows only."""
+    contributions = spark.read.format("delta").load(
+        str(settings.delta_dir / SILVER_CONTRIBUTIONS)
+    )
+    quantile, samples = settings.quarantine_quantile, settings.quarantine_min_samples
+    if base is None or only is None or "board" not in contributions.columns:
+        return extract_thresholds(contributions, quantile, samples)
+    rewritten = set(only)
+    kept = {
+        board: dict(cohorts)
+        for board, cohorts in (base[0].manifest.get("quarantine") or {}).items()
+        if board not in rewritten
+    }
+    fresh = (
+        extract_thresholds(
+            contributions.where(F.col("board").isin(sorted(rewritten))),
+            quantile,
+            samples,
+        )
+        if rewritten
+        else {}
+    )
+    return dict(sorted({**kept, **fresh}.items()))
 
 
 def _rows_with_versions(

@@ -168,6 +168,9 @@ def make_settings(root: Path, redis_server: RedisServer) -> Settings:
         partitions=2,
         boards_file=boards,
         rate_limit="off",
+        # Thresholds on every board with a contribution, so the equality covers
+        # the untouched boards' thresholds an incremental manifest keeps.
+        quarantine_min_samples=1,
     )
 
 
@@ -306,6 +309,11 @@ def test_incremental_chain_links_untouched_boards(
         assert (g1 / s4).stat().st_ino != (g2 / s4).stat().st_ino
         # b's version on the rewritten board: 2 at g1's boundary, 3 after the
         # delta's record (from g1's segment and the delta, not the whole log).
+        # season:S3:eu (a's 5 points, untouched) keeps g1's threshold; S4:na's is
+        # taken again over its rows (b's corrected match: 1 and 2 points).
+        quarantine = manifest(settings, "g2")["quarantine"]
+        assert quarantine["season:S3:eu"] == {"eu": 5}
+        assert quarantine["season:S4:na"] == {"na": 2}
         for directory, version in ((g1, 2), (g2, 3)):
             table = read_arrow(directory / s4).to_pydict()
             row = table["player_id"].index("b")
