@@ -802,11 +802,15 @@ def _recompute_incremental(
     if clock is not None:
         clock.lap("merges")
     gold_path = delta_dir / GOLD_SNAPSHOTS
+    # The previous generation's rows of the boards not re-ranked (every gold board
+    # has a manifest entry): none to read when every board was touched, and a
+    # positive board list lets the scan skip files by their board statistics.
+    untouched = sorted(set(previous.manifest.get("boards", {})) - boards)
     kept = (
         spark.read.format("delta")
         .load(str(gold_path))
         .where(F.col("generation") == previous.generation)
-        .where(~F.col("board").isin(touched_boards))
+        .where(F.col("board").isin(untouched) if untouched else F.lit(False))
         .select(*GOLD_COLUMNS)
     )
     if touched_boards:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from delta.tables import DeltaTable
 from hypothesis import HealthCheck, example, given
@@ -26,11 +27,20 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, boards_for_event, to_ms
+from conf.boards import BoardsConfig, boards_for_event, load_boards, to_ms
 from conf.settings import Settings
 from jobs.land import bronze_path, transform_records
-from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
+from jobs.publish import (
+    GOLD_SNAPSHOTS,
+    check_generation,
+    land_inputs,
+    next_generation,
+    publish_segments,
+    recompute_generation,
+    run_publish,
+)
 from serving.files import read_arrow
+from speed.partitions import Keys
 from speed.server import RedisServer
 from tests.jobs.helpers import NOW_MS, ts
 
@@ -446,3 +456,70 @@ def test_incremental_equals_full_many(
     split: int,
 ) -> None:
     check_history(spark, redis_server, history, split)
+
+
+def publish_with_flags(
+    settings: Settings, spark: SparkSession, *, full: bool = False
+) -> str:
+    """The publish phases as Airflow runs them, reading the shadow flags from
+    Redis without landing (run_publish reads flags only when it lands)."""
+    generation, number = next_generation(settings, spark)
+    landed = land_inputs(settings, spark, land=False)
+    build = recompute_generation(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        landed.boundary,
+        full=full,
+        bucket_target=2,
+    )
+    return publish_segments(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        number,
+        landed,
+        bucket_target=2,
+        build=build,
+    )
+
+
+def test_incremental_keeps_shadowed_players_hidden(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    """A player shadowed across an incremental build stays out of the rewritten
+    boards' gold and in their hidden files (taken from silver by the build's
+    shadowed players), byte for byte as a full build writes them."""
+    history = [
+        _record(0, 1, 4),
+        {**_record(0, 1, 6), "player": "Zed"},
+        {**_record(0, 1, 2), "player": "b"},
+        # The delta: Zed (shadowed) and a both change on the same boards.
+        {**_record(1, 1, 3), "player": "Zed"},
+        _record(1, 1, 1),
+    ]
+    lines = log_lines(history)
+    client = redis.Redis.from_url(redis_server.url)
+    flags = Keys(PLAYERS["Zed"]).flags
+    client.hset(flags, "Zed", "shadow")
+    try:
+        with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+            settings = make_settings(Path(tmp), redis_server)
+            append_bronze(spark, settings, lines[:3])
+            assert publish_with_flags(settings, spark) == "g1"
+            append_bronze(spark, settings, lines[3:])
+            assert publish_with_flags(settings, spark) == "g2"
+            g2 = manifest(settings, "g2")
+            assert g2["build"]["mode"] == "incremental"
+            assert g2["build"]["touchedBoards"] == 12
+            meta = g2["boards"]["season:S4:eu"]
+            hidden = read_arrow(settings.segments_dir / "g2" / meta["hidden"])
+            assert hidden.to_pydict() == {"player_id": ["Zed"], "score": [9]}
+            assert "Zed" not in {r[3] for r in gold_rows(spark, settings, "g2")}
+            assert publish_with_flags(settings, spark, full=True) == "g3"
+            assert_same_generation(settings, "g2", "g3", spark)
+    finally:
+        client.delete(flags)
+        client.close()
