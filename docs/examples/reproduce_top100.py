@@ -9,8 +9,9 @@ or run it as a script):
 1. find the generation in ``gold_manifest`` and the Delta table versions it was
    built from (``tableVersions`` in its manifest);
 2. read ``silver_contributions`` and ``silver_totals`` *as of those versions* (time
-   travel: silver is overwritten by every publish) and check that the totals are
-   the contributions added up;
+   travel: silver is overwritten by every publish), explode the contributions'
+   (player, match) rows into one row per board (pyarrow) and check that the totals
+   are the contributions added up;
 3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
    competition rank = 1 + players with a strictly higher score;
 4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
@@ -35,6 +36,7 @@ from typing import Any
 import duckdb
 import httpx
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 
 LIMIT = 100
@@ -102,11 +104,32 @@ def read_as_of(path: Path, version: int) -> pa.Table:
     return pa.table(query.execute("SELECT * FROM t"))
 
 
+def explode_boards(rows: pa.Table) -> pa.Table:
+    """``silver_contributions`` as one row per (player, match, board).
+
+    The table stores one row per (player, match) with its boards in an array of
+    structs (``boards``); this repeats each row's keys once per board and flattens
+    the structs into columns (docs/TABLES.md). A table written before that layout
+    (a ``board`` column) is returned as it is."""
+    if "boards" not in rows.column_names:
+        return rows
+    boards = rows.column("boards").combine_chunks()
+    parents = pc.list_parent_indices(boards)
+    keys = rows.drop_columns(["boards"]).take(parents)
+    items = pc.list_flatten(boards)
+    fields = {f.name: items.field(i) for i, f in enumerate(items.type)}
+    return pa.table({**{c: keys.column(c) for c in keys.column_names}, **fields})
+
+
 def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
-    """A DuckDB connection with each table registered *as of its version*."""
+    """A DuckDB connection with each table registered *as of its version*
+    (``silver_contributions`` one row per board)."""
     con = duckdb.connect()
     for table, version in versions.items():
-        con.register(table, read_as_of(delta_dir / table, version))
+        rows = read_as_of(delta_dir / table, version)
+        if table == "silver_contributions":
+            rows = explode_boards(rows)
+        con.register(table, rows)
     return con
 
 
