@@ -1093,8 +1093,8 @@ def check_generation(
         shadowed=shadowed,
         partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
     )
-    rows, achieved = inputs.silver(inputs.events)
-    totals = with_achieved(transform_totals(explode_contributions(rows)), achieved)
+    matches, achieved = inputs.silver(inputs.events)
+    totals = with_achieved(transform_totals(explode_contributions(matches)), achieved)
     fresh = inputs.rank(totals).select(*GOLD_COLUMNS).localCheckpoint(eager=True)
     gold = (
         spark.read.format("delta")
