@@ -9,8 +9,8 @@ or run it as a script):
 1. find the generation in ``gold_manifest`` and the Delta table versions it was
    built from (``tableVersions`` in its manifest);
 2. read ``silver_contributions`` and ``silver_totals`` *as of those versions* (time
-   travel: silver is overwritten by every publish), explode the contributions'
-   (player, match) rows into one row per board (pyarrow) and check that the totals
+   travel: silver is overwritten by every publish), unnest the contributions'
+   (player, match) rows into one row per board (DuckDB) and check that the totals
    are the contributions added up;
 3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
    competition rank = 1 + players with a strictly higher score;
@@ -36,7 +36,6 @@ from typing import Any
 import duckdb
 import httpx
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 
 LIMIT = 100
@@ -104,21 +103,15 @@ def read_as_of(path: Path, version: int) -> pa.Table:
     return pa.table(query.execute("SELECT * FROM t"))
 
 
-def explode_boards(rows: pa.Table) -> pa.Table:
-    """``silver_contributions`` as one row per (player, match, board).
-
-    The table stores one row per (player, match) with its boards in an array of
-    structs (``boards``); this repeats each row's keys once per board and flattens
-    the structs into columns (docs/TABLES.md). A table written before that layout
-    (a ``board`` column) is returned as it is."""
-    if "boards" not in rows.column_names:
-        return rows
-    boards = rows.column("boards").combine_chunks()
-    parents = pc.list_parent_indices(boards)
-    keys = rows.drop_columns(["boards"]).take(parents)
-    items = pc.list_flatten(boards)
-    fields = {f.name: items.field(i) for i, f in enumerate(items.type)}
-    return pa.table({**{c: keys.column(c) for c in keys.column_names}, **fields})
+# silver_contributions stores one row per (player, match), its boards in an array
+# of structs (``boards``); one row per (player, match, board) is that array
+# unnested (docs/TABLES.md). A table written before that layout has a ``board``
+# column and is used as it is.
+EXPLODE_SQL = """
+CREATE VIEW silver_contributions AS
+SELECT partition, player_id, match_id, unnest(boards, recursive := true), generation
+FROM silver_contribution_matches
+"""
 
 
 def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
@@ -127,9 +120,11 @@ def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
     con = duckdb.connect()
     for table, version in versions.items():
         rows = read_as_of(delta_dir / table, version)
-        if table == "silver_contributions":
-            rows = explode_boards(rows)
-        con.register(table, rows)
+        if table == "silver_contributions" and "boards" in rows.column_names:
+            con.register("silver_contribution_matches", rows)
+            con.execute(EXPLODE_SQL)
+        else:
+            con.register(table, rows)
     return con
 
 
