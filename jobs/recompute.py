@@ -380,6 +380,57 @@ NARROW = [
 ]
 
 
+def _alone(
+    occurred_ms: Column,
+    seasons: Iterable[Season],
+    window_lateness_ms: int,
+    window_rule: str,
+    registry: RuleRegistry,
+) -> Column:
+    """The contributions of the current (flat) event row if it were its match's only
+    accepted event (nearly nine matches in ten): its own boards, slot by slot
+    (:func:`board_slots`), each kept when the event is not late for it and the
+    board's rule can score it. Plain expressions on flat columns, which Spark
+    compiles; each slot's board name is the first thing its condition reads, so
+    Spark evaluates the shared date parts once per row (an expression only inside a
+    branch value is not shared between slots and was recomputed per slot)."""
+    scores, record = (
+        F.col("scores"),
+        F.struct(
+            F.col("points"),
+            F.col("placement"),
+            F.col("kills"),
+            F.col("duration_seconds").alias("durationSeconds"),
+        ),
+    )
+    arrays: list[Column] = []
+    for inside, slots in board_slots(
+        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+    ):
+        for name, aggregation, cutoff_ms, rule in slots:
+            points = points_under(registry, F.lit(rule), scores, record)
+            keep = name.isNotNull() & _not_late(F.col("received_at_ms"), cutoff_ms)
+            keep = keep & points.isNotNull()
+            if inside is not None:
+                keep = inside & keep
+            item = F.struct(
+                name.alias("board"),
+                F.lit(aggregation).alias("aggregation"),
+                points.cast("bigint").alias("points"),
+                F.lit(False).alias("removed"),
+                F.col("position"),
+                F.col("source_revision"),
+                F.lit(rule).alias("rule"),
+                F.col("region"),
+            )
+            arrays.append(
+                F.when(keep, F.array(item).cast(MATCH_BOARDS)).otherwise(
+                    F.array().cast(MATCH_BOARDS)
+                )
+            )
+    return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
+
+
 def transform_match_contributions(
     events: DataFrame,
     seasons: Iterable[Season],
@@ -435,6 +486,9 @@ def transform_match_contributions(
         board_columns(
             occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
         ).alias("boards"),
+        _alone(occurred_ms, seasons, window_lateness_ms, window_rule, registry).alias(
+            "alone"
+        ),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
     # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
@@ -487,34 +541,7 @@ def transform_match_contributions(
     def not_late(e: Column, b: Column) -> Column:
         return _not_late(e["received_at_ms"], b["cutoff_ms"])
 
-    # One accepted event (nearly nine matches in ten): its own boards, built slot
-    # by slot from plain expressions (compiled), each kept when the event is not
-    # late for it and the board's rule can score it.
     one = ev(0)
-    direct: list[Column] = []
-    for inside, slots in board_slots(
-        one["occurred_ms"], one["region"], seasons, window_lateness_ms, window_rule
-    ):
-        for name, aggregation, cutoff_ms, rule in slots:
-            points = points_under(registry, F.lit(rule), one["scores"], one["record"])
-            keep = _not_late(one["received_at_ms"], cutoff_ms) & points.isNotNull()
-            if inside is not None:
-                keep = inside & keep
-            item = F.struct(
-                name.alias("board"),
-                F.lit(aggregation).alias("aggregation"),
-                points.cast("bigint").alias("points"),
-                F.lit(False).alias("removed"),
-                one["position"].alias("position"),
-                one["source_revision"].alias("source_revision"),
-                F.lit(rule).alias("rule"),
-                one["region"].alias("region"),
-            )
-            direct.append(
-                F.when(keep, F.array(item).cast(MATCH_BOARDS)).otherwise(
-                    F.array().cast(MATCH_BOARDS)
-                )
-            )
     # Several accepted events: higher-order functions (interpreted row by row, but
     # only for these matches). A board is a candidate when some event of the match
     # fed it while not late for it; its value comes from the last accepted event
@@ -561,7 +588,7 @@ def transform_match_contributions(
         # fields the record lacks) contributes nothing there.
         lambda v: v["points"].isNotNull(),
     )
-    boards = F.when(n == 1, F.concat(*direct) if len(direct) > 1 else direct[0])
+    boards = F.when(n == 1, one["alone"])
     return (
         matches.select(
             one["partition"].alias("partition"),
