@@ -62,12 +62,11 @@ def main() -> None:
 
     from jobs.quarantine import transform_thresholds
     from jobs.recompute import NARROW, transform_first_acceptance, with_record_columns
-    from jobs.silver import read_contributions
     from jobs.spark import get_spark
 
     spark = get_spark("bench-publish-ab")
     delta = args.data_dir / "lb" / "delta"
-    silver = read_contributions(spark, delta / "silver_contributions")
+    silver = spark.read.format("delta").load(str(delta / "silver_contributions"))
     bronze = with_record_columns(
         spark.read.format("delta").load(str(delta / "bronze_events"))
     ).select(*NARROW)

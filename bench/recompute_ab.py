@@ -86,7 +86,6 @@ def main() -> None:
     from conf.boards import load_boards
     from conf.rules import default_registry
     from jobs import recompute as after
-    from jobs.silver import read_contributions
     from jobs.spark import get_spark
 
     before = module_at(args.before)
@@ -94,7 +93,7 @@ def main() -> None:
     spark = get_spark("bench-recompute-ab")
     delta = args.data_dir / "lb" / "delta"
     bronze = spark.read.format("delta").load(str(delta / "bronze_events"))
-    silver = read_contributions(spark, delta / "silver_contributions")
+    silver = spark.read.format("delta").load(str(delta / "silver_contributions"))
     silver = silver.drop("generation")
     boundary = {
         int(r[0]): int(r[1])

@@ -94,13 +94,6 @@ def apply_docs(
         f"'delta.deletedFileRetentionDuration' = 'interval {days} days', "
         "'lb.documentation' = 'docs/TABLES.md')"
     )
-    return apply_column_comments(spark, path, doc)
-
-
-def apply_column_comments(spark: SparkSession, path: Path, doc: TableDoc) -> list[str]:
-    """Column comments of one table from its doc (only where they differ); returns
-    the columns whose comment changed."""
-    target = f"delta.`{path}`"
     schema = spark.read.format("delta").load(str(path)).schema
     changed = []
     for column in schema.fields:

@@ -84,22 +84,15 @@ from jobs.quarantine import extract_thresholds
 from jobs.rank import transform_rank
 from jobs.recompute import (
     NARROW,
-    SILVER_KEYS,
-    explode_contributions,
     transform_achieved,
     transform_between_boundaries,
-    transform_match_recompute,
+    transform_recompute,
     transform_totals,
     transform_within_boundary,
     with_record_columns,
 )
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
-from jobs.silver import (
-    SILVER_CONTRIBUTIONS,
-    read_contributions,
-    write_contributions,
-)
 from jobs.table_versions import table_versions
 from jobs.versions import with_versions
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
@@ -113,6 +106,7 @@ from serving.segments import write_board_segment as write_board_segment
 from serving.segments import write_hidden
 from speed.server import resolve_redis_url
 
+SILVER_CONTRIBUTIONS = "silver_contributions"
 SILVER_TOTALS = "silver_totals"
 GOLD_SNAPSHOTS = "gold_snapshots"
 GOLD_MANIFEST = "gold_manifest"
@@ -363,27 +357,33 @@ def with_achieved(totals: DataFrame, achieved: DataFrame | None) -> DataFrame:
 
 def load_silver(
     spark: SparkSession,
-    rows: DataFrame,
+    contributions: DataFrame,
     delta_dir: Path,
     generation: str,
     clock: PhaseClock | None = None,
     achieved: DataFrame | None = None,
 ) -> DataFrame:
-    """Write silver contributions ((player, match) ``rows``, jobs/silver.py), then
-    totals computed from the written table.
+    """Write silver contributions, then totals computed from the written table.
 
     Silver holds the latest recompute (overwritten by a full build, merged by an
     incremental one; a row carries the generation that last wrote it). Totals read
-    the committed (player, match) rows back and explode them in memory instead of
-    recomputing them, so the recompute runs once. Returns the committed totals.
+    the committed contributions back instead of recomputing them, so the recompute
+    runs once. Returns the committed totals.
     """
-    path = delta_dir / SILVER_CONTRIBUTIONS
-    if write_contributions(spark, rows, path, generation):
-        log.info("%s: migrated %s to (player, match) rows", generation, path)
-    enable_deletion_vectors(spark, path)
+    (
+        contributions.withColumn("generation", F.lit(generation))
+        .write.format("delta")
+        .mode("overwrite")
+        # Extend the schema in place (a new column), never replace it: the column
+        # comments and table properties (jobs/hygiene.py) stay.
+        .option("mergeSchema", "true")
+        .partitionBy("partition")
+        .save(str(delta_dir / SILVER_CONTRIBUTIONS))
+    )
+    enable_deletion_vectors(spark, delta_dir / SILVER_CONTRIBUTIONS)
     if clock is not None:
         clock.lap("recompute_contributions")
-    written = read_contributions(spark, path)
+    written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
     (
         with_achieved(transform_totals(written.drop("generation")), achieved)
         .withColumn("generation", F.lit(generation))
@@ -615,9 +615,9 @@ class RecomputeInputs:
     shadowed: set[str]
     partitions: int
 
-    def match_rows(self, events: DataFrame) -> DataFrame:
-        """Silver (player, match) rows of ``events`` up to the boundary."""
-        return transform_match_recompute(
+    def contributions(self, events: DataFrame) -> DataFrame:
+        """Silver contribution rows of ``events`` up to the boundary."""
+        contributions, _ = transform_recompute(
             events,
             self.boundary,
             self.seasons,
@@ -625,19 +625,15 @@ class RecomputeInputs:
             window_rule=self.boards.rule,
             registry=self.registry,
         )
-
-    def contributions(self, events: DataFrame) -> DataFrame:
-        """Per-board contribution rows of ``events`` up to the boundary."""
-        return explode_contributions(self.match_rows(events))
+        return contributions
 
     def silver(self, events: DataFrame) -> tuple[DataFrame, DataFrame | None]:
-        """((player, match) rows, first-achieved times) of ``events`` up to the
-        boundary."""
-        rows = self.match_rows(events)
+        """(contributions, first-achieved times) of ``events`` up to the boundary."""
+        contributions = self.contributions(events)
         achieved = transform_achieved(
             events, self.boundary, self.boards.seasons, self.boards.window_lateness_ms
         )
-        return rows, achieved
+        return contributions, achieved
 
     def rank(self, totals: DataFrame) -> DataFrame:
         unique = [b for b, (_, u) in board_orders(self.boards).items() if u]
@@ -653,10 +649,12 @@ def _recompute_full(
     inputs: RecomputeInputs,
     clock: PhaseClock | None,
 ) -> None:
-    rows, achieved = inputs.silver(inputs.events)
+    contributions, achieved = inputs.silver(inputs.events)
     if clock is not None:
         clock.lap("land")
-    totals_now = load_silver(spark, rows, delta_dir, generation, clock, achieved)
+    totals_now = load_silver(
+        spark, contributions, delta_dir, generation, clock, achieved
+    )
     load_gold_snapshot(inputs.rank(totals_now), delta_dir / GOLD_SNAPSHOTS, generation)
     if clock is not None:
         clock.lap("rank_gold")
@@ -695,28 +693,25 @@ def _recompute_incremental(
     source_count = sources.count()
     if clock is not None:
         clock.lap("read_pairs")
-    # The touched pairs' silver rows, (player, match) as stored and per board.
-    rows = (
-        inputs.match_rows(sources)
-        .join(F.broadcast(pairs), list(SILVER_KEYS), "left_semi")
-        .withColumn("generation", F.lit(generation))
-        .localCheckpoint(eager=True)
-    )
-    fresh = explode_contributions(rows.drop("generation"))
-    contributions = fresh
+    derived = inputs.contributions(sources)
+    fresh = derived.join(
+        F.broadcast(pairs), ["player_id", "match_id"], "left_semi"
+    ).localCheckpoint(eager=True)
+    contributions = fresh.withColumn("generation", F.lit(generation))
     if clock is not None:
         clock.lap("recompute_contributions")
     contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
-    silver = read_contributions(spark, contributions_path)
+    silver = spark.read.format("delta").load(str(contributions_path))
     # The pairs' old rows (what the totals lose) and the scope's old totals.
     old = (
-        silver.join(F.broadcast(pairs), list(SILVER_KEYS), "left_semi")
+        silver.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
         .select(*CONTRIBUTION_KEYS, "aggregation", "points")
         .localCheckpoint(eager=True)
     )
-    # A touched pair left with no contribution loses its row.
-    gone = pairs.join(rows.select(*SILVER_KEYS), list(SILVER_KEYS), "left_anti")
+    gone = old.join(
+        contributions.select(*CONTRIBUTION_KEYS), list(CONTRIBUTION_KEYS), "left_anti"
+    )
     scope = (
         contributions.select(*TOTAL_KEYS)
         .unionByName(old.select(*TOTAL_KEYS))
@@ -790,7 +785,7 @@ def _recompute_incremental(
     # Silver written by a full publish of older code has no deletion vectors yet.
     enable_deletion_vectors(spark, contributions_path)
     enable_deletion_vectors(spark, totals_path)
-    load_merge(spark, contributions_path, rows, gone, SILVER_KEYS)
+    load_merge(spark, contributions_path, contributions, gone, CONTRIBUTION_KEYS)
     load_merge(spark, totals_path, totals, totals_gone, TOTAL_KEYS)
     if clock is not None:
         clock.lap("merges")
@@ -891,7 +886,7 @@ def publish_segments(
         delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
     )
     thresholds = extract_thresholds(
-        read_contributions(spark, delta_dir / SILVER_CONTRIBUTIONS),
+        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
         settings.quarantine_quantile,
         settings.quarantine_min_samples,
     )
@@ -1093,8 +1088,8 @@ def check_generation(
         shadowed=shadowed,
         partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
     )
-    matches, achieved = inputs.silver(inputs.events)
-    totals = with_achieved(transform_totals(explode_contributions(matches)), achieved)
+    contributions, achieved = inputs.silver(inputs.events)
+    totals = with_achieved(transform_totals(contributions), achieved)
     fresh = inputs.rank(totals).select(*GOLD_COLUMNS).localCheckpoint(eager=True)
     gold = (
         spark.read.format("delta")

@@ -34,8 +34,9 @@ from conf.rules import RuleRegistry, default_registry
 from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
-# A match's gathered events are checked to be in position order with compiled
-# comparisons for up to this many events; longer arrays are sorted (interpreted).
+# Matches with at most this many accepted events get their contributions from
+# compiled expressions (transform_contributions); longer ones from interpreted
+# higher-order functions.
 UNROLLED = 4
 DEFAULT_LATENESS_MS = int(DEFAULT_WINDOW_LATENESS.total_seconds() * 1000)
 
@@ -50,28 +51,6 @@ BOARDS_TYPE = T.ArrayType(
         ]
     )
 )
-# One element of a silver (player, match) row's ``boards``: a contribution without
-# its (partition, player, match) keys.
-MATCH_BOARDS = (
-    "array<struct<board:string,aggregation:string,points:bigint,removed:boolean,"
-    "position:bigint,source_revision:bigint,rule:string,region:string>>"
-)
-# The per-board rows (explode_contributions), in their historical column order.
-CONTRIBUTION_COLUMNS = [
-    "partition",
-    "player_id",
-    "match_id",
-    "board",
-    "aggregation",
-    "points",
-    "removed",
-    "position",
-    "source_revision",
-    "rule",
-    "region",
-]
-# silver_contributions' key: one row per (player, match).
-SILVER_KEYS = ("player_id", "match_id")
 # Match-record columns of bronze (tables landed before they existed lack them).
 RECORD_COLUMNS = {
     "placement": "bigint",
@@ -239,25 +218,23 @@ def _check_printf(pattern: str) -> str:
     return pattern
 
 
-Slot = tuple[Column, str, Column, str]  # (board name, aggregation, cutoff ms, rule)
-
-
-def board_slots(
+def board_columns(
     occurred_ms: Column,
     region: Column,
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
-) -> list[tuple[Column | None, list[Slot]]]:
-    """The boards an event can feed, in fixed slots: (condition, slots) per season
-    (its global and regional board, fed while ``occurred_ms`` is inside the season)
-    and once for the rolling windows (condition None: always fed). What
-    :func:`board_columns` and :func:`transform_match_contributions` build arrays
-    from, so both name the same boards in the same order.
+) -> Column:
+    """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
     Computed from epoch milliseconds with date arithmetic only, so the answer does
     not depend on the session time zone. A rolling window's cutoff is its period's
     end (next day, next ISO Monday, first of next month) plus ``window_lateness_ms``.
+
+    Built without higher-order functions (a season's boards are a ``concat`` of
+    an empty or a two-element array, not a ``filter`` of nulls): Spark evaluates a
+    lambda and everything under it row by row in interpreted mode, outside the
+    generated code, which made deriving boards most of the full recompute.
     """
     day = F.date_from_unix_date(F.floor(occurred_ms / F.lit(MS_PER_DAY)).cast("int"))
     # ISO week: the week's Thursday decides the ISO year (weekday(): Monday = 0).
@@ -290,60 +267,29 @@ def board_slots(
         ),
         ("alltime", F.lit(ALLTIME), F.lit(0)),
     ]
-    groups: list[tuple[Column | None, list[Slot]]] = []
+    board_type = BOARDS_TYPE
+    arrays: list[Column] = []
     for season in seasons:
         inside = (occurred_ms >= F.lit(to_ms(season.start))) & (
             occurred_ms < F.lit(to_ms(season.end))
         )
-        cutoff = F.lit(to_ms(season.cutoff)).cast("bigint")
-        groups.append(
-            (
-                inside,
-                [
-                    (
-                        F.concat(F.lit(f"season:{season.id}:"), scope),
-                        season.aggregation,
-                        cutoff,
-                        season.rule,
-                    )
-                    for scope in (F.lit(SCOPE_GLOBAL), region)
-                ],
+        items = []
+        for scope in (F.lit(SCOPE_GLOBAL), region):
+            name = F.concat(F.lit(f"season:{season.id}:"), scope)
+            items.append(
+                _board(name, season.aggregation, to_ms(season.cutoff), season.rule)
+            )
+        arrays.append(
+            F.when(inside, F.array(*items).cast(board_type)).otherwise(
+                F.array().cast(board_type)
             )
         )
-    windows: list[Slot] = []
-    for window, period, cutoff_ms in periods:
+    items = []
+    for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            windows.append((name, "sum", cutoff_ms.cast("bigint"), window_rule))
-    groups.append((None, windows))
-    return groups
-
-
-def board_columns(
-    occurred_ms: Column,
-    region: Column,
-    seasons: Iterable[Season],
-    window_lateness_ms: int = DEFAULT_LATENESS_MS,
-    window_rule: str = "v1",
-) -> Column:
-    """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
-
-    Built without higher-order functions (a season's boards are a ``concat`` of
-    an empty or a two-element array, not a ``filter`` of nulls): Spark evaluates a
-    lambda and everything under it row by row in interpreted mode, outside the
-    generated code, which made deriving boards most of the full recompute.
-    """
-    board_type = BOARDS_TYPE
-    arrays: list[Column] = []
-    for inside, items in board_slots(
-        occurred_ms, region, seasons, window_lateness_ms, window_rule
-    ):
-        array = F.array(*[_board(*item) for item in items]).cast(board_type)
-        arrays.append(
-            array
-            if inside is None
-            else F.when(inside, array).otherwise(F.array().cast(board_type))
-        )
+            items.append(_board(name, "sum", cutoff, window_rule))
+    arrays.append(F.array(*items).cast(board_type))
     return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
 
 
@@ -380,88 +326,31 @@ NARROW = [
 ]
 
 
-def _alone(
-    occurred_ms: Column,
-    seasons: Iterable[Season],
-    window_lateness_ms: int,
-    window_rule: str,
-    registry: RuleRegistry,
-) -> Column:
-    """The contributions of the current (flat) event row if it were its match's only
-    accepted event (nearly nine matches in ten): its own boards, slot by slot
-    (:func:`board_slots`), each kept when the event is not late for it and the
-    board's rule can score it. Plain expressions on flat columns, which Spark
-    compiles; each slot's board name is the first thing its condition reads, so
-    Spark evaluates the shared date parts once per row (an expression only inside a
-    branch value is not shared between slots and was recomputed per slot)."""
-    scores, record = (
-        F.col("scores"),
-        F.struct(
-            F.col("points"),
-            F.col("placement"),
-            F.col("kills"),
-            F.col("duration_seconds").alias("durationSeconds"),
-        ),
-    )
-    arrays: list[Column] = []
-    for inside, slots in board_slots(
-        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
-    ):
-        for name, aggregation, cutoff_ms, rule in slots:
-            points = points_under(registry, F.lit(rule), scores, record)
-            keep = name.isNotNull() & _not_late(F.col("received_at_ms"), cutoff_ms)
-            keep = keep & points.isNotNull()
-            if inside is not None:
-                keep = inside & keep
-            item = F.struct(
-                name.alias("board"),
-                F.lit(aggregation).alias("aggregation"),
-                points.cast("bigint").alias("points"),
-                F.lit(False).alias("removed"),
-                F.col("position"),
-                F.col("source_revision"),
-                F.lit(rule).alias("rule"),
-                F.col("region"),
-            )
-            arrays.append(
-                F.when(keep, F.array(item).cast(MATCH_BOARDS)).otherwise(
-                    F.array().cast(MATCH_BOARDS)
-                )
-            )
-    return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
-
-
-def transform_match_contributions(
+def transform_contributions(
     events: DataFrame,
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
 ) -> DataFrame:
-    """Contributions per (player, match) from events with ``accepted``: what
-    ``silver_contributions`` stores.
+    """Contribution per (player, match, board) from events with ``accepted``.
 
-    Columns: partition, player_id, match_id, boards (array of
-    :data:`MATCH_BOARDS` elements: board, aggregation, points, removed, position
-    (the record that set the value), source_revision, rule (the scoring rule
-    version of the board the points are under), region). One row per match with
-    at least one contribution; :func:`explode_contributions` gives the per-board
-    rows.
+    Columns: partition, player_id, match_id, board, aggregation, points, removed,
+    position (the record that set the value), source_revision, rule (the scoring
+    rule version of the board the points are under).
 
     Points under a board's rule are the record's recorded ``scores[rule]``, else
     computed from the match record (jobs/rules.py).
 
     The accepted events of a match (usually one) are gathered, with their boards,
     into a position-ordered array (after the shuffle: nothing wide is shuffled and
-    non-accepted events never get boards). A match with one accepted event (about
-    nine in ten) gets its boards from plain expressions slot by slot
-    (:func:`board_slots`), which Spark compiles into the stage's code; a match with
-    several from higher-order functions, which Spark interprets row by row
-    (profiled at 1 M events: interpreted evaluation for every match was most of the
-    recompute, see bench/RESULTS.md). Nothing is exploded: one row per match, so
-    silver is written (Parquet, Delta statistics) at about a seventh of the rows of
-    one per board. Grouping by (player, match) needs no shuffle when the input is
-    already hash-partitioned by player.
+    non-accepted events never get boards). A match with at most ``UNROLLED``
+    accepted events gets each board's value from plain expressions over the first
+    ``UNROLLED`` array elements, which Spark compiles into the stage's code; a longer
+    one from higher-order functions, which Spark interprets row by row (profiled at
+    1 M events: interpreted evaluation was most of the recompute, see
+    bench/RESULTS.md). Grouping by (player, match) needs no shuffle when the input
+    is already hash-partitioned by player.
     """
     seasons = list(seasons)
     registry = registry or default_registry()
@@ -486,9 +375,6 @@ def transform_match_contributions(
         board_columns(
             occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
         ).alias("boards"),
-        _alone(occurred_ms, seasons, window_lateness_ms, window_rule, registry).alias(
-            "alone"
-        ),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
     # transform_accepted (groupBy's ObjectHashAggregate would sort all rows again
@@ -541,94 +427,78 @@ def transform_match_contributions(
     def not_late(e: Column, b: Column) -> Column:
         return _not_late(e["received_at_ms"], b["cutoff_ms"])
 
-    one = ev(0)
-    # Several accepted events: higher-order functions (interpreted row by row, but
-    # only for these matches). A board is a candidate when some event of the match
-    # fed it while not late for it; its value comes from the last accepted event
-    # not late for it, 0 and removed when that event does not feed it.
-    candidates = F.filter(
-        F.array_distinct(F.flatten(evs["boards"])),
-        lambda b: F.exists(
-            "evs",
-            lambda e: (
-                not_late(e, b) & F.array_contains(e["boards"]["board"], b["board"])
-            ),
-        ),
-    )
-    with_last = F.transform(
-        candidates,
-        lambda b: F.struct(
-            b.alias("b"),
-            F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1).alias("last"),
-        ),
-    )
+    # Matches with up to UNROLLED accepted events (nearly all; most have one) are
+    # resolved with plain expressions over evs[0..UNROLLED-1], which Spark compiles;
+    # longer ones with higher-order functions, which it interprets row by row (in
+    # Spark 4 every value an interpreted expression reads costs a SQLConf lookup).
+    short = n <= F.lit(UNROLLED)
+    b = F.col("b")
 
-    def value(x: Column) -> Column:
-        b, last = x["b"], x["last"]
-        feeds = F.array_contains(last["boards"]["board"], b["board"])
-        return F.struct(
-            b["board"].alias("board"),
-            b["aggregation"].alias("aggregation"),
-            F.when(
-                feeds, points_under(registry, b["rule"], last["scores"], last["record"])
+    def feeds(e: Column, board: Column) -> Column:
+        return F.array_contains(e["boards"]["board"], board["board"])
+
+    # Candidate boards: every board an event of the match names (for a long match,
+    # only those it fed while not late). A candidate is kept if some event fed it
+    # while not late for it: the only boards the match can hold a value on.
+    candidates = (
+        F.when(n == 1, ev(0)["boards"])
+        .when(short, F.array_distinct(F.flatten(evs["boards"])))
+        .otherwise(
+            F.array_distinct(
+                F.flatten(
+                    F.transform(
+                        "evs", lambda e: F.filter(e["boards"], lambda x: not_late(e, x))
+                    )
+                )
             )
-            .otherwise(F.lit(0))
-            .cast("bigint")
-            .alias("points"),
-            (~feeds).alias("removed"),
-            last["position"].alias("position"),
-            last["source_revision"].alias("source_revision"),
-            b["rule"].alias("rule"),
-            last["region"].alias("region"),
-        )
-
-    general = F.filter(
-        F.transform(with_last, value).cast(MATCH_BOARDS),
-        # A match the board's rule cannot score (a replay under a rule reading
-        # fields the record lacks) contributes nothing there.
-        lambda v: v["points"].isNotNull(),
-    )
-    boards = F.when(n == 1, one["alone"])
-    return (
-        matches.select(
-            one["partition"].alias("partition"),
-            "player_id",
-            "match_id",
-            boards.otherwise(general).alias("boards"),
-        )
-        # A match with no contribution has no row.
-        .where(F.size("boards") > 0)
-    )
-
-
-def explode_contributions(rows: DataFrame) -> DataFrame:
-    """One row per (player, match, board) from (player, match) rows: the
-    ``silver_contributions`` rows as analysts and every per-board reader see them
-    (plus ``generation`` when the rows carry it)."""
-    extra = [c for c in ("generation",) if c in rows.columns]
-    return rows.select(
-        "partition", "player_id", "match_id", F.inline("boards"), *extra
-    ).select(*CONTRIBUTION_COLUMNS, *extra)
-
-
-def transform_contributions(
-    events: DataFrame,
-    seasons: Iterable[Season],
-    window_lateness_ms: int = DEFAULT_LATENESS_MS,
-    window_rule: str = "v1",
-    registry: RuleRegistry | None = None,
-) -> DataFrame:
-    """Contribution per (player, match, board) from events with ``accepted``:
-    :func:`transform_match_contributions` exploded (:func:`explode_contributions`).
-
-    Columns: partition, player_id, match_id, board, aggregation, points, removed,
-    position (the record that set the value), source_revision, rule (the scoring
-    rule version of the board the points are under), region."""
-    return explode_contributions(
-        transform_match_contributions(
-            events, seasons, window_lateness_ms, window_rule, registry
         )
     )
+    # One event (most matches): its own boards, so only lateness decides (no
+    # per-row array of board names to search).
+    fed_early = F.lit(False)
+    for i in range(UNROLLED):
+        fed_early = fed_early | ((n > F.lit(i)) & not_late(ev(i), b) & feeds(ev(i), b))
+    fed_early = F.when(n == 1, not_late(ev(0), b)).otherwise(fed_early)
+    per_board = matches.select(
+        "player_id", "match_id", "evs", F.explode(candidates).alias("b")
+    ).where(~short | fed_early)
+    # The last accepted event of the match that is not late for this board.
+    last_short = F.lit(None).cast("int")
+    for i in range(UNROLLED):  # the highest index wins: the latest position
+        last_short = F.when(
+            (n > F.lit(i)) & not_late(ev(i), b), F.lit(i + 1)
+        ).otherwise(last_short)
+    last = (
+        F.when(n == 1, ev(0))
+        .when(short, F.try_element_at(evs, last_short))
+        .otherwise(F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1))
+    )
+    picked = per_board.select(
+        "player_id", "match_id", F.col("b"), last.alias("last"), (n == 1).alias("_one")
+    ).withColumn("feeds", F.col("_one") | feeds(F.col("last"), b))
+    return picked.select(
+        F.col("last.partition").alias("partition"),
+        "player_id",
+        "match_id",
+        F.col("b.board").alias("board"),
+        F.col("b.aggregation").alias("aggregation"),
+        F.when(
+            F.col("feeds"),
+            points_under(
+                registry, F.col("b.rule"), F.col("last.scores"), F.col("last.record")
+            ),
+        )
+        .otherwise(F.lit(0))
+        .cast("bigint")
+        .alias("points"),
+        (~F.col("feeds")).alias("removed"),
+        F.col("last.position").alias("position"),
+        F.col("last.source_revision").alias("source_revision"),
+        F.col("b.rule").alias("rule"),
+        F.col("last.region").alias("region"),
+        # A match the board's rule cannot score (a replay under a rule reading fields
+        # the record lacks) contributes nothing.
+    ).where(F.col("points").isNotNull())
 
 
 def transform_totals(contributions: DataFrame) -> DataFrame:
@@ -668,33 +538,7 @@ def transform_recompute(
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(contributions, totals) of every board from bronze up to ``boundary``: the
-    per-board rows of :func:`transform_match_recompute` and their totals."""
-    contributions = explode_contributions(
-        transform_match_recompute(
-            bronze,
-            boundary,
-            seasons,
-            num_partitions,
-            window_lateness_ms,
-            window_rule,
-            registry,
-        )
-    )
-    return contributions, transform_totals(contributions)
-
-
-def transform_match_recompute(
-    bronze: DataFrame,
-    boundary: Mapping[int, int],
-    seasons: Iterable[Season],
-    num_partitions: int | None = None,
-    window_lateness_ms: int = DEFAULT_LATENESS_MS,
-    window_rule: str = "v1",
-    registry: RuleRegistry | None = None,
-) -> DataFrame:
-    """Silver (player, match) rows (:func:`transform_match_contributions`) from
-    bronze up to ``boundary``.
+    """(contributions, totals) of every board from bronze up to ``boundary``.
 
     One shuffle for the whole recompute: the narrow event rows are hash-partitioned
     by player once (``num_partitions``, default spark.sql.shuffle.partitions); the
@@ -717,9 +561,10 @@ def transform_match_recompute(
     events = transform_first_acceptance(events)
     events = transform_accepted(events)
     events = transform_held(events, released)
-    return transform_match_contributions(
+    contributions = transform_contributions(
         events, seasons, window_lateness_ms, window_rule=window_rule, registry=registry
     )
+    return contributions, transform_totals(contributions)
 
 
 STATE = (

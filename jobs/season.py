@@ -57,7 +57,6 @@ from jobs.awards import (
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
 from jobs.publish_lock import publish_lock
-from jobs.silver import read_contributions
 from serving.files import read_arrow
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
@@ -231,8 +230,10 @@ def _contributions(
             .append_column("removed", pa.array([], pa.bool_()))
             .append_column("position", pa.array([], pa.int64()))
         )
-    frame = read_contributions(spark, path).where(
-        F.col("board").startswith(f"season:{season.id}:")
+    frame = (
+        spark.read.format("delta")
+        .load(str(path))
+        .where(F.col("board").startswith(f"season:{season.id}:"))
     )
     seen = {r[0] for r in frame.select("generation").distinct().collect()}
     if seen - {generation}:

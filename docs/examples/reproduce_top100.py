@@ -9,9 +9,8 @@ or run it as a script):
 1. find the generation in ``gold_manifest`` and the Delta table versions it was
    built from (``tableVersions`` in its manifest);
 2. read ``silver_contributions`` and ``silver_totals`` *as of those versions* (time
-   travel: silver is overwritten by every publish), unnest the contributions'
-   (player, match) rows into one row per board (DuckDB) and check that the totals
-   are the contributions added up;
+   travel: silver is overwritten by every publish) and check that the totals are
+   the contributions added up;
 3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
    competition rank = 1 + players with a strictly higher score;
 4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
@@ -103,28 +102,11 @@ def read_as_of(path: Path, version: int) -> pa.Table:
     return pa.table(query.execute("SELECT * FROM t"))
 
 
-# silver_contributions stores one row per (player, match), its boards in an array
-# of structs (``boards``); one row per (player, match, board) is that array
-# unnested (docs/TABLES.md). A table written before that layout has a ``board``
-# column and is used as it is.
-EXPLODE_SQL = """
-CREATE VIEW silver_contributions AS
-SELECT partition, player_id, match_id, unnest(boards, recursive := true), generation
-FROM silver_contribution_matches
-"""
-
-
 def duckdb_session(delta_dir: Path, versions: dict[str, int]) -> Any:
-    """A DuckDB connection with each table registered *as of its version*
-    (``silver_contributions`` one row per board)."""
+    """A DuckDB connection with each table registered *as of its version*."""
     con = duckdb.connect()
     for table, version in versions.items():
-        rows = read_as_of(delta_dir / table, version)
-        if table == "silver_contributions" and "boards" in rows.column_names:
-            con.register("silver_contribution_matches", rows)
-            con.execute(EXPLODE_SQL)
-        else:
-            con.register(table, rows)
+        con.register(table, read_as_of(delta_dir / table, version))
     return con
 
 

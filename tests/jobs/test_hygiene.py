@@ -25,7 +25,7 @@ def test_tables_doc_parses_every_table() -> None:
     totals = docs["silver_totals"]
     assert totals.comment.startswith("Total per (board, player)")
     assert {"board", "player_id", "score", "achieved_ms"} <= set(totals.columns)
-    assert "`sum`" in docs["silver_contributions"].columns["boards"]
+    assert "`sum`" in docs["silver_contributions"].columns["aggregation"]
 
 
 def test_retention_covers_the_oldest_protected_generation() -> None:

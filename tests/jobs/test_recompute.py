@@ -265,11 +265,10 @@ def test_schema_of_totals(spark):
 
 @pytest.mark.parametrize("unrolled", [1, 4])
 def test_long_and_short_matches_equal_oracle(spark, monkeypatch, unrolled):
-    """One-event matches take the compiled path, longer ones the higher-order
-    functions; a gathered array longer than jobs.recompute.UNROLLED is sorted with
-    the comparator instead of checked in order: all equal the oracle (revisions up
-    to 9, so many matches have 5+ accepted events; with UNROLLED = 1 every
-    multi-event array is sorted)."""
+    """Matches with more accepted events than jobs.recompute.UNROLLED take the
+    higher-order-function path, shorter ones the compiled one: both equal the oracle
+    (revisions up to 9, so many matches have 5+ accepted events; with UNROLLED = 1
+    every multi-event match takes the long path)."""
     monkeypatch.setattr("jobs.recompute.UNROLLED", unrolled)
     config = BoardsConfig(regions=["eu", "na"], seasons=[S4, BEST])
     rng = random.Random(23)
