@@ -118,6 +118,56 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# --sections: laps of the script's wall clock (Redis TIME, µs) taken before each of
+# these lines, summed per section into "prof:<section>" counters (the section is the
+# one the line ends). Wall time: descheduling on a loaded machine inflates every
+# section alike, so read it as shares, not as CPU. Each lap is one TIME call.
+SECTION_ENDS: list[tuple[str, str]] = [
+    ("-- Numbers of saved results in base 36", "parse"),
+    ("-- Bucket holding a score: the one", "board_reads"),
+    ("  local rec = decode_record(raw)\n", "record_lookups"),
+    ("  -- Plausibility bounds of the rules", "record_decode"),
+    ("  local position = next_position()\n", "plausibility_rate"),
+    ("  -- Touched: the record lives on from now", "apply_loop"),
+    ("  local result = cjson.encode({", "contribution_write"),
+    ("  -- (f) save the result for redeliveries", "result_json_log_xadd"),
+    ('  return "ok", compact\nend', "saved_result_dedupe_write"),
+    ("-- Write the per-board structures once for the chunk.", "other"),
+]
+LAPS = """local PROF, PROF_T = {}, 0
+local function lap(name)
+  local t = redis.call("TIME")
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if name then
+    PROF[name] = (PROF[name] or 0) + (now - PROF_T)
+  end
+  PROF_T = now
+end
+lap(nil)
+"""
+
+
+def with_sections(script: str) -> str:
+    """The script with laps (see SECTION_ENDS); the last section is the per-chunk
+    board writes, from the last marker to the end."""
+    start = "local events = {}\n"
+    for marker in [start] + [m for m, _ in SECTION_ENDS]:
+        if script.count(marker) != 1:
+            raise SystemExit(f"--sections: {marker!r} not once in the script")
+    script = script.replace(start, LAPS + start)
+    for marker, name in SECTION_ENDS:
+        script = script.replace(marker, f'lap("{name}")\n' + marker)
+    end = "\nreturn out\n"
+    if not script.endswith(end):
+        raise SystemExit("--sections: the script no longer ends with 'return out'")
+    return (
+        script[: -len(end)]
+        + '\nlap("board_writes")\n'
+        + 'for k, v in pairs(PROF) do redis.call("INCRBY", "prof:" .. k, v) end'
+        + end
+    )
+
+
 def ablated(script: str, name: str) -> str:
     for old, new in ABLATIONS[name]:
         if old not in script:
@@ -165,6 +215,53 @@ async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[st
     return statuses
 
 
+def encode_cost(batches: list[list[Any]], repeats: int = 5) -> float:
+    """Python CPU (µs per event, best of ``repeats``) of building the owner
+    transaction's EVALSHAs (``SpeedLayer._chunk_command``) and serializing them
+    (redis-py ``pack_commands``), as the API does per request; no Redis."""
+    import redis.asyncio as aioredis
+
+    from conf.settings import Settings
+    from speed.partitions import partition_of
+    from speed.scoring import score_event
+    from speed.store import SpeedLayer, _Call
+
+    settings = Settings(rate_limit="off")
+    client = aioredis.Redis()
+    speed = SpeedLayer(
+        client,
+        bench_boards(),
+        settings.partitions,
+        settings.record_ttl_seconds,
+        None,
+    )
+    speed._bases = dict.fromkeys(range(settings.partitions), 0)
+    connection = client.connection_pool.make_connection()
+    for batch in batches:
+        for e in batch:
+            if not e.scores:
+                score_event(e, speed.boards, speed.rules)
+    n = sum(len(b) for b in batches)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for batch in batches:
+            by_partition: dict[int, list[_Call]] = {}
+            for e in batch:
+                p = partition_of(e.event.playerId, speed.partitions)
+                call = _Call(e, p, speed._boards_for(e.occurred_at, e.event.region))
+                by_partition.setdefault(p, []).append(call)
+            now_ms = int(time.time() * 1000)
+            connection.pack_commands(
+                [
+                    speed._chunk_command(p, calls, "apply", now_ms)
+                    for p, calls in by_partition.items()
+                ]
+            )
+        best = min(best, (time.process_time() - start) / n * 1e6)
+    return round(best, 1)
+
+
 def one_round(
     script: str, warm: list[list[Any]], timed: list[list[Any]]
 ) -> dict[str, Any]:
@@ -176,6 +273,8 @@ def one_round(
             client = redis.Redis.from_url(server.url)
             asyncio.run(_apply_all(server.url, script, warm))
             client.config_resetstat()
+            for key in client.scan_iter(match="prof:*"):
+                client.delete(key)
             (user0, sys0), wall0 = _cpu(pid), time.perf_counter()
             statuses = asyncio.run(_apply_all(server.url, script, timed))
             (user1, sys1), wall = _cpu(pid), time.perf_counter() - wall0
@@ -184,6 +283,10 @@ def one_round(
             aof = int(client.info("persistence").get("aof_current_size", 0))
             n = sum(len(b) for b in timed)
             stats = client.info("commandstats")
+            sections: dict[str, float] = {}
+            for key in client.scan_iter(match="prof:*"):
+                name = key.decode().removeprefix("prof:")
+                sections[name] = round(int(client.get(key) or 0) / n, 1)
             client.close()
         finally:
             server.stop()
@@ -225,6 +328,7 @@ def one_round(
         "commands": dict(
             sorted(commands.items(), key=lambda kv: -kv[1]["us_per_event"])
         ),
+        "section_wall_us_per_event": sections,
     }
 
 
@@ -251,6 +355,16 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="also run the script with this section switched off (repeatable)",
     )
+    p.add_argument(
+        "--sections",
+        action="store_true",
+        help="also run each variant with wall-clock laps per section (Redis TIME)",
+    )
+    p.add_argument(
+        "--encode-only",
+        action="store_true",
+        help="only measure the Python side: building and serializing the EVALSHAs",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
     args = p.parse_args(argv)
     variants = {str(s): s.read_text() for s in args.script or []} or {
@@ -259,9 +373,18 @@ def main(argv: list[str] | None = None) -> int:
     base = next(iter(variants.values()))
     for name in args.ablate:
         variants[f"without {name}"] = ablated(base, name)
+    if args.sections:
+        for name, text in list(variants.items()):
+            variants[f"{name} with sections"] = with_sections(text)
     factory = EventFactory(args.players, args.seed, datetime.now(UTC))
     warm = _prepare(factory, args.warmup, args.batch_size, "w")
     timed = _prepare(factory, args.events, args.batch_size, "t")
+    if args.encode_only:
+        print(
+            "Python, building + serializing the EVALSHAs: "
+            f"{encode_cost(timed)} µs/event (best of 5, {args.events} events)"
+        )
+        return 0
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, text in variants.items():
@@ -276,12 +399,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result['events_per_s']} events/s, {result['statuses']}",
                 flush=True,
             )
-    report = {
+    report: dict[str, Any] = {
         "load_average": os.getloadavg(),
         "args": {k: str(v) for k, v in vars(args).items()},
         "summary": {
             name: {
                 "median_redis_cpu_us_per_event": statistics.median(
+                    x["redis_cpu_us_per_event"] for x in xs
+                ),
+                # Other processes only add to a round's CPU time (caches, switches):
+                # on a loaded machine the lowest round is the steadier figure.
+                "min_redis_cpu_us_per_event": min(
                     x["redis_cpu_us_per_event"] for x in xs
                 ),
                 "median_evalsha_us_per_event": statistics.median(
@@ -295,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in report["summary"].items():
         print(f"median {name}: {s}")
     last = next(iter(runs.values()))[-1]
+    for name, xs in runs.items():
+        laps = xs[-1]["section_wall_us_per_event"]
+        if laps:
+            total = sum(laps.values())
+            print(f"sections of {name} (wall µs/event, last round):")
+            for section, us in sorted(laps.items(), key=lambda kv: -kv[1]):
+                print(f"  {section:28s} {us:8.1f} µs {100 * us / total:5.1f} %")
     print("commands per event (last round of the first variant):")
     for cmd, c in last["commands"].items():
         print(

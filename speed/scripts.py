@@ -19,13 +19,49 @@ named values as declared and refuse a missing or unknown name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 
 class ScriptArgumentError(ValueError):
     """Named KEYS/ARGV values do not match the script's declared layout."""
+
+
+# Field types of a packed record ("name:type" in a record's fields): its (Lua
+# ``struct`` code, Python ``struct`` code), little-endian, no alignment. A "bytes"
+# field is a 4-byte length and the bytes (Lua "I4c0" gives the string alone); the
+# numbers of a record come before its bytes fields, so Python packs them with one
+# ``struct.Struct`` and appends the strings.
+PACKED_TYPES: dict[str, tuple[str, str]] = {
+    "u8": ("B", "B"),
+    "u16": ("H", "H"),
+    "u32": ("I4", "I"),
+    "i64": ("i8", "q"),
+    "bytes": ("I4c0", ""),
+}
+
+
+def _split(field: str) -> tuple[str, str | None]:
+    name, _, kind = field.partition(":")
+    return name, kind or None
+
+
+@dataclass(frozen=True)
+class RecordPacker:
+    """Packs one record in its declared field order (numbers, then strings)."""
+
+    numbers: struct.Struct
+    strings: int
+
+    def pack(self, numbers: Sequence[int], strings: Iterable[bytes] = ()) -> bytes:
+        return self.numbers.pack(*numbers) + pack_strings(strings)
+
+
+def pack_strings(strings: Iterable[bytes]) -> bytes:
+    """Strings as a packed record's "bytes" fields hold them."""
+    return b"".join([len(s).to_bytes(4, "little") + s for s in strings])
 
 
 def _ordered(names: Sequence[str], values: Mapping[str, Any], what: str) -> list[Any]:
@@ -55,7 +91,9 @@ class ScriptInterface:
     statuses: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()
     # Repeated records read at offsets the script computes (name -> fields): the
-    # Lua declares each as a table of 0-based offsets plus its size.
+    # Lua declares each as a table of 0-based offsets plus its size. A record whose
+    # fields are typed ("name:type", PACKED_TYPES) is packed into one string and
+    # read with ``struct.unpack``: the Lua also declares ``<NAME>_FORMAT``.
     records: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def keys_of(
@@ -103,11 +141,38 @@ class ScriptInterface:
                 **{n: i for i, n in enumerate(self.argv_group)},
             }
         for name, fields in self.records:
-            tables[name] = {"size": len(fields), **{n: i for i, n in enumerate(fields)}}
+            names = [_split(f)[0] for f in fields]
+            tables[name] = {"size": len(names), **{n: i for i, n in enumerate(names)}}
         return tables
 
     def record(self, name: str) -> tuple[str, ...]:
-        return dict(self.records)[name]
+        return tuple(_split(f)[0] for f in dict(self.records)[name])
+
+    def _types(self, name: str) -> list[str]:
+        types = [_split(f)[1] for f in dict(self.records)[name]]
+        if None in types:
+            raise ScriptArgumentError(f"{self.name} record {name} is not packed")
+        kinds = [t for t in types if t is not None]
+        unknown = set(kinds) - set(PACKED_TYPES)
+        if unknown:
+            raise ScriptArgumentError(f"{name}: unknown field types {unknown}")
+        if "bytes" in kinds and set(kinds[kinds.index("bytes") :]) != {"bytes"}:
+            raise ScriptArgumentError(f"{name}: numbers must precede bytes fields")
+        return kinds
+
+    def lua_formats(self) -> dict[str, str]:
+        """The ``struct`` format of each packed record, as the Lua declares it
+        (``local <NAME>_FORMAT = "..."``; the script prepends "<")."""
+        return {
+            f"{name}_FORMAT": "".join(PACKED_TYPES[t][0] for t in self._types(name))
+            for name, fields in self.records
+            if all(_split(f)[1] for f in fields)
+        }
+
+    def packer(self, name: str) -> RecordPacker:
+        types = self._types(name)
+        numbers = "".join(PACKED_TYPES[t][1] for t in types if t != "bytes")
+        return RecordPacker(struct.Struct("<" + numbers), types.count("bytes"))
 
 
 APPLY_EVENT = ScriptInterface(
@@ -136,28 +201,30 @@ APPLY_EVENT = ScriptInterface(
     # The chunk's board table: one group per board any of its events references.
     argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
     records=(
-        # After the board table, per event: an EV record, then n_refs EV_BOARD ones.
+        # After the board table, one argument per event: an EV record, then its
+        # n_refs EV_BOARD records, packed into one string (a Lua table of ~100
+        # ARGV strings per event cost more Redis CPU than the C unpack).
         (
             "EV",
             (
-                "player",
-                "event_id",
-                "match_id",
-                "revision",
-                "fingerprint",
-                "event_json",
-                "occurred_ms",
-                "min_gap_ms",
-                "max_per_hour",
-                "key_at",
-                "n_refs",
+                "revision:i64",
+                "occurred_ms:i64",
+                "min_gap_ms:i64",
+                "max_per_hour:i64",
+                "key_at:u32",
+                "n_refs:u16",
+                "player:bytes",
+                "event_id:bytes",
+                "match_id:bytes",
+                "fingerprint:bytes",
+                "event_json:bytes",
                 # 8-byte hashes of (playerId, eventId) and (playerId, matchId): the
                 # fields of the dedupe and the contribution record.
-                "dedupe_field",
-                "contribution_field",
+                "dedupe_field:bytes",
+                "contribution_field:bytes",
                 # "<day>|<week>|<region>" of the event: what the board names of its
                 # contribution record are short against (speed/records.py).
-                "context",
+                "context:bytes",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the
@@ -170,14 +237,14 @@ APPLY_EVENT = ScriptInterface(
         (
             "EV_BOARD",
             (
-                "board",
-                "feeds",
-                "points",
-                "threshold",
-                "best",
-                "saved_as",
-                "base_row",
-                "base",
+                "board:u16",
+                "feeds:u8",
+                "points:i64",
+                "threshold:i64",
+                "best:u32",
+                "base_row:i64",
+                "saved_as:bytes",
+                "base:bytes",
             ),
         ),
         # The event's own keys, from KEYS[key_at]: the dedupe and the contribution

@@ -37,6 +37,7 @@ from speed.records import (
     slice_expire_at,
 )
 from speed.scoring import score_event
+from speed.scripts import APPLY_EVENT, pack_strings
 
 # Events of one partition per script call at most: bounds the time Redis spends in
 # one script (other clients wait meanwhile) and the size of its unpack() calls.
@@ -55,6 +56,9 @@ GROUP_SIZE = Histogram(
 
 # (local row, base) of a player not in the base segment (speed/baserows.py).
 NOT_IN_BASE = (-1, "")
+# The owner transaction's packed per-event records (speed/scripts.py declares them).
+_EV = APPLY_EVENT.packer("EV")
+_EV_BOARD = APPLY_EVENT.packer("EV_BOARD")
 # Rounds a chunk may be refused because its partition was rebased meanwhile.
 MAX_REBASED = 20
 
@@ -135,6 +139,7 @@ class SpeedLayer:
         self._keys_cache: dict[int, Keys] = {}
         self.use_boards(boards)
         self._periods_cache: dict[date, dict[str, str]] = {}
+        self._texts_cache: dict[tuple[str, str, str], bytes] = {}
         # Wall clock of the owner transaction (seconds); tests replace it to step time.
         self.clock = time.time
         # Quarantine thresholds of the latest generation: board -> cohort (region) ->
@@ -325,20 +330,27 @@ class SpeedLayer:
             first_key = key_at
             key_at += 2 * LOOKBACK_SLICES + 2
             periods = self._periods_of(normalized)
-            event_args += [
-                player,
-                event.eventId,
-                event.matchId,
-                event.sourceRevision,
-                fingerprint_prefix(normalized.fingerprint),
-                normalized.log_json(),
-                occurred_ms,
-                *normalized.limits,
-                first_key,
-                len(feeding),
-                dedupe_field,
-                contribution_field,
-                record_context(periods, event.region),
+            # One packed argument per event: its EV record, then its EV_BOARD ones.
+            parts = [
+                _EV.numbers.pack(
+                    event.sourceRevision,
+                    occurred_ms,
+                    *normalized.limits,
+                    first_key,
+                    len(feeding),
+                ),
+                pack_strings(
+                    (
+                        player.encode(),
+                        event.eventId.encode(),
+                        event.matchId.encode(),
+                        fingerprint_prefix(normalized.fingerprint),
+                        normalized.log_json(),
+                        dedupe_field,
+                        contribution_field,
+                        record_context(periods, event.region).encode(),
+                    )
+                ),
             ]
             scores = normalized.scores
             for spec, feeds in feeding:
@@ -349,16 +361,20 @@ class SpeedLayer:
                     best = key_at
                     key_at += 1
                 row, base = rows.get((spec.board, player), NOT_IN_BASE)
-                event_args += [
-                    index,
-                    1 if feeds else 0,
-                    scores[spec.rule] if feeds else 0,
-                    thresholds.get(spec.board, {}).get(event.region, 0) if feeds else 0,
-                    best,
-                    short_board(spec.board, periods, event.region),
-                    row,
-                    base,
-                ]
+                parts.append(
+                    _EV_BOARD.numbers.pack(
+                        index,
+                        1 if feeds else 0,
+                        scores[spec.rule] if feeds else 0,
+                        thresholds.get(spec.board, {}).get(event.region, 0)
+                        if feeds
+                        else 0,
+                        best,
+                        row,
+                    )
+                )
+                parts.append(self._ref_texts(spec.board, periods, event.region, base))
+            event_args.append(b"".join(parts))
         args = [
             now_ms,
             self.retention_seconds,
@@ -376,6 +392,25 @@ class SpeedLayer:
         ]
         all_keys = script_keys + event_keys
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
+
+    def _ref_texts(
+        self, board: str, periods: dict[str, str], region: str, base: str
+    ) -> bytes:
+        """The strings of an EV_BOARD record, packed: the board's name in the saved
+        result (short against the event's periods and region) and its base. Cached
+        when the player is not in the base (the common case); the periods follow
+        from the UTC day, their "daily" id."""
+        if base:
+            saved_as = short_board(board, periods, region)
+            return pack_strings((saved_as.encode(), base.encode()))
+        key = (board, periods["daily"], region)
+        packed = self._texts_cache.get(key)
+        if packed is None:
+            if len(self._texts_cache) > 4096:
+                self._texts_cache.clear()
+            saved_as = short_board(board, periods, region)
+            packed = self._texts_cache[key] = pack_strings((saved_as.encode(), b""))
+        return packed
 
     async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
         """Send every EVALSHA in one write (per server) and read the replies in

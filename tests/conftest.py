@@ -85,6 +85,16 @@ def settings_boards(directory: Path) -> Path:
     return path
 
 
+def open_windows_env(directory: Path) -> dict[str, str]:
+    """Environment for an `lb` process that must apply events dated November 2026
+    whatever the date: the open-windows boards file and a dedupe window as long."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "LB_BOARDS_FILE": str(settings_boards(directory)),
+        "LB_DEDUPE_WINDOW": OPEN_LATENESS,
+    }
+
+
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
     boards_file = settings_boards(tmp_path)

@@ -47,15 +47,16 @@
 -- events as of their acceptance, nowMs = their receivedAtMs; base_generation: the
 -- generation the base rows refer to), then the board table
 -- (ARG_GROUP per board: id, aggregation "sum" | "max", first_achieved 1/0, cutoffMs
--- (0 = never), rule version), then per event an EV record (minGapMs: event time a new
--- match needs since the player's previous one, maxPerHour: new matches per hour of
--- event time, 0 = no bound; eventJson: the normalized event, embedded verbatim in the
--- log record) followed by its n_refs EV_BOARD records (index into the board table,
--- feeds 1/0, points under the board's rule, quarantine threshold: points above it
--- hold the event as "quarantined", 0 = none; the board's name in the saved result;
--- the player's local row in the base segment, -1 when not in it; base: its
--- "score,version[,achievedMs]" there, "" when not in it: a pair without a total in
--- Redis has not changed since the base generation and starts from it).
+-- (0 = never), rule version), then one argument per event, packed: an EV record
+-- (minGapMs: event time a new match needs since the player's previous one,
+-- maxPerHour: new matches per hour of event time, 0 = no bound; eventJson: the
+-- normalized event, embedded verbatim in the log record) followed by its n_refs
+-- EV_BOARD records (index into the board table, feeds 1/0, points under the board's
+-- rule, quarantine threshold: points above it hold the event as "quarantined", 0 =
+-- none; the player's local row in the base segment, -1 when not in it; the board's
+-- name in the saved result; base: its "score,version[,achievedMs]" there, "" when not
+-- in it: a pair without a total in Redis has not changed since the base generation
+-- and starts from it).
 --
 -- Returns, per event in order, kind then payload (ending early after a "retry": the
 -- events after it did not run): "ok", resultCompact |
@@ -77,14 +78,18 @@ local ARG_GROUP = {
   rule = 4,
 }
 local EV = {
-  size = 14, player = 0, event_id = 1, match_id = 2, revision = 3, fingerprint = 4,
-  event_json = 5, occurred_ms = 6, min_gap_ms = 7, max_per_hour = 8, key_at = 9,
-  n_refs = 10, dedupe_field = 11, contribution_field = 12, context = 13,
+  size = 14, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
+  key_at = 4, n_refs = 5, player = 6, event_id = 7, match_id = 8, fingerprint = 9,
+  event_json = 10, dedupe_field = 11, contribution_field = 12, context = 13,
 }
 local EV_BOARD = {
-  size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, saved_as = 5,
-  base_row = 6, base = 7,
+  size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, base_row = 5,
+  saved_as = 6, base = 7,
 }
+-- Packed records (struct.unpack, little-endian: "<" is prepended): one string per
+-- event holds its EV record, then its n_refs EV_BOARD records.
+local EV_FORMAT = "i8i8i8i8I4HI4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0"
+local EV_BOARD_FORMAT = "HBi8i8I4i8I4c0I4c0"
 local EV_KEY = {
   size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
   contribution_prev = 4, contribution_oldest = 5, rate = 6, recent = 7,
@@ -142,40 +147,50 @@ local events = {}
 local players = {}
 local player_list = {}
 local cursor = ARG_GROUP.start + n_boards * ARG_GROUP.size
+-- "<" .. EV_BOARD_FORMAT repeated n times, per n: an event's references in one call.
+local refs_format = {}
 for e = 1, n_events do
-  local a = cursor
+  local packed = ARGV[cursor]
+  cursor = cursor + 1
+  local v = {struct.unpack("<" .. EV_FORMAT, packed)}
   local ev = {
-    player = ARGV[a + EV.player], event_id = ARGV[a + EV.event_id],
-    match_id = ARGV[a + EV.match_id], revision = tonumber(ARGV[a + EV.revision]),
-    fingerprint = ARGV[a + EV.fingerprint], event_json = ARGV[a + EV.event_json],
-    occurred_ms = tonumber(ARGV[a + EV.occurred_ms]),
-    min_gap_ms = tonumber(ARGV[a + EV.min_gap_ms]),
-    max_per_hour = tonumber(ARGV[a + EV.max_per_hour]),
-    key_at = tonumber(ARGV[a + EV.key_at]), dedupe_field = ARGV[a + EV.dedupe_field],
-    contribution_field = ARGV[a + EV.contribution_field], context = ARGV[a + EV.context],
+    player = v[EV.player + 1], event_id = v[EV.event_id + 1],
+    match_id = v[EV.match_id + 1], revision = v[EV.revision + 1],
+    fingerprint = v[EV.fingerprint + 1], event_json = v[EV.event_json + 1],
+    occurred_ms = v[EV.occurred_ms + 1], min_gap_ms = v[EV.min_gap_ms + 1],
+    max_per_hour = v[EV.max_per_hour + 1], key_at = v[EV.key_at + 1],
+    dedupe_field = v[EV.dedupe_field + 1],
+    contribution_field = v[EV.contribution_field + 1], context = v[EV.context + 1],
     refs = {},
   }
-  cursor = a + EV.size
-  for r = 1, tonumber(ARGV[a + EV.n_refs]) do
-    local b = boards[tonumber(ARGV[cursor + EV_BOARD.board])]
-    ev.refs[r] = {
-      b = b, feeds = ARGV[cursor + EV_BOARD.feeds] == "1",
-      points = tonumber(ARGV[cursor + EV_BOARD.points]),
-      threshold = tonumber(ARGV[cursor + EV_BOARD.threshold]),
-      best = KEYS[tonumber(ARGV[cursor + EV_BOARD.best])],
-      saved_as = ARGV[cursor + EV_BOARD.saved_as],
-    }
-    b.row[ev.player] = tonumber(ARGV[cursor + EV_BOARD.base_row])
-    b.base[ev.player] = ARGV[cursor + EV_BOARD.base]
-    if not b.wanted[ev.player] then
-      b.wanted[ev.player] = true
-      b.wanted_list[#b.wanted_list + 1] = ev.player
-    end
-    cursor = cursor + EV_BOARD.size
+  local n_refs = v[EV.n_refs + 1]
+  local format = refs_format[n_refs]
+  if not format then
+    format = "<" .. string.rep(EV_BOARD_FORMAT, n_refs)
+    refs_format[n_refs] = format
   end
-  if not players[ev.player] then
-    players[ev.player] = true
-    player_list[#player_list + 1] = ev.player
+  -- After the EV record's values, struct.unpack returns where the rest starts.
+  local r = {struct.unpack(format, packed, v[EV.size + 1])}
+  local player = ev.player
+  local at = 1
+  for i = 1, n_refs do
+    local b = boards[r[at + EV_BOARD.board]]
+    ev.refs[i] = {
+      b = b, feeds = r[at + EV_BOARD.feeds] == 1, points = r[at + EV_BOARD.points],
+      threshold = r[at + EV_BOARD.threshold], best = KEYS[r[at + EV_BOARD.best]],
+      saved_as = r[at + EV_BOARD.saved_as],
+    }
+    b.row[player] = r[at + EV_BOARD.base_row]
+    b.base[player] = r[at + EV_BOARD.base]
+    if not b.wanted[player] then
+      b.wanted[player] = true
+      b.wanted_list[#b.wanted_list + 1] = player
+    end
+    at = at + EV_BOARD.size
+  end
+  if not players[player] then
+    players[player] = true
+    player_list[#player_list + 1] = player
   end
   events[e] = ev
 end

@@ -15,7 +15,7 @@ import pytest
 
 from api.security import sign
 from speed.server import free_port
-from tests.conftest import OPEN_DAYS, event
+from tests.conftest import event, open_windows_env
 
 pytestmark = pytest.mark.e2e
 EVENTS = 40
@@ -45,8 +45,8 @@ def test_metrics_sum_every_worker(tmp_path: Path) -> None:
         LB_DATA_DIR=str(tmp_path / "lb"),
         LB_RATE_LIMIT="off",
         LB_API_WORKERS="2",
-        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # event() is dated November 2026
     )
+    env |= open_windows_env(tmp_path / "conf")  # event() is dated November 2026
     env.pop("LB_REDIS_URL", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     port = free_port()

@@ -13,7 +13,7 @@ import pytest
 
 from api.security import sign
 from speed.server import free_port
-from tests.conftest import OPEN_DAYS, event
+from tests.conftest import event, open_windows_env
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +42,8 @@ def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None
         os.environ,
         LB_DATA_DIR=str(tmp_path / "lb"),
         LB_RATE_LIMIT="off",
-        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # event() is dated November 2026
     )
+    env |= open_windows_env(tmp_path / "conf")  # event() is dated November 2026
     env.pop("LB_REDIS_URL", None)
     port = free_port()
     started = _lb("up", "--port", str(port), env=env)

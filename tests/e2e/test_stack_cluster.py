@@ -16,7 +16,7 @@ from api.security import sign
 from speed.connection import sync_client
 from speed.partitions import Keys, partition_of
 from speed.server import free_port
-from tests.conftest import OPEN_DAYS, event
+from tests.conftest import event, open_windows_env
 from tests.e2e.test_stack import _lb, _running
 
 pytestmark = pytest.mark.e2e
@@ -33,8 +33,8 @@ def test_up_on_a_cluster_serves_writes_and_reads(
         LB_REDIS_URL=redis_cluster,
         LB_PARTITIONS="8",
         LB_RATE_LIMIT="off",
-        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # event() is dated November 2026
     )
+    env |= open_windows_env(tmp_path / "conf")  # event() is dated November 2026
     port = free_port()
     started = _lb("up", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr

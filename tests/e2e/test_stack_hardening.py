@@ -24,7 +24,7 @@ import pytest
 from api.security import sign
 from cli.supervisor import stack_pids
 from speed.server import RedisServer, free_port
-from tests.conftest import OPEN_DAYS, event
+from tests.conftest import event, open_windows_env
 
 pytestmark = pytest.mark.e2e
 
@@ -47,9 +47,9 @@ def stack_env(data_dir: Path, **extra: str) -> dict[str, str]:
         os.environ,
         LB_DATA_DIR=str(data_dir),
         LB_RATE_LIMIT="off",
-        LB_DEDUPE_WINDOW=f"P{OPEN_DAYS}D",  # events dated November 2026
         **extra,
     )
+    env |= open_windows_env(data_dir.parent / "conf")  # events dated November 2026
     env.pop("LB_REDIS_URL", None)
     return env
 

@@ -13,6 +13,7 @@ from speed.scripts import INTERFACES, ScriptArgumentError, ScriptInterface
 LUA_DIR = Path(__file__).resolve().parents[2] / "speed" / "lua"
 TABLE = re.compile(r"^local ([A-Z][A-Z_]*) = \{(.*?)\}", re.M | re.S)
 REST = re.compile(r"^local ARG_REST = (\d+)$", re.M)
+FORMAT = re.compile(r'^local ([A-Z][A-Z_]*_FORMAT) = "([^"]*)"', re.M)
 ENTRY = re.compile(r"(\w+)\s*=\s*(\d+)")
 
 
@@ -37,6 +38,7 @@ def test_lua_offsets_match_declaration(name: str) -> None:
     iface = INTERFACES[name]
     code = code_of(name)
     assert lua_tables(code) == iface.lua_tables()
+    assert dict(FORMAT.findall(code)) == iface.lua_formats()
     rest = REST.findall(code)
     if iface.argv_rest is None:
         assert rest == []
@@ -71,3 +73,24 @@ def test_named_values_are_ordered_as_declared() -> None:
         iface.keys_of({"a": 1})
     with pytest.raises(ScriptArgumentError, match="unknown"):
         iface.args_of({"n": 1, "m": 2})
+
+
+def test_packed_records_declare_types_once() -> None:
+    iface = ScriptInterface(
+        name="t", records=(("R", ("n:i64", "k:u16", "s:bytes", "t:bytes")),)
+    )
+    assert iface.lua_tables() == {"R": {"size": 4, "n": 0, "k": 1, "s": 2, "t": 3}}
+    assert iface.lua_formats() == {"R_FORMAT": "i8HI4c0I4c0"}
+    packed = iface.packer("R").pack((-2, 7), (b"ab", b""))
+    assert packed == (
+        (-2).to_bytes(8, "little", signed=True)
+        + (7).to_bytes(2, "little")
+        + b"\x02\x00\x00\x00ab"
+        + b"\x00\x00\x00\x00"
+    )
+    # A number after a string could not be packed with one struct.
+    bad = ScriptInterface(name="b", records=(("R", ("s:bytes", "n:i64")),))
+    with pytest.raises(ScriptArgumentError, match="precede"):
+        bad.lua_formats()
+    with pytest.raises(ScriptArgumentError, match="not packed"):
+        ScriptInterface(name="c", records=(("R", ("a", "b:u8")),)).packer("R")
