@@ -79,6 +79,10 @@ class Build:
     touched_players: int | None = None
     # Log records the incremental build re-derived contributions from.
     rederived_records: int | None = None
+    # The shadowed players the ranking left out (incremental builds): the segments
+    # phase takes the hidden rows of the rewritten boards from silver by player
+    # instead of comparing all of their silver totals with gold.
+    shadowed: list[str] | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
@@ -117,15 +121,21 @@ def fingerprint(
     seasons: Iterable[Season],
     points_range: tuple[int, int],
     bucket_target: int,
+    quarantine: tuple[float, int] | None = None,
 ) -> str:
-    """Everything besides the log that decides a generation's bytes."""
-    body = {
+    """Everything besides the log that decides a generation's bytes.
+
+    ``quarantine``: the thresholds' (quantile, min samples); an incremental build
+    keeps the untouched boards' thresholds, which is right only under the same."""
+    body: dict[str, Any] = {
         "version": BUILD_VERSION,
         "boards": json.loads(boards.model_dump_json()),
         "seasons": [json.loads(s.model_dump_json()) for s in seasons],
         "points": list(points_range),
         "bucketTarget": bucket_target,
     }
+    if quarantine is not None:
+        body["quarantine"] = [float(quarantine[0]), int(quarantine[1])]
     text = json.dumps(body, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

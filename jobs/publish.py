@@ -94,7 +94,12 @@ from jobs.recompute import (
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
-from jobs.versions import with_versions
+from jobs.versions import (
+    segment_files_with_versions,
+    transform_versions,
+    with_versions,
+    with_versions_since,
+)
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
 
 # The format is serving's; the re-exported names are the ones callers know from here.
@@ -566,7 +571,8 @@ def recompute_generation(
     boards = effective_boards(boards, rule_state)
     seasons = [*boards.seasons, *namespace_seasons(boards, rule_state)]
     points = (settings.points_min, settings.points_max)
-    fp = fingerprint(boards, seasons, points, bucket_target)
+    quarantine = (settings.quarantine_quantile, settings.quarantine_min_samples)
+    fp = fingerprint(boards, seasons, points, bucket_target, quarantine)
     shadowed = extract_shadowed(settings) if read_flags else set()
     previous: Previous | None = None
     if not full:
@@ -781,6 +787,12 @@ def _recompute_incremental(
             .distinct()
             .collect()
         }
+    # A record's result names the boards whose version it moved: those boards'
+    # segments are rewritten too (else a linked segment would keep versions of an
+    # older boundary, which the next build's versions start from).
+    named = transform_versions(delta.select("player_id", "raw")).select("board")
+    listed = set(previous.manifest.get("boards", {}))
+    boards |= {r[0] for r in named.distinct().collect()} & listed
     touched_boards = sorted(boards)
     # Silver written by a full publish of older code has no deletion vectors yet.
     enable_deletion_vectors(spark, contributions_path)
@@ -790,11 +802,15 @@ def _recompute_incremental(
     if clock is not None:
         clock.lap("merges")
     gold_path = delta_dir / GOLD_SNAPSHOTS
+    # The previous generation's rows of the boards not re-ranked (every gold board
+    # has a manifest entry): none to read when every board was touched, and a
+    # positive board list lets the scan skip files by their board statistics.
+    untouched = sorted(set(previous.manifest.get("boards", {})) - boards)
     kept = (
         spark.read.format("delta")
         .load(str(gold_path))
         .where(F.col("generation") == previous.generation)
-        .where(~F.col("board").isin(touched_boards))
+        .where(F.col("board").isin(untouched) if untouched else F.lit(False))
         .select(*GOLD_COLUMNS)
     )
     if touched_boards:
@@ -811,6 +827,7 @@ def _recompute_incremental(
         touched_boards=touched_boards,
         touched_players=touched_count,
         rederived_records=source_count,
+        shadowed=sorted(inputs.shadowed),
     )
 
 
@@ -846,7 +863,7 @@ def publish_segments(
     )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
-    rows = with_versions(spark, rows, bronze_path(settings), boundary)
+    rows = _rows_with_versions(settings, spark, rows, boundary, base, only)
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
@@ -857,12 +874,9 @@ def publish_segments(
             rows, tmp, bucket_target, board_orders(boards), umask=JOB_UMASK
         )
         # Shadowed players: in silver, left out of this generation's gold.
-        silver_totals = spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
-        gold = spark.read.format("delta").load(str(delta_dir / GOLD_SNAPSHOTS))
-        if only is not None:
-            silver_totals = silver_totals.where(F.col("board").isin(only))
-            gold = gold.where(F.col("board").isin(only))
-        write_hidden(hidden_from(silver_totals, gold, generation), tmp, board_files)
+        write_hidden(
+            _hidden_rows(settings, spark, generation, build, only), tmp, board_files
+        )
         if base is not None:
             previous, checksums = base
             rewritten = set(only or ())
@@ -885,11 +899,7 @@ def publish_segments(
     versions = table_versions(
         delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
     )
-    thresholds = extract_thresholds(
-        spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS)),
-        settings.quarantine_quantile,
-        settings.quarantine_min_samples,
-    )
+    thresholds = _thresholds(settings, spark, base, only)
     manifest_json = build_manifest(
         generation,
         published_at,
@@ -954,6 +964,101 @@ def _segment_base(
     boundary = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
     previous = Previous(build.base, boundary, manifest, directory)
     return previous, dict(row["checksums"])
+
+
+def _hidden_rows(
+    settings: Settings,
+    spark: SparkSession,
+    generation: str,
+    build: Build | None,
+    only: list[str] | None,
+) -> list[tuple[str, str, int]]:
+    """(board, player_id, score) of the rewritten boards' players silver holds and
+    gold left out. The ranking drops exactly the shadowed players' totals
+    (``transform_public``), so when the build recorded them (incremental) those are
+    their silver rows on the rewritten boards: a filtered scan of silver_totals, not
+    a join of all of them with the generation's gold rows."""
+    silver_totals = spark.read.format("delta").load(
+        str(settings.delta_dir / SILVER_TOTALS)
+    )
+    if only is not None:
+        silver_totals = silver_totals.where(F.col("board").isin(only))
+        if build is not None and build.shadowed is not None:
+            if not build.shadowed or not only:
+                return []
+            rows = (
+                silver_totals.where(F.col("player_id").isin(build.shadowed))
+                .select("board", "player_id", "score")
+                .collect()
+            )
+            return [(r["board"], r["player_id"], int(r["score"])) for r in rows]
+    gold = spark.read.format("delta").load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+    if only is not None:
+        gold = gold.where(F.col("board").isin(only))
+    return hidden_from(silver_totals, gold, generation)
+
+
+def _thresholds(
+    settings: Settings,
+    spark: SparkSession,
+    base: tuple[Previous, dict[str, str]] | None,
+    only: list[str] | None,
+) -> dict[str, dict[str, int]]:
+    """The manifest's quarantine thresholds. A board's thresholds are a function of
+    its silver contributions, which an incremental build changes only on boards it
+    rewrites: the others keep the previous manifest's, and the quantiles are taken
+    over the rewritten boards' rows only."""
+    contributions = spark.read.format("delta").load(
+        str(settings.delta_dir / SILVER_CONTRIBUTIONS)
+    )
+    quantile, samples = settings.quarantine_quantile, settings.quarantine_min_samples
+    if base is None or only is None or "board" not in contributions.columns:
+        return extract_thresholds(contributions, quantile, samples)
+    rewritten = set(only)
+    kept = {
+        board: dict(cohorts)
+        for board, cohorts in (base[0].manifest.get("quarantine") or {}).items()
+        if board not in rewritten
+    }
+    fresh = (
+        extract_thresholds(
+            contributions.where(F.col("board").isin(sorted(rewritten))),
+            quantile,
+            samples,
+        )
+        if rewritten
+        else {}
+    )
+    return dict(sorted({**kept, **fresh}.items()))
+
+
+def _rows_with_versions(
+    settings: Settings,
+    spark: SparkSession,
+    rows: DataFrame,
+    boundary: Mapping[int, int],
+    base: tuple[Previous, dict[str, str]] | None,
+    only: list[str] | None,
+) -> DataFrame:
+    """The gold rows to write with each pair's version: from the previous
+    generation's segments and the log's delta when this build extends one whose
+    segments carry versions, else parsed from the whole log."""
+    if base is not None and only is not None:
+        previous = base[0]
+        files = segment_files_with_versions(
+            previous.directory, previous.manifest.get("boards", {}), only
+        )
+        if files is not None:
+            return with_versions_since(
+                spark,
+                rows,
+                bronze_path(settings),
+                boundary,
+                previous.boundary,
+                previous.directory,
+                files,
+            )
+    return with_versions(spark, rows, bronze_path(settings), boundary)
 
 
 def _build_entry(

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+import yaml
 from delta.tables import DeltaTable
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hyp_settings
@@ -25,10 +27,20 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import to_ms
+from conf.boards import BoardsConfig, boards_for_event, load_boards, to_ms
 from conf.settings import Settings
 from jobs.land import bronze_path, transform_records
-from jobs.publish import GOLD_SNAPSHOTS, check_generation, run_publish
+from jobs.publish import (
+    GOLD_SNAPSHOTS,
+    check_generation,
+    land_inputs,
+    next_generation,
+    publish_segments,
+    recompute_generation,
+    run_publish,
+)
+from serving.files import read_arrow
+from speed.partitions import Keys
 from speed.server import RedisServer
 from tests.jobs.helpers import NOW_MS, ts
 
@@ -74,7 +86,15 @@ record = st.fixed_dictionaries(
 
 
 def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Log records (the speed layer's JSON) for a generated history."""
+    """Log records (the speed layer's JSON) for a generated history.
+
+    Every record's result names the boards of its event with the pair's next
+    version (what the segments' ``version`` column is derived from), held and
+    released records too: a pair can then be named by the log without a total on
+    that board (a correction that moved the match, a held record), which the
+    incremental build must carry over like the full derivation does."""
+    config = BoardsConfig.model_validate(yaml.safe_load(BOARDS_YAML))
+    versions: dict[tuple[str, str], int] = defaultdict(int)
     positions: dict[int, int] = defaultdict(int)
     ids: dict[str, list[str]] = defaultdict(list)
     held: dict[str, list[str]] = defaultdict(list)
@@ -91,6 +111,12 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             event_id, status = held[player][i % len(held[player])], "released"
         ids[player].append(event_id)
         positions[partition] += 1
+        named = []
+        for spec in boards_for_event(config, ts(h["occurred"]), h["region"]):
+            versions[(spec.board, player)] += 1
+            named.append(
+                {"board": spec.board, "version": versions[(spec.board, player)]}
+            )
         out.append(
             {
                 "partition": partition,
@@ -106,6 +132,7 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "region": h["region"],
                     "points": h["points"],
                 },
+                "result": {"boards": named},
             }
         )
     return out
@@ -151,6 +178,9 @@ def make_settings(root: Path, redis_server: RedisServer) -> Settings:
         partitions=2,
         boards_file=boards,
         rate_limit="off",
+        # Thresholds on every board with a contribution, so the equality covers
+        # the untouched boards' thresholds an incremental manifest keeps.
+        quarantine_min_samples=1,
     )
 
 
@@ -287,6 +317,17 @@ def test_incremental_chain_links_untouched_boards(
         assert (g1 / s3).stat().st_ino == (g2 / s3).stat().st_ino  # hard link
         s4 = manifest(settings, "g2")["boards"]["season:S4:na"]["file"]
         assert (g1 / s4).stat().st_ino != (g2 / s4).stat().st_ino
+        # b's version on the rewritten board: 2 at g1's boundary, 3 after the
+        # delta's record (from g1's segment and the delta, not the whole log).
+        # season:S3:eu (a's 5 points, untouched) keeps g1's threshold; S4:na's is
+        # taken again over its rows (b's corrected match: 1 and 2 points).
+        quarantine = manifest(settings, "g2")["quarantine"]
+        assert quarantine["season:S3:eu"] == {"eu": 5}
+        assert quarantine["season:S4:na"] == {"na": 2}
+        for directory, version in ((g1, 2), (g2, 3)):
+            table = read_arrow(directory / s4).to_pydict()
+            row = table["player_id"].index("b")
+            assert table["version"][row] == version, directory
         # Nothing new: every board is linked.
         assert run_publish(settings, spark=spark, land=False) == "g3"
         assert manifest(settings, "g3")["build"]["touchedBoards"] == 0
@@ -415,3 +456,70 @@ def test_incremental_equals_full_many(
     split: int,
 ) -> None:
     check_history(spark, redis_server, history, split)
+
+
+def publish_with_flags(
+    settings: Settings, spark: SparkSession, *, full: bool = False
+) -> str:
+    """The publish phases as Airflow runs them, reading the shadow flags from
+    Redis without landing (run_publish reads flags only when it lands)."""
+    generation, number = next_generation(settings, spark)
+    landed = land_inputs(settings, spark, land=False)
+    build = recompute_generation(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        landed.boundary,
+        full=full,
+        bucket_target=2,
+    )
+    return publish_segments(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        number,
+        landed,
+        bucket_target=2,
+        build=build,
+    )
+
+
+def test_incremental_keeps_shadowed_players_hidden(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    """A player shadowed across an incremental build stays out of the rewritten
+    boards' gold and in their hidden files (taken from silver by the build's
+    shadowed players), byte for byte as a full build writes them."""
+    history = [
+        _record(0, 1, 4),
+        {**_record(0, 1, 6), "player": "Zed"},
+        {**_record(0, 1, 2), "player": "b"},
+        # The delta: Zed (shadowed) and a both change on the same boards.
+        {**_record(1, 1, 3), "player": "Zed"},
+        _record(1, 1, 1),
+    ]
+    lines = log_lines(history)
+    client = redis.Redis.from_url(redis_server.url)
+    flags = Keys(PLAYERS["Zed"]).flags
+    client.hset(flags, "Zed", "shadow")
+    try:
+        with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+            settings = make_settings(Path(tmp), redis_server)
+            append_bronze(spark, settings, lines[:3])
+            assert publish_with_flags(settings, spark) == "g1"
+            append_bronze(spark, settings, lines[3:])
+            assert publish_with_flags(settings, spark) == "g2"
+            g2 = manifest(settings, "g2")
+            assert g2["build"]["mode"] == "incremental"
+            assert g2["build"]["touchedBoards"] == 12
+            meta = g2["boards"]["season:S4:eu"]
+            hidden = read_arrow(settings.segments_dir / "g2" / meta["hidden"])
+            assert hidden.to_pydict() == {"player_id": ["Zed"], "score": [9]}
+            assert "Zed" not in {r[3] for r in gold_rows(spark, settings, "g2")}
+            assert publish_with_flags(settings, spark, full=True) == "g3"
+            assert_same_generation(settings, "g2", "g3", spark)
+    finally:
+        client.delete(flags)
+        client.close()
