@@ -42,14 +42,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, Season
@@ -229,40 +230,72 @@ def enable_deletion_vectors(spark: SparkSession, path: Path) -> None:
         spark.sql(f"ALTER TABLE delta.`{path.resolve()}` SET TBLPROPERTIES ({on})")
 
 
-def load_merge(
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+
+
+def key_condition(keys: Iterable[str]) -> str:
+    """A merge condition: target ``t`` and source ``s`` equal on every key."""
+    return " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+
+
+def load_replace(
     spark: SparkSession,
     path: Path,
     fresh: DataFrame,
-    gone: DataFrame,
-    keys: Iterable[str],
+    replaced: DataFrame,
+    condition: str,
 ) -> None:
-    """``MERGE`` ``fresh`` into the Delta table at ``path`` in one commit: matched
-    rows are updated, new ones inserted, and the rows keyed by ``gone`` (key
-    columns only) deleted. Both sources hold only rows that may have changed, so
-    with deletion vectors the commit writes about as many rows as they hold."""
+    """Replace rows of the Delta table at ``path``: delete the target rows ``t``
+    that ``condition`` matches with a row ``s`` of ``replaced`` (small: it is
+    broadcast; a target row should match at most one), then append ``fresh``.
+
+    The caller guarantees that every target row with a key of ``fresh`` is among
+    the replaced ones (it read those rows before: the pairs' old contributions,
+    the scope's old totals), so the result is what a ``MERGE`` of ``fresh`` with
+    update, insert and delete clauses gives, without its cost: such a ``MERGE``
+    with deletion vectors runs three joins of its source with the whole target
+    (find the touched files, write the changed rows, write the deletion vectors),
+    and its insert clause makes the second an outer join with the source on the
+    outer side, which Spark cannot broadcast: the whole target was shuffled and
+    sorted (bench/RESULTS.md). A delete-only ``MERGE`` has inner joins only, so
+    the broadcast source makes each a scan of the target's files; the new rows
+    are a plain append. Two commits (one when nothing is replaced): a reader of
+    the table's latest version between them misses the replaced rows, which is
+    why a generation records the versions it was built from
+    (``tableVersions``), and why an interrupted publish makes the next one full
+    (:func:`previous_state` compares those versions).
+
+    ``replaced`` must be deterministic (e.g. derived from a ``localCheckpoint``):
+    the ``MERGE`` reads it as is instead of materializing a copy."""
     from delta.tables import DeltaTable
 
-    keys = list(keys)
     target = DeltaTable.forPath(spark, str(path))
     columns = list(target.toDF().columns)
-    source = (
-        fresh.select(*columns)
-        .withColumn("_delete", F.lit(False))
-        .unionByName(
-            gone.select(*keys).withColumn("_delete", F.lit(True)),
-            allowMissingColumns=True,
-        )
-    )
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
-    (
-        target.alias("t")
-        .merge(source.alias("s"), condition)
-        .whenMatchedDelete(condition="s._delete")
-        .whenMatchedUpdate(condition="NOT s._delete", set=values)
-        .whenNotMatchedInsert(condition="NOT s._delete", values=values)
-        .execute()
-    )
+    if not replaced.isEmpty():
+        with _conf(spark, {MATERIALIZE_SOURCE: "none"}):
+            (
+                target.alias("t")
+                .merge(F.broadcast(replaced).alias("s"), condition)
+                .whenMatchedDelete()
+                .execute()
+            )
+    fresh.select(*columns).write.format("delta").mode("append").save(str(path))
+
+
+@contextmanager
+def _conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Session settings for the duration of the block (previous values restored)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
 
 
 def link_board(

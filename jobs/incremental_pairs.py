@@ -28,13 +28,13 @@ touched players on such boards only (:func:`timed_players`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from conf.boards import Season
-from jobs.recompute import transform_totals
+from jobs.recompute import transform_totals, transform_within_boundary
 
 PAIR = ["player_id", "match_id"]
 EVENT = ["player_id", "event_id"]
@@ -67,14 +67,49 @@ def transform_pair_sources(history: DataFrame, pairs: DataFrame) -> DataFrame:
     return own.unionByName(sharing)
 
 
-def transform_scope_totals(
-    silver: DataFrame, fresh: DataFrame, pairs: DataFrame, scope: DataFrame
+def transform_earlier_pairs(
+    sources: DataFrame, pairs: DataFrame, previous: Mapping[int, int]
 ) -> DataFrame:
-    """Totals of the ``scope`` (board, player) keys: the other pairs' silver
-    contribution rows (unchanged) plus the touched pairs' re-derived rows
-    (``fresh``), aggregated with the full recompute's rule."""
-    # ``scope`` may be large (every board of every touched pair): no broadcast hint.
-    others = silver.join(scope, ["board", "player_id"], "left_semi").join(
+    """The ``pairs`` with a record at or before the ``previous`` boundary among
+    ``sources`` (:func:`transform_pair_sources`, which holds every record of the
+    pairs): the only pairs that can have silver rows, since a contribution is
+    derived from its pair's records. The others (new matches: most of a delta's)
+    need no silver read."""
+    return (
+        transform_within_boundary(sources, previous)
+        .join(F.broadcast(pairs), PAIR, "left_semi")
+        .select(*PAIR)
+        .distinct()
+    )
+
+
+ON_SCOPE = "t.player_id = s.player_id AND array_contains(s.boards, t.board)"
+
+
+def transform_scope_boards(scope: DataFrame) -> DataFrame:
+    """The (board, player) keys of ``scope`` as one row per player (player_id,
+    boards): small enough to broadcast where the keys are not (a touched player
+    is on ~10 of them), matched to a table ``t`` by :data:`ON_SCOPE`."""
+    return scope.groupBy("player_id").agg(F.collect_set("board").alias("boards"))
+
+
+def transform_in_scope(table: DataFrame, scope_boards: DataFrame) -> DataFrame:
+    """The rows of ``table`` whose (board, player) is in ``scope_boards``
+    (:func:`transform_scope_boards`): a broadcast semi-join, so the table is
+    filtered while scanned, never shuffled."""
+    return table.alias("t").join(
+        F.broadcast(scope_boards).alias("s"), F.expr(ON_SCOPE), "left_semi"
+    )
+
+
+def transform_scope_totals(
+    silver: DataFrame, fresh: DataFrame, pairs: DataFrame, scope_boards: DataFrame
+) -> DataFrame:
+    """Totals of the (board, player) keys of ``scope_boards``
+    (:func:`transform_scope_boards`): the other pairs' silver contribution rows
+    (unchanged) plus the touched pairs' re-derived rows (``fresh``), aggregated
+    with the full recompute's rule."""
+    others = transform_in_scope(silver, scope_boards).join(
         F.broadcast(pairs), PAIR, "left_anti"
     )
     columns = fresh.columns

@@ -59,14 +59,20 @@ from jobs.incremental import (
     enable_deletion_vectors,
     fingerprint,
     hidden_players,
+    key_condition,
     link_board,
-    load_merge,
+    load_replace,
     previous_state,
     transform_touched_history,
 )
 from jobs.incremental_pairs import (
+    ON_SCOPE,
+    PAIR,
     timed_players,
+    transform_earlier_pairs,
+    transform_in_scope,
     transform_pair_sources,
+    transform_scope_boards,
     transform_scope_totals,
     transform_sum_totals,
     transform_touched_pairs,
@@ -709,26 +715,33 @@ def _recompute_incremental(
     contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
     silver = spark.read.format("delta").load(str(contributions_path))
-    # The pairs' old rows (what the totals lose) and the scope's old totals.
+    # The pairs' old rows (what the totals lose; the contributions merge replaces
+    # them): only pairs with records before the delta have any, and when none
+    # does silver_contributions is not scanned at all.
+    earlier = transform_earlier_pairs(sources, pairs, previous.boundary)
+    earlier = earlier.localCheckpoint(eager=True)
     old = (
-        silver.join(F.broadcast(pairs), ["player_id", "match_id"], "left_semi")
-        .select(*CONTRIBUTION_KEYS, "aggregation", "points")
-        .localCheckpoint(eager=True)
+        silver.join(F.broadcast(earlier), PAIR, "left_semi")
+        if not earlier.isEmpty()
+        else silver.where(F.lit(False))
     )
-    gone = old.join(
-        contributions.select(*CONTRIBUTION_KEYS), list(CONTRIBUTION_KEYS), "left_anti"
-    )
+    old = old.select(*CONTRIBUTION_KEYS, "aggregation", "points")
+    old = old.localCheckpoint(eager=True)
     scope = (
         contributions.select(*TOTAL_KEYS)
         .unionByName(old.select(*TOTAL_KEYS))
         .distinct()
         .localCheckpoint(eager=True)
     )
+    # The scope's old totals. Its keys are too many to broadcast (~0.8 M at 100 k
+    # events over 1 M players, a 2 GiB driver), its players with their boards are
+    # not (one row per touched player): the join filters silver_totals while it
+    # is scanned, without shuffling it. The totals merge deletes by the same rows.
+    scope_boards = transform_scope_boards(scope).localCheckpoint(eager=True)
     before = (
-        spark.read.format("delta")
-        .load(str(totals_path))
-        # No broadcast hint: ~0.8 M keys at 100 k events (a 2 GiB driver).
-        .join(scope, list(TOTAL_KEYS), "left_semi")
+        transform_in_scope(
+            spark.read.format("delta").load(str(totals_path)), scope_boards
+        )
         .select(*TOTAL_KEYS, "aggregation", "score", "matches")
         .localCheckpoint(eager=True)  # read before the table it reads is merged
     )
@@ -755,7 +768,7 @@ def _recompute_incremental(
     ]
     summed = transform_sum_totals(before, old, fresh)
     if best:
-        max_scope = scope.where(F.col("board").isin(best))
+        max_scope = transform_scope_boards(scope.where(F.col("board").isin(best)))
         summed = summed.where(~F.col("board").isin(best)).unionByName(
             transform_scope_totals(
                 silver, fresh.where(F.col("board").isin(best)), pairs, max_scope
@@ -766,9 +779,6 @@ def _recompute_incremental(
         .join(scope, list(TOTAL_KEYS), "left_semi")
         .withColumn("generation", F.lit(generation))
         .localCheckpoint(eager=True)
-    )
-    totals_gone = before.select(*TOTAL_KEYS).join(
-        totals.select(*TOTAL_KEYS), list(TOTAL_KEYS), "left_anti"
     )
     if clock is not None:
         clock.lap("totals_inputs")
@@ -797,10 +807,17 @@ def _recompute_incremental(
     # Silver written by a full publish of older code has no deletion vectors yet.
     enable_deletion_vectors(spark, contributions_path)
     enable_deletion_vectors(spark, totals_path)
-    load_merge(spark, contributions_path, contributions, gone, CONTRIBUTION_KEYS)
-    load_merge(spark, totals_path, totals, totals_gone, TOTAL_KEYS)
     if clock is not None:
-        clock.lap("merges")
+        clock.lap("touched_boards")
+    # Every silver row of a touched pair is in ``old`` and every old total of the
+    # scope in ``before``: replacing exactly those with the re-derived rows is the
+    # merge (jobs/incremental.py load_replace).
+    load_replace(spark, contributions_path, contributions, earlier, key_condition(PAIR))
+    if clock is not None:
+        clock.lap("merge_contributions")
+    load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE)
+    if clock is not None:
+        clock.lap("merge_totals")
     gold_path = delta_dir / GOLD_SNAPSHOTS
     # The previous generation's rows of the boards not re-ranked (every gold board
     # has a manifest entry): none to read when every board was touched, and a

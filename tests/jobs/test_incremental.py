@@ -293,25 +293,35 @@ def test_incremental_chain_links_untouched_boards(
             # b's corrected match's two records, not its untouched match's.
             "rederivedRecords": 2,
         }
-        # The merges wrote only the corrected match's rows and the totals on its
-        # boards (not b's other match, not the boards only that one is on), and
-        # marked the replaced rows in deletion vectors instead of copying the rest
-        # of each file they were in.
+        # The merges replaced only the corrected match's rows and the totals on its
+        # boards (not b's other match, not the boards only that one is on): a
+        # delete-only MERGE by a small source (the one pair; b with its 12
+        # boards) marked the old rows in deletion vectors instead of copying the
+        # rest of each file they were in, then an append wrote the new rows
+        # (jobs/incremental.py load_replace; a MERGE with an insert clause
+        # shuffled the whole target).
         for table in ("silver_contributions", "silver_totals"):
             path = settings.delta_dir / table
             detail = DeltaTable.forPath(spark, str(path)).detail().first()
             assert detail is not None
             assert detail["properties"].get("delta.enableDeletionVectors") == "true"
-            merge = (
+            merge, append = (
                 spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
-                .where("operation = 'MERGE'")
-                .first()
+                .orderBy(F.col("version").desc())
+                .limit(2)
+                .collect()[::-1]
             )
-            assert merge is not None, table
+            assert merge["operation"] == "MERGE", (table, merge["operation"])
             metrics = merge["operationMetrics"]
-            assert metrics["numSourceRows"] == "12", (table, metrics)
-            assert metrics["numTargetRowsUpdated"] == "12", (table, metrics)
+            assert metrics["numSourceRows"] == "1", (table, metrics)
+            assert metrics["numTargetRowsDeleted"] == "12", (table, metrics)
+            assert metrics["numTargetRowsUpdated"] == "0", (table, metrics)
+            assert metrics["numTargetRowsInserted"] == "0", (table, metrics)
             assert metrics["numTargetRowsCopied"] == "0", (table, metrics)
+            assert metrics["numTargetDeletionVectorsAdded"] != "0", (table, metrics)
+            assert append["operation"] == "WRITE", (table, append["operation"])
+            assert append["operationParameters"]["mode"] == "Append", table
+            assert append["operationMetrics"]["numOutputRows"] == "12", table
         g1, g2 = settings.segments_dir / "g1", settings.segments_dir / "g2"
         s3 = manifest(settings, "g1")["boards"]["season:S3:eu"]["file"]
         assert (g1 / s3).stat().st_ino == (g2 / s3).stat().st_ino  # hard link
