@@ -31,6 +31,7 @@ from speed.events import (
     parse_rfc3339,
 )
 from speed.scoring import rules_for_event
+from tests.conftest import event as valid_event
 
 pytestmark = pytest.mark.unit
 
@@ -131,16 +132,8 @@ def test_rules_at_season_edges() -> None:
 
 
 def score_event_in(**fields: Any) -> ScoreEventIn:
-    """E1 of P1 in M1 (revision 1, eu, 2026-11-20 10:00 Z) with ``fields`` set."""
-    base: dict[str, Any] = {
-        "eventId": "E1",
-        "playerId": "P1",
-        "matchId": "M1",
-        "sourceRevision": 1,
-        "occurredAt": "2026-11-20T10:00:00Z",
-        "region": "eu",
-    }
-    return ScoreEventIn(**(base | fields))
+    """The tests' valid event (``tests.conftest.event``) with ``fields`` set."""
+    return ScoreEventIn(**valid_event(**fields))
 
 
 # What orjson parses as an integer (beyond it, a float the schema refuses).
