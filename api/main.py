@@ -17,7 +17,7 @@ from api.fast_reads import FastReads
 from api.fast_writes import FastWrites
 from api.friends import FriendsReader
 from api.live import LiveReader
-from api.metrics import observe_read
+from api.metrics import GcPauseTimer, observe_read
 from api.reads import ReadService
 from api.responses import FastJSONResponse
 from api.routes import (
@@ -135,9 +135,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
         gc.freeze()
+        gc_timer = GcPauseTimer()
+        gc_timer.install()
         try:
             yield
         finally:
+            gc_timer.remove()
             await client.aclose()
 
     app = FastAPI(

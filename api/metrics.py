@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import os
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +79,13 @@ READ_CACHE = Counter(
     "outcome hit|miss",
     ["cache", "outcome"],
 )
+GC_PAUSES = Histogram(
+    "lb_gc_pause_seconds",
+    "Python garbage-collector pauses in the API workers, by generation (0-2): a "
+    "pause stops the worker's event loop, so every request it holds waits",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+)
 
 EVENT_STATUSES = (
     "accepted",
@@ -99,6 +108,31 @@ READ_ENDPOINTS = {
     "/v1/boards/{board}/players/{player_id}/friends": "friends",
     "/v1/boards/{board}/entries": "entries",
 }
+
+
+class GcPauseTimer:
+    """Times each collection of this process into :data:`GC_PAUSES` (a
+    ``gc.callbacks`` entry). A latency spike of a read is then either a
+    collection (seen here) or something outside the worker (CPU steal, another
+    process): the read benchmark scrapes this around each phase."""
+
+    def __init__(self) -> None:
+        self._start = 0.0
+        self._series = [GC_PAUSES.labels(str(g)) for g in range(3)]
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self._series[info["generation"]].observe(time.perf_counter() - self._start)
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
 
 
 def prepare_multiprocess_dir(settings: Settings) -> Path:

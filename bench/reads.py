@@ -49,7 +49,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -473,6 +475,7 @@ async def open_loop(
         "generator_gc": pauses.report(
             [t0 + at for at in sent_at], latencies, over_ms=20.0
         ),
+        "t0_monotonic": t0,
     }
 
 
@@ -541,6 +544,126 @@ def slow_windows(
         {"at_s": w / 10, "slow": c, "max_ms": round(worst[w], 1)}
         for w, c in sorted(windows.items())
     ]
+
+
+class MachineSampler:
+    """Every 20 ms, from a thread: the machine's CPU split (``/proc/stat``: busy,
+    steal, iowait) and each watched process's CPU (``/proc/<pid>/stat``).
+
+    A burst of slow requests in one 100 ms window is a stall of something; this
+    tells which: the hypervisor taking the CPU (steal), the disk (iowait), another
+    process, or the API workers or Redis busy themselves. The kernel counts in
+    ticks of 10 ms, so a window's figures are coarse (about +-10 ms)."""
+
+    PERIOD_S = 0.02
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _snap(self) -> dict[str, float]:
+        parts = [
+            int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        ]
+        snap = {
+            "busy_ms": (sum(parts[:8]) - parts[3] - parts[4]) * TICK_MS,
+            "steal_ms": parts[7] * TICK_MS,
+            "iowait_ms": parts[4] * TICK_MS,
+        }
+        for name, pid in self.pids.items():
+            snap[f"{name}_ms"] = proc_cpu_ms(pid)
+        return snap
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self._snap()))
+            self._stop.wait(self.PERIOD_S)
+
+    def __enter__(self) -> MachineSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """What the machine and each process did from ``start`` to ``end``
+        (monotonic seconds): the samples just outside the interval."""
+        samples = list(self.samples)
+        if not samples:
+            return {}
+        first = max((s for s in samples if s[0] <= start), default=samples[0])
+        last = min((s for s in samples if s[0] >= end), default=samples[-1])
+        out = {k: round(last[1][k] - first[1][k], 1) for k in first[1]}
+        out["span_ms"] = round((last[0] - first[0]) * 1000, 1)
+        return out
+
+    def explain(
+        self, t0: float, windows: list[dict[str, float]]
+    ) -> list[dict[str, Any]]:
+        """Each slow window with what happened from its first scheduled send to
+        its slowest answer."""
+        return [
+            {
+                **w,
+                "machine": self.between(
+                    t0 + w["at_s"], t0 + w["at_s"] + 0.1 + w["max_ms"] / 1000
+                ),
+            }
+            for w in windows
+        ]
+
+
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_ms(pid: int) -> float:
+    """utime + stime of ``pid`` in ms (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * TICK_MS
+
+
+def gc_pauses(url: str) -> dict[str, float]:
+    """The API workers' collections so far (``lb_gc_pause_seconds``, summed over
+    workers): count and seconds per generation, and how many took >= 5 ms."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "lb_gc_pause_seconds":
+            continue
+        for sample in family.samples:
+            g = sample.labels.get("generation")
+            if sample.name.endswith("_count"):
+                out[f"gen{g}_count"] = sample.value
+            elif sample.name.endswith("_sum"):
+                out[f"gen{g}_s"] = sample.value
+            elif sample.name.endswith("_bucket") and sample.labels["le"] == "0.005":
+                out[f"gen{g}_under_5ms"] = sample.value
+    return out
+
+
+def gc_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Collections during a phase: per generation, count, total ms, count >= 5 ms."""
+    out: dict[str, Any] = {}
+    for g in range(3):
+        count = after.get(f"gen{g}_count", 0) - before.get(f"gen{g}_count", 0)
+        under = after.get(f"gen{g}_under_5ms", 0) - before.get(f"gen{g}_under_5ms", 0)
+        total = after.get(f"gen{g}_s", 0) - before.get(f"gen{g}_s", 0)
+        out[f"gen{g}"] = {
+            "count": int(count),
+            "total_ms": round(total * 1000, 1),
+            "over_5ms": int(count - under),
+        }
+    return out
 
 
 class LeanHttp:
@@ -935,8 +1058,16 @@ async def measure(
             )
             meter = CpuMeter(pids)
             redis_before = redis_events()
-            result = await open_loop(session, url_of, args.rate, args.seconds, check)
+            api_gc_before = gc_pauses(url)
+            with MachineSampler(pids) as sampler:
+                result = await open_loop(
+                    session, url_of, args.rate, args.seconds, check
+                )
             result["cpu"] = meter.stop(result["ok"])
+            result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
+            t0 = result.pop("t0_monotonic")
+            result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
+            result["slow"] = sampler.explain(t0, result["slow"])
             result["redis_before"], result["redis_after"] = redis_before, redis_events()
             result["loadavg_before"], result["loadavg_after"] = before, loadavg()
             if prof:
@@ -954,6 +1085,8 @@ async def measure(
             if dense:
                 print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
             print(f"    generator GC: {result['generator_gc']}", flush=True)
+            print(f"    API workers' GC: {result['api_gc']}", flush=True)
+            print(f"    machine over the phase: {result['machine']}", flush=True)
         if args.closed_seconds > 0:
             print(
                 f"  snapshot_top100 closed loop: {args.closed_connections} conns x "

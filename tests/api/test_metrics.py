@@ -4,6 +4,7 @@ series that exist, and the rules pass `promtool check rules` / `promtool test ru
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from api.metrics import GcPauseTimer
 from conf.settings import Settings
 from jobs.verify import VerifyResult, write_last_verify
 from tests.api.segment_writer import write_generation
@@ -170,3 +172,18 @@ def test_alert_rules_pass_promtool() -> None:
         [tool, "test", "rules", str(RULES_TEST)], capture_output=True, text=True
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.integration
+def test_gc_pauses_are_timed_while_the_app_runs(settings: Settings) -> None:
+    """Every collection of a worker lands in lb_gc_pause_seconds (the read bench
+    tells a worker's own pause from CPU steal with it); the timer leaves with the
+    app."""
+    series = 'lb_gc_pause_seconds_count{generation="2"}'
+    with TestClient(create_app(settings)) as client:
+        before = value(client.get("/metrics").text, series)
+        gc.collect()
+        gc.collect()
+        during = value(client.get("/metrics").text, series)
+        assert during >= before + 2
+    assert not [cb for cb in gc.callbacks if isinstance(cb, GcPauseTimer)]
