@@ -30,13 +30,16 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from bench.ingest import CLK_TCK, EventFactory, bench_boards, prepared_batches
 from speed.lua import load
 from speed.server import RedisServer
+
+if TYPE_CHECKING:
+    from speed.store import SpeedLayer
 
 NOOP = 'select("#", '
 # Sections of apply_event.lua switched off by text replacement, for the cost split
@@ -188,21 +191,27 @@ def _prepare(
     return [valid for _, valid in prepared_batches(factory, events, batch_size, tag)]
 
 
-async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[str, int]:
-    import redis.asyncio as aioredis
-
+def _speed_layer(client: Any) -> SpeedLayer:
+    """The API's SpeedLayer on ``client`` over the bench boards, with the default
+    partitions and record TTL and no rate limit (one setup for every measurement)."""
     from conf.settings import Settings
     from speed.store import SpeedLayer
 
     settings = Settings(rate_limit="off")
-    client = aioredis.from_url(url, max_connections=16)
-    speed = SpeedLayer(
+    return SpeedLayer(
         client,
         bench_boards(),
         settings.partitions,
         settings.record_ttl_seconds,
         None,
     )
+
+
+async def _apply_all(url: str, script: str, batches: list[list[Any]]) -> dict[str, int]:
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(url, max_connections=16)
+    speed = _speed_layer(client)
     speed._apply = client.register_script(script)
     statuses: dict[str, int] = {}
     try:
@@ -221,21 +230,13 @@ def encode_cost(batches: list[list[Any]], repeats: int = 5) -> float:
     (redis-py ``pack_commands``), as the API does per request; no Redis."""
     import redis.asyncio as aioredis
 
-    from conf.settings import Settings
     from speed.partitions import partition_of
     from speed.scoring import score_event
-    from speed.store import SpeedLayer, _Call
+    from speed.store import _Call
 
-    settings = Settings(rate_limit="off")
     client = aioredis.Redis()
-    speed = SpeedLayer(
-        client,
-        bench_boards(),
-        settings.partitions,
-        settings.record_ttl_seconds,
-        None,
-    )
-    speed._bases = dict.fromkeys(range(settings.partitions), 0)
+    speed = _speed_layer(client)
+    speed._bases = dict.fromkeys(range(speed.partitions), 0)
     connection = client.connection_pool.make_connection()
     for batch in batches:
         for e in batch:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from bench.publish import loadavg
 
@@ -81,6 +82,10 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--before", required=True, help="git revision of variant A")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--log-partitions", type=int, default=None,
+        help="only bronze's log partitions below this (a smaller, quicker sample)",
+    )
     args = ap.parse_args()
 
     from conf.boards import load_boards
@@ -95,6 +100,9 @@ def main() -> None:
     bronze = spark.read.format("delta").load(str(delta / "bronze_events"))
     silver = spark.read.format("delta").load(str(delta / "silver_contributions"))
     silver = silver.drop("generation")
+    if args.log_partitions is not None:
+        bronze = bronze.where(F.col("partition") < args.log_partitions)
+        silver = silver.where(F.col("partition") < args.log_partitions)
     boundary = {
         int(r[0]): int(r[1])
         for r in bronze.groupBy("partition").agg({"position": "max"}).collect()

@@ -453,15 +453,46 @@ def transform_contributions(
             )
         )
     )
+    # Every higher-order function stays in these per-match projections (one row per
+    # match), never in the explode or the per-board projection after it: an operator
+    # holding one (even in a branch never taken) leaves whole-stage code generation,
+    # and an interpreted explode copied the match's whole event array into each of
+    # its ~8 board rows (profiled: that copy was the largest cost of the recompute,
+    # bench/RESULTS.md). For a long match, ``lasts[k]`` is the 1-based index in
+    # ``evs`` of the last event not late for candidate ``k`` (one exists: the
+    # candidate was fed while not late).
+    lasts = F.when(
+        ~short,
+        F.transform(
+            "cands",
+            lambda x: F.array_max(
+                F.transform(
+                    F.sequence(F.lit(1), n),
+                    lambda i: F.when(not_late(F.element_at(evs, i), x), i),
+                )
+            ),
+        ),
+    )
+    resolved = matches.select("player_id", "match_id", "evs", candidates.alias("cands"))
+    resolved = resolved.select(
+        "player_id", "match_id", "evs", "cands", lasts.alias("lasts")
+    )
     # One event (most matches): its own boards, so only lateness decides (no
     # per-row array of board names to search).
     fed_early = F.lit(False)
     for i in range(UNROLLED):
         fed_early = fed_early | ((n > F.lit(i)) & not_late(ev(i), b) & feeds(ev(i), b))
     fed_early = F.when(n == 1, not_late(ev(0), b)).otherwise(fed_early)
-    per_board = matches.select(
-        "player_id", "match_id", "evs", F.explode(candidates).alias("b")
-    ).where(~short | fed_early)
+    per_board = resolved.select(
+        "player_id",
+        "match_id",
+        "evs",
+        "lasts",
+        # _outer: for a plain explode Spark infers a ``size(cands) > 0`` filter and
+        # pushes it below the projections, where it re-evaluated the whole
+        # candidate expression (higher-order functions included) a second time.
+        F.posexplode_outer("cands").alias("k", "b"),
+    ).where(b.isNotNull() & (~short | fed_early))
     # The last accepted event of the match that is not late for this board.
     last_short = F.lit(None).cast("int")
     for i in range(UNROLLED):  # the highest index wins: the latest position
@@ -471,7 +502,11 @@ def transform_contributions(
     last = (
         F.when(n == 1, ev(0))
         .when(short, F.try_element_at(evs, last_short))
-        .otherwise(F.element_at(F.filter("evs", lambda e: not_late(e, b)), -1))
+        .otherwise(
+            F.try_element_at(
+                evs, F.try_element_at(F.col("lasts"), F.col("k") + F.lit(1))
+            )
+        )
     )
     picked = per_board.select(
         "player_id", "match_id", F.col("b"), last.alias("last"), (n == 1).alias("_one")

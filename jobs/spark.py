@@ -14,6 +14,8 @@ from jobs.jars import JARS_DIR, jar_paths
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 # Small shuffles: local[2] has two cores, and most jobs here shuffle modest data.
 JOB_UMASK_MODE = "027"
+# Let the JIT compile Spark's large generated methods (see get_spark).
+HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 DEFAULT_SHUFFLE_PARTITIONS = int(os.environ.get("LB_SPARK_SHUFFLE_PARTITIONS", "4"))
 
 
@@ -71,7 +73,15 @@ def get_spark(
         .config("spark.sql.maxConcurrentOutputFileWriters", "16")
         # Delta's own retention checks and stats are not needed for local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # -XX:-DontCompileHugeMethods: HotSpot otherwise never JIT-compiles a method
+        # over 8,000 bytes of bytecode and runs it interpreted; the full recompute's
+        # whole-stage generated code (explode + per-board projection) has a 44 KB
+        # method, ~3x slower interpreted (bench/RESULTS.md).
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Duser.timezone=UTC {HUGE_METHODS}",
+        )
+        .config("spark.executor.extraJavaOptions", HUGE_METHODS)
         # Delta files get owner rw, group r, nothing for others: Hadoop's local file
         # system sets permissions itself from this mask (default 022), whatever the
         # process umask is.

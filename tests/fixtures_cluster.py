@@ -117,7 +117,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
                 pytest.fail(
                     f"standalone cluster did not start ({dead}): {text[-2000:]}"
                 )
-            time.sleep(1)
+            time.sleep(0.2)
         yield Cluster(master_url, env)
     finally:
         for proc in reversed(procs):

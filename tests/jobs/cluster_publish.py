@@ -33,6 +33,10 @@ def main() -> None:
             "spark.executorEnv.PYTHONPATH": str(REPO),
             "spark.executor.memory": "768m",
             "spark.executor.cores": "1",
+            # Blocks of a local checkpoint live on one executor: its tasks would
+            # wait up to 3 s (the default) for that executor when the other is
+            # free. Here the executors share a host and every task is tiny.
+            "spark.locality.wait": "0s",
         },
     )
     from conf.settings import Settings
@@ -51,7 +55,7 @@ def main() -> None:
     status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus  # type: ignore[union-attr]
     deadline = time.monotonic() + EXECUTORS_TIMEOUT
     while status().size() < 1 + config["workers"] and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     executors = status().size()
     generations = []
     for batch in config["batches"]:

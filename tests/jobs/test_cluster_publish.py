@@ -71,21 +71,39 @@ def test_cluster_publish_equals_local(
             "batches": batches,
             "workers": WORKERS,
         }
-        done = subprocess.run(
-            [sys.executable, "-m", "tests.jobs.cluster_publish", json.dumps(config)],
-            cwd=REPO,
-            env=spark_cluster.env,
-            capture_output=True,
-            timeout=2000,
-        )
-        assert done.returncode == 0, done.stderr.decode()[-4000:]
-        report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        # The cluster's driver runs in its own process; the local-mode reference
+        # publishes run meanwhile in this one (the cluster's JVMs mostly wait on
+        # each other's start and scheduling round trips at this size).
+        # Its output goes to files: a pipe nobody reads during the local publishes
+        # would fill with Spark's log and stall it.
+        out_path, err_path = root / "driver.out", root / "driver.err"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            driver = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.jobs.cluster_publish",
+                    json.dumps(config),
+                ],
+                cwd=REPO,
+                env=spark_cluster.env,
+                stdout=out,
+                stderr=err,
+            )
+            try:
+                for batch in batches:
+                    append_bronze(spark, local, batch)
+                    run_publish(local, spark=spark, land=False, bucket_target=2)
+                driver.wait(timeout=2000)
+            finally:
+                if driver.poll() is None:
+                    driver.kill()
+                    driver.wait()
+        assert driver.returncode == 0, err_path.read_text(errors="replace")[-4000:]
+        report = json.loads(out_path.read_text().strip().splitlines()[-1])
         assert report["generations"] == ["g1", "g2"]
         # The driver's block manager and both workers' executors.
         assert report["executors"] == 1 + WORKERS
-        for batch in batches:
-            append_bronze(spark, local, batch)
-            run_publish(local, spark=spark, land=False, bucket_target=2)
         assert manifest(remote, "g2")["build"]["mode"] == "incremental"
         for generation in ("g1", "g2"):
             ours, theirs = manifest(local, generation), manifest(remote, generation)

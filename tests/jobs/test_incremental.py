@@ -21,7 +21,7 @@ import pytest
 import redis
 import yaml
 from delta.tables import DeltaTable
-from hypothesis import HealthCheck, example, given
+from hypothesis import HealthCheck, assume, example, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -412,12 +412,21 @@ def test_incremental_rederives_only_touched_pairs(
     assert build["touchedBoards"] == 12
 
 
+# In `make test`: the explicit example below and one random history with both
+# batches non-empty (three publishes each). Hypothesis always draws its simplest
+# history first (two like records, an empty first batch); the assume() rejects it
+# before any publish, so the one drawn example is a random one. The slow test
+# below draws 25 histories, empty batches too.
 @hyp_settings(
-    max_examples=2,
+    max_examples=1,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
 )
-@given(history=st.lists(record, min_size=1, max_size=14), split=st.integers(0, 14))
+@given(history=st.lists(record, min_size=2, max_size=14), split=st.integers(0, 13))
 @example(
     history=[
         {
@@ -469,6 +478,7 @@ def test_incremental_equals_full(
     history: list[dict[str, Any]],
     split: int,
 ) -> None:
+    assume(0 < split < len(history))
     check_history(spark, redis_server, history, split)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
@@ -30,6 +31,7 @@ from speed.events import (
     parse_rfc3339,
 )
 from speed.scoring import rules_for_event
+from tests.conftest import event as valid_event
 
 pytestmark = pytest.mark.unit
 
@@ -129,6 +131,11 @@ def test_rules_at_season_edges() -> None:
     assert rules_for_event(CONFIG, b_start + timedelta(days=5)) == {"v1"}  # exclusive
 
 
+def score_event_in(**fields: Any) -> ScoreEventIn:
+    """The tests' valid event (``tests.conftest.event``) with ``fields`` set."""
+    return ScoreEventIn(**valid_event(**fields))
+
+
 # What orjson parses as an integer (beyond it, a float the schema refuses).
 WIRE_INTS = st.none() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
 
@@ -143,15 +150,7 @@ WIRE_INTS = st.none() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     )
 )
 def test_record_is_what_pydantic_dumps(result: EventResult) -> None:
-    event = ScoreEventIn(
-        eventId="E1",
-        playerId="P1",
-        matchId="M1",
-        sourceRevision=1,
-        occurredAt="2026-11-20T10:00:00Z",
-        region="eu",
-        result=result,
-    )
+    event = score_event_in(result=result)
     normalized = NormalizedEvent(event, datetime(2026, 11, 20, 10, tzinfo=UTC))
     assert normalized.record == result.model_dump()
     assert list(normalized.record) == list(result.model_dump())
@@ -203,13 +202,8 @@ def test_logged_event_is_the_sorted_dump(
 ) -> None:
     # Reasons may hold quotes, commas and the very key the splice looks for.
     reason = reason + ',"sourceRevision":1,"scores":{}'
-    event = ScoreEventIn(
-        eventId="E1",
-        playerId="P1",
-        matchId="M1",
+    event = score_event_in(
         sourceRevision=7,
-        occurredAt="2026-11-20T10:00:00Z",
-        region="eu",
         result=EventResult(points=5, placement=placement),
         kind="correction" if correction else "result",
         reason=reason,
