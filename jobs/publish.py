@@ -100,12 +100,7 @@ from jobs.recompute import (
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import extract_shadowed, hidden_from, transform_public
 from jobs.table_versions import table_versions
-from jobs.versions import (
-    segment_files_with_versions,
-    transform_versions,
-    with_versions,
-    with_versions_since,
-)
+from jobs.versions import named_versions, transform_versions
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
 
 # The format is serving's; the re-exported names are the ones callers know from here.
@@ -880,15 +875,22 @@ def publish_segments(
     )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
-    rows = _rows_with_versions(settings, spark, rows, boundary, base, only)
+    named, previous_files = _named_versions(settings, spark, boundary, base, only)
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
     tmp.mkdir()
     try:
-        # Written by the executors (jobs/segment_tasks.py); only the board entries
-        # come back to the driver.
-        board_files = write_segments_distributed(
-            rows, tmp, bucket_target, board_orders(boards), umask=JOB_UMASK
+        # Written by the executors (jobs/segment_tasks.py), each row with its
+        # pair's version; only the board entries come back to the driver.
+        board_files, sides = write_segments_distributed(
+            rows,
+            named,
+            tmp,
+            bucket_target,
+            board_orders(boards),
+            umask=JOB_UMASK,
+            previous=previous_files,
+            visit=only or (),
         )
         # Shadowed players: in silver, left out of this generation's gold.
         write_hidden(
@@ -900,6 +902,7 @@ def publish_segments(
             for board in previous.manifest.get("boards", {}):
                 if board not in rewritten:
                     board_files[board] = link_board(previous, board, tmp, checksums)
+            sides = _link_versions(previous, checksums, tmp, rewritten, sides)
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -926,6 +929,7 @@ def publish_segments(
         table_versions=versions,
         landing_started_at=inputs.landing_started_at,
         build=_build_entry(build, base),
+        versions={board: name for board, (name, _) in sides.items()},
     )
     row = {
         "generation": generation,
@@ -934,9 +938,12 @@ def publish_segments(
         "board_count": len(board_files),
         "populations": {b: int(v["population"]) for b, v in board_files.items()},
         "checksums": {
-            name: digest
-            for v in board_files.values()
-            for name, digest in v["checksums"].items()
+            **{
+                name: digest
+                for v in board_files.values()
+                for name, digest in v["checksums"].items()
+            },
+            **dict(sides.values()),
         },
         "published_at": published_at,
         "complete": True,
@@ -969,6 +976,10 @@ def _segment_base(
         manifest = json.loads((directory / MANIFEST_FILE).read_text())
     except (OSError, ValueError):
         return None  # gone: gold holds every row, so write every board
+    if "versions" not in manifest:
+        # Written before the versions side files: its pairs' versions are not all
+        # on disk, so every board is written with the whole log's versions.
+        return None
     row = (
         spark.read.format("delta")
         .load(str(settings.delta_dir / GOLD_MANIFEST))
@@ -1049,33 +1060,51 @@ def _thresholds(
     return dict(sorted({**kept, **fresh}.items()))
 
 
-def _rows_with_versions(
+def _named_versions(
     settings: Settings,
     spark: SparkSession,
-    rows: DataFrame,
     boundary: Mapping[int, int],
     base: tuple[Previous, dict[str, str]] | None,
     only: list[str] | None,
-) -> DataFrame:
-    """The gold rows to write with each pair's version: from the previous
-    generation's segments and the log's delta when this build extends one whose
-    segments carry versions, else parsed from the whole log."""
-    if base is not None and only is not None:
-        previous = base[0]
-        files = segment_files_with_versions(
-            previous.directory, previous.manifest.get("boards", {}), only
-        )
-        if files is not None:
-            return with_versions_since(
-                spark,
-                rows,
-                bronze_path(settings),
-                boundary,
-                previous.boundary,
-                previous.directory,
-                files,
-            )
-    return with_versions(spark, rows, bronze_path(settings), boundary)
+) -> tuple[DataFrame, tuple[Path, dict[str, tuple[str | None, str | None]]] | None]:
+    """The versions the segment writer starts from (jobs/versions.py): the log's
+    delta and the previous generation's files (board -> (segment, side file)) when
+    this build rewrites only some boards of one, else the whole log's."""
+    if base is None or only is None:
+        return named_versions(spark, bronze_path(settings), boundary), None
+    previous = base[0]
+    sides = previous.manifest.get("versions") or {}
+    segments = {b: m.get("file") for b, m in previous.manifest["boards"].items()}
+    files = {b: (segments.get(b), sides.get(b)) for b in {*segments, *sides}}
+    named = named_versions(
+        spark, bronze_path(settings), boundary, since=previous.boundary
+    )
+    return named, (previous.directory, files)
+
+
+def _link_versions(
+    previous: Previous,
+    checksums: Mapping[str, str],
+    directory: Path,
+    rewritten: set[str],
+    sides: dict[str, tuple[str, str]],
+) -> dict[str, tuple[str, str]]:
+    """``sides`` plus the previous generation's side files of the boards nothing
+    rewrote (hard links). The writer visits every rewritten board and every board
+    the delta names; a board it visited without a segment to rewrite must have had
+    none (the recompute rewrites every listed board the delta names), else its
+    linked segment's versions would be stale."""
+    listed = set(previous.manifest.get("boards", {}))
+    stale = sorted((set(sides) - rewritten) & listed)
+    if stale:
+        raise RuntimeError(f"versions of linked boards changed: {stale[:5]}")
+    out = dict(sides)
+    for board, name in (previous.manifest.get("versions") or {}).items():
+        if board in rewritten or board in sides:
+            continue
+        os.link(previous.directory / name, directory / name)
+        out[board] = (name, checksums[name])
+    return out
 
 
 def _build_entry(

@@ -7,6 +7,11 @@ directory through :mod:`serving.segments`, then hands back one small row per boa
 its manifest entry (population, file names, checksums). The driver only collects
 those entries, so its memory does not grow with the boards' populations.
 
+The same task gives each row its pair's version and writes the board's versions
+side file (jobs/versions.py): the log's named versions travel with the rows (same
+board hash), and an incremental build's task memory-maps the previous generation's
+files of its boards, so the previous rows never enter Spark.
+
 The work directory must be visible to every executor at the same path (one machine,
 or a shared file system), as the Delta tables already must be.
 """
@@ -24,8 +29,14 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-ENTRY_SCHEMA = "board string, entry string"
+# Per board: its manifest entry (null when it has no public rows) and its versions
+# side file as JSON [name, sha256] (null when none).
+ENTRY_SCHEMA = "board string, entry string, versions string"
 SEGMENT_COLUMNS = ["board", "position", "player_id", "score", "achieved_ms"]
+# What a row handed to the writer is: a gold row, a (board, player_id, version) the
+# log named, or a board to visit even without either (rewritten boards whose rows
+# may all be gone: their previous pairs move to the side file).
+KIND_ROW, KIND_NAMED, KIND_BOARD = 0, 1, 2
 
 
 def segment_writer(
@@ -33,15 +44,24 @@ def segment_writer(
     bucket_target: int,
     orders: Mapping[str, tuple[bool, bool]],
     umask: int,
+    previous: tuple[str, Mapping[str, tuple[str | None, str | None]]] | None = None,
 ) -> Any:
-    """The ``mapInArrow`` function: Arrow batches of gold rows in, (board, manifest
-    entry as JSON) out. A closure over plain values only (it is pickled to the
-    executors); ``umask`` is the job's (files not world-readable), since a Python
-    worker does not inherit the driver's."""
+    """The ``mapInArrow`` function: Arrow batches of gold rows, named versions and
+    board markers in, (board, manifest entry, side file) out. A closure over plain
+    values only (it is pickled to the executors); ``umask`` is the job's (files not
+    world-readable), since a Python worker does not inherit the driver's.
+
+    ``previous``: the previous generation's directory and board -> (segment file,
+    versions side file) when the named versions are only the log's delta; each
+    task reads its boards' files (memory-mapped) and takes the larger version
+    (jobs/versions.py)."""
     orders = dict(orders)
+    if previous is not None:
+        previous = (previous[0], dict(previous[1]))
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from serving.segments import write_segments
+        from jobs.versions import KNOWN_SCHEMA, assign_versions, previous_versions
+        from serving.segments import write_segments, write_versions
 
         received = list(batches)
         if not received:  # a task whose hash partition got no board
@@ -49,23 +69,54 @@ def segment_writer(
         table = pa.Table.from_batches(received)
         if table.num_rows == 0:
             return
-        order = pc.sort_indices(
-            table, sort_keys=[("board", "ascending"), ("position", "ascending")]
-        )
-        previous = os.umask(umask)
-        try:
-            entries = write_segments(
-                table.take(order), Path(directory), bucket_target, orders
+        kind = table.column("kind")
+        rows = table.filter(pc.equal(kind, KIND_ROW))
+        rows = rows.take(
+            pc.sort_indices(
+                rows, sort_keys=[("board", "ascending"), ("position", "ascending")]
             )
+        )
+        named = table.filter(pc.equal(kind, KIND_NAMED))
+        known = [named.select(["board", "player_id", "version"]).cast(KNOWN_SCHEMA)]
+        if previous is not None:
+            where, files = previous
+            for board in sorted(pc.unique(table.column("board")).to_pylist()):
+                segment, side = files.get(board, (None, None))
+                known.append(previous_versions(Path(where), board, segment, side))
+        versions, side = assign_versions(rows, pa.concat_tables(known))
+        rows = rows.select(SEGMENT_COLUMNS).append_column("version", versions)
+        sides: dict[str, list[str]] = {}
+        before = os.umask(umask)
+        try:
+            entries = write_segments(rows, Path(directory), bucket_target, orders)
+            offset = 0
+            for item in pc.value_counts(side.column("board")).to_pylist():
+                part = side.slice(offset, item["counts"])
+                offset += item["counts"]
+                sides[item["values"]] = list(
+                    write_versions(
+                        Path(directory),
+                        item["values"],
+                        part.column("player_id").combine_chunks(),
+                        part.column("version").combine_chunks(),
+                    )
+                )
         finally:
-            os.umask(previous)
-        boards = sorted(entries)
+            os.umask(before)
+        boards = sorted({*entries, *sides})
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array(boards, pa.string()),
-                pa.array([json.dumps(entries[b]) for b in boards], pa.string()),
+                pa.array(
+                    [json.dumps(entries[b]) if b in entries else None for b in boards],
+                    pa.string(),
+                ),
+                pa.array(
+                    [json.dumps(sides[b]) if b in sides else None for b in boards],
+                    pa.string(),
+                ),
             ],
-            names=["board", "entry"],
+            names=["board", "entry", "versions"],
         )
 
     return write
@@ -73,24 +124,51 @@ def segment_writer(
 
 def write_segments_distributed(
     gold: DataFrame,
+    named: DataFrame,
     directory: Path,
     bucket_target: int,
     orders: Mapping[str, tuple[bool, bool]] | None = None,
     tasks: int | None = None,
     umask: int = 0o027,
-) -> dict[str, dict[str, Any]]:
+    previous: tuple[Path, Mapping[str, tuple[str | None, str | None]]] | None = None,
+    visit: Iterable[str] = (),
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
     """Write every board of ``gold`` (one generation's rows) into ``directory`` from
-    the executors; returns the manifest's boards map (with per-file checksums)."""
-    rows = gold.select(*SEGMENT_COLUMNS, *[c for c in ["version"] if c in gold.columns])
-    tasks = tasks or int(
-        rows.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4
+    the executors, each row with its pair's version, and each board's versions side
+    file; returns the manifest's boards map (with per-file checksums) and board ->
+    (side file, sha256).
+
+    ``named``: (board, player_id, version) the log named: the whole log's, or the
+    delta's with ``previous`` (its directory, board -> (segment, side file)).
+    ``visit``: boards to visit even with no row (rewritten boards)."""
+    spark = gold.sparkSession
+    rows = gold.select(*SEGMENT_COLUMNS).withColumn("kind", F.lit(KIND_ROW))
+    items = rows.unionByName(
+        named.select("board", "player_id", "version").withColumn(
+            "kind", F.lit(KIND_NAMED)
+        ),
+        allowMissingColumns=True,
     )
+    markers = sorted(set(visit))
+    if markers:
+        items = items.unionByName(
+            spark.createDataFrame([(b,) for b in markers], "board string").withColumn(
+                "kind", F.lit(KIND_BOARD)
+            ),
+            allowMissingColumns=True,
+        )
+    tasks = tasks or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    where = None if previous is None else (str(previous[0]), dict(previous[1]))
     written = (
-        rows.repartition(tasks, F.col("board"))
+        items.repartition(tasks, F.col("board"))
         .mapInArrow(
-            segment_writer(str(directory), bucket_target, orders or {}, umask),
+            segment_writer(str(directory), bucket_target, orders or {}, umask, where),
             ENTRY_SCHEMA,
         )
         .collect()
     )
-    return {r["board"]: json.loads(r["entry"]) for r in written}
+    entries = {r["board"]: json.loads(r["entry"]) for r in written if r["entry"]}
+    sides = {
+        r["board"]: tuple(json.loads(r["versions"])) for r in written if r["versions"]
+    }
+    return entries, sides

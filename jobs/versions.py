@@ -7,25 +7,51 @@ only grow). The segment keeps it beside the score: a player unchanged since the
 generation then needs no per-board state in Redis to keep counting (issue 11,
 "only deltas in Redis"; speed/rebase.py drops it, the owner transaction takes it
 from the segment).
+
+Where the versions come from. Every generation keeps, per board, the version of
+EVERY pair the log named up to its boundary: the segment's ``version`` column for
+the pairs it ranks, and ``<board>.versions.arrow`` (serving/segments.py) for the
+others (hidden players, matches corrected away, held records, totals that
+vanished, boards with no total at all). Versions only grow, so at the next
+boundary a pair's version is the largest of the previous generation's (segment or
+side file) and the log's delta's; a pair in neither was never named before and
+takes the delta's alone. So
+
+* a full build parses ``result.boards`` of every landed record
+  (:func:`named_versions` without ``since``);
+* an incremental build parses only the delta's records and reads the previous
+  generation's files of the boards it rewrites, on the executors, in the same
+  task that writes each board (jobs/segment_tasks.py, :func:`assign_versions`):
+  no history, no shuffle of the previous rows.
+
+Both write the same bytes (tests/jobs/test_incremental.py). A previous generation
+without the side files (its manifest has no ``versions`` map: older code) gets a
+full build's segments instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.land import table_exists
 from jobs.recompute import transform_between_boundaries, transform_within_boundary
+from serving.files import read_arrow
+from serving.segments import read_versions
 
 # Only what the version needs from a log record (bronze ``raw`` is the record).
 RESULT_BOARDS = (
     "struct<result: struct<boards: array<struct<board: string, version: bigint>>>>"
+)
+NAMED_SCHEMA = "board string, player_id string, version bigint"
+KNOWN_SCHEMA = pa.schema(
+    [("board", pa.string()), ("player_id", pa.string()), ("version", pa.int64())]
 )
 
 
@@ -46,136 +72,84 @@ def transform_versions(bronze: DataFrame) -> DataFrame:
     )
 
 
-def with_versions(
+def named_versions(
     spark: SparkSession,
-    rows: DataFrame,
     bronze_path: Path,
     boundary: Mapping[int, int],
+    since: Mapping[int, int] | None = None,
 ) -> DataFrame:
-    """``rows`` (gold rows of boards) with each pair's ``version`` at ``boundary``
-    (null when the log never named the pair: the segment writes 0)."""
+    """(board, player_id, version): the largest version the log's records up to
+    ``boundary`` (after ``since`` when given: the delta only) gave each pair."""
     if not table_exists(bronze_path):
-        return rows.withColumn("version", F.lit(None).cast("bigint"))
+        return spark.createDataFrame([], NAMED_SCHEMA)
     bronze = spark.read.format("delta").load(str(bronze_path))
-    versions = transform_versions(
-        transform_within_boundary(bronze, boundary).select("player_id", "raw")
+    records = (
+        transform_within_boundary(bronze, boundary)
+        if since is None
+        else transform_between_boundaries(bronze, since, boundary)
     )
-    return rows.join(versions, ["board", "player_id"], "left")
+    return transform_versions(records.select("player_id", "raw"))
 
 
-VERSIONS_SCHEMA = "board string, player_id string, version bigint"
+def previous_versions(
+    directory: Path, board: str, segment: str | None, side: str | None
+) -> pa.Table:
+    """(board, player_id, version) of one board in a previous generation: its
+    segment's rows (those with a version: 0 means never named) and its side file."""
+    parts = [KNOWN_SCHEMA.empty_table()]
+    if segment is not None:
+        table = read_arrow(directory / segment)
+        if "version" in table.column_names and table.num_rows:
+            parts.append(_with_board(board, table))
+    if side is not None:
+        parts.append(_with_board(board, read_versions(directory / side)))
+    return pa.concat_tables(parts)
 
 
-def segment_versions_reader(directory: str) -> Any:
-    """The ``mapInArrow`` function: (board, file) rows in, the (board, player_id,
-    version) rows of those segment files out (read on the executors, so the
-    driver never holds a board's rows). A closure over a plain string only."""
-
-    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from serving.files import read_arrow
-
-        for batch in batches:
-            boards = batch.column("board").to_pylist()
-            files = batch.column("file").to_pylist()
-            for board, name in zip(boards, files, strict=True):
-                table = read_arrow(Path(directory) / name)
-                n = table.num_rows
-                if n == 0:
-                    continue
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.array([board] * n, pa.string()),
-                        table.column("player_id").combine_chunks(),
-                        table.column("version").combine_chunks(),
-                    ],
-                    names=["board", "player_id", "version"],
-                )
-
-    return read
-
-
-def segment_files_with_versions(
-    directory: Path, boards: Mapping[str, Mapping[str, Any]], only: Iterable[str]
-) -> dict[str, str] | None:
-    """board -> segment file of ``only``'s boards in a previous generation's
-    ``directory`` (its manifest's ``boards`` map), or None when one of them lacks a
-    ``version`` column (written before segments kept it) or is gone: the versions
-    are then derived from the whole log. Reads each file's schema only."""
-    files: dict[str, str] = {}
-    for board in only:
-        meta = boards.get(board)
-        if meta is None:
-            continue  # a board new in this generation: its pairs are all missing
-        path = directory / str(meta["file"])
-        try:
-            with pa.memory_map(str(path), "r") as source:
-                schema = ipc.open_file(source).schema
-        except (OSError, pa.ArrowInvalid):
-            return None
-        if "version" not in schema.names:
-            return None
-        files[board] = str(meta["file"])
-    return files
-
-
-def with_versions_since(
-    spark: SparkSession,
-    rows: DataFrame,
-    bronze_path: Path,
-    boundary: Mapping[int, int],
-    previous_boundary: Mapping[int, int],
-    previous_directory: Path,
-    previous_files: Mapping[str, str],
-) -> DataFrame:
-    """:func:`with_versions` of an incremental build without parsing the history.
-
-    Versions only grow, so a pair's version at ``boundary`` is the larger of its
-    version at the previous boundary and the largest the log's delta gives it. The
-    previous generation's segments hold the first for every pair on their boards
-    (``previous_files``: board -> file, read on the executors; 0 where the log never
-    named the pair, which the segment writes for a null too). Every board whose
-    pairs a delta record names is rewritten by the incremental build (it re-ranks
-    them), so each segment's versions are those at its own generation's boundary.
-    Only pairs of ``rows`` absent from the previous segments (a player new on a
-    board, or no longer hidden) need the whole log: the records of just those
-    players are parsed."""
-    if not table_exists(bronze_path):
-        return rows.withColumn("version", F.lit(None).cast("bigint"))
-    bronze = spark.read.format("delta").load(str(bronze_path))
-    listing = spark.createDataFrame(
-        sorted(previous_files.items()), "board string, file string"
+def _with_board(board: str, table: pa.Table) -> pa.Table:
+    n = table.num_rows
+    return pa.table(
+        [
+            pa.array([board] * n, pa.string()),
+            table.column("player_id").cast(pa.string()),
+            table.column("version").cast(pa.int64()),
+        ],
+        schema=KNOWN_SCHEMA,
     )
-    tasks = max(
-        1,
-        min(
-            len(previous_files),
-            int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
-        ),
+
+
+def assign_versions(rows: pa.Table, known: pa.Table) -> tuple[pa.Array, pa.Table]:
+    """(each row's version, the side rows) of one task's boards.
+
+    ``rows``: the (board, player_id) pairs the segments rank, one each; ``known``:
+    (board, player_id, version) rows naming pairs, repeats allowed (the previous
+    generation's and the delta's, or the whole log's). A row's version is the
+    largest known one (null when none: the segment writes 0); the side rows are the
+    known pairs with a version above 0 that no row holds, sorted by (board,
+    player_id). 0 and "never named" are the same to a segment, so a previous
+    segment's 0 never reaches a side file (the full build's would not have it)."""
+    best = (
+        known.filter(pc.greater(known.column("version"), 0))
+        .group_by(["board", "player_id"])
+        .aggregate([("version", "max")])
     )
-    before = (
-        listing.repartition(tasks)
-        .mapInArrow(segment_versions_reader(str(previous_directory)), VERSIONS_SCHEMA)
-        .localCheckpoint(eager=True)
+    best = pa.table(
+        [best.column("board"), best.column("player_id"), best.column("version_max")],
+        schema=KNOWN_SCHEMA,
     )
-    delta = transform_versions(
-        transform_between_boundaries(bronze, previous_boundary, boundary).select(
-            "player_id", "raw"
-        )
+    keys = pa.table(
+        {
+            "board": rows.column("board").cast(pa.string()),
+            "player_id": rows.column("player_id").cast(pa.string()),
+            "row": pa.array(np.arange(rows.num_rows, dtype=np.int64)),
+        }
     )
-    missing = (
-        rows.select("board", "player_id")
-        .join(before, ["board", "player_id"], "left_anti")
-        .select("player_id")
-        .distinct()
-        .localCheckpoint(eager=True)
-    )
-    known = before.unionByName(delta)
-    if not missing.isEmpty():
-        history = transform_within_boundary(bronze, boundary).select("player_id", "raw")
-        known = known.unionByName(
-            transform_versions(history.join(missing, "player_id", "left_semi"))
-        )
-    versions = known.groupBy("board", "player_id").agg(
-        F.max("version").alias("version")
-    )
-    return rows.join(versions, ["board", "player_id"], "left")
+    # A hash join reorders rows: put them back by their row number.
+    joined = keys.join(best, ["board", "player_id"], join_type="left outer")
+    versions = joined.sort_by("row").column("version").combine_chunks()
+    side = best.join(
+        keys.select(["board", "player_id"]),
+        ["board", "player_id"],
+        join_type="left anti",
+    ).sort_by([("board", "ascending"), ("player_id", "ascending")])
+    return versions, side.select(["board", "player_id", "version"])

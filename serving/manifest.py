@@ -62,8 +62,13 @@ def build_manifest(
     table_versions: Mapping[str, int] | None = None,
     landing_started_at: datetime | None = None,
     build: Mapping[str, Any] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> str:
-    """The exact text of ``manifest.json`` (also stored in the gold manifest row)."""
+    """The exact text of ``manifest.json`` (also stored in the gold manifest row).
+
+    ``versions``: board -> its ``<board>.versions.arrow`` (serving/segments.py);
+    written, even empty, by every publish that keeps them, so its absence tells the
+    next incremental build that the generation predates them."""
     body: dict[str, Any] = {
         "generation": generation,
         "publishedAt": rfc3339(published_at),
@@ -85,6 +90,8 @@ def build_manifest(
         # Everything received before this moment is in the generation: a board that
         # closed before it is final here (see jobs/season.py).
         body["landingStartedAt"] = rfc3339(landing_started_at)
+    if versions is not None:
+        body["versions"] = {b: versions[b] for b in sorted(versions)}
     if build:
         # Full or incremental (and from which generation); the fingerprint says
         # whether the next publish may extend this one (jobs/incremental.py).

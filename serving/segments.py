@@ -15,7 +15,14 @@ file of one uncompressed record batch (:func:`serving.files.write_arrow`):
   distinct scores; a bucket holds ``lower <= s < next lower``; the first is the
   board's minimum) and ``count`` (int64 players);
 * ``<board>.hidden.arrow`` (optional): shadowed players left off the board,
-  ``player_id``, ``score``, sorted by player id, so their own reads still answer.
+  ``player_id``, ``score``, sorted by player id, so their own reads still answer;
+* ``<board>.versions.arrow`` (optional, batch-only): the pairs the log named on the
+  board up to the boundary that ``<board>.arrow`` does not hold (hidden players,
+  matches corrected away, held records, totals that vanished), ``player_id``,
+  ``version`` (> 0), sorted by player id; listed in the manifest's top-level
+  ``versions`` map (a board may have one without a segment). With the segment's
+  ``version`` column they give every named pair's version at the boundary, which
+  the next incremental build starts from (jobs/versions.py).
 
 The same rows give byte-identical files. Every lookup is a binary search over the
 mapped columns: O(log n), no network hop.
@@ -44,6 +51,7 @@ BUCKETS_SCHEMA = pa.schema([("lower", pa.int64()), ("count", pa.int64())])
 # The pair's version at the boundary (optional: segments written before it lack it).
 VERSION_FIELD = pa.field("version", pa.int64())
 HIDDEN_SCHEMA = pa.schema([("player_id", pa.string()), ("score", pa.int64())])
+VERSIONS_SCHEMA = pa.schema([("player_id", pa.string()), VERSION_FIELD])
 
 
 def segment_file(board: str) -> str:
@@ -60,6 +68,10 @@ def buckets_file_name(board: str) -> str:
 
 def hidden_file(board: str) -> str:
     return f"{board}.hidden.arrow"
+
+
+def versions_file(board: str) -> str:
+    return f"{board}.versions.arrow"
 
 
 # ------------------------------------------------------------------------- writer
@@ -249,6 +261,29 @@ def write_hidden(
             meta = boards[board] = board_entry(board, 0, sums)
         meta["hidden"] = name
         meta["checksums"][name] = digest
+
+
+def write_versions(
+    directory: Path, board: str, player_ids: pa.Array, versions: pa.Array
+) -> tuple[str, str]:
+    """Write ``<board>.versions.arrow`` from (player_id, version) pairs in any
+    order (one per player); returns (file name, sha256)."""
+    table = pa.table(
+        [player_ids.cast(pa.string()), versions.cast(pa.int64())],
+        schema=VERSIONS_SCHEMA,
+    )
+    table = table.take(pc.sort_indices(table, sort_keys=[("player_id", "ascending")]))
+    table = pa.table(
+        [canonical_array(c.combine_chunks()) for c in table.columns],
+        schema=VERSIONS_SCHEMA,
+    )
+    name = versions_file(board)
+    return name, write_arrow(directory / name, table)
+
+
+def read_versions(path: Path) -> pa.Table:
+    """A ``<board>.versions.arrow`` file (memory-mapped): player_id, version."""
+    return read_arrow(path)
 
 
 # ------------------------------------------------------------------------- reader

@@ -31,6 +31,7 @@ from conf.boards import BoardsConfig, boards_for_event, load_boards, to_ms
 from conf.settings import Settings
 from jobs.land import bronze_path, transform_records
 from jobs.publish import (
+    GOLD_MANIFEST,
     GOLD_SNAPSHOTS,
     check_generation,
     land_inputs,
@@ -193,12 +194,41 @@ def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> No
         assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
     assert ma["boundary"] == mb["boundary"]
     assert ma.get("quarantine") == mb.get("quarantine")
-    for meta in ma["boards"].values():
-        for key in ("file", "index", "buckets", "hidden"):
-            if key in meta:
-                left = settings.segments_dir / a / meta[key]
-                right = settings.segments_dir / b / meta[key]
-                assert left.read_bytes() == right.read_bytes(), meta[key]
+    # The versions side files: the pairs named without a row (jobs/versions.py).
+    assert ma["versions"] == mb["versions"]
+    names = [n for m in ma["boards"].values() for n in segment_files(m)]
+    for name in names + list(ma["versions"].values()):
+        left = settings.segments_dir / a / name
+        right = settings.segments_dir / b / name
+        assert left.read_bytes() == right.read_bytes(), name
+
+
+def segment_files(meta: dict[str, Any]) -> list[str]:
+    return [meta[k] for k in ("file", "index", "buckets", "hidden") if k in meta]
+
+
+def side_versions(settings: Settings, generation: str) -> dict[tuple[str, str], int]:
+    """(board, player) -> version of a generation's versions side files."""
+    out = {}
+    for board, name in manifest(settings, generation)["versions"].items():
+        table = read_arrow(settings.segments_dir / generation / name).to_pydict()
+        for player, version in zip(table["player_id"], table["version"], strict=True):
+            out[(board, player)] = version
+    return out
+
+
+def segment_version(
+    settings: Settings, generation: str, board: str, player: str
+) -> int | None:
+    """The version a generation's segment gives a player on a board (None: the
+    player is not on it)."""
+    meta = manifest(settings, generation)["boards"].get(board)
+    if meta is None:
+        return None
+    table = read_arrow(settings.segments_dir / generation / meta["file"]).to_pydict()
+    if player not in table["player_id"]:
+        return None
+    return int(table["version"][table["player_id"].index(player)])
 
 
 def check_history(
@@ -540,6 +570,132 @@ def test_incremental_keeps_shadowed_players_hidden(
             assert "Zed" not in {r[3] for r in gold_rows(spark, settings, "g2")}
             assert publish_with_flags(settings, spark, full=True) == "g3"
             assert_same_generation(settings, "g2", "g3", spark)
+    finally:
+        client.delete(flags)
+        client.close()
+
+
+def _event(player: str, occurred: str, region: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "player": player,
+        "match": 0,
+        "revision": 1,
+        "points": 4,
+        "occurred": occurred,
+        "region": region,
+        "late": False,
+        "kind": 0,
+        **fields,
+    }
+
+
+def _boards(occurred: str, region: str) -> set[str]:
+    config = BoardsConfig.model_validate(yaml.safe_load(BOARDS_YAML))
+    return {s.board for s in boards_for_event(config, ts(occurred), region)}
+
+
+def _strip_versions(spark: SparkSession, settings: Settings, generation: str) -> None:
+    """Make ``generation`` look written by code before the versions side files: no
+    ``versions`` map in its manifest (file and gold row), no side files."""
+    directory = settings.segments_dir / generation
+    body = manifest(settings, generation)
+    for name in body.pop("versions").values():
+        (directory / name).unlink()
+    text = json.dumps(body, indent=1, ensure_ascii=False) + "\n"
+    (directory / "manifest.json").write_text(text)
+    DeltaTable.forPath(spark, str(settings.delta_dir / GOLD_MANIFEST)).update(
+        F.col("generation") == generation, {"manifest_json": F.lit(text)}
+    )
+
+
+@pytest.mark.parametrize("older_previous", [False, True], ids=["side", "no-side"])
+def test_versions_of_pairs_named_without_a_total(
+    spark: SparkSession, redis_server: RedisServer, older_previous: bool
+) -> None:
+    """A held record names its boards without a total; a ``released`` record in
+    the next delta (with other fields, so it names other boards) makes the held
+    match count: those pairs' versions come from the previous generation's side
+    file, not from the delta (on October's boards, named only by the release,
+    and on November's na boards, with no row at all in g1, only the side file
+    has them). ``no-side``: the previous generation predates side files, so the
+    segments are written in full from the whole log's versions."""
+    held_at, other_at, moved_to = OCCURRED[2], OCCURRED[0], OCCURRED[3]
+    history = [
+        _event("a", held_at, "na", kind=2),  # E0 held: names the na boards
+        _event("c", held_at, "eu", points=3),
+        # The delta: E0 released by a record naming October's na boards only, and
+        # c's match corrected to the last day of November (equality only).
+        _event("a", other_at, "na", kind=3),
+        _event("c", moved_to, "eu", revision=2, points=3),
+    ]
+    lines = log_lines(history)
+    assert lines[2]["event"]["eventId"] == "E0" and lines[2]["status"] == "released"
+    released_only = _boards(held_at, "na") - _boards(other_at, "na")
+    assert "daily:2026-11-16:na" in released_only
+    with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+        settings = make_settings(Path(tmp), redis_server)
+        append_bronze(spark, settings, lines[:2])
+        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g1"
+        g1_side = side_versions(settings, "g1")
+        # a's held pairs, on boards with no row at all (na) and beside c (global).
+        assert {g1_side[(b, "a")] for b in released_only} == {1}
+        assert "daily:2026-11-16:na" not in manifest(settings, "g1")["boards"]
+        if older_previous:
+            _strip_versions(spark, settings, "g1")
+        append_bronze(spark, settings, lines[2:])
+        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g2"
+        build = manifest(settings, "g2")["build"]
+        assert build["mode"] == "incremental"
+        assert ("segments" in build) == older_previous
+        for board in released_only:
+            assert segment_version(settings, "g2", board, "a") == 1, board
+        # The release names October's boards without a total there: side only.
+        g2_side = side_versions(settings, "g2")
+        for board in _boards(other_at, "na") - _boards(held_at, "na"):
+            assert g2_side[(board, "a")] == 1, board
+        g3 = run_publish(settings, spark=spark, land=False, bucket_target=2, full=True)
+        assert g3 == "g3"
+        assert_same_generation(settings, "g2", "g3", spark)
+
+
+def test_versions_of_a_total_that_vanishes_then_returns(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    """A player shadowed at g2 leaves the segments (its pairs go to the side file
+    with their versions); unshadowed at g3 with no record of its own in either
+    delta, it returns with the version g1's log gave it, from g2's side file."""
+    day = OCCURRED[2]
+    history = [
+        _event("a", day, "eu"),
+        _event("b", day, "eu", points=2),
+        _event("b", day, "eu", match=1, points=3),  # delta 1
+        _event("b", day, "eu", match=2, points=1),  # delta 2
+    ]
+    lines = log_lines(history)
+    boards = _boards(day, "eu")
+    client = redis.Redis.from_url(redis_server.url)
+    flags = Keys(PLAYERS["a"]).flags
+    try:
+        with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
+            settings = make_settings(Path(tmp), redis_server)
+            append_bronze(spark, settings, lines[:2])
+            assert publish_with_flags(settings, spark) == "g1"
+            client.hset(flags, "a", "shadow")
+            append_bronze(spark, settings, lines[2:3])
+            assert publish_with_flags(settings, spark) == "g2"
+            assert manifest(settings, "g2")["build"]["mode"] == "incremental"
+            side = side_versions(settings, "g2")
+            for board in boards:
+                assert segment_version(settings, "g2", board, "a") is None, board
+                assert side[(board, "a")] == 1, board
+            client.hdel(flags, "a")
+            append_bronze(spark, settings, lines[3:])
+            assert publish_with_flags(settings, spark) == "g3"
+            assert manifest(settings, "g3")["build"]["mode"] == "incremental"
+            for board in boards:
+                assert segment_version(settings, "g3", board, "a") == 1, board
+            assert publish_with_flags(settings, spark, full=True) == "g4"
+            assert_same_generation(settings, "g3", "g4", spark)
     finally:
         client.delete(flags)
         client.close()

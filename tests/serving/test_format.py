@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -24,7 +25,12 @@ from serving.registry import (
     GenerationNotFoundError,
     GenerationRegistry,
 )
-from serving.segments import write_hidden, write_segments
+from serving.segments import (
+    read_versions,
+    write_hidden,
+    write_segments,
+    write_versions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,3 +191,41 @@ def imported_modules(package: str) -> set[str]:
 def test_speed_does_not_import_api() -> None:
     offending = {m for m in imported_modules("speed") if m.split(".")[0] == "api"}
     assert not offending
+
+
+def test_versions_side_file_round_trips(tmp_path: Path) -> None:
+    """``<board>.versions.arrow``: sorted by player id (UTF-8 bytes) whatever order
+    it is given, the same pairs give the same bytes, the reader gives them back,
+    and the manifest lists it (an empty map too: a generation that keeps them)."""
+    pairs = [("p2", 3), ("é9", 1), ("p10", 7)]
+    name, digest = write_versions(
+        tmp_path,
+        "all-time:global",
+        pa.array([p for p, _ in pairs]),
+        pa.array([v for _, v in pairs], pa.int64()),
+    )
+    assert name == "all-time:global.versions.arrow"
+    assert digest == sha256_file(tmp_path / name)
+    table = read_versions(tmp_path / name)
+    assert table.schema.names == ["player_id", "version"]
+    assert table.to_pydict() == {"player_id": ["p10", "p2", "é9"], "version": [7, 3, 1]}
+    other = tmp_path / "other"
+    other.mkdir()
+    reversed_pairs = list(reversed(pairs))
+    _, again = write_versions(
+        other,
+        "all-time:global",
+        pa.array([p for p, _ in reversed_pairs]).slice(0),
+        pa.array([v for _, v in reversed_pairs], pa.int64()),
+    )
+    assert again == digest
+    moment = datetime(2026, 1, 2, tzinfo=UTC)
+    listed = json.loads(
+        build_manifest("g1", moment, {0: 1}, {}, versions={"b": "b.versions.arrow"})
+    )
+    assert listed["versions"] == {"b": "b.versions.arrow"}
+    assert (
+        json.loads(build_manifest("g1", moment, {0: 1}, {}, versions={}))["versions"]
+        == {}
+    )
+    assert "versions" not in json.loads(build_manifest("g1", moment, {0: 1}, {}))
