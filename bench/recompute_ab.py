@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -77,6 +78,34 @@ def differences(a: DataFrame, b: DataFrame) -> tuple[int, int]:
     return a.exceptAll(b).count(), b.exceptAll(a).count()
 
 
+def log_boundary(bronze: DataFrame) -> dict[int, int]:
+    """Each log partition's last position in ``bronze``: the boundary of all of it."""
+    return {
+        int(r[0]): int(r[1])
+        for r in bronze.groupBy("partition").agg({"position": "max"}).collect()
+    }
+
+
+def contributions_of(
+    module: ModuleType,
+    bronze: DataFrame,
+    boundary: dict[int, int],
+    boards: Any,
+    registry: Any,
+) -> DataFrame:
+    """``module``'s contributions of ``bronze`` under the packaged boards (the
+    recompute's arguments as ``jobs.publish`` passes them)."""
+    frame, _ = module.transform_recompute(
+        bronze,
+        boundary,
+        boards.seasons,
+        window_lateness_ms=boards.window_lateness_ms,
+        window_rule=boards.rule,
+        registry=registry,
+    )
+    return frame
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", type=Path, required=True)
@@ -103,22 +132,11 @@ def main() -> None:
     if args.log_partitions is not None:
         bronze = bronze.where(F.col("partition") < args.log_partitions)
         silver = silver.where(F.col("partition") < args.log_partitions)
-    boundary = {
-        int(r[0]): int(r[1])
-        for r in bronze.groupBy("partition").agg({"position": "max"}).collect()
-    }
+    boundary = log_boundary(bronze)
     registry = default_registry()
 
     def contributions(module: ModuleType) -> DataFrame:
-        frame, _ = module.transform_recompute(
-            bronze,
-            boundary,
-            boards.seasons,
-            window_lateness_ms=boards.window_lateness_ms,
-            window_rule=boards.rule,
-            registry=registry,
-        )
-        return frame
+        return contributions_of(module, bronze, boundary, boards, registry)
 
     report: dict = {"before": args.before, "load_start": loadavg(), "rounds": []}
     for _ in range(args.rounds):

@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bench.publish import loadavg
-from bench.recompute_ab import task_cpu_ms, timed
+from bench.recompute_ab import contributions_of, log_boundary, task_cpu_ms, timed
 
 # Session settings per variant (SQLConf entries reach the Parquet writer's Hadoop
 # configuration: Spark copies them into it for every write).
@@ -88,7 +88,8 @@ def main() -> None:
 
     from conf.boards import load_boards
     from conf.rules import default_registry
-    from jobs.recompute import transform_recompute, transform_totals
+    from jobs import recompute
+    from jobs.recompute import transform_totals
     from jobs.spark import get_spark
 
     boards = load_boards()
@@ -97,23 +98,12 @@ def main() -> None:
     bronze = spark.read.format("delta").load(str(delta / "bronze_events"))
     if args.log_partitions is not None:
         bronze = bronze.where(F.col("partition") < args.log_partitions)
-    boundary = {
-        int(r[0]): int(r[1])
-        for r in bronze.groupBy("partition").agg({"position": "max"}).collect()
-    }
+    boundary = log_boundary(bronze)
     registry = default_registry()
     out = Path(tempfile.mkdtemp(prefix="silver-ab-"))
 
     def contributions() -> DataFrame:
-        frame, _ = transform_recompute(
-            bronze,
-            boundary,
-            boards.seasons,
-            window_lateness_ms=boards.window_lateness_ms,
-            window_rule=boards.rule,
-            registry=registry,
-        )
-        return frame
+        return contributions_of(recompute, bronze, boundary, boards, registry)
 
     report: dict = {"variants": names, "load_start": loadavg(), "rounds": []}
     for _ in range(args.rounds):
