@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.settings import Settings
-from jobs.land import table_exists
+from jobs.land import table_exists, trim_stream
 from speed.audit import AUDIT_STREAM, decode_entry
 from speed.connection import sync_client
 from speed.server import resolve_redis_url
@@ -118,8 +118,9 @@ def land_audit(
             )
             total += len(entries)
             landed = last
-            # Trim only what Delta committed: MINID keeps ids >= the next one.
-            client.xtrim(AUDIT_STREAM, minid=stream_id(last + 1))
+            # Trim only what Delta committed: MINID keeps ids >= the next one
+            # (exactly: an approximate trim leaves whole nodes behind).
+            trim_stream(client, AUDIT_STREAM, stream_id(last + 1))
         return total
     finally:
         if own:

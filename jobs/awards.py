@@ -495,8 +495,11 @@ def adjudicate(
 
     # The affected players' contributions of version N.
     players = {r["event"]["playerId"] for r in accepted}
+    # Typed: with no event accepted (reject only) an untyped empty array is of
+    # null type, which is_in refuses against the string column.
+    affected = pa.array(sorted(players), pa.string())
     contributions = current.contributions()
-    mask = pc.is_in(contributions.column("player_id"), pa.array(sorted(players)))
+    mask = pc.is_in(contributions.column("player_id"), affected)
     rows = contributions.filter(mask).to_pylist() if players else []
     state: dict[tuple[str, str, str], tuple[int, bool, int]] = {
         (r["player_id"], r["match_id"], r["board"]): (
@@ -512,7 +515,7 @@ def adjudicate(
         old = current.board(board)
         if old is None:
             continue
-        mask_board = pc.is_in(old.column("player_id"), pa.array(sorted(players)))
+        mask_board = pc.is_in(old.column("player_id"), affected)
         for row in old.filter(mask_board).to_pylist():
             standing[(board, row["player_id"])] = (row["score"], row["achieved_ms"])
 

@@ -32,6 +32,10 @@ from speed.server import resolve_redis_url
 
 BRONZE = "bronze_events"
 XRANGE_COUNT = 10_000
+# Entries one approximate XTRIM may remove: each call holds Redis for a few ms at
+# most (about 3 ms per 10,000 entries), where one exact trim of a large log would
+# block every write for the whole removal (about 65 ms per million entries).
+TRIM_STEP = 10_000
 
 RECORD_SCHEMA = T.StructType(
     [
@@ -251,6 +255,26 @@ def queue_late_reviews(client: redis.Redis, records: list[bytes]) -> None:
         client.hset(late_review_key(season_id), mapping=found)  # type: ignore[arg-type]
 
 
+def trim_stream(client: redis.Redis, key: str, minid: str) -> int:
+    """Remove every entry of stream ``key`` with an id below ``minid``; returns how
+    many were removed.
+
+    A bare ``XTRIM MINID`` (redis-py's default, approximate) removes whole nodes
+    only and at most 10,000 entries per call, so it leaves landed entries behind.
+    Whole nodes go in bounded approximate steps (``LIMIT``), then one exact trim
+    removes the rest (at most part of one node): the result is exact and no call
+    blocks Redis for long.
+    """
+    removed = 0
+    while True:
+        step = int(client.xtrim(key, minid=minid, limit=TRIM_STEP))  # type: ignore[arg-type]
+        removed += step
+        if step == 0:
+            break
+    removed += int(client.xtrim(key, minid=minid, approximate=False))  # type: ignore[arg-type]
+    return removed
+
+
 def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
     """Record the landed position and trim the log up to it, never past it."""
     keys = Keys(partition)
@@ -258,7 +282,7 @@ def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
     if through > current:
         client.set(keys.landed, through)
     if through > 0:
-        client.xtrim(keys.log, minid=f"{through + 1}-0")
+        trim_stream(client, keys.log, f"{through + 1}-0")
 
 
 def land_partition(

@@ -7,16 +7,20 @@ import json
 from pathlib import Path
 
 import pytest
+import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.land import (
     extract_landed_through,
+    finish_landing,
+    land_partition,
     landed_through_from_log,
     load_bronze,
     records_frame,
     transform_records,
 )
+from speed.partitions import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +73,44 @@ def test_landed_through_from_txn_actions(spark: SparkSession, tmp_path: Path) ->
     rows = spark.read.format("delta").load(str(path)).where("partition = 0").collect()
     assert sorted(r["position"] for r in rows) == list(range(1, last[0] + 1))
     assert all(json.loads(r["raw"])["position"] == r["position"] for r in rows)
+
+
+def write_log(client: redis.Redis, partition: int, count: int) -> None:
+    """``count`` entries in the partition's log, as the speed layer writes them
+    (``XADD <position>-0 r <record>``), pipelined: no HTTP, no Lua."""
+    keys = Keys(partition)
+    pipe = client.pipeline(transaction=False)
+    for position in range(1, count + 1):
+        pipe.xadd(keys.log, {"r": record(partition, position)}, id=f"{position}-0")
+        if position % 5_000 == 0:
+            pipe.execute()
+    pipe.set(keys.position, count)
+    pipe.execute()
+
+
+# More than the 10,000 entries one approximate XTRIM removes per call (issue 23:
+# 25,000 events and a publish left 15,000 landed entries in one partition).
+MANY = 25_000
+
+
+def test_finish_landing_trims_every_landed_entry(redis_client: redis.Redis) -> None:
+    write_log(redis_client, 0, MANY)
+    log = Keys(0).log
+    finish_landing(redis_client, 0, MANY - 20)
+    # Exactly the 20 entries after the landed position stay, none before it.
+    assert redis_client.xlen(log) == 20
+    first = redis_client.xrange(log, count=1)[0][0]
+    assert first == f"{MANY - 19}-0".encode()
+    finish_landing(redis_client, 0, MANY)
+    assert redis_client.xlen(log) == 0
+    assert int(redis_client.get(Keys(0).landed) or 0) == MANY
+
+
+def test_land_partition_leaves_no_landed_entry(
+    spark: SparkSession, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    write_log(redis_client, 1, MANY)
+    landed = land_partition(spark, redis_client, tmp_path / "bronze", 1, 0)
+    assert (landed.through, landed.rows) == (MANY, MANY)
+    assert redis_client.xlen(Keys(1).log) == 0
+    assert landed_through_from_log(tmp_path / "bronze") == {1: MANY}
