@@ -24,7 +24,9 @@ import redis
 
 from conf.boards import BoardsConfig
 from conf.settings import Settings
+from serving.awards import versions
 from serving.registry import GenerationRegistry
+from serving.verify_state import read_last_verify
 from speed.partitions import KEY_PREFIX, Keys
 
 SEASON_STATES = ("open", "closing", "closed")
@@ -96,16 +98,7 @@ def season_states(
 
 def closed_seasons(settings: Settings, config: BoardsConfig) -> set[str]:
     """Seasons with an award snapshot (version 1 or later), read from the award
-    files of the season job (``jobs.awards``, issue 8) when it is installed."""
-    import importlib
-
-    try:
-        awards = importlib.import_module("jobs.awards")
-    except ImportError:
-        return set()
-    versions = getattr(awards, "versions", None)
-    if versions is None:
-        return set()
+    files (:mod:`serving.awards`)."""
     return {s.id for s in config.seasons if versions(settings.data_dir, s.id)}
 
 
@@ -116,8 +109,6 @@ def collect_state(
     config: BoardsConfig,
 ) -> OpsState:
     """Read the whole operational state; Redis failures are reported, not raised."""
-    from jobs.verify import read_last_verify
-
     now = datetime.now(UTC)
     now_ms = time.time() * 1000
     state = OpsState(now=now.isoformat())

@@ -64,7 +64,7 @@ from api.live import (
 from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
-from jobs.awards import AwardVersion, read_version
+from serving.awards import AwardVersion, read_version
 from serving.registry import (
     Generation,
     GenerationExpiredError,

@@ -36,12 +36,12 @@ from typing import Any, cast
 
 import redis
 
-from api.routes.score_events import validate_event
 from conf.boards import load_boards
 from conf.rules import default_registry
 from conf.settings import Settings
 from speed.cluster_server import RedisClusterServer
 from speed.connection import async_client, sync_client
+from speed.events import validate_event
 from speed.server import RedisServer
 from speed.store import SpeedLayer
 

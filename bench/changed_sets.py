@@ -51,10 +51,10 @@ async def apply_all(
 ) -> dict[str, int]:
     import redis.asyncio as aioredis
 
-    from api.routes.score_events import validate_event
     from conf.boards import load_boards
     from serving.registry import GenerationRegistry
     from speed.baserows import registry_lookup
+    from speed.events import validate_event
     from speed.store import SpeedLayer
 
     boards = load_boards(settings.boards_file)

@@ -171,9 +171,9 @@ def prepared_batches(
 ) -> list[tuple[list[dict[str, Any]], list[Any]]]:
     """``events`` new events in batches of ``batch_size``: each batch's raw bodies
     and the same events validated as the API would (for the speed layer alone)."""
-    from api.routes.score_events import validate_event
     from conf.rules import default_registry
     from conf.settings import Settings
+    from speed.events import validate_event
 
     settings = Settings(rate_limit="off")
     boards = bench_boards()
@@ -542,9 +542,9 @@ async def bench_speed_layer(
     path can reach with this Lua on this Redis."""
     import redis.asyncio as aioredis
 
-    from api.routes.score_events import validate_event
     from conf.rules import default_registry
     from conf.settings import Settings
+    from speed.events import validate_event
     from speed.store import SpeedLayer
 
     settings = Settings(rate_limit="off")

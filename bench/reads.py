@@ -108,11 +108,11 @@ async def apply_events(
     """Apply (player index, points) events through SpeedLayer.apply, batches of 1000."""
     import redis.asyncio as aioredis
 
-    from api.routes.score_events import validate_event
     from conf.boards import load_boards
     from conf.settings import Settings
     from serving.registry import GenerationRegistry
     from speed.baserows import registry_lookup
+    from speed.events import validate_event
     from speed.store import SpeedLayer
 
     settings = Settings()

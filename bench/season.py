@@ -97,8 +97,8 @@ async def ingest(
     layer = SpeedLayer(
         client, boards, settings.partitions, settings.retention_seconds, None
     )
-    from api.routes.score_events import validate_event
     from conf.rules import default_registry
+    from speed.events import validate_event
 
     rules = default_registry(settings.points_min, settings.points_max)
     rng = random.Random(8 + worker)

@@ -10,7 +10,6 @@ from conf.settings import Settings
 
 def _cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     from cli.quiet import quiet_spark
-    from jobs.awards import award_generations
     from jobs.hygiene import protected_published_at, run_maintenance
     from jobs.publish import (
         GOLD_MANIFEST,
@@ -18,6 +17,7 @@ def _cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
         base_generations,
         extract_published,
     )
+    from serving.awards import award_generations
 
     spark = quiet_spark(settings, "maintain")
     published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)

@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.settings import Settings
-from jobs.awards import late_review_key, queue_late_records
 from speed.connection import sync_client
+from speed.late_review import late_review_key, queue_late_records
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 

@@ -193,7 +193,7 @@ def protected_generations(settings: Settings) -> set[str]:
       with exactly that generation, so removing it before the rebase onto a newer
       one would degrade every live read (issue 7, item 4);
     * award snapshots: the generations they were taken from
-      (``jobs.awards.award_generations``), kept forever.
+      (``serving.awards.award_generations``), kept forever.
 
     Pinned cursors are covered by :func:`apply_retention` itself: a cursor is honoured
     while its generation is one of the newest ``retained_generations`` (API.md), plus
@@ -201,7 +201,7 @@ def protected_generations(settings: Settings) -> set[str]:
 
     :raises RetentionUnsafe: when the bases cannot be read (then nothing is deleted).
     """
-    from jobs.awards import award_generations
+    from serving.awards import award_generations
 
     return base_generations(settings) | award_generations(settings.data_dir)
 

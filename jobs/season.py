@@ -13,7 +13,7 @@ land award versions into Delta, drop closed windows from Redis.
 4. publish a final generation from that landing (``run_publish(landed=...)``: it
    does not land a second time), rebase the speed layer;
 5. build version 1 from the generation's segments and silver contributions, written
-   whole or not at all (``jobs/awards.py``); land it into Delta ``gold_awards``;
+   whole or not at all (``serving/awards.py``); land it into Delta ``gold_awards``;
 6. audit the close; drop closed boards' speed-layer keys.
 
 A crash anywhere before the rename in step 5 leaves no version; rerunning publishes
@@ -40,28 +40,26 @@ from pyspark.sql import types as T
 
 from conf.boards import BoardsConfig, Season, load_boards
 from conf.settings import Settings
-from jobs.awards import (
+from jobs.land import LandingGap, table_exists
+from jobs.phase_clock import PhaseClock
+from jobs.publish_lock import publish_lock
+from serving.awards import (
     AwardsError,
     AwardVersion,
-    adjudicate,
     clean_partial,
     decided_events,
-    late_review_key,
-    pending_late,
     rank_board,
     read_version,
     season_boards,
     versions,
     write_version,
 )
-from jobs.land import LandingGap, table_exists
-from jobs.phase_clock import PhaseClock
-from jobs.publish_lock import publish_lock
 from serving.files import read_arrow
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
 from speed.closed import drop_closed_windows
 from speed.connection import sync_client
+from speed.late_review import adjudicate, late_review_key, pending_late
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 

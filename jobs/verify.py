@@ -21,18 +21,14 @@ result to ``$LB_DATA_DIR/run/verify.json`` (read by ``/metrics`` and ``lb status
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import orjson
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -44,12 +40,12 @@ from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.shadow import extract_shadowed, transform_public
+from serving import verify_state as serving_verify_state
 from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
 VERIFY_RUNS = "ops_verify_runs"
-LAST_VERIFY_FILE = "verify.json"
 TOP = 100
 LIVE_ATTEMPTS = 5
 
@@ -84,19 +80,6 @@ class VerifyResult:
     @property
     def ok(self) -> bool:
         return not self.divergences
-
-
-def last_verify_path(settings: Settings) -> Path:
-    return settings.run_dir / LAST_VERIFY_FILE
-
-
-def read_last_verify(settings: Settings) -> dict[str, Any] | None:
-    """The last run's result as written by :func:`run_verify`, or None."""
-    try:
-        data = json.loads(last_verify_path(settings).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 # ------------------------------------------------------------------ offline side
@@ -460,17 +443,13 @@ def _finish(
 
 
 def write_last_verify(settings: Settings, result: VerifyResult) -> None:
-    """The last run's result for /metrics and lb status (atomic replace)."""
-    path = last_verify_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    """The last run's result for /metrics and lb status (serving/verify_state.py)."""
     body = {
         **asdict(result),
         "ok": result.ok,
         "divergenceCount": len(result.divergences),
     }
-    tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    serving_verify_state.write_last_verify(settings, body)
 
 
 def load_run(

@@ -1,4 +1,6 @@
-"""Score events: the validated wire model, normalization and content fingerprint."""
+"""Score events: the validated wire model, normalization and content fingerprint,
+and :func:`validate_event`, the whole check of one event the ingest path runs
+(the API maps its failures to HTTP; benches and tests call it directly)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+)
+
+from conf.boards import BoardsConfig
+from conf.rules import RuleInputError, RuleRegistry
+from conf.settings import Settings
+from speed.scoring import score_event
 
 # The schema bounds ids loosely (a decomposed id is longer than its NFC form);
 # normalize() applies API.md's rule after NFC: 1-64 letters, digits and _ - . :
@@ -63,8 +77,8 @@ class ScoreEventIn(BaseModel):
 class EventInvalid(ValueError):
     """Semantic validation failed; ``field`` names the offending field."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, message: str, *, detail: str | None = None) -> None:
+        super().__init__(detail or f"{field}: {message}")
         self.field = field
         self.message = message
 
@@ -271,3 +285,40 @@ def normalize(
         # Its dedupe record may be gone: accepting it could count it twice.
         raise TooOld("occurredAt", f"older than the dedupe window ({dedupe_window})")
     return NormalizedEvent(event, occurred_at, event.occurredAt)
+
+
+def validate_event(
+    raw: object,
+    settings: Settings,
+    boards: BoardsConfig,
+    now: datetime,
+    rules: RuleRegistry,
+) -> NormalizedEvent:
+    """Schema, semantic and scoring-rule checks of one wire event, then its scores.
+
+    :raises TooOld: occurredAt is older than the dedupe window.
+    :raises EventInvalid: anything else wrong with the event; ``field`` names it
+        (``body`` when it is not a JSON object).
+    :raises conf.rules.Implausible: beyond a plausibility bound of a rule.
+    """
+    if not isinstance(raw, dict):
+        raise EventInvalid(
+            "body", "not a JSON object", detail="an event must be a JSON object"
+        )
+    try:
+        event = ScoreEventIn.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise EventInvalid(field, first["msg"]) from None
+    normalized = normalize(
+        event,
+        regions=boards.regions,
+        now=now,
+        max_future=timedelta(seconds=settings.max_future_seconds),
+        dedupe_window=settings.dedupe_window,
+    )
+    try:
+        return score_event(normalized, boards, rules)
+    except RuleInputError as exc:
+        raise EventInvalid(exc.field, exc.message) from None

@@ -7,10 +7,14 @@ rule's per-match bound, never reaches Redis.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from conf.boards import BoardsConfig
 from conf.rules import RuleRegistry
-from speed.events import NormalizedEvent
+
+if TYPE_CHECKING:
+    # Only a type here: speed.events imports this module (validate_event scores).
+    from speed.events import NormalizedEvent
 
 
 def rules_for_event(boards: BoardsConfig, occurred_at: datetime) -> set[str]:

@@ -21,17 +21,15 @@ from api.models import AdjudicationOut, LateReviewOut, json_body
 from api.responses import FastJSONResponse
 from conf.boards import BoardsConfig, Season
 from conf.settings import Settings
-from jobs.awards import (
+from serving.awards import (
     AdjudicationConflict,
     AdjudicationInvalid,
     decided_events,
-    late_item,
-    late_review_key,
-    pending_late,
     read_version,
 )
-from jobs.awards import adjudicate as adjudicate_awards
 from speed.audit import record_audit
+from speed.late_review import adjudicate as adjudicate_awards
+from speed.late_review import late_item, late_review_key, pending_late
 from speed.partitions import Keys
 from speed.store import SpeedLayer
 

@@ -32,7 +32,7 @@ from conf.boards import (
     period_start,
     season_cutoffs_ms,
 )
-from jobs.awards import rfc3339, versions
+from serving.awards import rfc3339, versions
 
 router = APIRouter(prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RESPONSES)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import collections
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import Counter
-from pydantic import ValidationError
 
 from api.deps import BoardsDep, SettingsDep, SpeedDep, read_body_limited
 from api.errors import (
@@ -26,7 +25,7 @@ from api.models import BatchIn, BatchResultOut, EventResultOut, json_body
 from api.responses import FastJSONResponse
 from api.security import verify
 from conf.boards import BoardsConfig
-from conf.rules import Implausible, RuleInputError, RuleRegistry
+from conf.rules import Implausible, RuleRegistry
 from conf.settings import Settings
 from speed.audit import AUDIT_STREAM, audit_entry
 from speed.events import (
@@ -34,9 +33,8 @@ from speed.events import (
     NormalizedEvent,
     ScoreEventIn,
     TooOld,
-    normalize,
+    validate_event,
 )
-from speed.scoring import score_event
 from speed.store import EventConflict, Outcome, RateLimited, SpeedLayer
 
 router = APIRouter(
@@ -76,38 +74,20 @@ def _parse_json(body: bytes) -> Any:
         raise InvalidRequest(f"body is not valid JSON: {exc}", field="body") from None
 
 
-def validate_event(
+def checked_event(
     raw: Any,
     settings: Settings,
     boards: BoardsConfig,
     now: datetime,
     rules: RuleRegistry,
 ) -> NormalizedEvent:
-    """Schema, semantic and scoring-rule checks; raises InvalidRequest naming the
-    field, or ImplausibleEvent."""
-    if not isinstance(raw, dict):
-        raise InvalidRequest("an event must be a JSON object", field="body")
+    """:func:`speed.events.validate_event` with its failures as API errors:
+    InvalidRequest naming the field, EventTooOld, or ImplausibleEvent."""
     try:
-        event = ScoreEventIn.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidRequest(f"{field}: {first['msg']}", field=field) from None
-    try:
-        normalized = normalize(
-            event,
-            regions=boards.regions,
-            now=now,
-            max_future=timedelta(seconds=settings.max_future_seconds),
-            dedupe_window=settings.dedupe_window,
-        )
+        return validate_event(raw, settings, boards, now, rules)
     except TooOld as exc:
         raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
-        raise InvalidRequest(str(exc), field=exc.field) from None
-    try:
-        return score_event(normalized, boards, rules)
-    except RuleInputError as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
     except Implausible as exc:
         raise _implausible(exc) from None
@@ -159,7 +139,7 @@ async def submit_score_event(
     """Accept one match result exactly once; answers after Redis made it durable."""
     body = await read_signed_body(request, settings)
     try:
-        event = validate_event(
+        event = checked_event(
             _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
         )
     except (InvalidRequest, ImplausibleEvent) as exc:
@@ -205,7 +185,7 @@ async def submit_score_event_batch(
     for index, raw in enumerate(raw_events):
         try:
             valid.append(
-                (index, validate_event(raw, settings, boards, now, speed.rules))
+                (index, checked_event(raw, settings, boards, now, speed.rules))
             )
         except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)

@@ -20,8 +20,8 @@ from api.main import create_app
 from api.security import sign
 from conf.settings import Settings
 from jobs.audit import audit_path, land_audit
-from jobs.awards import AwardsError, read_version, season_dir
 from jobs.season import GOLD_AWARDS, SeasonError, close_season
+from serving.awards import AwardsError, read_version, season_dir
 from speed.partitions import Keys
 from tests.conftest import SignedClient, event
 from tests.jobs.helpers import oracle_ranking

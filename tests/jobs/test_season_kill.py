@@ -25,9 +25,9 @@ from api.main import create_app
 from cli.main import main as cli_main
 from conf.boards import load_boards
 from conf.settings import Settings
-from jobs.awards import rank_board as rank_awards
-from jobs.awards import read_version, season_dir, write_version
 from jobs.season import SeasonError, close_season
+from serving.awards import rank_board as rank_awards
+from serving.awards import read_version, season_dir, write_version
 from speed.partitions import Keys
 from tests.conftest import SignedClient
 from tests.jobs.test_season import post, season_settings, wait_until

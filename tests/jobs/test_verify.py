@@ -15,7 +15,8 @@ import redis
 from cli.main import main as lb_main
 from conf.settings import Settings
 from jobs.publish import run_publish
-from jobs.verify import VERIFY_RUNS, read_last_verify, run_verify
+from jobs.verify import VERIFY_RUNS, run_verify
+from serving.verify_state import read_last_verify
 from speed.partitions import Keys, encode_entry, partition_of
 from speed.rebase import rebase_published
 from tests.conftest import SignedClient, event

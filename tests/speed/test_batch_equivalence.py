@@ -22,12 +22,11 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from api.routes.score_events import validate_event
 from conf.boards import boards_for_event, load_boards
 from conf.rules import default_registry
 from conf.settings import Settings
 from speed import store
-from speed.events import NormalizedEvent
+from speed.events import NormalizedEvent, validate_event
 from speed.partitions import Keys, partition_of
 from speed.store import Outcome, SpeedLayer
 from tests.conftest import event

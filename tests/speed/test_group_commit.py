@@ -11,10 +11,10 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from api.routes.score_events import validate_event
 from conf.boards import load_boards
 from conf.rules import default_registry
 from conf.settings import Settings
+from speed.events import validate_event
 from speed.partitions import Keys, partition_of
 from speed.store import SpeedLayer
 from tests.conftest import event

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 import redis
 
-from api.routes.score_events import validate_event
 from conf.boards import load_boards
 from conf.rules import default_registry
 from conf.settings import Settings
 from speed.connection import async_client
-from speed.events import NormalizedEvent
+from speed.events import NormalizedEvent, validate_event
 from speed.partitions import Keys
 from speed.records import (
     BUCKET_BITS,

@@ -17,7 +17,8 @@ from conf.boards import (
     load_boards,
     to_ms,
 )
-from jobs.awards import content_hash, late_boards, rank_board
+from serving.awards import content_hash, rank_board
+from speed.late_review import late_boards
 
 pytestmark = pytest.mark.unit
 
