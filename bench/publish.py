@@ -372,8 +372,9 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
     after the landed ones) and time the publish that follows (incremental)."""
     import json as _json
 
+    from jobs.build import check_generation
     from jobs.land import bronze_path, extract_landed_through
-    from jobs.publish import check_generation, run_publish
+    from jobs.publish import run_publish
 
     landed = extract_landed_through(spark, bronze_path(settings))
     more = generate(args.players, args.incremental_events, args.partitions,
@@ -441,8 +442,9 @@ def main() -> None:
 
     from conf.settings import Settings
     from jobs.land import bronze_path
-    from jobs.publish import GOLD_SNAPSHOTS, run_publish
+    from jobs.publish import run_publish
     from jobs.spark import get_spark
+    from jobs.tables import GOLD_SNAPSHOTS
 
     boards = load_boards()
     data_dir = args.data_dir or Path(f"/tmp/lb-bench-publish-{os.getpid()}")

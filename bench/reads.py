@@ -233,7 +233,7 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
 
     from conf.boards import board_order, load_boards
     from conf.settings import Settings
-    from jobs.publish import DEFAULT_BUCKET_TARGET
+    from jobs.segments import DEFAULT_BUCKET_TARGET
     from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
     from serving.segments import write_segments
     from speed.partitions import Keys

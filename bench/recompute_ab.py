@@ -94,7 +94,7 @@ def contributions_of(
     registry: Any,
 ) -> DataFrame:
     """``module``'s contributions of ``bronze`` under the packaged boards (the
-    recompute's arguments as ``jobs.publish`` passes them)."""
+    recompute's arguments as ``jobs.build`` passes them)."""
     frame, _ = module.transform_recompute(
         bronze,
         boundary,

@@ -9,7 +9,7 @@ Delta, reading them back for the totals; and what session settings change it.
 Per round, alternating the variants in one Spark session (so the machine's load hits
 all alike): the working tree's contributions of all of bronze written to a ``noop``
 sink (``compute``), then, per variant, written to a new Delta table the way
-``jobs.publish.load_silver`` writes ``silver_contributions`` (``write``: compute +
+``jobs.build.load_silver`` writes ``silver_contributions`` (``write``: compute +
 write), and the totals of that table (``totals``: read back + aggregate, ``noop``
 sink). Each is timed with the driver's wall clock and the driver JVM's CPU time
 (local mode: the tasks'). A variant is a set of session settings applied around
