@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from bench.ingest import CLK_TCK, EventFactory, bench_boards, prepared_batches
+from bench.harness import CLK_TCK, EventFactory, bench_boards, prepared_batches
 from speed.lua import load
 from speed.server import RedisServer
 

@@ -4,8 +4,9 @@
 
 For each policy given, in order: a fresh redis-server (unix socket, AOF on, that
 policy) in a temp dir, then ``SpeedLayer.apply`` on pre-validated batches of 1000
-over 4 concurrent tasks (bench.ingest's phase d). Alternate the policies to see how
-much of the difference is noise on a shared machine.
+over 4 concurrent tasks (bench.ingest's phase d,
+:func:`bench.harness.bench_speed_layer`). Alternate the policies to see how much of
+the difference is noise on a shared machine.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from bench.ingest import EventFactory, bench_speed_layer
+from bench.harness import EventFactory, bench_speed_layer
 from speed.server import RedisServer
 
 

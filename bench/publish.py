@@ -41,16 +41,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench.harness import loadavg_text
 from conf.boards import load_boards, to_ms
 
 RESULTS = Path(__file__).parent / "results"
 DAY_MS = 86_400_000
 T0 = to_ms(datetime(2026, 10, 25, tzinfo=UTC))
 T1 = to_ms(datetime(2026, 12, 5, tzinfo=UTC))
-
-
-def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
 
 def _strings(prefix: str, values: np.ndarray) -> pa.Array:
@@ -285,7 +282,7 @@ class _Progress(dict):
 
     def __setitem__(self, key: str, value: float) -> None:
         super().__setitem__(key, value)
-        print(f"phase {key}: {value:.2f} s, load {loadavg()}", flush=True)
+        print(f"phase {key}: {value:.2f} s, load {loadavg_text()}", flush=True)
 
 
 class DriverMemory:
@@ -372,8 +369,9 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
     after the landed ones) and time the publish that follows (incremental)."""
     import json as _json
 
+    from jobs.build import check_generation
     from jobs.land import bronze_path, extract_landed_through
-    from jobs.publish import check_generation, run_publish
+    from jobs.publish import run_publish
 
     landed = extract_landed_through(spark, bronze_path(settings))
     more = generate(args.players, args.incremental_events, args.partitions,
@@ -395,12 +393,12 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
         .mode("append").partitionBy("partition").save(str(bronze_path(settings)))
     )
     timings: dict[str, float] = _Progress()
-    out: dict = {"events": args.incremental_events, "load_before": loadavg()}
+    out: dict = {"events": args.incremental_events, "load_before": loadavg_text()}
     started = time.perf_counter()
     generation = run_publish(settings, spark=spark, boards=boards, land=False,
                              timings=timings)
     out["publish_s"] = round(time.perf_counter() - started, 2)
-    out["load_after"] = loadavg()
+    out["load_after"] = loadavg_text()
     out["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
     manifest = _json.loads(
         (settings.segments_dir / generation / "manifest.json").read_text()
@@ -441,8 +439,9 @@ def main() -> None:
 
     from conf.settings import Settings
     from jobs.land import bronze_path
-    from jobs.publish import GOLD_SNAPSHOTS, run_publish
+    from jobs.publish import run_publish
     from jobs.spark import get_spark
+    from jobs.tables import GOLD_SNAPSHOTS
 
     boards = load_boards()
     data_dir = args.data_dir or Path(f"/tmp/lb-bench-publish-{os.getpid()}")
@@ -458,7 +457,7 @@ def main() -> None:
         "partitions": args.partitions,
         "machine": f"{platform.node()} {os.cpu_count()} cpus, "
                    f"{platform.python_version()}",
-        "load_start": loadavg(),
+        "load_start": loadavg_text(),
     }
     started = time.perf_counter()
     cutoff = to_ms(boards.seasons[0].cutoff) if boards.seasons else T1
@@ -484,12 +483,12 @@ def main() -> None:
     report["driver_memory"] = spark.conf.get("spark.driver.memory")
 
     timings: dict[str, float] = _Progress()
-    report["load_before_publish"] = loadavg()
+    report["load_before_publish"] = loadavg_text()
     started = time.perf_counter()
     generation = run_publish(settings, spark=spark, boards=boards, land=False,
                              timings=timings)
     report["publish_s"] = round(time.perf_counter() - started, 2)
-    report["load_after_publish"] = loadavg()
+    report["load_after_publish"] = loadavg_text()
     report["driver_memory_after_publish"] = memory.report()
     report["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
     report["recompute_rank_s"] = round(
@@ -517,7 +516,7 @@ def main() -> None:
     report["boards"] = len(pc.unique(gold.column("board")))
 
     if not args.no_duckdb:
-        report["load_before_duckdb"] = loadavg()
+        report["load_before_duckdb"] = loadavg_text()
         seconds, con = run_duckdb(
             source, boards.seasons, boards.window_lateness_ms, args.duckdb_threads
         )
@@ -536,7 +535,7 @@ def main() -> None:
         report["incremental"] = run_incremental(
             spark, settings, boards, args, cutoff, source
         )
-    report["load_end"] = loadavg()
+    report["load_end"] = loadavg_text()
     report["driver_memory_end"] = memory.report()
     memory.stop()
     spark.stop()

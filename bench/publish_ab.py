@@ -20,7 +20,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from bench.publish import loadavg
+from bench.harness import loadavg_text
 
 
 def sketch_thresholds(contributions: DataFrame, quantile: float, min_samples: int):
@@ -87,7 +87,7 @@ def main() -> None:
         .count()
         == 0
         and window_first(events).count() == transform_first_acceptance(events).count(),
-        "load_start": loadavg(),
+        "load_start": loadavg_text(),
         "rounds": [],
     }
     for _ in range(args.rounds):
@@ -97,7 +97,7 @@ def main() -> None:
                 "thresholds_histogram_s": timed(histogram),
                 "first_window_s": timed(window_first(events)),
                 "first_aggregate_s": timed(transform_first_acceptance(events)),
-                "load": loadavg(),
+                "load": loadavg_text(),
             }
         )
     spark.stop()

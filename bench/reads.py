@@ -12,7 +12,7 @@ Set-up (not timed as reads):
 2. N players, one event each, applied straight through ``speed.store.SpeedLayer.apply``
    (redis.asyncio, batches of 1000, bypassing HTTP). Points on a coarse scale (multiples
    of ``--points-step``), so there are many ties. Every event has the same occurredAt
-   (ten minutes before the bench started, in the season ``bench.ingest`` opens
+   (ten minutes before the bench started, in the season ``bench.harness`` opens
    around now), region eu for even and na for odd players, so it feeds the same 10
    boards; ``season:BENCH:global`` holds all N players.
    During the bulk load only, Redis runs with ``appendfsync everysec`` (restored to the
@@ -61,21 +61,24 @@ import numpy as np
 import orjson
 import redis
 
-from bench.ingest import (
+from bench.harness import (
     BENCH_SEASON,
     CpuMeter,
+    GcPauses,
     free_port,
-    lb,
+    loadavg,
     machine,
     percentile,
     stack_env,
+    start_stack,
+    stop_stack,
     summarize_ms,
     top_processes,
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Recent, so every board it names is open (a daily board closes an hour after its
-# day); `lb up` gets bench.ingest's boards file, whose season is open around now.
+# day); `lb up` gets bench.harness' boards file, whose season is open around now.
 OCCURRED_AT = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
 BOARD = f"season:{BENCH_SEASON}:global"
 REGIONS = ("eu", "na")
@@ -233,7 +236,7 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
 
     from conf.boards import board_order, load_boards
     from conf.settings import Settings
-    from jobs.publish import DEFAULT_BUCKET_TARGET
+    from jobs.segments import DEFAULT_BUCKET_TARGET
     from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
     from serving.segments import write_segments
     from speed.partitions import Keys
@@ -477,54 +480,6 @@ async def open_loop(
         ),
         "t0_monotonic": t0,
     }
-
-
-class GcPauses:
-    """The load generator's own garbage-collector pauses during a phase. Latency
-    is measured from each request's scheduled send, so a pause of the generator's
-    event loop shows as latency of every request in flight: a full collection of a
-    large heap (tens of ms) alone can make a phase's p99."""
-
-    def __init__(self) -> None:
-        self.pauses: list[tuple[int, float, float]] = []  # generation, start, end
-        self._start = 0.0
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        now = time.monotonic()  # = the loop's clock (asyncio and uvloop)
-        if phase == "start":
-            self._start = now
-        else:
-            self.pauses.append((info["generation"], self._start, now))
-
-    def __enter__(self) -> GcPauses:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        gc.callbacks.remove(self._callback)
-
-    def report(
-        self, sent: list[float], latencies: list[float], over_ms: float
-    ) -> dict[str, Any]:
-        """Collections per generation, the longest, their total, and how many of
-        the requests slower than ``over_ms`` were in flight during a pause of at
-        least 5 ms (the generator's share of the tail)."""
-        long = [(a, b) for _, a, b in self.pauses if (b - a) * 1000 >= 5]
-        slow_in_pause = sum(
-            1
-            for start, latency in zip(sent, latencies, strict=True)
-            if latency * 1000 > over_ms
-            and any(a < start + latency and b > start for a, b in long)
-        )
-        return {
-            "collections": dict(Counter(str(g) for g, _, _ in self.pauses)),
-            "max_ms": round(
-                max(((b - a) * 1000 for _, a, b in self.pauses), default=0), 1
-            ),
-            "total_ms": round(sum((b - a) * 1000 for _, a, b in self.pauses), 1),
-            f"slow_over_{over_ms:g}ms": sum(1 for v in latencies if v * 1000 > over_ms),
-            "of_them_in_flight_during_a_pause_over_5ms": slow_in_pause,
-        }
 
 
 def slow_windows(
@@ -923,10 +878,6 @@ def child_pids(parent: int) -> list[int]:
     return sorted(found)
 
 
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 async def measure(
     url: str,
     args: argparse.Namespace,
@@ -1317,15 +1268,7 @@ def run(
     report: dict[str, Any],
     stamp: str,
 ) -> None:
-    print(lb(["up", "--port", str(port)], env), flush=True)
-    url = f"http://127.0.0.1:{port}"
-    run_dir = data_dir / "run"
-    redis_url = (run_dir / "redis.url").read_text().strip()
-    pids = {
-        "api": int((run_dir / "api.pid").read_text()),
-        "redis": int((run_dir / "redis.pid").read_text()),
-        "generator": os.getpid(),
-    }
+    url, redis_url, pids = start_stack(env, data_dir, port)
     # `lb up` starts one API worker per core: their CPU is the API's too.
     for k, child in enumerate(child_pids(pids["api"])):
         pids[f"api_worker{k}"] = child
@@ -1672,10 +1615,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(exc, Exception):
             raise
     finally:
-        try:
-            print(lb(["down"], env), flush=True)
-        except Exception as exc:  # noqa: BLE001 - report, still clean up
-            print(f"lb down failed: {exc}", file=sys.stderr)
+        if not stop_stack(env):
             code = 1
         if not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)

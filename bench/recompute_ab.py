@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bench.publish import loadavg
+from bench.harness import loadavg_text
 
 
 def module_at(revision: str) -> ModuleType:
@@ -94,7 +94,7 @@ def contributions_of(
     registry: Any,
 ) -> DataFrame:
     """``module``'s contributions of ``bronze`` under the packaged boards (the
-    recompute's arguments as ``jobs.publish`` passes them)."""
+    recompute's arguments as ``jobs.build`` passes them)."""
     frame, _ = module.transform_recompute(
         bronze,
         boundary,
@@ -138,13 +138,13 @@ def main() -> None:
     def contributions(module: ModuleType) -> DataFrame:
         return contributions_of(module, bronze, boundary, boards, registry)
 
-    report: dict = {"before": args.before, "load_start": loadavg(), "rounds": []}
+    report: dict = {"before": args.before, "load_start": loadavg_text(), "rounds": []}
     for _ in range(args.rounds):
         row: dict = {}
         for name, module in (("before", before), ("after", after)):
             row[f"contributions_{name}"] = timed(spark, contributions(module))
             row[f"totals_{name}"] = timed(spark, module.transform_totals(silver))
-        row["load"] = loadavg()
+        row["load"] = loadavg_text()
         print(json.dumps(row), flush=True)
         report["rounds"].append(row)
     report["contributions_diff"] = differences(
@@ -154,7 +154,7 @@ def main() -> None:
         before.transform_totals(silver), after.transform_totals(silver)
     )
     report["rows"] = {"bronze": bronze.count(), "silver": silver.count()}
-    report["load_end"] = loadavg()
+    report["load_end"] = loadavg_text()
     spark.stop()
     print(json.dumps(report, indent=1))
 

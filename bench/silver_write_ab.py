@@ -9,7 +9,7 @@ Delta, reading them back for the totals; and what session settings change it.
 Per round, alternating the variants in one Spark session (so the machine's load hits
 all alike): the working tree's contributions of all of bronze written to a ``noop``
 sink (``compute``), then, per variant, written to a new Delta table the way
-``jobs.publish.load_silver`` writes ``silver_contributions`` (``write``: compute +
+``jobs.build.load_silver`` writes ``silver_contributions`` (``write``: compute +
 write), and the totals of that table (``totals``: read back + aggregate, ``noop``
 sink). Each is timed with the driver's wall clock and the driver JVM's CPU time
 (local mode: the tasks'). A variant is a set of session settings applied around
@@ -29,7 +29,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bench.publish import loadavg
+from bench.harness import loadavg_text
 from bench.recompute_ab import contributions_of, log_boundary, task_cpu_ms, timed
 
 # Session settings per variant (SQLConf entries reach the Parquet writer's Hadoop
@@ -105,7 +105,7 @@ def main() -> None:
     def contributions() -> DataFrame:
         return contributions_of(recompute, bronze, boundary, boards, registry)
 
-    report: dict = {"variants": names, "load_start": loadavg(), "rounds": []}
+    report: dict = {"variants": names, "load_start": loadavg_text(), "rounds": []}
     for _ in range(args.rounds):
         row: dict = {}
         if not args.no_compute:
@@ -137,7 +137,7 @@ def main() -> None:
                 row[f"totals_{name}"] = timed(spark, transform_totals(silver))
             finally:
                 restore(spark, old)
-        row["load"] = loadavg()
+        row["load"] = loadavg_text()
         print(json.dumps(row), flush=True)
         report["rounds"].append(row)
     first = spark.read.format("delta").load(str(out / names[0])).drop("generation")
@@ -148,7 +148,7 @@ def main() -> None:
             first.exceptAll(other).count(),
             other.exceptAll(first).count(),
         )
-    report["load_end"] = loadavg()
+    report["load_end"] = loadavg_text()
     spark.stop()
     shutil.rmtree(out, ignore_errors=True)
     print(json.dumps(report, indent=1))

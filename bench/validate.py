@@ -2,9 +2,9 @@
 
     python -m bench.validate [--events N] [--repeat R]
 
-Runs :func:`speed.events.validate_event` (schema, ids, occurredAt,
+Runs :func:`api.routes.score_events.validate_event` (schema, ids, occurredAt,
 canonical body and fingerprint, scoring) over the ingest benchmark's events
-(:class:`bench.ingest.EventFactory`) and prints the best of ``R`` rounds in CPU
+(:class:`bench.harness.EventFactory`) and prints the best of ``R`` rounds in CPU
 microseconds per event (``time.process_time``, so a loaded machine inflates it less
 than wall time).
 """
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from bench.ingest import EventFactory, bench_boards
+from bench.harness import EventFactory, bench_boards
 from conf.rules import default_registry
 from conf.settings import Settings
 from speed.events import validate_event

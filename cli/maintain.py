@@ -11,12 +11,8 @@ from conf.settings import Settings
 def _cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     from cli.quiet import quiet_spark
     from jobs.hygiene import protected_published_at, run_maintenance
-    from jobs.publish import (
-        GOLD_MANIFEST,
-        RetentionUnsafe,
-        base_generations,
-        extract_published,
-    )
+    from jobs.retention import RetentionUnsafe, base_generations
+    from jobs.tables import GOLD_MANIFEST, extract_published
     from serving.awards import award_generations
 
     spark = quiet_spark(settings, "maintain")

@@ -55,9 +55,9 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 def _check_incremental(args: argparse.Namespace, settings: Settings) -> int:
     """`lb verify --check-incremental`: a generation's gold rows against a full
-    recompute of its boundary (jobs.publish.check_generation)."""
+    recompute of its boundary (jobs.build.check_generation)."""
     from cli.quiet import quiet_spark
-    from jobs.publish import check_generation
+    from jobs.build import check_generation
 
     check = check_generation(
         settings, quiet_spark(settings, "verify"), generation=args.generation

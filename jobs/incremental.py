@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -55,7 +55,38 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, Season
 from conf.settings import Settings
+from jobs.incremental_pairs import (
+    ON_SCOPE,
+    PAIR,
+    timed_players,
+    transform_earlier_pairs,
+    transform_in_scope,
+    transform_pair_sources,
+    transform_scope_boards,
+    transform_scope_totals,
+    transform_sum_totals,
+    transform_touched_pairs,
+)
+from jobs.phase_clock import PhaseClock
+from jobs.recompute import (
+    NARROW,
+    transform_achieved,
+    transform_between_boundaries,
+    transform_within_boundary,
+    with_achieved,
+)
 from jobs.table_versions import table_versions
+from jobs.tables import (
+    GOLD_COLUMNS,
+    GOLD_SNAPSHOTS,
+    SILVER_CONTRIBUTIONS,
+    SILVER_TOTALS,
+    load_gold_snapshot,
+)
+from jobs.versions import transform_versions
+
+if TYPE_CHECKING:
+    from jobs.build import RecomputeInputs
 
 # Bump whenever silver's layout or a rule's code changes: a previous state built
 # by other code is then never reused.
@@ -311,3 +342,179 @@ def link_board(
         sums[name] = checksums[name]
     meta["checksums"] = sums
     return meta
+
+
+def recompute_incremental(
+    spark: SparkSession,
+    delta_dir: Path,
+    generation: str,
+    inputs: RecomputeInputs,
+    previous: Previous,
+    clock: PhaseClock | None,
+) -> Build:
+    """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
+
+    Only rows that can have changed are re-derived and merged: a contribution is a
+    function of its (player, match)'s records and of the records sharing a
+    (player, eventId) with them (a player's records share one partition, so the
+    delta never reorders earlier ones), so only the pairs with a record in the delta
+    change, plus the match of a held record a ``released`` record in the delta lets
+    count (jobs/incremental_pairs.py). A total is a function of the player's
+    contributions on that board, so only the (board, player) keys of those pairs'
+    old and new rows change; they are aggregated from the other pairs' silver rows
+    plus the re-derived ones. The boards of those keys (and of players whose
+    shadow flag flipped) are re-ranked. Only the first-achieved replay reads whole
+    histories, of the touched players on ``first_achieved`` boards."""
+    delta = transform_between_boundaries(
+        inputs.events, previous.boundary, inputs.boundary
+    )
+    delta_keys = delta.select("player_id", "match_id", "event_id", "status")
+    delta_keys = delta_keys.localCheckpoint(eager=True)
+    touched_count = delta_keys.select("player_id").distinct().count()
+    history = transform_within_boundary(inputs.events, inputs.boundary).select(*NARROW)
+    pairs = transform_touched_pairs(delta_keys, history).localCheckpoint(eager=True)
+    sources = transform_pair_sources(history, pairs).localCheckpoint(eager=True)
+    source_count = sources.count()
+    if clock is not None:
+        clock.lap("read_pairs")
+    derived = inputs.contributions(sources)
+    fresh = derived.join(
+        F.broadcast(pairs), ["player_id", "match_id"], "left_semi"
+    ).localCheckpoint(eager=True)
+    contributions = fresh.withColumn("generation", F.lit(generation))
+    if clock is not None:
+        clock.lap("recompute_contributions")
+    contributions_path = delta_dir / SILVER_CONTRIBUTIONS
+    totals_path = delta_dir / SILVER_TOTALS
+    silver = spark.read.format("delta").load(str(contributions_path))
+    # The pairs' old rows (what the totals lose; the contributions merge replaces
+    # them): only pairs with records before the delta have any, and when none
+    # does silver_contributions is not scanned at all.
+    earlier = transform_earlier_pairs(sources, pairs, previous.boundary)
+    earlier = earlier.localCheckpoint(eager=True)
+    old = (
+        silver.join(F.broadcast(earlier), PAIR, "left_semi")
+        if not earlier.isEmpty()
+        else silver.where(F.lit(False))
+    )
+    old = old.select(*CONTRIBUTION_KEYS, "aggregation", "points")
+    old = old.localCheckpoint(eager=True)
+    scope = (
+        contributions.select(*TOTAL_KEYS)
+        .unionByName(old.select(*TOTAL_KEYS))
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
+    # The scope's old totals. Its keys are too many to broadcast (~0.8 M at 100 k
+    # events over 1 M players, a 2 GiB driver), its players with their boards are
+    # not (one row per touched player): the join filters silver_totals while it
+    # is scanned, without shuffling it. The totals merge deletes by the same rows.
+    scope_boards = transform_scope_boards(scope).localCheckpoint(eager=True)
+    before = (
+        transform_in_scope(
+            spark.read.format("delta").load(str(totals_path)), scope_boards
+        )
+        .select(*TOTAL_KEYS, "aggregation", "score", "matches")
+        .localCheckpoint(eager=True)  # read before the table it reads is merged
+    )
+    achieved = None
+    players = timed_players(scope, inputs.boards.seasons)
+    if players is not None:
+        # The first-achieved fold needs each such player's whole history.
+        achieved = transform_achieved(
+            transform_touched_history(inputs.events, players),
+            inputs.boundary,
+            inputs.boards.seasons,
+            inputs.boards.window_lateness_ms,
+        )
+    # sum totals from the old ones and the pairs' changes; only max boards (the
+    # best contribution may be the one replaced) read the other pairs' rows.
+    best = [
+        r[0]
+        for r in fresh.select("board", "aggregation")
+        .unionByName(old.select("board", "aggregation"))
+        .where(F.col("aggregation") == "max")
+        .select("board")
+        .distinct()
+        .collect()
+    ]
+    summed = transform_sum_totals(before, old, fresh)
+    if best:
+        max_scope = transform_scope_boards(scope.where(F.col("board").isin(best)))
+        summed = summed.where(~F.col("board").isin(best)).unionByName(
+            transform_scope_totals(
+                silver, fresh.where(F.col("board").isin(best)), pairs, max_scope
+            )
+        )
+    totals = (
+        with_achieved(summed, achieved)
+        .join(scope, list(TOTAL_KEYS), "left_semi")
+        .withColumn("generation", F.lit(generation))
+        .localCheckpoint(eager=True)
+    )
+    if clock is not None:
+        clock.lap("totals_inputs")
+    # Boards to re-rank: those where a total may have changed, and those of a
+    # player whose shadow flag changed since the previous generation.
+    boards = {r[0] for r in scope.select("board").distinct().collect()}
+    flipped = sorted(inputs.shadowed ^ hidden_players(previous))
+    if flipped:
+        flagged = spark.createDataFrame([(p,) for p in flipped], "player_id string")
+        boards |= {
+            r[0]
+            for r in spark.read.format("delta")
+            .load(str(totals_path))
+            .join(F.broadcast(flagged), "player_id", "left_semi")
+            .select("board")
+            .distinct()
+            .collect()
+        }
+    # A record's result names the boards whose version it moved: those boards'
+    # segments are rewritten too (else a linked segment would keep versions of an
+    # older boundary, which the next build's versions start from).
+    named = transform_versions(delta.select("player_id", "raw")).select("board")
+    listed = set(previous.manifest.get("boards", {}))
+    boards |= {r[0] for r in named.distinct().collect()} & listed
+    touched_boards = sorted(boards)
+    # Silver written by a full publish of older code has no deletion vectors yet.
+    enable_deletion_vectors(spark, contributions_path)
+    enable_deletion_vectors(spark, totals_path)
+    if clock is not None:
+        clock.lap("touched_boards")
+    # Every silver row of a touched pair is in ``old`` and every old total of the
+    # scope in ``before``: replacing exactly those with the re-derived rows is the
+    # merge (jobs/incremental.py load_replace).
+    load_replace(spark, contributions_path, contributions, earlier, key_condition(PAIR))
+    if clock is not None:
+        clock.lap("merge_contributions")
+    load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE)
+    if clock is not None:
+        clock.lap("merge_totals")
+    gold_path = delta_dir / GOLD_SNAPSHOTS
+    # The previous generation's rows of the boards not re-ranked (every gold board
+    # has a manifest entry): none to read when every board was touched, and a
+    # positive board list lets the scan skip files by their board statistics.
+    untouched = sorted(set(previous.manifest.get("boards", {})) - boards)
+    kept = (
+        spark.read.format("delta")
+        .load(str(gold_path))
+        .where(F.col("generation") == previous.generation)
+        .where(F.col("board").isin(untouched) if untouched else F.lit(False))
+        .select(*GOLD_COLUMNS)
+    )
+    if touched_boards:
+        merged = spark.read.format("delta").load(str(totals_path))
+        ranked = inputs.rank(merged.where(F.col("board").isin(touched_boards)))
+        kept = kept.unionByName(ranked.select(*GOLD_COLUMNS))
+    load_gold_snapshot(kept, gold_path, generation)
+    if clock is not None:
+        clock.lap("rank_gold")
+    return Build(
+        MODE_INCREMENTAL,
+        "",
+        base=previous.generation,
+        touched_boards=touched_boards,
+        touched_players=touched_count,
+        rederived_records=source_count,
+        shadowed=sorted(inputs.shadowed),
+    )

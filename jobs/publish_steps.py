@@ -35,8 +35,13 @@ from pyspark.sql import SparkSession
 
 from conf.boards import load_boards
 from conf.settings import Settings
-from jobs import publish as pub
+from jobs.build import recompute_generation
+from jobs.publish import LandedInputs, land_inputs
 from jobs.publish_lock import publish_lock
+from jobs.repair import next_generation
+from jobs.segments import DEFAULT_BUCKET_TARGET, JOB_UMASK, publish_segments
+from jobs.tables import GOLD_MANIFEST, extract_published
+from serving.manifest import generation_number
 from speed.server import resolve_redis_url
 
 
@@ -54,17 +59,17 @@ def _spark(spark: SparkSession | None) -> SparkSession:
 
 @contextmanager
 def _job_umask() -> Iterator[None]:
-    """The umask run_publish applies to segment files (jobs/publish.py)."""
-    previous = os.umask(pub.JOB_UMASK)
+    """The umask run_publish applies to segment files (jobs/segments.py)."""
+    previous = os.umask(JOB_UMASK)
     try:
         yield
     finally:
         os.umask(previous)
 
 
-def _inputs(landed: dict[str, Any]) -> pub.LandedInputs:
+def _inputs(landed: dict[str, Any]) -> LandedInputs:
     started = landed.get("landingStartedAt")
-    return pub.LandedInputs(
+    return LandedInputs(
         {int(p): int(v) for p, v in landed["boundary"].items()},
         datetime.fromisoformat(started) if started else None,
     )
@@ -77,7 +82,7 @@ def land_step(settings: Settings, spark: SparkSession | None = None) -> dict[str
     spark = _spark(spark)
     with publish_lock(settings), _job_umask():
         settings.delta_dir.mkdir(parents=True, exist_ok=True)
-        inputs = pub.land_inputs(settings, spark)
+        inputs = land_inputs(settings, spark)
     started = inputs.landing_started_at
     return {
         "boundary": {str(p): int(v) for p, v in inputs.boundary.items()},
@@ -92,8 +97,8 @@ def recompute_step(
     spark = _spark(spark)
     boards = load_boards(settings.boards_file)
     with publish_lock(settings), _job_umask():
-        generation, _ = pub.next_generation(settings, spark)
-        pub.recompute_generation(
+        generation, _ = next_generation(settings, spark)
+        recompute_generation(
             settings, spark, boards, generation, _inputs(landed).boundary
         )
     return generation
@@ -104,22 +109,22 @@ def publish_step(
     generation: str,
     landed: dict[str, Any],
     spark: SparkSession | None = None,
-    bucket_target: int = pub.DEFAULT_BUCKET_TARGET,
+    bucket_target: int = DEFAULT_BUCKET_TARGET,
 ) -> str:
     """Phase 3: segments, manifest row, ``manifest.json``, retention."""
     spark = _spark(spark)
-    number = pub.generation_number(generation)
+    number = generation_number(generation)
     if number is None:
         raise ValueError(f"malformed generation id {generation!r}")
     boards = load_boards(settings.boards_file)
     with publish_lock(settings), _job_umask():
-        published = pub.extract_published(spark, settings.delta_dir / pub.GOLD_MANIFEST)
+        published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
         if any(r.number >= number for r in published):
             raise GenerationTaken(
                 f"{generation}: a generation numbered {number} or later was published "
                 "since the recompute step; the next run recomputes"
             )
-        return pub.publish_segments(
+        return publish_segments(
             settings,
             spark,
             boards,

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from conf.boards import BoardsConfig
+
 ROW_BITS = 33
 
 
@@ -109,3 +111,14 @@ def transform_rank(
     if "achieved_ms" in totals.columns:
         columns.append(F.col("achieved_ms").cast("bigint").alias("achieved_ms"))
     return ranked.select(*columns)
+
+
+def board_orders(boards: BoardsConfig) -> dict[str, tuple[bool, bool]]:
+    """Season boards ranked other than by (score, player id): board ->
+    (first_achieved tie-break, unique ranks)."""
+    return {
+        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
+        for s in boards.seasons
+        for scope in boards.scopes
+        if s.tie_break == "first_achieved" or s.rank == "unique"
+    }

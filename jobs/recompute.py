@@ -714,3 +714,13 @@ def transform_achieved(
     return folded.where(F.col("s.present")).select(
         "board", "player_id", F.col("s.achieved").alias("achieved_ms")
     )
+
+
+def with_achieved(totals: DataFrame, achieved: DataFrame | None) -> DataFrame:
+    """Totals with ``achieved_ms`` (null off ``first_achieved`` boards): silver keeps
+    it, so an incremental build re-ranks untouched players without their history."""
+    if achieved is None:
+        return totals.withColumn("achieved_ms", F.lit(None).cast("bigint"))
+    return totals.join(achieved, ["board", "player_id"], "left").withColumn(
+        "achieved_ms", F.col("achieved_ms").cast("bigint")
+    )

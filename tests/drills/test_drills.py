@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from cli.supervisor import stack_pids
-from jobs.publish import PublishAborted, run_publish
+from jobs.publish import run_publish
+from jobs.segments import PublishAborted
 from speed.rebase import rebase_published
 from tests.drills.harness import (
     Load,

@@ -18,7 +18,7 @@ from api.main import create_app
 from cli.main import main as cli_main
 from conf.boards import load_boards
 from conf.settings import Settings
-from jobs.awards import CONTRIBUTION_SCHEMA, rank_board, read_version, write_version
+from serving.awards import CONTRIBUTION_SCHEMA, rank_board, read_version, write_version
 from tests.conftest import SignedClient
 from tests.jobs.test_season import (
     ADMIN_SECRET,

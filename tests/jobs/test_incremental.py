@@ -29,17 +29,12 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, boards_for_event, load_boards, to_ms
 from conf.settings import Settings
+from jobs.build import check_generation, recompute_generation
 from jobs.land import bronze_path, transform_records
-from jobs.publish import (
-    GOLD_MANIFEST,
-    GOLD_SNAPSHOTS,
-    check_generation,
-    land_inputs,
-    next_generation,
-    publish_segments,
-    recompute_generation,
-    run_publish,
-)
+from jobs.publish import land_inputs, run_publish
+from jobs.repair import next_generation
+from jobs.segments import publish_segments
+from jobs.tables import GOLD_MANIFEST, GOLD_SNAPSHOTS
 from serving.files import read_arrow
 from speed.partitions import Keys
 from speed.server import RedisServer

@@ -23,16 +23,15 @@ from hypothesis import strategies as st
 from conf.boards import load_boards
 from conf.settings import Settings
 from jobs.land import bronze_path, load_bronze, run_land, transform_records
-from jobs.publish import (
-    GOLD_MANIFEST,
+from jobs.publish import run_publish
+from jobs.retention import (
     RETENTION_GRACE_SECONDS,
-    PublishAborted,
     apply_retention,
-    equi_depth_buckets,
-    extract_published,
     protected_generations,
-    run_publish,
 )
+from jobs.segments import PublishAborted
+from jobs.tables import GOLD_MANIFEST, extract_published
+from serving.segments import equi_depth_buckets
 from speed.events import ScoreEventIn, normalize
 from speed.partitions import Keys
 from speed.store import SpeedLayer
@@ -196,7 +195,7 @@ def test_retention_keeps_newest_generations(spark, settings, api):
     for expected in ("g1", "g2", "g3"):
         assert run_publish(settings, spark=spark) == expected
     # g1 left the newest two moments ago: it stays for the grace period, so reads an
-    # API process pinned to it just before finish (jobs/publish.py).
+    # API process pinned to it just before finish (jobs/retention.py).
     assert sorted(p.name for p in settings.segments_dir.iterdir()) == [
         "g1", "g2", "g3"]
     published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)

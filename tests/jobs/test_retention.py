@@ -12,16 +12,14 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from conf.settings import Settings
-from jobs.publish import (
-    GOLD_MANIFEST,
+from jobs.publish import run_publish
+from jobs.retention import (
     RETENTION_GRACE_SECONDS,
-    PublishedRow,
     apply_retention,
-    extract_published,
     protected_generations,
-    rfc3339,
-    run_publish,
 )
+from jobs.tables import GOLD_MANIFEST, PublishedRow, extract_published
+from serving.manifest import rfc3339
 from speed.rebase import rebase_published
 from tests.conftest import SignedClient, event
 

@@ -1,4 +1,4 @@
-"""bench.ingest's CPU meter counts the API's worker processes (children of the pid
+"""bench.harness' CPU meter counts the API's worker processes (children of the pid
 `lb up` records), not only that pid."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench.ingest import CpuMeter, _proc_cpu, _tree_cpu
+from bench.harness import CpuMeter, _proc_cpu, _tree_cpu
 
 pytestmark = pytest.mark.unit
 
