@@ -70,6 +70,7 @@ async def bench_batch(
     max_seconds: float,
     client_kind: str,
     meter: CpuMeter | None = None,
+    verify: Verify | None = None,
 ) -> dict[str, Any]:
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
@@ -82,7 +83,7 @@ async def bench_batch(
     for i in range(len(batches)):
         queue.put_nowait(i)
     latencies: list[float] = []
-    verify = Verify()
+    verify = verify if verify is not None else Verify()
     http_errors: dict[str, int] = {}
     sent_counts: list[int] = []
     # Replies are checked after the clock stops: the generator shares the cores
@@ -511,6 +512,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="leave the generator's heap to the collector in the single phase "
         "(for comparison; its pauses are reported either way)",
     )
+    p.add_argument(
+        "--no-naive",
+        action="store_true",
+        help="skip the naive MVP yardstick (bench/naive_mvp.py) run after our stack",
+    )
     p.add_argument("--skip-batch", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--keep-data", action="store_true", help="keep the temp LB_DATA_DIR")
@@ -645,6 +651,30 @@ async def run(
     return report
 
 
+def run_naive(args: argparse.Namespace) -> dict[str, Any]:
+    """The yardstick in the same run, after our stack has stopped (so the two never
+    share the CPU): the naive MVP on the same batch shape and connections."""
+    from bench.naive_mvp import NaiveStack, measure
+
+    print(
+        f"n. naive MVP: {args.batch_events} events, batches of 1000, "
+        f"{args.concurrency} connections ...",
+        flush=True,
+    )
+    with NaiveStack() as naive:
+        result = asyncio.run(
+            measure(
+                naive.url,
+                args.batch_events,
+                args.concurrency,
+                args.players,
+                args.batch_max_seconds,
+            )
+        )
+    result["loadavg_after"] = os.getloadavg()
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-"))
@@ -683,8 +713,20 @@ def main(argv: list[str] | None = None) -> int:
             code = 1
         if not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
+    if not args.no_naive and not args.skip_batch and "batch" in report:
+        report["naive"] = run_naive(args)
+        ours = report["batch"]["accepted_per_s"]
+        theirs = report["naive"]["accepted_per_s"]
+        report["vs_naive"] = round(ours / theirs, 3) if theirs else None
     if "batch" in report and "memory" in report:
         print_table(report)
+    if "naive" in report:
+        naive_rate = report["naive"]["accepted_per_s"]
+        print(
+            f"naive MVP (same run, same batches): {naive_rate:,.0f} events/s; ours "
+            f"{report['batch']['accepted_per_s']:,.0f} events/s = "
+            f"{report['vs_naive']}x the naive design"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out / f"ingest-{stamp}.json"

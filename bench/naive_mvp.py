@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -217,16 +217,24 @@ def _free_port() -> int:
 
 
 async def measure(
-    url: str, events: int, concurrency: int, players: int
+    url: str, events: int, concurrency: int, players: int, max_seconds: float = 60.0
 ) -> dict[str, Any]:
-    """Accepted events/s of the naive service: the same batches and client as our
-    bench (bench.ingest.bench_batch), so the two figures compare."""
-    from datetime import UTC
-
-    from bench.ingest import EventFactory, bench_batch
+    """Accepted events/s of the naive service: the same batches, client and checks as
+    our bench (``bench.ingest.bench_batch``), so the two figures compare."""
+    from bench.harness import EventFactory, Verify
+    from bench.ingest import bench_batch
 
     factory = EventFactory(players, seed=7, now=datetime.now(UTC))
-    return await bench_batch(url, factory, events, 1000, concurrency, 60.0, "httpx")
+    return await bench_batch(
+        url,
+        factory,
+        events,
+        1000,
+        concurrency,
+        max_seconds,
+        "httpx",
+        verify=Verify(require_position=False),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
