@@ -71,7 +71,7 @@ test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 include
 drills: setup ## fault drills on real stacks: kill -9 of the API and Redis, killed publishes, a stalled Redis (a few minutes)
 	$(VENV)/bin/pytest -m drills tests/drills $(PYTEST_ARGS)
 
-bench: setup ## ingest benchmark (current figures in bench/RESULTS.md, every recorded run in bench/history/)
+bench: setup ## ingest benchmark and the naive MVP yardstick in the same run (prints ours / naive; figures in bench/RESULTS.md)
 	$(PY) -m bench.ingest
 
 bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
