@@ -11,10 +11,11 @@ acknowledged event survives the failover.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,15 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from api.routes.score_events import validate_event
+from conf.boards import load_boards
+from conf.rules import default_registry
 from conf.settings import Settings
 from speed.cluster_server import ClusterNode, RedisClusterServer
+from speed.connection import ReplicasNotAcknowledged, async_client
 from speed.partitions import Keys, partition_of
 from speed.server import RedisServer
+from speed.store import Outcome, SpeedLayer
 from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
 
 pytestmark = pytest.mark.integration
@@ -289,3 +295,72 @@ def test_one_server_without_replicas_answers_503_not_an_acknowledgement(
         assert again.json()["status"] == "duplicate"
     finally:
         server.stop()
+
+
+async def _redeliver(settings: Settings, body: dict[str, Any]) -> list[Outcome]:
+    boards = load_boards(settings.boards_file)
+    rules = default_registry()
+    normalized = validate_event(body, settings, boards, datetime.now(UTC), rules)
+    client = async_client(str(settings.redis_url))
+    try:
+        speed = SpeedLayer(
+            client, boards, PARTITIONS, settings.record_ttl_seconds, None, rules
+        )
+        speed.replica_wait = (settings.replica_acks, settings.replica_ack_timeout_ms)
+        return await speed.apply([normalized])
+    finally:
+        await client.aclose()
+
+
+def test_a_duplicate_is_acknowledged_only_once_the_replica_has_it(
+    tmp_path: Path,
+) -> None:
+    """A redelivery answered ``duplicate`` writes nothing: it is acknowledged only
+    once the replica has the first acceptance, also from a connection that never
+    wrote. (Redis 7.0 moves a connection's WAIT offset to the master's current one
+    after every command, reads included; were it only after the connection's own
+    writes, this would fail and the speed layer would need a write before WAIT.)"""
+    master = RedisServer(tmp_path / "master", appendfsync="always").start()
+    replica = RedisServer(tmp_path / "replica", appendfsync="always").start()
+    try:
+        link = redis.Redis.from_url(replica.url, socket_timeout=2)
+        link.replicaof("127.0.0.1", master.port)
+        link.close()
+        _until(
+            "the replica is in sync",
+            lambda: _info(replica, "replication").get("master_link_status") == "up"
+            and int(_info(master, "replication")["connected_slaves"]) == 1,
+        )
+        settings = _settings(master.url, tmp_path, acks=1, timeout_ms=200)
+        with TestClient(create_app(settings)) as client:
+            api = SignedClient(client)
+            assert _post(api, event(eventId="D1", matchId="MD1")).status_code == 200
+            # The replica stops acknowledging but stays connected (it lags).
+            os.kill(replica.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                first = _post(api, event(eventId="D2", matchId="MD2"))
+                assert first.status_code == 503, first.text
+                # A client whose connection wrote nothing yet redelivers (the
+                # API's own pool may hold such a connection; its WAIT alone would
+                # count the lagging replica at once).
+                redelivery = event(eventId="D2", matchId="MD2")
+                with pytest.raises(ReplicasNotAcknowledged, match="0 of 1 replicas"):
+                    asyncio.run(_redeliver(settings, redelivery))
+                assert int(_info(master, "replication")["connected_slaves"]) == 1
+            finally:
+                os.kill(replica.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+            # The replica catches up: the redelivery is acknowledged now.
+            for _ in range(50):
+                again = _post(api, event(eventId="D2", matchId="MD2"))
+                if again.status_code == 200:
+                    break
+                time.sleep(0.1)
+            assert again.status_code == 200, again.text
+            assert again.json()["status"] == "duplicate"
+        check = redis.Redis.from_url(replica.url, decode_responses=True)
+        positions = sum(int(check.get(Keys(p).position) or 0) for p in range(4))
+        check.close()
+        assert positions == 2  # the replica has both events, once each
+    finally:
+        replica.stop()
+        master.stop()
