@@ -116,6 +116,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_registry(settings.points_min, settings.points_max),
         )
         app.state.speed.group_window_us = settings.group_commit_us
+        if settings.replica_acks > 0:
+            app.state.speed.replica_wait = (
+                settings.replica_acks,
+                settings.replica_ack_timeout_ms,
+            )
         # The owner transaction names players' rows in their partition's base.
         app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)

@@ -215,12 +215,34 @@ TEXT_RESPONSE: dict[int | str, Any] = {
 }
 
 
+def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each ``{"$ref": "#/$defs/X"}`` replaced by ``X`` itself and
+    ``$defs`` dropped: pydantic's refs are relative to the model's own schema, so
+    inside the OpenAPI document (whose root has no ``$defs``) they would not
+    resolve. The request models are not recursive."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return inline({**defs[ref.removeprefix("#/$defs/")], **rest})
+            return {k: inline(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return dict(inline(schema))
+
+
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra=`` for a route that reads its (signed) body itself: the
     request schema, so the document shows what to send."""
+    schema = _inline_defs(model.model_json_schema())
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {"application/json": {"schema": schema}},
         }
     }

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     # soon as the previous one is answered, > 0 also waits this many µs first, -1
     # sends every call alone. bench/RESULTS.md has the measurements behind 0.
     group_commit_us: int = Field(default=0, ge=-1, le=100_000)
+    # Replicas that must acknowledge an owner transaction (Redis WAIT on the master
+    # that ran it) before the event is acknowledged; fewer within the timeout: 503
+    # (outcome unknown, redelivery safe). 0: no WAIT (replication is asynchronous,
+    # docs/CAPACITY.md section 5).
+    replica_acks: int = Field(default=0, ge=0, le=16)
+    replica_ack_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     signature_window_seconds: int = 300
     max_future_seconds: int = 300
     api_host: str = "127.0.0.1"

@@ -38,6 +38,7 @@ from redis.driver_info import DriverInfo
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    RedisError,
     ResponseError,
     TryAgainError,
 )
@@ -61,6 +62,37 @@ REDIRECT_PAUSE_S = 0.05
 
 class RedisUrlError(ValueError):
     """A cluster URL with a database number other than 0 (a cluster has only 0)."""
+
+
+class ReplicasNotAcknowledged(RedisError):
+    """Fewer replicas than asked acknowledged a write within the timeout (``WAIT``):
+    the master applied it, but a failover could still lose it, so its outcome is
+    unknown to the client (the API answers 503; redelivery is safe)."""
+
+
+# (replicas, timeout in ms) of a WAIT sent after the commands, on their connection.
+ReplicaWait = tuple[int, int]
+
+
+def _wait_command(wait: ReplicaWait) -> tuple[str, int, int]:
+    replicas, timeout_ms = wait
+    if replicas < 1 or timeout_ms < 1:  # WAIT n 0 would block forever
+        raise ValueError(f"WAIT needs replicas >= 1 and a timeout >= 1 ms: {wait}")
+    return ("WAIT", replicas, timeout_ms)
+
+
+def _check_wait(reply: Any, wait: ReplicaWait, where: str) -> None:
+    """Raise unless the WAIT's reply counts at least the replicas asked for."""
+    if isinstance(reply, Exception):
+        raise ReplicasNotAcknowledged(
+            f"WAIT on {where} got no answer ({type(reply).__name__}: {reply}); "
+            "whether the writes reached a replica is unknown"
+        ) from reply
+    if int(reply) < wait[0]:
+        raise ReplicasNotAcknowledged(
+            f"{int(reply)} of {wait[0]} replicas of {where} acknowledged the "
+            f"writes within {wait[1]} ms"
+        )
 
 
 def is_cluster_url(url: str) -> bool:
@@ -114,7 +146,10 @@ def _first_key(command: Sequence[Any]) -> Any:
 
 
 async def send_commands(
-    client: aioredis.Redis, commands: Sequence[Sequence[Any]]
+    client: aioredis.Redis,
+    commands: Sequence[Sequence[Any]],
+    *,
+    wait: ReplicaWait | None = None,
 ) -> list[Any]:
     """Send every command in one write per server and read the replies in order.
 
@@ -124,9 +159,20 @@ async def send_commands(
     cluster the commands are grouped by the master of their key's slot, the groups
     go out concurrently, and a command answered MOVED/ASK/TRYAGAIN (a slot moving)
     is sent again after the topology is refreshed: such a reply means it did not run.
+
+    ``wait=(n, timeout_ms)`` ends each server's write with ``WAIT n timeout_ms`` on
+    the same connection (Redis counts the replicas that acknowledged every write
+    that connection made so far): one WAIT per server per call, not per command.
+    :raises ReplicasNotAcknowledged: when a server that ran commands counts fewer
+    than ``n`` replicas in time (the commands ran on its master; their replies are
+    not returned).
     """
     if not is_cluster(client):
-        return await _send_one_server(client, commands)
+        if wait is None:
+            return await _send_one_server(client, commands)
+        answered = await _send_one_server(client, [*commands, _wait_command(wait)])
+        _check_wait(answered[-1], wait, "the server")
+        return answered[:-1]
     cluster = cast(AsyncRedisCluster, client)
     await cluster.initialize()
     replies: list[Any] = [None] * len(commands)
@@ -138,18 +184,33 @@ async def send_commands(
             if node is None:  # pragma: no cover - only asked for replicas
                 raise ClusterDownError("no master serves the key's slot")
             by_node.setdefault(node.name, (node, []))[1].append(i)
+        tail = [_wait_command(wait)] if wait is not None else []
         results = await asyncio.gather(
             *(
-                _send_to_node(node, [commands[i] for i in indices])
+                _send_to_node(node, [*(commands[i] for i in indices), *tail])
                 for node, indices in by_node.values()
             )
         )
         pending = []
-        for (_, indices), node_replies in zip(by_node.values(), results, strict=True):
-            for i, reply in zip(indices, node_replies, strict=True):
+        short: ReplicasNotAcknowledged | None = None
+        for (node, indices), node_replies in zip(
+            by_node.values(), results, strict=True
+        ):
+            ran = False
+            for i, reply in zip(indices, node_replies[: len(indices)], strict=True):
                 replies[i] = reply
                 if isinstance(reply, AskError | TryAgainError | RedisConnectionError):
                     pending.append(i)
+                else:
+                    ran = True
+            if wait is not None and ran:
+                try:
+                    _check_wait(node_replies[-1], wait, f"master {node.name}")
+                except ReplicasNotAcknowledged as exc:
+                    short = short or exc
+        if short is not None:
+            # Whatever else is pending, this call's outcome is unknown already.
+            raise short
         if not pending:
             return replies
         if attempt < MAX_REDIRECTS:

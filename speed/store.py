@@ -21,7 +21,7 @@ from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_eve
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.registry import Generation
 from speed.baserows import base_entries
-from speed.connection import send_commands
+from speed.connection import ReplicaWait, send_commands
 from speed.events import NormalizedEvent
 from speed.lua import load
 from speed.partitions import Keys, partition_of
@@ -154,6 +154,9 @@ class SpeedLayer:
         self._bases: dict[int, int] = {}
         # Group commit of concurrent small calls (see apply()).
         self.group_window_us = 0
+        # (replicas, timeout ms) each master must count with WAIT after the owner
+        # transactions before they are acknowledged (LB_REPLICA_ACKS); None: no WAIT.
+        self.replica_wait: ReplicaWait | None = None
         self._group: list[tuple[list[NormalizedEvent], asyncio.Future[Any]]] = []
         self._group_task: asyncio.Task[None] | None = None
         if rate_limit is not None:
@@ -412,11 +415,14 @@ class SpeedLayer:
             packed = self._texts_cache[key] = pack_strings((saved_as.encode(), b""))
         return packed
 
-    async def _evalsha_all(self, commands: list[list[Any]]) -> list[Any]:
+    async def _evalsha_all(
+        self, commands: list[list[Any]], *, wait: ReplicaWait | None = None
+    ) -> list[Any]:
         """Send every EVALSHA in one write (per server) and read the replies in
         order; a reply that is an error is returned as the exception
-        (:func:`speed.connection.send_commands`, one server or a cluster)."""
-        return await send_commands(self.client, commands)
+        (:func:`speed.connection.send_commands`, one server or a cluster; ``wait``:
+        its WAIT per server)."""
+        return await send_commands(self.client, commands, wait=wait)
 
     async def run_script(
         self, script: Any, calls: list[tuple[list[Any], list[Any]]]
@@ -533,11 +539,14 @@ class SpeedLayer:
             if now_ms is None:
                 now_ms = int(self.clock() * 1000)
             chunks = [(p, queue[:MAX_CHUNK]) for p, queue in queues.items()]
+            # With replica_wait, one WAIT per master per round trip, on the
+            # connection that ran the chunks (raises ReplicasNotAcknowledged: 503).
             replies = await self._evalsha_all(
                 [
                     self._chunk_command(p, [calls[i] for i in chunk], mode, now_ms)
                     for p, chunk in chunks
-                ]
+                ],
+                wait=self.replica_wait,
             )
             script_missing = False
             for (p, chunk), reply in zip(chunks, replies, strict=True):
