@@ -11,7 +11,8 @@ from conf.settings import Settings
 
 def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     from cli.main import check_redis
-    from speed.rebuild import describe, run_rebuild
+    from jobs.rebuild import run_rebuild
+    from speed.rebuild import describe
 
     check_redis(settings)  # before Spark starts: a wrong URL fails in a second
 
@@ -40,6 +41,7 @@ def _cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from api.served import served_reads
     from cli.main import check_redis
     from jobs.verify import describe, run_verify
 
@@ -47,7 +49,12 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         return _check_incremental(args, settings)
     check_redis(settings)
 
-    result = run_verify(settings, board=args.board, sample=args.sample, seed=args.seed)
+    # The served side is the API's read service, built here (jobs do not import
+    # the API) and read without HTTP.
+    with served_reads(settings) as served:
+        result = run_verify(
+            settings, served, board=args.board, sample=args.sample, seed=args.seed
+        )
     for line in describe(result):
         print(line)
     return 0 if result.ok else 1

@@ -34,7 +34,8 @@ def rebuild_speed_layer() -> None:
     def diff() -> int:
         import logging
 
-        from speed.rebuild import describe, run_rebuild
+        from jobs.rebuild import run_rebuild
+        from speed.rebuild import describe
 
         report = run_rebuild(settings(), dry_run=True)
         for line in describe(report.differences):
@@ -47,7 +48,7 @@ def rebuild_speed_layer() -> None:
 
     @task
     def switch() -> dict[str, str]:
-        from speed.rebuild import run_rebuild
+        from jobs.rebuild import run_rebuild
 
         report = run_rebuild(settings())
         return {str(p): o for p, o in report.partitions.items()}

@@ -82,9 +82,12 @@ def season_close() -> None:
     def verify_awards(season_id: str) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from api.served import served_reads
         from jobs.season_ops import verify_awards as check
 
-        result = check(settings(), season_id)
+        lb_settings = settings()
+        with served_reads(lb_settings) as served:
+            result = check(lb_settings, season_id, served)
         if result["divergences"]:
             raise AirflowFailException(
                 f"award snapshot of {season_id} diverges: "

@@ -30,9 +30,12 @@ def verify_generation() -> None:
     def verify() -> dict[str, object]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from api.served import served_reads
         from jobs.verify import run_verify
 
-        result = run_verify(settings())
+        lb_settings = settings()
+        with served_reads(lb_settings) as served:
+            result = run_verify(lb_settings, served)
         if result.divergences:
             # A divergence will not go away by retrying: fail without retries.
             raise AirflowFailException(

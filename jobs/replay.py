@@ -324,7 +324,7 @@ def promote_season(
     # rule: rebuild the speed layer from the log, the season summed under the new one
     # (speed/rebuild.py), so live answers and later corrections agree with the
     # generation. (The promotion itself was audited above.)
-    from speed.rebuild import run_rebuild
+    from jobs.rebuild import run_rebuild
 
     run_rebuild(settings, spark=spark)
     return generation

@@ -3,7 +3,10 @@ closes, whether every partition can land through its close time, and a check of 
 award snapshot against an offline recompute from Delta.
 
 The close itself is ``jobs.season.close_season`` (the season job's); this module only
-reads: Redis, the boards file, Delta bronze and the served award snapshot.
+reads: Redis, the boards file, Delta bronze and the served award snapshot. The
+served snapshot comes in as a ``jobs.verify.ServedReads`` (the API's read service
+without HTTP, which the DAG builds with ``api.served.served_reads``): the batch
+layer does not import the API.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, Season, board_order, load_boards
 from conf.settings import Settings
+from jobs.recompute import transform_achieved, transform_recompute
+from jobs.spark import get_spark
+from jobs.verify import ServedReads, extract_events, transform_offline_ranks
 from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
@@ -85,47 +91,47 @@ def completeness(settings: Settings, season_id: str) -> tuple[bool, str]:
     return True, ""
 
 
-def _read_awards(client: Any, board: str) -> dict[str, Any] | None:
+class AwardsUnreadable(RuntimeError):
+    """The served award snapshot answered an error other than not found."""
+
+
+def _page(served: ServedReads, board: str, cursor: str | None) -> dict[str, Any] | None:
+    body = served.awards(board, cursor, AWARDS_PAGE)
+    if body is not None and "error" in body:
+        raise AwardsUnreadable(f"{board}: {body['error']}: {body.get('detail')}")
+    return body
+
+
+def _read_awards(served: ServedReads, board: str) -> dict[str, Any] | None:
     """Every page of a board's latest award snapshot, or None when there is none."""
-    reply = client.get(f"/v1/boards/{board}/awards", params={"limit": AWARDS_PAGE})
-    if reply.status_code == 404:
+    body = _page(served, board, None)
+    if body is None:
         return None
-    reply.raise_for_status()
-    body = reply.json()
     entries = list(body.get("entries", []))
     after = (body.get("cursors") or {}).get("after")
     while after:
-        page = client.get(
-            f"/v1/boards/{board}/awards",
-            params={"limit": AWARDS_PAGE, "cursor": after},
-        ).json()
+        page = _page(served, board, after) or {}
         entries += page.get("entries", [])
         after = (page.get("cursors") or {}).get("after")
     return {**body, "entries": entries}
 
 
 def verify_awards(
-    settings: Settings, season_id: str, spark: SparkSession | None = None
+    settings: Settings,
+    season_id: str,
+    served_reads: ServedReads,
+    spark: SparkSession | None = None,
 ) -> dict[str, Any]:
     """Compare each scope's award snapshot with an offline ranking from bronze at the
     award's boundary, tiers from the boards file."""
-    from fastapi.testclient import TestClient
-
-    from api.main import create_app
-    from jobs.recompute import transform_achieved, transform_recompute
-    from jobs.verify import extract_events, transform_offline_ranks
-
     if spark is None:
-        from jobs.spark import get_spark
-
         spark = get_spark("verify-awards")
     config = load_boards(settings.boards_file)
     season = _season(config, season_id)
     boards = [f"season:{season.id}:{scope}" for scope in config.scopes]
     divergences: list[str] = []
     checked = 0
-    with TestClient(create_app(settings)) as client:
-        awards = {board: _read_awards(client, board) for board in boards}
+    awards = {board: _read_awards(served_reads, board) for board in boards}
     events = extract_events(spark, settings)
     for board, award in awards.items():
         if award is None:

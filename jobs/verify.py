@@ -1,8 +1,8 @@
 """Verify served answers against an offline computation in Spark (``lb verify``).
 
-For every board (or one), the served answers -- read through the API's own routes,
-in process -- are compared with a slow offline computation from the Delta bronze
-table:
+For every board (or one), the served answers -- read from the API's own read
+service, in process -- are compared with a slow offline computation from the Delta
+bronze table:
 
 * snapshot: the latest generation's answers (``mode=snapshot``) against totals
   recomputed from bronze up to the generation's boundary;
@@ -16,7 +16,15 @@ offline rank is a plain window rank over a full sort of the board (not the publi
 rank code), so one bug cannot hide in both.
 
 Each run appends one row to the Delta table ``ops_verify_runs`` and writes the last
-result to ``$LB_DATA_DIR/run/verify.json`` (read by ``/metrics`` and ``lb status``).
+result to ``$LB_DATA_DIR/run/verify.json`` (:mod:`serving.verify_state`, read by
+``/metrics`` and ``lb status``).
+
+The served side comes in as a :class:`ServedReads`: the batch layer may not import
+the API (the layering test holds ``jobs`` and ``api`` apart), so the caller on top
+of both -- ``lb verify``, the ``verify_generation`` DAG -- builds the API's read
+service without HTTP (``api.served.served_reads``) and hands it in. The check
+still reads what a client is served (the read service's modes, fallbacks and
+caches), not the segments or Redis underneath it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -40,7 +48,9 @@ from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.shadow import extract_shadowed, transform_public
+from jobs.spark import get_spark
 from serving import verify_state as serving_verify_state
+from serving.registry import Generation
 from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
@@ -63,6 +73,25 @@ RUNS_SCHEMA = T.StructType(
         T.StructField("ok", T.BooleanType(), False),
     ]
 )
+
+
+class ServedReads(Protocol):
+    """The served answers, as the API's read service gives them: the JSON body a
+    client would get, None for a 404 (``api.served.ServedReads`` is one)."""
+
+    def latest_generation(self) -> Generation | None: ...
+
+    def top(
+        self, board: str, limit: int, generation: str | None = None
+    ) -> dict[str, Any] | None: ...
+
+    def player(
+        self, board: str, player: str, generation: str | None = None
+    ) -> dict[str, Any] | None: ...
+
+    def awards(
+        self, board: str, cursor: str | None = None, limit: int = 1000
+    ) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -259,18 +288,22 @@ def compute_offline(
 # ------------------------------------------------------------------ served side
 
 
+NOT_FOUND: dict[str, Any] = {"entries": [], "population": 0}
+
+
 def _compare_board(
     label: str,
     board: str,
     offline: Offline,
-    read: Any,
-    params: dict[str, str],
+    served_reads: ServedReads,
+    generation: str | None,
     as_of: dict[str, int] | None,
 ) -> tuple[int, list[str]]:
-    """Compare one board's served answers (``read(path, params)``) with offline."""
+    """Compare one board's served answers (of ``generation``, live when None) with
+    offline."""
     found: list[str] = []
     checked = 0
-    top = read(f"/v1/boards/{board}/top", {"limit": str(TOP), **params})
+    top = served_reads.top(board, TOP, generation) or NOT_FOUND
     if as_of is not None and top.get("asOf") != as_of:
         return 0, []  # the board moved since the live reads began: skipped
     served = [
@@ -294,7 +327,7 @@ def _compare_board(
     for player, (position, rank, score) in sorted(offline.players.items()):
         if position <= TOP:
             continue  # checked with the top list
-        body = read(f"/v1/boards/{board}/players/{player}", params)
+        body = served_reads.player(board, player, generation) or NOT_FOUND
         checked += 1
         if as_of is not None and body.get("asOf") != as_of:
             continue
@@ -316,6 +349,7 @@ def _fmt(entry: tuple[int, int, str, int] | None) -> str:
 
 def run_verify(
     settings: Settings,
+    served: ServedReads,
     *,
     spark: SparkSession | None = None,
     board: str | None = None,
@@ -323,13 +357,7 @@ def run_verify(
     seed: int | None = None,
 ) -> VerifyResult:
     """Compare served snapshot and live answers with the offline computation."""
-    from fastapi.testclient import TestClient
-
-    from api.main import create_app
-
     if spark is None:
-        from jobs.spark import get_spark
-
         spark = get_spark("verify")
     # Promoted seasons score under their new rule, as the publisher computes them.
     rule_state = load_rule_state(settings.data_dir)
@@ -340,95 +368,85 @@ def run_verify(
     seed = seed if seed is not None else int(run_id, 16) % (2**31)
     result = VerifyResult(run_id, started.isoformat(), "", None, [], 0)
 
-    with TestClient(create_app(settings)) as client:
+    generation = served.latest_generation()
+    if generation is None:
+        result.notes.append("no generation published: nothing to verify")
+        return _finish(spark, settings, result)
+    result.generation = generation.id
+    boards = [board] if board else sorted(generation.board_names())
+    result.boards = boards
+    events = extract_events(spark, settings)
 
-        def read(path: str, params: dict[str, str]) -> Any:
-            reply = client.get(path, params=params)
-            if reply.status_code == 404:
-                return {"entries": [], "population": 0}
-            return reply.json()
+    # Snapshot: the generation's boundary.
+    boundary = {int(p): int(v) for p, v in generation.boundary.items()}
+    # The generation left out the players shadowed when it was published.
+    hidden = {
+        player
+        for name in generation.board_names()
+        for player in (getattr(generation.board(name), "hidden", None) or {})
+    }
+    replays = namespace_seasons(config, rule_state)
+    offline = compute_offline(
+        spark,
+        events,
+        boundary,
+        config,
+        boards,
+        sample,
+        seed,
+        hidden,
+        rules,
+        replays,
+    )
+    for name in boards:
+        label = f"snapshot {generation.id}"
+        checked, found = _compare_board(
+            label, name, offline[name], served, generation.id, None
+        )
+        result.checked += checked
+        result.divergences += found
 
-        registry = client.app.state.generations  # type: ignore[attr-defined]
-        registry.refresh(force=True)
-        generation = registry.latest()
-        if generation is None:
-            result.notes.append("no generation published: nothing to verify")
-            return _finish(spark, settings, result)
-        result.generation = generation.id
-        boards = [board] if board else sorted(generation.board_names())
-        result.boards = boards
-        events = extract_events(spark, settings)
-
-        # Snapshot: the generation's boundary.
-        boundary = {int(p): int(v) for p, v in generation.boundary.items()}
-        # The generation left out the players shadowed when it was published.
-        hidden = {
-            player
-            for name in generation.board_names()
-            for player in (getattr(generation.board(name), "hidden", None) or {})
-        }
-        replays = namespace_seasons(config, rule_state)
-        offline = compute_offline(
+    # Live: the positions the live answers name; the same for every board, or
+    # the board moved meanwhile and is read again.
+    for _ in range(LIVE_ATTEMPTS):
+        first = served.top(boards[0], 1) or NOT_FOUND
+        as_of = {str(k): int(v) for k, v in (first.get("asOf") or {}).items()}
+        if first.get("basis") != "live":
+            result.notes.append(f"live layer answered {first.get('basis')!r}")
+            break
+        live_boundary = {int(p): v for p, v in as_of.items()}
+        offline_live = compute_offline(
             spark,
-            events,
-            boundary,
+            extract_events(spark, settings),
+            live_boundary,
             config,
             boards,
             sample,
             seed,
-            hidden,
+            extract_shadowed(settings),
             rules,
             replays,
         )
-        pinned = {"generation": generation.id}
+        found_all: list[str] = []
+        checked_all = 0
+        moved = False
         for name in boards:
             checked, found = _compare_board(
-                f"snapshot {generation.id}", name, offline[name], read, pinned, None
+                "live", name, offline_live[name], served, None, as_of
             )
-            result.checked += checked
-            result.divergences += found
-
-        # Live: the positions the live answers name; the same for every board, or
-        # the board moved meanwhile and is read again.
-        for _ in range(LIVE_ATTEMPTS):
-            first = read(f"/v1/boards/{boards[0]}/top", {"limit": "1"})
-            as_of = {str(k): int(v) for k, v in (first.get("asOf") or {}).items()}
-            if first.get("basis") != "live":
-                result.notes.append(f"live layer answered {first.get('basis')!r}")
+            if checked == 0:
+                moved = True
                 break
-            live_boundary = {int(p): v for p, v in as_of.items()}
-            offline_live = compute_offline(
-                spark,
-                extract_events(spark, settings),
-                live_boundary,
-                config,
-                boards,
-                sample,
-                seed,
-                extract_shadowed(settings),
-                rules,
-                replays,
-            )
-            found_all: list[str] = []
-            checked_all = 0
-            moved = False
-            for name in boards:
-                checked, found = _compare_board(
-                    "live", name, offline_live[name], read, {}, as_of
-                )
-                if checked == 0:
-                    moved = True
-                    break
-                checked_all += checked
-                found_all += found
-            if moved:
-                continue
-            result.live_as_of = as_of
-            result.checked += checked_all
-            result.divergences += found_all
-            break
-        else:
-            result.notes.append("live layer kept moving: live answers not compared")
+            checked_all += checked
+            found_all += found
+        if moved:
+            continue
+        result.live_as_of = as_of
+        result.checked += checked_all
+        result.divergences += found_all
+        break
+    else:
+        result.notes.append("live layer kept moving: live answers not compared")
     return _finish(spark, settings, result)
 
 

@@ -6,6 +6,8 @@
 * :mod:`serving.segments`: a board's segment files (display-order rows, player-id
   index, equi-depth buckets, hidden side file): writer and memory-mapped reader;
 * :mod:`serving.registry`: the published generations a process can see.
+* :mod:`serving.awards`: award snapshots of closed seasons (versioned, immutable);
+* :mod:`serving.verify_state`: the last ``lb verify`` result (``run/verify.json``).
 
 ``jobs/`` writes through it, ``api/`` and ``speed/`` read through it. It must not
 import pyspark (the API process imports it) nor ``api``/``jobs``/``speed``.

@@ -1,5 +1,8 @@
 """Rebuild the speed layer from the newest generation and the log (``lb rebuild``).
 
+The log's landed part is handed in (:data:`LandedRecords`; ``jobs/rebuild.py`` reads
+it from Delta bronze with Spark), so this module never loads the batch layer.
+
 What Redis holds for a partition is a function of that partition's log records in
 position order (landed ones are in Delta bronze, the rest still in the Redis log):
 
@@ -1038,46 +1041,27 @@ def log_records(
         yield orjson.loads(fields[b"r"])
 
 
-def bronze_records(
-    settings: Settings, spark: Any, partition: int
-) -> Iterator[dict[str, Any]]:
-    """One partition's landed log records, in position order, from Delta bronze
-    (streamed: bronze is partitioned by partition, so this reads only its files)."""
-    from jobs.land import bronze_path, table_exists
-
-    path = bronze_path(settings)
-    if not table_exists(path):
-        return
-    rows = (
-        spark.read.format("delta")
-        .load(str(path))
-        .where(f"partition = {int(partition)}")
-        .select("position", "raw")
-        .orderBy("position")
-        .toLocalIterator()
-    )
-    for row in rows:
-        yield orjson.loads(row["raw"])
+# A partition's landed log records (those moved out of the Redis log), in position
+# order: the batch layer reads them from Delta bronze (jobs/rebuild.py).
+LandedRecords = Callable[[int], Iterable[dict[str, Any]]]
 
 
-def run_rebuild(
+def rebuild(
     settings: Settings,
+    landed_records: LandedRecords,
     *,
-    spark: Any = None,
     dry_run: bool = False,
     progress: Callable[[str], None] | None = None,
     before_switch: Callable[[int], None] | None = None,
 ) -> RebuildReport:
     """Rebuild every partition's speed layer; with ``dry_run`` only diff.
 
+    :param landed_records: a partition's landed records in position order (the
+        records before the Redis log's first); the rest are read from the log.
     :param before_switch: test hook called with the partition number between the
         build and the switch (to race an event against the switch).
     """
     say = progress or (lambda _: None)
-    if spark is None:
-        from jobs.spark import get_spark
-
-        spark = get_spark("rebuild")
     # Promoted seasons score under their new rule (conf/rule_state.py).
     rule_state = load_rule_state(settings.data_dir)
     config = effective_boards(load_boards(settings.boards_file), rule_state)
@@ -1117,7 +1101,7 @@ def run_rebuild(
                     default_registry(settings.points_min, settings.points_max),
                     rescore=promoted,
                 )
-                for record in bronze_records(settings, spark, partition):
+                for record in landed_records(partition):
                     folder.apply(record)
                 landed_through = state.position
                 for record in log_records(client, partition, landed_through):

@@ -18,9 +18,11 @@ from pyspark.sql import SparkSession
 
 from api.main import create_app
 from api.security import sign
+from api.served import ServedReads, served_reads
 from conf.settings import Settings
 from jobs.audit import audit_path, land_audit
 from jobs.season import GOLD_AWARDS, SeasonError, close_season
+from jobs.season_ops import verify_awards
 from serving.awards import AwardsError, read_version, season_dir
 from speed.partitions import Keys
 from tests.conftest import SignedClient, event
@@ -103,6 +105,26 @@ def dir_digest(directory: Path) -> dict[str, str]:
     }
 
 
+class PlantedAward:
+    """Served reads whose award for ``board`` serves its first score one higher."""
+
+    def __init__(self, served: ServedReads, board: str) -> None:
+        self.served = served
+        self.board = board
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.served, name)
+
+    def awards(
+        self, board: str, cursor: str | None = None, limit: int = 1000
+    ) -> dict[str, Any] | None:
+        body = self.served.awards(board, cursor, limit)
+        if body is not None and board == self.board and cursor is None:
+            first = {**body["entries"][0], "score": body["entries"][0]["score"] + 1}
+            body = {**body, "entries": [first, *body["entries"][1:]]}
+        return body
+
+
 def test_season_closes_awards_and_adjudication(
     settings: Settings,
     redis_client: redis.Redis,
@@ -179,6 +201,19 @@ def test_season_closes_awards_and_adjudication(
         # Closing again: the same snapshot.
         again = close_season(cfg, "S9", spark=spark)
         assert (again.version, again.hash) == (1, snapshot.hash)
+
+        # The DAG's check (jobs.season_ops.verify_awards) reads the served award
+        # through the API's read service without HTTP: it agrees, and names a
+        # served entry planted wrong.
+        with served_reads(cfg) as served:
+            honest = verify_awards(cfg, "S9", served, spark=spark)
+            assert honest["divergences"] == [], honest
+            assert honest["checked"] == 10  # 5 players on the global and eu boards
+            planted = verify_awards(cfg, "S9", PlantedAward(served, board), spark)
+        assert planted["divergences"] == [
+            f"{board} award entry 1: served (1, 'P1', 101, 'champion') "
+            "offline (1, 'P1', 100, 'champion')"
+        ]
 
         awards = api.get(f"/v1/boards/{board}/awards", params={"limit": 2}).json()
         assert awards["version"] == 1 and awards["hash"] == snapshot.hash

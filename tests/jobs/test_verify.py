@@ -12,6 +12,7 @@ import pyarrow.ipc as ipc
 import pytest
 import redis
 
+from api.served import served_reads
 from cli.main import main as lb_main
 from conf.settings import Settings
 from jobs.publish import run_publish
@@ -56,7 +57,8 @@ def test_verify_agrees_then_names_planted_divergences(
     send(api, "v3", "m2", 100)  # live only: after the generation's boundary
     send(api, "v4", "m1", 0, rev=2)  # a downward correction, live only
 
-    honest = run_verify(settings, spark=spark, sample=5, seed=1)
+    with served_reads(settings) as served:
+        honest = run_verify(settings, served, spark=spark, sample=5, seed=1)
     assert honest.divergences == [], honest.divergences
     assert honest.live_as_of is not None and honest.generation == generation
     # top 12 + 0 sampled beyond the top, snapshot and live, for every board
@@ -96,7 +98,10 @@ def test_verify_agrees_then_names_planted_divergences(
         w.write_table(planted)
     os.replace(tmp, segment)
     last_player = table.column("player_id")[-1].as_py()
-    result = run_verify(settings, spark=spark, board=BOARD, sample=3, seed=3)
+    with served_reads(settings) as served:
+        result = run_verify(
+            settings, served, spark=spark, board=BOARD, sample=3, seed=3
+        )
     assert not result.ok
     assert any(
         d.startswith(

@@ -15,9 +15,10 @@ from cli.main import main as lb_main
 from conf.settings import Settings
 from jobs.land import run_land
 from jobs.publish import run_publish
+from jobs.rebuild import run_rebuild
 from speed.partitions import partition_of
 from speed.rebase import rebase_published
-from speed.rebuild import RebuildRaced, run_rebuild
+from speed.rebuild import RebuildRaced
 from tests.conftest import BACKENDS, OPEN_LATENESS, SignedClient, event
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 from api.main import create_app
 from conf.settings import Settings
 from jobs.publish import run_publish
+from jobs.rebuild import run_rebuild
 from speed.partitions import Keys, partition_of
 from speed.rebase import rebase_published
-from speed.rebuild import run_rebuild
 from tests.conftest import OPEN_LATENESS, SignedClient, event
 from tests.speed.test_rebuild import speed_keys
 
