@@ -118,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_registry(settings.points_min, settings.points_max),
         )
         app.state.speed.group_window_us = settings.group_commit_us
+        app.state.speed.key_rate_limit = settings.key_rate_limit_bucket
         # The owner transaction names players' rows in their partition's base.
         app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)
