@@ -173,11 +173,12 @@ class SpeedLayer:
     @key_rate_limit.setter
     def key_rate_limit(self, limit: tuple[int, float] | None) -> None:
         self._key_rate_limit = limit
-        self._key_rate_args: tuple[int, int] | None = None
+        self._key_rate_args: tuple[int, float] | None = None
         if limit is not None:
             capacity, refill = limit
             share = max(1, -(-capacity // self.partitions))
-            self._key_rate_args = (share, max(1, int(refill * 1000 * self.partitions)))
+            # Milliseconds per token of a partition's share (a fraction is fine).
+            self._key_rate_args = (share, refill * 1000 * self.partitions)
 
     def use_boards(self, boards: BoardsConfig) -> None:
         """Score from now on under ``boards`` (at start, and when a running API sees

@@ -679,7 +679,7 @@ local function process(ev)
       if tokens < 1 then
         wait = math.max(wait, math.ceil((1 - tokens) / per_ms / 1000))
       end
-      spend[#spend + 1] = {key, tokens, capacity * refill_ms}
+      spend[#spend + 1] = {key, tokens, math.ceil(capacity * refill_ms)}
     end
     if rate_capacity > 0 then
       check(rate_key, rate_capacity, rate_refill_ms)

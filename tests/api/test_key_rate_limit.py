@@ -76,3 +76,13 @@ def test_a_bad_key_limit_is_named() -> None:
         Settings(key_rate_limit="many")
     assert Settings(key_rate_limit="1000/0.01").key_rate_limit_bucket == (1000, 0.01)
     assert Settings().key_rate_limit_bucket is None
+
+
+def test_a_fast_refill_lets_a_fleet_through(settings: Settings) -> None:
+    # Sub-millisecond refills per partition (a fleet's rate) are kept, not rounded.
+    with TestClient(create_app(_limited(settings, "4/0.0001"))) as client:
+        api = SignedClient(client)
+        statuses = Counter(
+            api.post("/v1/score-events", _new(n)).status_code for n in range(60)
+        )
+        assert statuses == {200: 60}, statuses
