@@ -1372,7 +1372,7 @@ class ReadService:
     ) -> Answer:
         """A page of a closed season's award snapshot; a version never changes,
         so its pages are encoded once and kept."""
-        key = (board, version, cursor, limit)
+        key: tuple[Any, ...] = (board, version, cursor, limit)
         if cursor is not None:
             # By position, not the cursor's text (equal positions share one entry);
             # a bad cursor is _award_page's to refuse, after the board's check.
