@@ -384,6 +384,32 @@ class LiveReader:
         ``base``; the replies name the base they were read against (the caller
         compares). ``extra`` commands (``live_window.lua`` calls) go in the same
         write; their replies are appended to the counts' replies."""
+        commands: list[tuple[Any, ...]] = []
+        if read_flag and player_id:
+            owner = partition_of(player_id, self.partitions)
+            commands.append(("HGET", Keys(owner).flags, player_id))
+        commands += self._counts_commands(
+            board, above, before, player_id, base, rows_above, rows_before
+        )
+        scripts = (self._counts, self._window_script) if extra else self._counts
+        replies = await run_commands(
+            self.speed.client, scripts, commands + extra if extra else commands
+        )
+        if read_flag and player_id:
+            return replies[1:], replies[0] in (b"shadow", "shadow")
+        return replies, None
+
+    def _counts_commands(
+        self,
+        board: str,
+        above: bytes,
+        before: bytes,
+        player_id: str | None,
+        base: Base,
+        rows_above: int,
+        rows_before: int,
+    ) -> list[tuple[Any, ...]]:
+        """``live_counts.lua`` on every partition (see :meth:`_counts_round`)."""
         owner = partition_of(player_id, self.partitions) if player_id else -1
         counts = base.row_counts(self.partitions)
         local_above = counts.before(rows_above) if counts else [0] * self.partitions
@@ -394,8 +420,6 @@ class LiveReader:
         )
         sha = self._counts.sha
         commands: list[tuple[Any, ...]] = []
-        if read_flag and player_id:
-            commands.append(("HGET", Keys(owner).flags, player_id))
         for p in range(self.partitions):
             keys = Keys(p)
             script_keys = [*_changed_keys(keys, board), keys.totals(board)]
@@ -412,13 +436,7 @@ class LiveReader:
                     local_before[p],
                 )
             )
-        scripts = (self._counts, self._window_script) if extra else self._counts
-        replies = await run_commands(
-            self.speed.client, scripts, commands + extra if extra else commands
-        )
-        if read_flag and player_id:
-            return replies[1:], replies[0] in (b"shadow", "shadow")
-        return replies, None
+        return commands
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time, else the latest generation: a
@@ -637,20 +655,43 @@ class LiveReader:
         ) -> list[tuple[Any, ...]]:
             center = b"(" + encode_entry(score, player_id, achieved)
             lo, hi = bounds(row, base, margin)
-            window = Window(center, radius, center, radius, lo, hi)
+            # One entry more before the window: whether the entry just above it
+            # ties with its first score, i.e. whether that score's rank needs a count.
+            window = Window(center, radius, center, radius + 1, lo, hi)
             return self._window_commands(board, window, base)
 
+        def above_of(top: int, base: Base) -> list[tuple[Any, ...]]:
+            """The counts above ``top`` (the window's first score, for its rank)."""
+            above = base.count_above(top)
+            encoded = encode_score(top)
+            return self._counts_commands(
+                board, encoded, encoded, None, base, above, above
+            )
+
+        # The window's first score as the last attempt found it: its count goes in
+        # the rank's round trip too, so that a stream of writes between two round
+        # trips cannot keep the answer from settling (issue 23).
+        top_guess: int | None = None
+        parts = self.partitions
         for _ in range(ATTEMPTS):
             # The window around the standing the rank assumes goes in the rank's
             # round trip: when that standing holds, no second trip is needed.
-            me = await self.rank(
-                board,
-                player_id,
-                lambda score, achieved, base, row: window_of(
-                    score, achieved, base, row, margin0
-                ),
-            )
+            guessed = top_guess
+
+            def extra_for(
+                score: int,
+                achieved: int | None,
+                base: Base,
+                row: int,
+                guessed: int | None = guessed,
+            ) -> list[tuple[Any, ...]]:
+                window = window_of(score, achieved, base, row, margin0)
+                return window + ([] if guessed is None else above_of(guessed, base))
+
+            me = await self.rank(board, player_id, extra_for)
             base: Base = me["base"]
+            guessed_counts: list[list[Any]] = me["extra"][parts:]
+            me["extra"] = me["extra"][:parts]
             score, position = me["score"], me["position"]
             achieved, row = me["achieved"], me["base_row"]
             timed, unique = self._order(board)
@@ -678,27 +719,41 @@ class LiveReader:
                 after_snap = [m for m in snap_rows if m > center]
                 before_snap = [m for m in snap_rows if m < center]
                 if (len(after_snap) < radius and hi < base.population) or (
-                    len(before_snap) < radius and lo > 0
+                    len(before_snap) < radius + 1 and lo > 0
                 ):
                     margin *= 4
                     continue
                 after = sorted(after_snap + [m for r in replies for m in r[4]])[:radius]
-                before = sorted(before_snap + [m for r in replies for m in r[5]])[
-                    -radius:
+                above_window = sorted(before_snap + [m for r in replies for m in r[5]])[
+                    -(radius + 1) :
                 ]
+                before = above_window[len(above_window) > radius :]
                 if radius == 0:
                     before, after = [], []
                 window = [*before, center, *after]
                 first_position = position - len(before)
                 top_score = decode_entry(window[0], timed)[0]
+                # The entry just above the window (none: the window starts at the top).
+                previous = (
+                    decode_entry(above_window[0], timed)[0]
+                    if len(above_window) > radius
+                    else None
+                )
                 # Everything above the window's first score is outside the window: its
-                # rank needs one count, read with the same positions as the rest.
+                # rank needs one count, read with the same positions as the rest,
+                # unless no entry above the window ties with it.
                 first_rank = None
-                if unique:
+                if unique or (
+                    top_score != score and (previous is None or previous != top_score)
+                ):
                     first_rank = first_position
                 elif top_score != score:
-                    counted = await self._count_above(board, top_score, base)
+                    if guessed == top_score and guessed_counts:
+                        counted = self._counted_above(top_score, base, guessed_counts)
+                    else:
+                        counted = await self._count_above(board, top_score, base)
                     if counted["asOf"] != me["asOf"]:
+                        top_guess = top_score
                         break
                     first_rank = counted["above"] + 1
                 else:
@@ -712,6 +767,14 @@ class LiveReader:
         replies, _ = await self._counts_round(
             board, encode_score(score), encode_score(score), None, base, above, above
         )
+        return self._counted_above(score, base, replies)
+
+    @staticmethod
+    def _counted_above(
+        score: int, base: Base, replies: list[list[Any]]
+    ) -> dict[str, Any]:
+        """Entries above ``score`` from ``live_counts.lua`` replies read for it."""
+        above = base.count_above(score)
         return {
             "above": above + sum(_int(r[2]) - _int(r[3]) for r in replies),
             # A rebase since moves no position but changes the base: start over.

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
@@ -18,6 +19,7 @@ from api.fast_writes import FastWrites
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import GcPauseTimer, observe_read
+from api.models import with_body_schemas
 from api.reads import ReadService
 from api.responses import FastJSONResponse
 from api.routes import (
@@ -121,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.replica_acks,
                 settings.replica_ack_timeout_ms,
             )
+        app.state.speed.key_rate_limit = settings.key_rate_limit_bucket
         # The owner transaction names players' rows in their partition's base.
         app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)
@@ -179,4 +182,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(quarantine.router)
     app.include_router(histogram.router)
     web.install(app)  # the page at / and its assets under /web/
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_body_schemas(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -215,34 +215,32 @@ TEXT_RESPONSE: dict[int | str, Any] = {
 }
 
 
-def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with each ``{"$ref": "#/$defs/X"}`` replaced by ``X`` itself and
-    ``$defs`` dropped: pydantic's refs are relative to the model's own schema, so
-    inside the OpenAPI document (whose root has no ``$defs``) they would not
-    resolve. The request models are not recursive."""
-    defs = schema.get("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return inline({**defs[ref.removeprefix("#/$defs/")], **rest})
-            return {k: inline(v) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    return dict(inline(schema))
+# The nested models of the request bodies below (``json_body``), by name: the
+# document lists them under components/schemas (``with_body_schemas``), where the
+# bodies' ``$ref``s point.
+BODY_SCHEMAS: dict[str, Any] = {}
+_COMPONENT_REF = "#/components/schemas/{model}"
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra=`` for a route that reads its (signed) body itself: the
     request schema, so the document shows what to send."""
-    schema = _inline_defs(model.model_json_schema())
+    schema = model.model_json_schema(ref_template=_COMPONENT_REF)
+    # pydantic puts nested models under the schema's own "$defs"; a "$ref" in an
+    # OpenAPI document is resolved from the document's root, so they move there.
+    BODY_SCHEMAS.update(schema.pop("$defs", {}))
     return {
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": schema}},
         }
     }
+
+
+def with_body_schemas(document: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI ``document`` with the request bodies' nested models in its
+    components (FastAPI only lists the models of the parameters it parses)."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in BODY_SCHEMAS.items():
+        schemas.setdefault(name, schema)
+    return document

@@ -26,6 +26,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import contextlib
 import secrets
 import time
 from collections import OrderedDict
@@ -136,17 +137,38 @@ def degraded(body: dict[str, Any]) -> Answer:
 # ------------------------------------------------------------------------- caches
 
 
+# What one cache entry costs besides its answer's bytes and its key's strings (the
+# dict slot, the key tuple and the Answer object), in bytes: an estimate, so that a
+# flood of small answers under distinct keys is bounded by the byte budget too.
+ENTRY_OVERHEAD = 320
+
+
+def key_bytes(key: Hashable) -> int:
+    """Approximate bytes a cache key holds (its strings dominate)."""
+    if isinstance(key, str | bytes):
+        return len(key)
+    if isinstance(key, tuple):
+        return sum(key_bytes(part) for part in key)
+    return 16
+
+
 class SnapshotCache:
     """Encoded snapshot answers of one generation, keyed by request. A generation
     never changes, so an entry never goes stale; least recently used entries leave
-    beyond ``budget`` bytes."""
+    beyond ``budget`` bytes (answers, keys and per-entry overhead) or beyond
+    ``max_entries`` keys."""
 
-    def __init__(self, budget: int = 32 << 20) -> None:
+    def __init__(self, budget: int = 32 << 20, max_entries: int = 8192) -> None:
         self.budget = budget
+        self.max_entries = max_entries
         self.size = 0
         self._entries: OrderedDict[Hashable, Answer] = OrderedDict()
+        self._costs: dict[Hashable, int] = {}
         self.hits = 0
         self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, key: Hashable) -> Answer | None:
         answer = self._entries.get(key)
@@ -160,16 +182,19 @@ class SnapshotCache:
         return answer
 
     def put(self, key: Hashable, answer: Answer) -> Answer:
-        if len(answer.body) > self.budget // 8:
+        cost = len(answer.body) + key_bytes(key) + ENTRY_OVERHEAD
+        if cost > self.budget // 8:
             return answer  # one huge answer must not flush the rest
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.size -= len(old.body)
+        if self._entries.pop(key, None) is not None:
+            self.size -= self._costs.pop(key)
         self._entries[key] = answer
-        self.size += len(answer.body)
-        while self.size > self.budget and self._entries:
-            _, dropped = self._entries.popitem(last=False)
-            self.size -= len(dropped.body)
+        self._costs[key] = cost
+        self.size += cost
+        while self._entries and (
+            self.size > self.budget or len(self._entries) > self.max_entries
+        ):
+            dropped, _ = self._entries.popitem(last=False)
+            self.size -= self._costs.pop(dropped)
         return answer
 
 
@@ -339,12 +364,18 @@ def encode_cursor(
     return base64.urlsafe_b64encode(orjson.dumps(data)).decode().rstrip("=")
 
 
+CURSOR_FIELDS = frozenset(("g", "b", "s", "p", "d", "t"))
+
+
 def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         data = orjson.loads(raw)
         if not (
             isinstance(data, dict)
+            # Only the fields encode_cursor writes: a cursor padded with others
+            # would be a distinct cache key for the same page (api/reads.py caches).
+            and data.keys() <= CURSOR_FIELDS
             and isinstance(data.get("g"), str)
             and data.get("b") == board
             and isinstance(data.get("s"), int)
@@ -492,12 +523,16 @@ def award_cursor(board: str, version: int, position: int, way: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+AWARD_CURSOR_FIELDS = frozenset(("b", "v", "o", "d"))
+
+
 def decode_award_cursor(cursor: str, board: str) -> dict[str, Any]:
     """A cursor is a position in one immutable award version of one board."""
     try:
         data = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if not (
             isinstance(data, dict)
+            and data.keys() <= AWARD_CURSOR_FIELDS
             and data.get("b") == board
             and isinstance(data.get("v"), int)
             and isinstance(data.get("o"), int)
@@ -1274,7 +1309,12 @@ class ReadService:
                 "cursors": segment_cursors(gen, board, segment, start, stop),
             }
 
-        return self._cached(gen, ("entries", board, cursor, limit), build)
+        # Keyed by the position, not the cursor's text: equal positions (however
+        # the cursor's JSON was spaced) share one entry.
+        position = None
+        if data is not None:
+            position = (data["s"], data["p"], data["d"], data.get("t"))
+        return self._cached(gen, ("entries", board, position, limit), build)
 
     # -------------------------------------------------------------------- friends
 
@@ -1332,7 +1372,13 @@ class ReadService:
     ) -> Answer:
         """A page of a closed season's award snapshot; a version never changes,
         so its pages are encoded once and kept."""
-        key = (board, version, cursor, limit)
+        key: tuple[Any, ...] = (board, version, cursor, limit)
+        if cursor is not None:
+            # By position, not the cursor's text (equal positions share one entry);
+            # a bad cursor is _award_page's to refuse, after the board's check.
+            with contextlib.suppress(InvalidRequest):
+                data = decode_award_cursor(cursor, board)
+                key = (board, version, (data["v"], data["o"], data["d"]), limit)
         answer = self._award_pages.get(key)
         if answer is None:
             body = self._award_page(board, version, cursor, limit)

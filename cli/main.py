@@ -43,6 +43,7 @@ EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_INSTALLED = 4
 EXIT_BUSY = 5
+EXIT_ENVIRONMENT = 6
 EXIT_INTERRUPTED = 130
 EXIT_BUG = 70
 
@@ -57,6 +58,8 @@ exit codes:
   {EXIT_NOT_INSTALLED}    something is not installed: Delta jars (make jars),
        redis-server (make redis)
   {EXIT_BUSY}    busy: another `lb publish` holds this data dir's publish lock
+  {EXIT_ENVIRONMENT}    the environment failed: disk full, read-only or unwritable
+       directory, path too long, the Spark driver died; fix it and rerun
   {EXIT_BUG}   unexpected error (a bug): rerun with --debug and report the traceback
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
@@ -154,6 +157,103 @@ def _class_named(module: str, name: str) -> type[BaseException] | None:
     return found if isinstance(found, type) else None
 
 
+# What the environment did, by errno: a failure of the machine, not of `lb`.
+ENVIRONMENT_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: (
+        "no space left on the device",
+        "free space there (or point LB_DATA_DIR at a bigger disk), then rerun",
+    ),
+    errno.EDQUOT: (
+        "disk quota exceeded",
+        "free space there or raise the quota, then rerun",
+    ),
+    errno.EROFS: (
+        "read-only file system",
+        "remount it read-write or point LB_DATA_DIR at a writable directory",
+    ),
+    errno.EACCES: (
+        "permission denied",
+        "make it writable by this user or point LB_DATA_DIR elsewhere",
+    ),
+    errno.EPERM: (
+        "operation not permitted",
+        "make it writable by this user or point LB_DATA_DIR elsewhere",
+    ),
+    errno.ENAMETOOLONG: (
+        "path too long",
+        "use a shorter LB_DATA_DIR (a unix socket path must be under 108 bytes)",
+    ),
+}
+# Work the commands do that fails as a whole: what a rerun sees.
+RERUN_SAFE = (
+    "nothing half-done was published (a generation appears whole or not at all); "
+    "rerunning is safe"
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 16:
+        seen.append(current)
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+    return seen
+
+
+def _spark_driver_died(exc: BaseException) -> bool:
+    """A lost connection to the Spark driver (its JVM died or was killed)."""
+    try:
+        from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+    except ImportError:
+        return False
+    if isinstance(exc, Py4JNetworkError):
+        return True
+    # py4j's own words when the JVM went away in the middle of a call.
+    return (
+        isinstance(exc, Py4JError)
+        and not isinstance(exc, Py4JJavaError)
+        and "Answer from Java side is empty" in str(exc)
+    )
+
+
+def environment_failure(exc: BaseException) -> Failure | None:
+    """A failure of the environment (disk, permissions, a path's length, a dead
+    Spark driver) anywhere in ``exc``'s chain, else None."""
+    for each in _chain(exc):
+        if _spark_driver_died(each):
+            said = (str(each).strip().splitlines() or [""])[0]
+            return Failure(
+                f"the Spark driver died ({type(each).__name__}: {said})",
+                f"{RERUN_SAFE}; if it was killed for memory, raise "
+                "LB_SPARK_DRIVER_MEMORY or free memory first",
+                EXIT_ENVIRONMENT,
+            )
+        if not isinstance(each, OSError):
+            continue
+        if each.errno is None and "AF_UNIX path too long" in str(each):
+            return Failure(
+                "a unix socket path is too long (AF_UNIX paths must be under "
+                "108 bytes)",
+                "use a shorter LB_DATA_DIR",
+                EXIT_ENVIRONMENT,
+            )
+        known = ENVIRONMENT_ERRNOS.get(each.errno or -1)
+        if known is not None:
+            what, fix = known
+            paths = [str(p) for p in (each.filename, each.filename2) if p]
+            where = f": {' -> '.join(paths)}" if paths else ""
+            if each.errno != errno.ENAMETOOLONG:
+                fix = f"{fix}; {RERUN_SAFE}"
+            return Failure(f"{what}{where}", fix, EXIT_ENVIRONMENT)
+    return None
+
+
 def explain(exc: BaseException) -> Failure | None:
     """The one place mapping expected failures to messages and exit codes.
 
@@ -224,7 +324,7 @@ def explain(exc: BaseException) -> Failure | None:
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int):  # a command's own named failure
         return Failure(str(exc), getattr(exc, "hint", None), code)
-    return None
+    return environment_failure(exc)
 
 
 # ------------------------------------------------------------------------ commands

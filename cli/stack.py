@@ -38,7 +38,12 @@ from cli.supervisor import (
     stack_pids,
 )
 from conf.settings import Settings
-from speed.server import AOF_DIR, processes_with_open_files
+from speed.server import (
+    AOF_DIR,
+    check_unix_socket_path,
+    processes_with_open_files,
+    redis_socket_path,
+)
 
 LOCK_FILE = "stack.lock"
 READY_SECONDS = 60.0
@@ -203,6 +208,9 @@ def wait_ready(
 def up(settings: Settings, port: int) -> str:
     """Start the supervisor (Redis unless LB_REDIS_URL is set, and the API); return
     the API URL once it is ready."""
+    if not settings.redis_url:
+        # Named here, with its path and exit code, not as the supervisor's failure.
+        check_unix_socket_path(redis_socket_path(settings.redis_dir))
     run = settings.run_dir
     run.mkdir(parents=True, exist_ok=True)
     lock_fd = _take_lock(settings)

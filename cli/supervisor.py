@@ -144,6 +144,9 @@ class Supervisor:
                 "--workers",
                 str(self.settings.api_workers),
                 "--no-access-log",
+                # A deadline for each request's headers (half-open connections).
+                "--http",
+                "api.http_protocol:HeaderTimeoutProtocol",
                 "--log-level",
                 "warning",
             ],

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import (
     Field,
     ValidationError,
+    ValidationInfo,
     computed_field,
     field_validator,
     model_validator,
@@ -63,6 +64,9 @@ class Settings(BaseSettings):
     admin_keys: str = LOCAL_DEV_ADMIN_KEYS
     partitions: int = Field(default=8, ge=1, le=4096)
     rate_limit: str = "5/60"
+    # Per signing key (X-Key-Id), the same accounting as rate_limit; off by default:
+    # one game-server key carries a whole fleet's matches.
+    key_rate_limit: str = "off"
     retained_generations: int = Field(default=3, ge=1)
     # Redis AOF fsync policy for the local server `lb up` starts.
     appendfsync: str = "always"
@@ -140,9 +144,9 @@ class Settings(BaseSettings):
         window = int(self.dedupe_window.total_seconds()) + self.max_future_seconds
         return max(self.retention_seconds, window + 3600)
 
-    @field_validator("rate_limit")
+    @field_validator("rate_limit", "key_rate_limit")
     @classmethod
-    def _rate_limit_format(cls, value: str) -> str:
+    def _rate_limit_format(cls, value: str, info: ValidationInfo) -> str:
         if value == "off":
             return value
         try:
@@ -150,8 +154,9 @@ class Settings(BaseSettings):
             if int(capacity) < 1 or float(refill) <= 0:
                 raise ValueError
         except ValueError:
+            name = f"LB_{(info.field_name or 'rate_limit').upper()}"
             raise ValueError(
-                "LB_RATE_LIMIT must be 'capacity/refillSeconds' (e.g. 5/60) or 'off'"
+                f"{name} must be 'capacity/refillSeconds' (e.g. 5/60) or 'off'"
             ) from None
         return value
 
@@ -236,6 +241,15 @@ class Settings(BaseSettings):
         if self.rate_limit == "off":
             return None
         capacity, refill = self.rate_limit.split("/")
+        return int(capacity), float(refill)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def key_rate_limit_bucket(self) -> tuple[int, float] | None:
+        """(capacity, refillSeconds) of each signing key's bucket, None when off."""
+        if self.key_rate_limit == "off":
+            return None
+        capacity, refill = self.key_rate_limit.split("/")
         return int(capacity), float(refill)
 
     @property

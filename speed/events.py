@@ -175,6 +175,7 @@ class NormalizedEvent:
         "scores",
         "limits",
         "record",
+        "key_id",
     )
 
     def __init__(
@@ -184,6 +185,8 @@ class NormalizedEvent:
         it when it already is the canonical form)."""
         self.event = event
         self.occurred_at = occurred_at
+        # The signing key (X-Key-Id) that sent it, for the per-key rate limit.
+        self.key_id = ""
         body = {
             "eventId": event.eventId,
             "playerId": event.playerId,

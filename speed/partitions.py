@@ -76,6 +76,10 @@ class Keys:
     def rate(self, player_id: str) -> str:
         return f"{self.base}:rl:{player_id}"
 
+    def key_rate(self, key_id: str) -> str:
+        """This partition's share of a signing key's bucket (LB_KEY_RATE_LIMIT)."""
+        return f"{self.base}:krl:{key_id}"
+
     @property
     def quarantine(self) -> str:
         """Hash "<len(playerId)>:<playerId><eventId>" -> log record of a held event."""

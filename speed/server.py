@@ -7,6 +7,7 @@ reply to a write means the write is on disk.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 import signal
@@ -42,6 +43,8 @@ class RedisNotConfigured(RuntimeError):
 # their owner only: they hold every event of the partition logs.
 PRIVATE_UMASK = 0o077
 AOF_DIR = "appendonlydir"  # Redis 7's multi-part AOF directory, under --dir
+# sun_path of a unix socket address holds 108 bytes with its terminating NUL.
+UNIX_PATH_MAX = 107
 _PR_SET_PDEATHSIG = 1
 
 
@@ -102,6 +105,24 @@ def redis_server_binary() -> str:
     return binary
 
 
+def check_unix_socket_path(path: Path) -> None:
+    """Raise OSError(ENAMETOOLONG) naming ``path`` when a unix socket cannot live
+    there (redis-server would exit with only its log saying why)."""
+    resolved = str(path.resolve())
+    size = len(os.fsencode(resolved))
+    if size > UNIX_PATH_MAX:
+        raise OSError(
+            errno.ENAMETOOLONG,
+            f"unix socket path too long ({size} bytes, at most {UNIX_PATH_MAX})",
+            resolved,
+        )
+
+
+def redis_socket_path(redis_dir: Path) -> Path:
+    """Where a ``RedisServer(unix_socket=True)`` in ``redis_dir`` listens."""
+    return redis_dir / "redis.sock"
+
+
 class RedisServer:
     """One redis-server bound to loopback (TCP port) or a unix socket."""
 
@@ -119,7 +140,7 @@ class RedisServer:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port if port is not None else (0 if unix_socket else free_port())
-        self.socket_path = self.data_dir / "redis.sock" if unix_socket else None
+        self.socket_path = redis_socket_path(self.data_dir) if unix_socket else None
         self.appendfsync = appendfsync
         self.log_file = log_file or self.data_dir / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -174,6 +195,8 @@ class RedisServer:
         dir's AOF open, e.g. a server orphaned by a killed stack."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
+        if self.socket_path is not None:
+            check_unix_socket_path(self.socket_path)
         if self.aof_dir().is_dir():
             holders = processes_with_open_files(self.aof_dir())
             holders.pop(os.getpid(), None)

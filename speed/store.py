@@ -163,6 +163,25 @@ class SpeedLayer:
             self._rate_args = (rate_limit[0], int(rate_limit[1] * 1000))
         else:
             self._rate_args = (0, 1)
+        self.key_rate_limit = None
+
+    @property
+    def key_rate_limit(self) -> tuple[int, float] | None:
+        """(capacity, refillSeconds) of each signing key's bucket (None: off), split
+        evenly over the partitions: each owner transaction keeps its share, a
+        ``1/partitions`` part of the capacity refilled ``partitions`` times slower,
+        since a key's new matches spread evenly over them."""
+        return self._key_rate_limit
+
+    @key_rate_limit.setter
+    def key_rate_limit(self, limit: tuple[int, float] | None) -> None:
+        self._key_rate_limit = limit
+        self._key_rate_args: tuple[int, float] | None = None
+        if limit is not None:
+            capacity, refill = limit
+            share = max(1, -(-capacity // self.partitions))
+            # Milliseconds per token of a partition's share (a fraction is fine).
+            self._key_rate_args = (share, refill * 1000 * self.partitions)
 
     def use_boards(self, boards: BoardsConfig) -> None:
         """Score from now on under ``boards`` (at start, and when a running API sees
@@ -393,6 +412,10 @@ class SpeedLayer:
             *board_args,
             *event_args,
         ]
+        if self._key_rate_args is not None and mode == "apply":
+            # The per-key buckets: after everything else (apply_event.lua).
+            args += self._key_rate_args
+            event_keys += [keys.key_rate(call.event.key_id) for call in calls]
         all_keys = script_keys + event_keys
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 
-from api.deps import LiveDep, ReadsDep, SettingsDep
+from api.deps import LiveDep, PlayerIdPath, ReadsDep, SettingsDep
 from api.errors import READ_ERROR_RESPONSES, WRITE_ERROR_RESPONSES, InvalidRequest
 from api.friends import write_friends
 from api.models import FriendsIn, FriendsListOut, FriendsOut, json_body
@@ -71,7 +71,7 @@ async def replace_friends(
 )
 async def read_friends_ranking(
     board: str,
-    player_id: str,
+    player_id: PlayerIdPath,
     reads: ReadsDep,
     settings: SettingsDep,
     authorization: Annotated[str | None, Header()] = None,

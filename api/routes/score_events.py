@@ -145,6 +145,7 @@ async def submit_score_event(
     except (InvalidRequest, ImplausibleEvent) as exc:
         record_rejected(exc.code)
         raise
+    event.key_id = request.state.key_id  # its key's rate limit (LB_KEY_RATE_LIMIT)
     (outcome,) = await speed.apply([event])
     if isinstance(outcome.error, EventConflict):
         record_rejected("event_conflict")
@@ -189,6 +190,8 @@ async def submit_score_event_batch(
             )
         except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)
+    for _, event in valid:
+        event.key_id = request.state.key_id
     outcomes = await speed.apply([event for _, event in valid])
     await audit_corrections(
         speed,

@@ -378,6 +378,8 @@ async function start() {
     writeHash();
     refreshAll();
   });
+  // No inline handler (the page's CSP refuses them): the controls never submit.
+  $("#controls").addEventListener("submit", (event) => event.preventDefault());
   $("#search").addEventListener("submit", (event) => {
     event.preventDefault();
     state.player = $("#player").value.trim() || null;

@@ -192,8 +192,15 @@ for e = 1, n_events do
     players[player] = true
     player_list[#player_list + 1] = player
   end
+  ev.index = e
   events[e] = ev
 end
+-- The per-key bucket (LB_KEY_RATE_LIMIT, this partition's share), optional: its
+-- capacity and refill after the events' records, and the bucket hash of each event's
+-- signing key as the last n_events KEYS. Absent: off.
+local key_capacity = tonumber(ARGV[cursor]) or 0
+local key_refill_ms = tonumber(ARGV[cursor + 1]) or 1
+local key_rate_at = #KEYS - n_events
 
 -- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
 local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -658,18 +665,36 @@ local function process(ev)
   -- never seen is a new match (API.md), else it would bypass the limit.
   -- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
   -- refillSeconds (5/60: 5 at once, then 1 a minute).
-  if mode == "apply" and rate_capacity > 0 and is_new_match then
-    local bucket = redis.call("HMGET", rate_key, "t", "ts")
-    local tokens = tonumber(bucket[1]) or rate_capacity
-    local last = tonumber(bucket[2]) or now_ms
-    local per_ms = 1 / rate_refill_ms
-    tokens = math.min(rate_capacity, tokens + math.max(0, now_ms - last) * per_ms)
-    if tokens < 1 then
-      return "rate_limited", tostring(math.ceil((1 - tokens) / per_ms / 1000))
+  -- The signing key's bucket (LB_KEY_RATE_LIMIT) counts the same matches; a match
+  -- spends a token of each bucket only when both have one.
+  if mode == "apply" and is_new_match and (rate_capacity > 0 or key_capacity > 0) then
+    local spend = {}
+    local wait = 0
+    local function check(key, capacity, refill_ms)
+      local bucket = redis.call("HMGET", key, "t", "ts")
+      local tokens = tonumber(bucket[1]) or capacity
+      local last = tonumber(bucket[2]) or now_ms
+      local per_ms = 1 / refill_ms
+      tokens = math.min(capacity, tokens + math.max(0, now_ms - last) * per_ms)
+      if tokens < 1 then
+        wait = math.max(wait, math.ceil((1 - tokens) / per_ms / 1000))
+      end
+      spend[#spend + 1] = {key, tokens, math.ceil(capacity * refill_ms)}
     end
-    redis.call("HSET", rate_key, "t", tostring(tokens - 1), "ts", tostring(now_ms))
-    -- A bucket idle long enough to refill completely equals a missing one.
-    redis.call("PEXPIRE", rate_key, rate_capacity * rate_refill_ms)
+    if rate_capacity > 0 then
+      check(rate_key, rate_capacity, rate_refill_ms)
+    end
+    if key_capacity > 0 then
+      check(KEYS[key_rate_at + ev.index], key_capacity, key_refill_ms)
+    end
+    if wait > 0 then
+      return "rate_limited", tostring(wait)
+    end
+    for _, s in ipairs(spend) do
+      redis.call("HSET", s[1], "t", tostring(s[2] - 1), "ts", tostring(now_ms))
+      -- A bucket idle long enough to refill completely equals a missing one.
+      redis.call("PEXPIRE", s[1], s[3])
+    end
   end
 
   local position = next_position()

@@ -172,3 +172,28 @@ def test_friends_of_a_player_not_on_the_board(
     assert reply.json()["error"] == "player_not_found"
     bad = seeded.get("/v1/boards/daily:2026-13-45:na/players/P2/friends")
     assert bad.status_code == 404
+
+
+def test_friends_read_normalises_the_path_id(
+    api: SignedClient, settings: Settings
+) -> None:
+    # Issue 23: a decomposed "José" in the path was refused (403) with José's token.
+    composed, decomposed = "Jos\u00e9", "Jose\u0301"
+    for n, player in enumerate((decomposed, "Ana")):
+        reply = api.post(
+            "/v1/score-events",
+            event(
+                eventId=f"j{n}", playerId=player, matchId=f"j{n}", result={"points": 5}
+            ),
+        )
+        assert reply.status_code == 200, reply.text
+    assert put_friends(api, decomposed, ["Ana"]).status_code == 200
+    for path_id in (composed, decomposed):
+        reply = api.get(
+            f"/v1/boards/{BOARD}/players/{path_id}/friends",
+            headers=token(settings, composed),
+        )
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["playerId"] == composed
+        assert {e["playerId"] for e in body["entries"]} == {composed, "Ana"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -76,3 +77,20 @@ def test_page_and_assets_are_served(api: SignedClient) -> None:
     assert api.get("/web/../main.py").status_code == 404
     # The page is not part of the API's schema.
     assert "/" not in api.get("/openapi.json").json()["paths"]
+
+
+def test_page_and_assets_send_security_headers(api: SignedClient) -> None:
+    # Issue 23: no CSP, X-Frame-Options or nosniff on the page.
+    for path in ("/", "/web/app.js", "/web/style.css"):
+        reply = api.get(path)
+        assert reply.status_code == 200, path
+        headers = reply.headers
+        csp = headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp, path
+        assert "frame-ancestors 'none'" in csp, path
+        assert headers["x-frame-options"] == "DENY", path
+        assert headers["x-content-type-options"] == "nosniff", path
+    # The policy refuses inline script: the page has none (no inline handler).
+    page = api.get("/").text
+    assert "<script>" not in page
+    assert not re.search(r"\son[a-z]+=", page), re.search(r"\son[a-z]+=", page)

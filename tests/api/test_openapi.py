@@ -86,3 +86,38 @@ def test_the_models_describe_the_answers(api: SignedClient, settings: Any) -> No
         # Every documented field the answer has, the model read (no silent extras
         # standing in for a misspelt documented field).
         assert not (parsed.model_extra or {}), (model.__name__, parsed.model_extra)
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        for value in node.values():
+            found.extend(_refs(value))
+        return found
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    return []
+
+
+def _resolve(doc: dict[str, Any], ref: str) -> Any:
+    assert ref.startswith("#/"), ref
+    node: Any = doc
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def test_every_ref_in_the_document_resolves(api: SignedClient) -> None:
+    # A dangling $ref (a body model's nested "#/$defs/..." left in place) hides the
+    # body from schema-driven fuzzers: they never generate it.
+    doc = api.get("/openapi.json").json()
+    refs = _refs(doc)
+    assert refs
+    dangling = sorted({ref for ref in refs if _resolve(doc, ref) is None})
+    assert not dangling, dangling
+    body = doc["paths"]["/v1/score-events"]["post"]["requestBody"]
+    result = body["content"]["application/json"]["schema"]["properties"]["result"]
+    assert _resolve(doc, result["$ref"])["properties"]["points"]

@@ -264,3 +264,70 @@ def test_live_nearby_takes_one_round_trip_when_its_guess_holds(
         ("P1", 920, 2),
     ]
     assert trips.during(api, path, params) == 1
+
+
+def _padded(cursor: str, **extra: Any) -> str:
+    import base64
+
+    import orjson
+
+    data = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    raw = orjson.dumps({**data, **extra})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def test_a_cursor_with_an_unknown_field_is_refused(
+    api: SignedClient, settings: Settings
+) -> None:
+    # Issue 23 item 7: padded cursors were accepted, each a new cache key.
+    write_generation(settings.segments_dir, 1, {BOARD: SEED})
+    page = api.get(f"/v1/boards/{BOARD}/entries", params={"limit": 1}).json()
+    cursor = page["cursors"]["after"]
+    assert api.get(
+        f"/v1/boards/{BOARD}/entries", params={"cursor": cursor}
+    ).status_code == 200
+    padded = api.get(
+        f"/v1/boards/{BOARD}/entries", params={"cursor": _padded(cursor, x="y" * 100)}
+    )
+    assert padded.status_code == 422, padded.text
+    assert padded.json()["error"] == "invalid_request"
+    assert padded.json()["field"] == "cursor"
+
+
+def test_the_snapshot_cache_is_bounded_by_keys_and_bytes() -> None:
+    from api.reads import Answer, SnapshotCache
+
+    cache = SnapshotCache(budget=1 << 20, max_entries=100)
+    for n in range(5000):
+        cache.put(("entries", BOARD, ("P" * 200, n), 10), Answer(b"{}", None))
+    assert len(cache) == 100
+    assert cache.size <= cache.budget
+    # Keys count against the byte budget too: 2 KB keys with tiny answers.
+    small = SnapshotCache(budget=1 << 20, max_entries=100_000)
+    for n in range(5000):
+        small.put(("rank", BOARD, f"{n:0>2000}"), Answer(b"{}", None))
+    assert small.size <= small.budget
+    assert len(small) < 1000
+
+
+def test_distinct_page_reads_keep_the_generation_cache_bounded(
+    api: SignedClient, settings: Settings
+) -> None:
+    write_generation(settings.segments_dir, 1, {BOARD: SEED})
+    reads = reads_of(api)
+    cache = reads.answers(reads.registry.get(None))
+    cache.max_entries = 50
+    for n in range(200):
+        reply = api.get(f"/v1/boards/{BOARD}/entries", params={"limit": 1 + n})
+        assert reply.status_code == 200, reply.text
+    assert len(cache) == 50
+
+
+def test_an_award_cursor_with_an_unknown_field_is_refused() -> None:
+    from api.errors import InvalidRequest
+    from api.reads import award_cursor, decode_award_cursor
+
+    cursor = award_cursor(BOARD, 1, 2, "after")
+    assert decode_award_cursor(cursor, BOARD)["o"] == 2
+    with pytest.raises(InvalidRequest):
+        decode_award_cursor(_padded(cursor, pad="x" * 50), BOARD)

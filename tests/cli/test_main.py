@@ -256,3 +256,143 @@ def test_redact_hides_redis_passwords() -> None:
     assert cli_main.redact("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert cli_main.redact("redis://u:pw@h/0") == "redis://u:***@h/0"
     assert cli_main.redact("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
+
+
+# ------------------------------------------------- environment failures (issue 23)
+
+
+def _raised_while_handling(exc: BaseException, outer: BaseException) -> BaseException:
+    try:
+        try:
+            raise exc
+        except BaseException:
+            raise outer  # noqa: B904 - the implicit context is the point
+    except BaseException as caught:
+        return caught
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/data/lb/x.parquet"),
+            ("no space left", "/data/lb/x.parquet", "rerunning is safe"),
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/ro/lb/run"),
+            ("read-only", "/ro/lb/run", "writable"),
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/root/lb"),
+            ("permission denied", "/root/lb", "LB_DATA_DIR"),
+        ),
+        (
+            OSError("AF_UNIX path too long"),
+            ("unix socket path is too long", "LB_DATA_DIR"),
+        ),
+        (
+            OSError(errno.ENAMETOOLONG, "unix socket path too long", "/l/redis.sock"),
+            ("path too long", "/l/redis.sock", "LB_DATA_DIR"),
+        ),
+        (
+            # Raised by a library while it handled the disk's error.
+            _raised_while_handling(
+                OSError(errno.ENOSPC, "No space left on device", "/d/f"),
+                RuntimeError("could not write the segment"),
+            ),
+            ("no space left", "/d/f"),
+        ),
+    ],
+)
+def test_environment_failures_are_not_bugs(
+    exc: BaseException, words: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    failure = cli_main.explain(exc)
+    assert failure is not None
+    assert failure.code == cli_main.EXIT_ENVIRONMENT != cli_main.EXIT_BUG
+    said = f"{failure.message} {failure.hint}".lower()
+    for word in words:
+        assert word.lower() in said, said
+    assert f"  {cli_main.EXIT_ENVIRONMENT}  " in cli_main.EXIT_CODES
+    assert cli_main._report("publish", exc, debug=False) == cli_main.EXIT_ENVIRONMENT
+    assert "this is a bug" not in capsys.readouterr().err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pytest.param("network", id="Py4JNetworkError"),
+        pytest.param("empty", id="answer-empty"),
+        pytest.param("chained", id="while-stopping-spark"),
+    ],
+)
+def test_a_dead_spark_driver_is_not_a_bug(
+    exc: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    network = Py4JNetworkError("Error while sending or receiving")
+    raised: BaseException = {
+        "network": network,
+        "empty": Py4JError("Answer from Java side is empty"),
+        # spark.stop() in a finally block fails too once the JVM is gone.
+        "chained": _raised_while_handling(network, RuntimeError("stop failed")),
+    }[exc]
+    failure = cli_main.explain(raised)
+    assert failure is not None
+    assert failure.code == cli_main.EXIT_ENVIRONMENT
+    assert "Spark driver died" in failure.message
+    assert failure.hint is not None
+    assert "nothing half-done was published" in failure.hint
+    assert "rerunning is safe" in failure.hint
+    assert cli_main._report("publish", raised, debug=False) == failure.code
+    err = capsys.readouterr().err
+    assert "this is a bug" not in err and "unexpected error" not in err
+
+
+@pytest.mark.unit
+def test_a_java_exception_is_still_a_bug() -> None:
+    # An error Spark raised (the JVM is alive) is not the driver dying.
+    from py4j.protocol import Py4JError
+
+    assert cli_main.explain(Py4JError("An error occurred while calling o1.x")) is None
+
+
+@pytest.mark.integration
+def test_lb_up_names_a_too_long_socket_path(tmp_path: Path) -> None:
+    data = tmp_path / ("d" * 60) / ("e" * 60)
+    env = _env(tmp_path, LB_DATA_DIR=str(data))
+    done = _lb("up", "--port", str(free_port()), env=env)
+    assert done.returncode == cli_main.EXIT_ENVIRONMENT, done.stderr
+    lines = _short_error(done)
+    assert "path too long" in lines[0] and "redis.sock" in lines[0]
+    assert "LB_DATA_DIR" in lines[1]
+    assert not (data / "run" / "stack.json").exists()
+
+
+@pytest.mark.integration
+def test_a_killed_spark_jvm_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # A real Spark JVM (pyspark's gateway), killed with SIGKILL, then called.
+    import signal
+
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway()
+    try:
+        assert gateway.jvm.java.lang.System.currentTimeMillis() > 0
+        os.kill(gateway.proc.pid, signal.SIGKILL)
+        gateway.proc.wait(timeout=30)
+        with pytest.raises(Exception) as raised:  # noqa: PT011 - whatever py4j raises
+            gateway.jvm.java.lang.System.currentTimeMillis()
+    finally:
+        if gateway.proc.poll() is None:
+            gateway.proc.kill()
+            gateway.proc.wait(timeout=30)
+    assert cli_main._report("publish", raised.value, debug=False) == (
+        cli_main.EXIT_ENVIRONMENT
+    )
+    err = capsys.readouterr().err
+    assert "the Spark driver died" in err and "rerunning is safe" in err
+    assert "this is a bug" not in err

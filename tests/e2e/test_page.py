@@ -162,6 +162,13 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
+            # The page's Content-Security-Policy refuses nothing it needs.
+            page.on(
+                "console",
+                lambda message: errors.append(message.text)
+                if "Content Security Policy" in message.text
+                else None,
+            )
             page.goto(f"{stack.url}/?refresh=700#board={BOARD}")
             expect(page.locator("body")).to_have_attribute("data-ready", "true")
             assert page.locator("#board").input_value() == BOARD

@@ -1,0 +1,118 @@
+"""A connection must send complete request headers within a few seconds (issue 23:
+2,000 half-open connections were held for 20 s): api/http_protocol.py, which
+`lb up` gives uvicorn."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from api.http_protocol import HEADER_TIMEOUT_SECONDS, HeaderTimeoutProtocol
+from api.main import create_app
+from conf.settings import Settings
+from speed.server import free_port
+from tests.e2e.test_stack_hardening import lb, stack_env
+
+TIMEOUT = 1.0
+
+
+class ShortTimeout(HeaderTimeoutProtocol):
+    header_timeout = TIMEOUT
+
+
+@pytest.fixture
+def served(settings: Settings) -> Iterator[int]:
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        http=ShortTimeout,
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    yield port
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None: still open after
+    ``seconds``); what it sent before closing is skipped."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def _request(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+        chunk = sock.recv(4096)
+        assert chunk, reply
+        reply += chunk
+    return reply
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "partial", [b"", b"GET /heal", b"GET /healthz HTTP/1.1\r\nHost: t\r\n"]
+)
+def test_a_connection_without_complete_headers_is_closed(
+    served: int, partial: bytes
+) -> None:
+    with socket.create_connection(("127.0.0.1", served)) as sock:
+        if partial:
+            sock.sendall(partial)
+        took = _closed_within(sock, TIMEOUT + 5)
+    assert took is not None, "the server held the half-open connection"
+    assert took < TIMEOUT + 2
+
+
+@pytest.mark.integration
+def test_complete_requests_and_keep_alive_are_unaffected(served: int) -> None:
+    with socket.create_connection(("127.0.0.1", served)) as sock:
+        sock.settimeout(10)
+        assert _request(sock).startswith(b"HTTP/1.1 200")
+        # The next request on the same connection, within the deadline, answers.
+        time.sleep(TIMEOUT / 2)
+        assert _request(sock).startswith(b"HTTP/1.1 200")
+        # Half of a next request after that is closed at the deadline.
+        sock.sendall(b"GET /heal")
+        assert _closed_within(sock, TIMEOUT + 5) is not None
+
+
+@pytest.mark.e2e
+def test_lb_up_closes_half_open_connections(tmp_path: Path) -> None:
+    data_dir = tmp_path / "lb"
+    env = stack_env(data_dir, LB_API_WORKERS="1")
+    port = free_port()
+    started = lb("up", "--port", str(port), env=env)
+    try:
+        assert started.returncode == 0, started.stderr
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET /v1/boards HTTP/1.1\r\nHo")
+            took = _closed_within(sock, HEADER_TIMEOUT_SECONDS + 10)
+        assert took is not None, "lb up's API held the half-open connection"
+        assert took < HEADER_TIMEOUT_SECONDS + 3
+    finally:
+        lb("down", env=env)
