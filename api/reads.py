@@ -75,7 +75,7 @@ from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.connection import is_cluster
 from speed.lua import load
-from speed.partitions import Keys, partition_of
+from speed.partitions import EPOCH_KEY, Keys, partition_of
 from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP, READ_STAMP
 
@@ -110,8 +110,6 @@ class ApproxCounts:
     as_of: dict[str, int]
 
 
-# Outside the speed layer's namespace: not state a rebuild restores.
-EPOCH_KEY = "lb-reads:epoch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -719,7 +717,8 @@ class ReadService:
         """What a live answer depends on, in one round trip: every partition's base
         generation and log position, the flags version, and the dataset's epoch (a
         random number kept in Redis: a flushed or replaced dataset whose positions
-        restart cannot match an answer cached from the old one). As (bases...,
+        restart cannot match an answer cached from the old one, and `lb rebuild`
+        renews it after repairing keys that positions do not cover). As (bases...,
         positions..., flags, epoch), with the values of the hash ``fields``
         ((key, field) pairs) read in the same round trip. On one server it is one
         reply (``read_stamp.lua``); on a cluster one per partition and counter."""
