@@ -13,8 +13,9 @@ One place decides how a read is answered, so the routes only validate input:
   ``liveLayer: unavailable`` (:mod:`api.degraded`).
 
 Shadow removal (issue 10): a shadowed player is hidden from every public answer, but
-a read about the player by the player (no token, or a player token for it) answers as
-if the player were present, in every mode; with another player's token it is hidden.
+a read about the player by the player (a valid player token for it) answers as if the
+player were present, in every mode; without a token (or with an invalid one) or with
+another player's token it is hidden, as for any other reader (issue 23).
 
 Answers are dicts in the contract's key order, encoded once with orjson
 (:class:`Answer`); :mod:`api.models` documents their shapes.
@@ -256,6 +257,13 @@ class LiveTopCache:
 
 
 # ------------------------------------------------------------------------ helpers
+
+
+def is_own_read(viewer: str | None, player_id: str) -> bool:
+    """A read about ``player_id`` is the player's own only with a valid player
+    token naming it (``viewer``, api.deps.get_viewer); an anonymous read is public
+    and must not see a shadowed player (API.md: hidden from every public answer)."""
+    return viewer is not None and viewer == player_id
 
 
 def check_board(config: BoardsConfig, board: str) -> dict[str, str]:
@@ -774,7 +782,7 @@ class ReadService:
         viewer: str | None,
     ) -> Answer:
         check_board(self.config, board)
-        own = viewer is None or viewer == player_id
+        own = is_own_read(viewer, player_id)
         if self._snapshot_mode(board, mode, generation):
             gen = pin(self.registry, generation)
             return self._snapshot_rank(board, player_id, mode, gen, own)
@@ -1150,7 +1158,7 @@ class ReadService:
         viewer: str | None,
     ) -> Answer:
         check_board(self.config, board)
-        own = viewer is None or viewer == player_id
+        own = is_own_read(viewer, player_id)
         if not self._snapshot_mode(board, mode, generation):
             try:
                 return await self._live_nearby(board, player_id, radius, mode, own)
