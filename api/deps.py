@@ -58,7 +58,8 @@ async def get_viewer(
         str | None,
         Header(
             description="optional player token (Bearer JWT): a shadowed player's "
-            "own reads answer as if it were present, another player's do not"
+            "own reads (its token) answer as if it were present; reads with "
+            "another player's token or none do not"
         ),
     ] = None,
 ) -> str | None:

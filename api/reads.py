@@ -13,8 +13,9 @@ One place decides how a read is answered, so the routes only validate input:
   ``liveLayer: unavailable`` (:mod:`api.degraded`).
 
 Shadow removal (issue 10): a shadowed player is hidden from every public answer, but
-a read about the player by the player (no token, or a player token for it) answers as
-if the player were present, in every mode; with another player's token it is hidden.
+a read about the player by the player (a valid player token for it) answers as if the
+player were present, in every mode; without a token (or with an invalid one) or with
+another player's token it is hidden, as for any other reader (issue 23).
 
 Answers are dicts in the contract's key order, encoded once with orjson
 (:class:`Answer`); :mod:`api.models` documents their shapes.
@@ -76,7 +77,7 @@ from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.connection import is_cluster
 from speed.lua import load
-from speed.partitions import Keys, partition_of
+from speed.partitions import EPOCH_KEY, Keys, partition_of
 from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP, READ_STAMP
 
@@ -111,8 +112,6 @@ class ApproxCounts:
     as_of: dict[str, int]
 
 
-# Outside the speed layer's namespace: not state a rebuild restores.
-EPOCH_KEY = "lb-reads:epoch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +282,13 @@ class LiveTopCache:
 
 
 # ------------------------------------------------------------------------ helpers
+
+
+def is_own_read(viewer: str | None, player_id: str) -> bool:
+    """A read about ``player_id`` is the player's own only with a valid player
+    token naming it (``viewer``, api.deps.get_viewer); an anonymous read is public
+    and must not see a shadowed player (API.md: hidden from every public answer)."""
+    return viewer is not None and viewer == player_id
 
 
 def check_board(config: BoardsConfig, board: str) -> dict[str, str]:
@@ -754,7 +760,8 @@ class ReadService:
         """What a live answer depends on, in one round trip: every partition's base
         generation and log position, the flags version, and the dataset's epoch (a
         random number kept in Redis: a flushed or replaced dataset whose positions
-        restart cannot match an answer cached from the old one). As (bases...,
+        restart cannot match an answer cached from the old one, and `lb rebuild`
+        renews it after repairing keys that positions do not cover). As (bases...,
         positions..., flags, epoch), with the values of the hash ``fields``
         ((key, field) pairs) read in the same round trip. On one server it is one
         reply (``read_stamp.lua``); on a cluster one per partition and counter."""
@@ -810,7 +817,7 @@ class ReadService:
         viewer: str | None,
     ) -> Answer:
         check_board(self.config, board)
-        own = viewer is None or viewer == player_id
+        own = is_own_read(viewer, player_id)
         if self._snapshot_mode(board, mode, generation):
             gen = pin(self.registry, generation)
             return self._snapshot_rank(board, player_id, mode, gen, own)
@@ -1186,7 +1193,7 @@ class ReadService:
         viewer: str | None,
     ) -> Answer:
         check_board(self.config, board)
-        own = viewer is None or viewer == player_id
+        own = is_own_read(viewer, player_id)
         if not self._snapshot_mode(board, mode, generation):
             try:
                 return await self._live_nearby(board, player_id, radius, mode, own)

@@ -185,6 +185,14 @@ class Settings(BaseSettings):
                 f"{LOCAL_DEV_ADMIN_KEYS!r} in LB_ADMIN_KEYS is refused; set "
                 "LB_ADMIN_KEYS to your own keyId:secret pairs"
             )
+        if self.production and self.player_token_key == LOCAL_PLAYER_TOKEN_KEY:
+            # Else every read carrying a bearer header, nearby and friends answer
+            # 500 (player_token_secret refuses it) on a stack that started.
+            raise ValueError(
+                "LB_PRODUCTION=true: the local development player-token key in "
+                "LB_PLAYER_TOKEN_KEY is refused; set LB_PLAYER_TOKEN_KEY to your own "
+                "HS256 key (at least 32 bytes)"
+            )
         return self
 
     @property

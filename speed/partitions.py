@@ -12,6 +12,12 @@ import struct
 import zlib
 
 KEY_PREFIX = "lb"
+# The dataset's epoch, part of the stamp the API's cached live answers (top lists,
+# the approximate rank's histogram) are checked against (api/reads.py): a random
+# number, renewed by `lb rebuild` after it repairs a partition, so no answer cached
+# from the damaged keys survives it. Outside the speed layer's namespace ("lb:"):
+# not state a rebuild restores or compares.
+EPOCH_KEY = "lb-reads:epoch"
 # Scores are encoded as 8 bytes big-endian of 2**52 - score so that byte order of
 # "enc(score) + playerId" is display order (score desc, then player id asc).
 SCORE_OFFSET = 2**52

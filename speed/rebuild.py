@@ -28,6 +28,7 @@ the log, and the partition is built again.
 
 from __future__ import annotations
 
+import secrets
 import struct
 import time
 from collections import defaultdict
@@ -56,7 +57,7 @@ from speed.closed import final_boards
 from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.lua import load
-from speed.partitions import KEY_PREFIX, Keys, encode_entry, tag
+from speed.partitions import EPOCH_KEY, KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.records import (
     compact_result,
@@ -1015,6 +1016,20 @@ def switch_partition(
     return f"{_text(kind)}: {_text(payload)}" if _text(kind) != "ok" else "ok"
 
 
+def renew_read_epoch(client: redis.Redis) -> None:
+    """A new dataset epoch: the API's cached live answers (top lists, the approximate
+    rank's histogram) are exact for a stamp of base generations, log positions, the
+    flags version and this epoch. A repair changes keys while the positions stay, so
+    only a new epoch stops an answer computed from the damaged keys being served as
+    current. Set after the switch: an answer computed before it carries the old
+    epoch and never matches again."""
+    old = client.get(EPOCH_KEY)
+    epoch = secrets.randbits(62) + 1
+    while old is not None and int(old) == epoch:  # pragma: no cover - 2**-62
+        epoch = secrets.randbits(62) + 1
+    client.set(EPOCH_KEY, epoch)
+
+
 # ------------------------------------------------------------------------ the job
 
 
@@ -1128,6 +1143,7 @@ def rebuild(
                 )
                 if outcome.startswith("retry"):
                     continue  # events arrived after the build read the log
+                renew_read_epoch(client)
                 report.differences += differences
                 report.records_restored += restored
                 break

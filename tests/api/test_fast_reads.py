@@ -43,7 +43,7 @@ PLAIN = [
     f"{B}/players/P2/nearby?radius=0",
     f"{B}/players/P2/nearby?radius=100&mode=snapshot",
     f"{B}/players/P2/nearby?mode=approx",
-    f"{B}/players/P1",  # shadowed: no token reads as its own
+    f"{B}/players/P1",  # shadowed: no token is a public read (404)
     f"{B}/players/Jose\u0301",  # decomposed: NFC finds the composed id
     "/v1/boards/nope:x:y/top",
     "/v1/boards/nope:x:y/players/P1",
@@ -150,8 +150,9 @@ def test_direct_answers_equal_fastapi_answers(
     assert direct_own == routed_own
     # The cases cover answers and refusals of both kinds.
     assert {status for status, _, _ in direct} >= {200, 307, 404, 422}
-    # A shadowed player: itself (or no valid token) sees it, another player not.
-    assert [status for status, _, _ in direct_own] == [200, 200, 404, 404, 200, 200]
+    # A shadowed player: only its own token sees it; another player's token or an
+    # invalid one (a public read) does not.
+    assert [status for status, _, _ in direct_own] == [200, 200, 404, 404, 404, 404]
 
 
 def count(text: str, route: str, status: int) -> float:

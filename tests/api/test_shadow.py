@@ -78,6 +78,26 @@ def public_answers(api: SignedClient, totals: dict[str, int]) -> None:
     assert approx.json()["population"] == len(totals)
 
 
+def bearer(settings: Settings, player: str) -> dict[str, str]:
+    token = issue_player_token(settings.player_token_secret, player)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def hidden_from_anonymous(api: SignedClient, player: str) -> None:
+    """Without a token (or with an invalid one) a shadowed player's rank, in every
+    mode, and nearby answer 404 player_not_found, as for any other reader."""
+    base = f"/v1/boards/{BOARD}/players/{player}"
+    for headers in ({}, {"Authorization": "Bearer not-a-token"}):
+        for path, params in (
+            ("", {"mode": "live"}),
+            ("", {"mode": "approx"}),
+            ("/nearby", {"radius": 2}),
+        ):
+            reply = api.get(base + path, params=params, headers=headers)
+            assert reply.status_code == 404, (path, params, headers, reply.text)
+            assert reply.json()["error"] == "player_not_found"
+
+
 def test_shadow_and_restore_live(
     api: SignedClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
@@ -86,10 +106,12 @@ def test_shadow_and_restore_live(
     assert flag(api, "P1", "shadow").json()["changed"] is True
     visible = {p: s for p, s in SEED.items() if p != "P1"}
     public_answers(api, visible)
-    # The player's own read answers as if present.
-    own = api.get(f"/v1/boards/{BOARD}/players/P1").json()
-    assert (own["score"], own["rank"], own["population"]) == (920, 1, 5)
-    assert own["topPercent"] == 20.0
+    # The player's own read (its token) answers as if present; an anonymous read
+    # is public: not found, rank and nearby (issue 23).
+    own = api.get(f"/v1/boards/{BOARD}/players/P1", headers=bearer(settings, "P1"))
+    assert (own.json()["score"], own.json()["rank"]) == (920, 1)
+    assert (own.json()["population"], own.json()["topPercent"]) == (5, 20.0)
+    hidden_from_anonymous(api, "P1")
     # Its scores keep counting while hidden.
     up = api.post(
         "/v1/score-events",
@@ -159,7 +181,9 @@ def test_shadow_hides_a_player_only_in_the_base_generation(
         "boards": 10,
     }
     public_answers(api, {p: s for p, s in SEED.items() if p != "P1"})
-    own = api.get(f"/v1/boards/{BOARD}/players/P1").json()
-    assert (own["score"], own["rank"], own["population"]) == (920, 1, 5)
+    own = api.get(f"/v1/boards/{BOARD}/players/P1", headers=bearer(settings, "P1"))
+    assert (own.json()["score"], own.json()["rank"]) == (920, 1)
+    assert own.json()["population"] == 5
+    hidden_from_anonymous(api, "P1")
     flag(api, "P1", "restore")
     public_answers(api, SEED)

@@ -1,6 +1,7 @@
-"""Issue 10, read path: a shadowed player sees itself in its own reads in every mode
-(live, snapshot, approximate, the degraded fallback, friends), as if it were present;
-a read carrying another player's token does not see it."""
+"""Issue 10, read path: a shadowed player sees itself in its own reads (its player
+token) in every mode (live, snapshot, approximate, the degraded fallback, friends), as
+if it were present; a read carrying another player's token, an invalid token or none
+does not see it (issue 23: an anonymous read is public, not the player's own)."""
 
 from __future__ import annotations
 
@@ -83,31 +84,32 @@ def test_own_rank_and_nearby(
     shadowed: SignedClient, settings: Settings, mode: str
 ) -> None:
     api = shadowed
-    for headers in ({}, bearer(settings, "P1")):
-        rank = api.get(
-            f"/v1/boards/{BOARD}/players/P1", params={"mode": mode}, headers=headers
-        )
-        assert rank.status_code == 200, rank.text
-        own_rank_ok(rank.json())
-        assert rank.json()["position"] == 1
-        near = api.get(
-            f"/v1/boards/{BOARD}/players/P1/nearby",
-            params={"mode": mode, "radius": 2},
-            headers=headers,
-        )
-        assert near.status_code == 200, near.text
-        body = near.json()
-        assert body["basis"] == mode and body["population"] == 5
-        assert body["entries"] == AS_IF_PRESENT[:3]
-    # Someone else's view: P1 is not on the board.
-    for path in ("", "/nearby"):
-        other = api.get(
-            f"/v1/boards/{BOARD}/players/P1{path}",
-            params={"mode": mode},
-            headers=bearer(settings, "P2"),
-        )
-        assert other.status_code == 404, (path, other.text)
-        assert other.json()["error"] == "player_not_found"
+    headers = bearer(settings, "P1")
+    rank = api.get(
+        f"/v1/boards/{BOARD}/players/P1", params={"mode": mode}, headers=headers
+    )
+    assert rank.status_code == 200, rank.text
+    own_rank_ok(rank.json())
+    assert rank.json()["position"] == 1
+    near = api.get(
+        f"/v1/boards/{BOARD}/players/P1/nearby",
+        params={"mode": mode, "radius": 2},
+        headers=headers,
+    )
+    assert near.status_code == 200, near.text
+    body = near.json()
+    assert body["basis"] == mode and body["population"] == 5
+    assert body["entries"] == AS_IF_PRESENT[:3]
+    # Someone else's view, or no token at all: P1 is not on the board.
+    for view in (bearer(settings, "P2"), {}):
+        for path in ("", "/nearby"):
+            other = api.get(
+                f"/v1/boards/{BOARD}/players/P1{path}",
+                params={"mode": mode},
+                headers=view,
+            )
+            assert other.status_code == 404, (path, view, other.text)
+            assert other.json()["error"] == "player_not_found"
     # Public answers stay without P1.
     top = api.get(f"/v1/boards/{BOARD}/top", params={"mode": mode}).json()
     assert "P1" not in [e["playerId"] for e in top["entries"]]
@@ -115,19 +117,21 @@ def test_own_rank_and_nearby(
 
 
 def test_snapshot_nearby_puts_the_hidden_player_back_in_place(
-    shadowed: SignedClient,
+    shadowed: SignedClient, settings: Settings
 ) -> None:
     """Below the hidden player, positions move one down and a lower score's rank
     one down; cursors still point into the public rows."""
     body = shadowed.get(
         f"/v1/boards/{BOARD}/players/P1/nearby",
         params={"mode": "snapshot", "radius": 5},
+        headers=bearer(settings, "P1"),
     ).json()
     assert body["entries"] == AS_IF_PRESENT
     assert body["cursors"] == {"before": None, "after": None}
     page = shadowed.get(
         f"/v1/boards/{BOARD}/players/P1/nearby",
         params={"mode": "snapshot", "radius": 1},
+        headers=bearer(settings, "P1"),
     ).json()
     assert page["entries"] == AS_IF_PRESENT[:2]
     assert page["cursors"]["after"] is not None
@@ -141,19 +145,22 @@ def test_snapshot_nearby_puts_the_hidden_player_back_in_place(
 
 def test_own_approximate_rank(shadowed: SignedClient, settings: Settings) -> None:
     api = shadowed
-    reply = api.get(f"/v1/boards/{BOARD}/players/P1", params={"mode": "approx"})
+    reply = api.get(
+        f"/v1/boards/{BOARD}/players/P1",
+        params={"mode": "approx"},
+        headers=bearer(settings, "P1"),
+    )
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert (body["basis"], body["exactness"]) == ("histogram", "approximate")
     assert (body["score"], body["population"]) == (920, 5)
     # The true rank as if present (1) is within the stated bound.
     assert body["rank"] <= 1 <= body["rank"] + body["errorBound"]
-    other = api.get(
-        f"/v1/boards/{BOARD}/players/P1",
-        params={"mode": "approx"},
-        headers=bearer(settings, "P2"),
-    )
-    assert other.status_code == 404
+    for view in (bearer(settings, "P2"), {}):
+        other = api.get(
+            f"/v1/boards/{BOARD}/players/P1", params={"mode": "approx"}, headers=view
+        )
+        assert other.status_code == 404, (view, other.text)
     # Others' approximate answers do not count P1.
     p5 = api.get(f"/v1/boards/{BOARD}/players/P5", params={"mode": "approx"}).json()
     assert p5["population"] == 4
@@ -174,14 +181,17 @@ def test_own_friends_snapshot(shadowed: SignedClient, settings: Settings) -> Non
 def test_a_bad_token_on_a_public_read_reads_as_none(
     shadowed: SignedClient, settings: Settings
 ) -> None:
-    """Public reads need no token: an invalid one is ignored, not a 401 (so a bad
-    token cannot unmask a shadowed player either: it reads like the player's own)."""
-    for path in ("P2", "P1"):
-        reply = shadowed.get(
-            f"/v1/boards/{BOARD}/players/{path}",
-            headers={"Authorization": "Bearer nope"},
-        )
-        assert reply.status_code == 200, reply.text
+    """Public reads need no token: an invalid one is ignored, not a 401, and reads
+    as none: a public read, which cannot unmask a shadowed player."""
+    reply = shadowed.get(
+        f"/v1/boards/{BOARD}/players/P2", headers={"Authorization": "Bearer nope"}
+    )
+    assert reply.status_code == 200, reply.text
+    hidden = shadowed.get(
+        f"/v1/boards/{BOARD}/players/P1", headers={"Authorization": "Bearer nope"}
+    )
+    assert hidden.status_code == 404, hidden.text
+    assert hidden.json()["error"] == "player_not_found"
     # Another player's valid token still hides P1.
     other = shadowed.get(
         f"/v1/boards/{BOARD}/players/P1", headers=bearer(settings, "P3")
@@ -219,19 +229,28 @@ def test_own_reads_while_redis_is_down(own_redis: RedisServer, tmp_path: Path) -
         test_client.app.state.generations.refresh(force=True)
         client.close()
         own_redis.stop()
+        own = bearer(settings, "P1")
         for mode in ("live", "approx"):
-            rank = api.get(f"/v1/boards/{BOARD}/players/P1", params={"mode": mode})
+            rank = api.get(
+                f"/v1/boards/{BOARD}/players/P1", params={"mode": mode}, headers=own
+            )
             assert rank.status_code == 200, rank.text
             body = rank.json()
             assert body["liveLayer"] == "unavailable"
             assert rank.headers["X-Live-Layer"] == "unavailable"
             own_rank_ok(body)
-        near = api.get(f"/v1/boards/{BOARD}/players/P1/nearby", params={"radius": 2})
+        near = api.get(
+            f"/v1/boards/{BOARD}/players/P1/nearby",
+            params={"radius": 2},
+            headers=own,
+        )
         assert near.status_code == 200, near.text
         assert near.json()["entries"] == AS_IF_PRESENT[:3]
         assert near.json()["liveLayer"] == "unavailable"
-        # Not the player's own read: not answered from the hidden side file.
-        other = api.get(
-            f"/v1/boards/{BOARD}/players/P1", headers=bearer(settings, "P2")
-        )
-        assert other.status_code == 503
+        # Not the player's own read (another's token, or none): not answered from
+        # the hidden side file.
+        for view in (bearer(settings, "P2"), {}):
+            other = api.get(f"/v1/boards/{BOARD}/players/P1", headers=view)
+            assert other.status_code == 503, (view, other.text)
+            other = api.get(f"/v1/boards/{BOARD}/players/P1/nearby", headers=view)
+            assert other.status_code == 503, (view, other.text)

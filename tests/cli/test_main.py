@@ -140,10 +140,11 @@ def test_production_refuses_the_dev_key_at_start_up(tmp_path: Path) -> None:
         load_settings(production=True, hmac_keys="gs1:s3cret,dev:dev-secret")
     # Own keys are fine in production.
     assert load_settings(
-        production=True, hmac_keys="gs1:s3cret", admin_keys="ops1:adm1n"
-    ).signing_keys == {
-        "gs1": b"s3cret"
-    }
+        production=True,
+        hmac_keys="gs1:s3cret",
+        admin_keys="ops1:adm1n",
+        player_token_key=OWN_TOKEN_KEY,
+    ).signing_keys == {"gs1": b"s3cret"}
     done = _lb("up", "--port", "1", env=_env(tmp_path, LB_PRODUCTION="true"))
     assert done.returncode == cli_main.EXIT_CONFIG
     assert "LB_HMAC_KEYS" in _short_error(done)[0]
@@ -159,6 +160,79 @@ def test_production_refuses_the_dev_key_at_start_up(tmp_path: Path) -> None:
     )
     assert api.returncode != 0
     assert "LB_HMAC_KEYS" in api.stderr
+
+
+OWN_TOKEN_KEY = "an-operators-own-player-token-key-0123"
+
+
+@pytest.mark.unit
+def test_production_refuses_the_dev_player_token_key_at_start_up(
+    tmp_path: Path,
+) -> None:
+    """Regression (issue 23 item 9): LB_PRODUCTION=true with the default
+    LB_PLAYER_TOKEN_KEY started, then every read with a bearer header, nearby and
+    friends answered 500 ("the local player-token key is refused outside local
+    use"). Refused at start-up now, naming the variable, by `lb up` and the API."""
+    own = {"hmac_keys": "gs1:s3cret", "admin_keys": "ops1:adm1n"}
+    with pytest.raises(SettingsError, match="LB_PLAYER_TOKEN_KEY"):
+        load_settings(production=True, **own)
+    settings = load_settings(production=True, player_token_key=OWN_TOKEN_KEY, **own)
+    assert settings.player_token_secret == OWN_TOKEN_KEY.encode()
+    # Local use keeps its default.
+    assert load_settings(**own).player_token_secret
+    env = _env(
+        tmp_path,
+        LB_PRODUCTION="true",
+        LB_HMAC_KEYS="gs1:s3cret",
+        LB_ADMIN_KEYS="ops1:adm1n",
+    )
+    done = _lb("up", "--port", "1", env=env)
+    assert done.returncode == cli_main.EXIT_CONFIG, done.stderr
+    first = _short_error(done)[0]
+    assert "LB_PLAYER_TOKEN_KEY" in first and "LB_PRODUCTION" in first
+    assert "Traceback" not in done.stderr
+    api = subprocess.run(
+        [sys.executable, "-c", "from api.main import create_app; create_app()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert api.returncode != 0
+    assert "LB_PLAYER_TOKEN_KEY" in api.stderr
+
+
+@pytest.mark.integration
+def test_production_with_own_keys_answers_bearer_reads(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """With its own keys a production API answers player reads carrying a bearer
+    header (valid or not), nearby and friends without a 5xx (issue 23 item 9)."""
+    from api.tokens import issue_player_token
+
+    settings = Settings(
+        production=True,
+        hmac_keys="gs1:s3cret",
+        admin_keys="ops1:adm1n",
+        player_token_key=OWN_TOKEN_KEY,
+        redis_url=redis_server.url,
+        data_dir=tmp_path / "lb",
+        partitions=2,
+    )
+    token = issue_player_token(settings.player_token_secret, "P1")
+    base = "/v1/boards/alltime:all:global/players/P1"
+    with TestClient(create_app(settings)) as client:
+        for bearer in (f"Bearer {token}", "Bearer nope"):
+            headers = {"Authorization": bearer}
+            for path in ("", "/nearby", "/friends"):
+                reply = client.get(base + path, headers=headers)
+                assert reply.status_code < 500, (path, bearer, reply.text)
+                assert reply.headers["content-type"].startswith("application/json")
+        # The token was verified with the operator's key: P1 has no score yet.
+        mine = {"Authorization": f"Bearer {token}"}
+        own = client.get(base + "/friends", headers=mine)
+        assert own.json()["error"] == "player_not_found", own.text
 
 
 @pytest.mark.integration

@@ -1,12 +1,13 @@
 """Shadow removal across publishes: the next generation leaves the player out of every
-public snapshot answer (its own read answers as if present), a restore brings it back
-live at once and in the generation after."""
+public snapshot answer (its own read, with its token, answers as if present), a
+restore brings it back live at once and in the generation after."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import SparkSession
 
+from api.tokens import issue_player_token
 from conf.settings import Settings
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
@@ -39,7 +40,12 @@ def test_shadow_through_generations(
     assert "P1" not in [e["playerId"] for e in near["entries"]]
     other = api.get(f"/v1/boards/{BOARD}/players/P2", params=SNAP).json()
     assert (other["rank"], other["population"]) == (1, 4)
-    own = api.get(f"/v1/boards/{BOARD}/players/P1", params=SNAP).json()
+    token = issue_player_token(settings.player_token_secret, "P1")
+    own = api.get(
+        f"/v1/boards/{BOARD}/players/P1",
+        params=SNAP,
+        headers={"Authorization": f"Bearer {token}"},
+    ).json()
     assert (own["score"], own["rank"], own["position"], own["population"]) == (
         920,
         1,

@@ -132,3 +132,13 @@ def test_settings_validation() -> None:
     assert Settings(hmac_keys="a:1,b:2").signing_keys == {"a": b"1", "b": b"2"}
     with pytest.raises(ValueError, match="refused"):
         _ = Settings(production=True).signing_keys
+    # The local player-token key too (issue 23 item 9), at validation.
+    with pytest.raises(ValueError, match="LB_PLAYER_TOKEN_KEY"):
+        Settings(production=True, hmac_keys="k:s", admin_keys="a:t")
+    own = Settings(
+        production=True,
+        hmac_keys="k:s",
+        admin_keys="a:t",
+        player_token_key="an-operators-own-player-token-key-0123",
+    )
+    assert own.player_token_secret == b"an-operators-own-player-token-key-0123"
