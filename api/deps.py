@@ -52,16 +52,16 @@ async def get_reads(request: Request) -> ReadService:
     return request.app.state.reads  # type: ignore[no-any-return]
 
 
-async def get_viewer(
-    request: Request,
-    authorization: Annotated[
-        str | None,
-        Header(
-            description="optional player token (Bearer JWT): a shadowed player's "
-            "own reads answer as if it were present, another player's do not"
-        ),
-    ] = None,
-) -> str | None:
+AuthorizationHeader = Annotated[
+    str | None,
+    Header(
+        description="optional player token (Bearer JWT): a shadowed player's "
+        "own reads answer as if it were present, another player's do not"
+    ),
+]
+
+
+def viewer_of(request: Request, authorization: str | None) -> str | None:
     """The player a valid token names; None without one. Public reads need no
     token, so an invalid or expired one reads as none (a client that attaches its
     token to every request keeps reading after it expires)."""
@@ -118,7 +118,6 @@ GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
 FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
 ReadsDep = Annotated[ReadService, Depends(get_reads)]
-ViewerDep = Annotated[str | None, Depends(get_viewer)]
 AdminDep = Annotated[AdminCall, Depends(require_admin)]
 
 

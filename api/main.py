@@ -13,8 +13,6 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import install_error_handlers
-from api.fast_reads import FastReads
-from api.fast_writes import FastWrites
 from api.friends import FriendsReader
 from api.live import LiveReader
 from api.metrics import GcPauseTimer, observe_read
@@ -157,11 +155,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    # Innermost of these: the hot reads and the score-event writes skip FastAPI's
-    # router (api/fast_reads.py, api/fast_writes.py) after the rule reload and
-    # inside the metrics layer.
-    app.add_middleware(FastReads)
-    app.add_middleware(FastWrites)
     app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)
     app.include_router(health.router)
