@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.direct import add_first
 from api.errors import install_error_handlers
 from api.friends import FriendsReader
 from api.live import LiveReader
@@ -157,9 +158,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)
+    # The hot reads and the writes: the app's own routes, first (api/direct.py).
+    add_first(app, boards_routes.router, score_events.router)
     app.include_router(health.router)
-    app.include_router(score_events.router)
-    app.include_router(boards_routes.router)
     app.include_router(awards.router)
     app.include_router(admin.router)
     app.include_router(friends.router)

@@ -7,8 +7,10 @@ from typing import Any
 
 import fastapi.routing
 import pytest
+from fastapi.routing import APIRoute, request_response
 
 import api.direct
+from api.routes import boards, score_events
 
 
 def spy_injection(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -25,6 +27,11 @@ def spy_injection(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def without_direct_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Apps built from now on answer every route with FastAPI's own handler
-    (dependency solving and validation), the reference the direct one must equal."""
+    """Until the test ends, the direct routes answer with FastAPI's own handler
+    (dependency solving and validation), the reference the direct one must equal:
+    the app's own routes (api.direct.add_first) and those included later."""
+    for route in [*boards.router.routes, *score_events.router.routes]:
+        if isinstance(route, api.direct.DirectRoute):
+            handler = APIRoute.get_route_handler(route)
+            monkeypatch.setattr(route, "app", request_response(handler))
     monkeypatch.setattr(api.direct, "direct_handler", lambda dependant: None)

@@ -161,7 +161,7 @@ def test_direct_answers_equal_fastapi_answers(
     assert solved == ["read_boards"]
     assert len(judged) == len(JUDGED), judged
     # The reference: another app on the same data, every route answered by
-    # FastAPI's own handler (built at its first request, so patched until then).
+    # FastAPI's own handler.
     solved.clear()
     without_direct_handlers(monkeypatch)
     with TestClient(create_app(settings)) as client:
