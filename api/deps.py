@@ -13,14 +13,14 @@ from fastapi import Depends, Header, Request
 from pydantic import AfterValidator
 
 from api.errors import BodyTooLarge, Unauthorized
-from api.friends import FriendsReader
-from api.live import LiveReader
 from api.reads import ReadService
 from api.security import verify_admin
 from api.tokens import player_of
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
+from speed.friends import FriendsReader
+from speed.live import LiveReader
 from speed.store import SpeedLayer
 
 

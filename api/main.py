@@ -14,8 +14,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.direct import add_first
 from api.errors import install_error_handlers
-from api.friends import FriendsReader
-from api.live import LiveReader
 from api.metrics import GcPauseTimer, observe_read
 from api.reads import ReadService
 from api.responses import FastJSONResponse
@@ -39,6 +37,8 @@ from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from serving.registry import GenerationRegistry, quarantine_thresholds
 from speed.baserows import registry_lookup
 from speed.connection import async_client
+from speed.friends import FriendsReader
+from speed.live import LiveReader
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 

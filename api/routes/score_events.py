@@ -34,7 +34,7 @@ from api.security import verify
 from conf.boards import BoardsConfig
 from conf.rules import Implausible, RuleInputError, RuleRegistry
 from conf.settings import Settings
-from speed.audit import AUDIT_STREAM, audit_entry
+from speed.audit import append_audit, audit_entry
 from speed.events import (
     EventInvalid,
     NormalizedEvent,
@@ -150,11 +150,7 @@ async def audit_corrections(
         entries.append(
             audit_entry(actor, "correction", event.eventId, event.reason, details)
         )
-    if entries:
-        pipe = speed.client.pipeline(transaction=False)
-        for entry in entries:
-            pipe.xadd(AUDIT_STREAM, {"r": entry})
-        await pipe.execute()
+    await append_audit(speed.client, entries)
 
 
 @router.post(
