@@ -94,7 +94,7 @@ def _text(metadata: list[Any]) -> Convert | None:
     for item in metadata:
         if isinstance(item, annotated_types.MaxLen) and not after:
             longest = item.max_length
-        elif isinstance(item, AfterValidator) and callable(item.func):
+        elif isinstance(item, AfterValidator) and _plain(item.func):
             after.append(item.func)  # type: ignore[arg-type]
         else:
             return None
@@ -102,11 +102,24 @@ def _text(metadata: list[Any]) -> Convert | None:
     def convert(raw: str) -> str:
         if longest is not None and len(raw) > longest:
             raise _Odd
-        for func in after:
-            raw = func(raw)
+        try:
+            for func in after:
+                raw = func(raw)
+        except (ValueError, AssertionError):
+            raise _Odd from None  # pydantic's refusal, in FastAPI's words
         return raw
 
     return convert
+
+
+def _plain(func: Any) -> bool:
+    """A validator called with the value alone (not pydantic's ``info`` too)."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in kinds) == 1
 
 
 def _member(choices: tuple[Any, ...], metadata: list[Any]) -> Convert | None:

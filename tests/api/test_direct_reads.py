@@ -12,6 +12,7 @@ import pytest
 import redis
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.testclient import TestClient
+from pydantic import AfterValidator
 
 import api.direct
 from api.direct import DirectRoute, Params
@@ -272,3 +273,42 @@ def test_plain_values_are_converted_and_odd_ones_left_to_fastapi() -> None:
     ]:
         with pytest.raises(api.direct._Odd):
             keys[param].convert(raw)
+
+
+def refuse_x(value: str) -> str:
+    if value == "x":
+        raise ValueError("not x")
+    return value
+
+
+def test_a_refusing_validator_is_fastapis_422_and_one_with_info_is_fastapis(
+    settings: Settings,
+) -> None:
+    """A path parameter's AfterValidator that refuses answers FastAPI's 422 (not a
+    500); one that takes pydantic's info makes the route FastAPI's to handle."""
+    router = APIRouter(route_class=DirectRoute)
+
+    @router.get("/checked/{name}")
+    async def checked(
+        request: Request, name: Annotated[str, AfterValidator(refuse_x)]
+    ) -> EncodedResponse:
+        return EncodedResponse(b'"' + name.encode() + b'"')
+
+    @router.get("/informed/{name}")
+    async def informed(
+        request: Request,
+        name: Annotated[str, AfterValidator(lambda value, info: value.upper())],
+    ) -> EncodedResponse:
+        return EncodedResponse(b'"' + name.encode() + b'"')
+
+    routes = {r.name: r for r in router.routes}  # type: ignore[attr-defined]
+    assert Params.of(routes["checked"].dependant) is not None
+    assert Params.of(routes["informed"].dependant) is None
+    app = create_app(settings)
+    app.include_router(router)
+    with TestClient(app) as client:
+        assert client.get("/checked/y").json() == "y"
+        refused = client.get("/checked/x")
+        assert refused.status_code == 422
+        assert refused.json()["error"] == "invalid_request"
+        assert client.get("/informed/y").json() == "Y"
