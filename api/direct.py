@@ -46,6 +46,7 @@ from fastapi.routing import APIRoute, APIRouter
 from pydantic import AfterValidator
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import request_response
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 # Canonical decimals only; "+5", " 5", "05" or "5.0" are FastAPI's to judge.
@@ -177,6 +178,22 @@ def _param(field: ModelField, header: bool = False) -> _Param | None:
     return _Param(field.name, field.alias, required, default, convert)
 
 
+def _plain_query(raw: bytes) -> dict[str, str] | None:
+    """The query string as Starlette's ``QueryParams`` reads it (the last value of a
+    repeated name wins) when it is plain ASCII without escapes; None otherwise
+    (``request.query_params`` then decodes it)."""
+    if not raw:
+        return {}
+    if b"%" in raw or b"+" in raw or not raw.isascii():
+        return None
+    query: dict[str, str] = {}
+    for pair in raw.decode("ascii").split("&"):
+        if pair:
+            name, _, value = pair.partition("=")
+            query[name] = value
+    return query
+
+
 class Params:
     """The parser of one direct route's path, query and header parameters."""
 
@@ -217,11 +234,12 @@ class Params:
     def parse(self, request: Request) -> dict[str, Any]:
         """The endpoint's arguments; RequestValidationError as FastAPI raises it."""
         values: dict[str, Any] = {}
+        query = _plain_query(request.scope.get("query_string", b""))
         try:
             for source, params_ in (
                 (request.path_params, self.path),
-                (request.query_params, self.query),
-                (request.headers, self.header),
+                (request.query_params if query is None else query, self.query),
+                (request.headers if self.header else {}, self.header),
             ):
                 for param in params_:
                     raw = source.get(param.key)
@@ -287,6 +305,14 @@ _INCLUDED = getattr(fastapi.routing, "_effective_route_context_var", None)
 class DirectRoute(APIRoute):
     """An APIRoute whose handler calls the endpoint without dependency injection
     when it has nothing to inject (see the module's docstring)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        handler = direct_handler(self.dependant)
+        if handler is not None:
+            # Starlette's wrapper: FastAPI's adds the exit stacks of dependencies
+            # with yield, and a direct route has none.
+            self.app = request_response(handler)
 
     def get_route_handler(self) -> Handler:
         route: Any = self

@@ -312,3 +312,22 @@ def test_a_refusing_validator_is_fastapis_422_and_one_with_info_is_fastapis(
         assert refused.status_code == 422
         assert refused.json()["error"] == "invalid_request"
         assert client.get("/informed/y").json() == "Y"
+
+
+def test_the_plain_query_reads_as_starlettes() -> None:
+    from starlette.datastructures import QueryParams
+
+    for raw in [
+        b"",
+        b"limit=3",
+        b"limit=3&limit=4",
+        b"limit=&mode=live",
+        b"a&b=&=c&&d=1=2",
+        b"mode=approx&generation=g1&radius=7",
+    ]:
+        plain = api.direct._plain_query(raw)
+        assert plain is not None
+        starlette = QueryParams(raw)
+        assert plain == {name: starlette[name] for name in starlette}, raw
+    for raw in [b"mode=snap%73hot", b"limit=+5", "n=\u00e9".encode()]:
+        assert api.direct._plain_query(raw) is None
