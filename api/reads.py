@@ -106,8 +106,6 @@ class ApproxCounts:
     as_of: dict[str, int]
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class Answer:
     """An encoded answer: the JSON bytes and any extra headers."""
