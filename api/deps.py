@@ -13,14 +13,14 @@ from fastapi import Depends, Header, Request
 from pydantic import AfterValidator
 
 from api.errors import BodyTooLarge, Unauthorized
-from api.friends import FriendsReader
-from api.live import LiveReader
 from api.reads import ReadService
 from api.security import verify_admin
 from api.tokens import player_of
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
+from speed.friends import FriendsReader
+from speed.live import LiveReader
 from speed.store import SpeedLayer
 
 
@@ -52,17 +52,17 @@ async def get_reads(request: Request) -> ReadService:
     return request.app.state.reads  # type: ignore[no-any-return]
 
 
-async def get_viewer(
-    request: Request,
-    authorization: Annotated[
-        str | None,
-        Header(
-            description="optional player token (Bearer JWT): a shadowed player's "
-            "own reads (its token) answer as if it were present; reads with "
-            "another player's token or none do not"
-        ),
-    ] = None,
-) -> str | None:
+AuthorizationHeader = Annotated[
+    str | None,
+    Header(
+        description="optional player token (Bearer JWT): a shadowed player's "
+        "own reads (its token) answer as if it were present; reads with "
+        "another player's token or none do not"
+    ),
+]
+
+
+def viewer_of(request: Request, authorization: str | None) -> str | None:
     """The player a valid token names; None without one. Public reads need no
     token, so an invalid or expired one reads as none (a client that attaches its
     token to every request keeps reading after it expires)."""
@@ -119,7 +119,6 @@ GenerationsDep = Annotated[GenerationRegistry, Depends(get_generations)]
 LiveDep = Annotated[LiveReader, Depends(get_live)]
 FriendsDep = Annotated[FriendsReader, Depends(get_friends)]
 ReadsDep = Annotated[ReadService, Depends(get_reads)]
-ViewerDep = Annotated[str | None, Depends(get_viewer)]
 AdminDep = Annotated[AdminCall, Depends(require_admin)]
 
 

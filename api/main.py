@@ -13,11 +13,8 @@ from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.direct import add_first
 from api.errors import install_error_handlers
-from api.fast_reads import FastReads
-from api.fast_writes import FastWrites
-from api.friends import FriendsReader
-from api.live import LiveReader
 from api.metrics import GcPauseTimer, observe_read
 from api.models import with_body_schemas
 from api.reads import ReadService
@@ -42,6 +39,8 @@ from conf.settings import LOCAL_DEV_KEYS, Settings, load_settings
 from serving.registry import GenerationRegistry, quarantine_thresholds
 from speed.baserows import registry_lookup
 from speed.connection import async_client
+from speed.friends import FriendsReader
+from speed.live import LiveReader
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
@@ -165,16 +164,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    # Innermost of these: the hot reads and the score-event writes skip FastAPI's
-    # router (api/fast_reads.py, api/fast_writes.py) after the rule reload and
-    # inside the metrics layer.
-    app.add_middleware(FastReads)
-    app.add_middleware(FastWrites)
     app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)
+    # The hot reads and the writes: the app's own routes, first (api/direct.py).
+    add_first(app, boards_routes.router, score_events.router)
     app.include_router(health.router)
-    app.include_router(score_events.router)
-    app.include_router(boards_routes.router)
     app.include_router(awards.router)
     app.include_router(admin.router)
     app.include_router(friends.router)

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 import redis
 
 from conf.boards import BoardsConfig
@@ -27,7 +26,7 @@ from conf.settings import Settings
 from serving.awards import versions
 from serving.registry import GenerationRegistry
 from serving.verify_state import read_last_verify
-from speed.partitions import KEY_PREFIX, Keys
+from speed.logs import changed_players, first_received_after, progress
 
 SEASON_STATES = ("open", "closing", "closed")
 
@@ -65,17 +64,6 @@ def _parse_time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def _first_after(client: redis.Redis, keys: Keys, position: int) -> int | None:
-    """receivedAtMs of the first log entry after ``position``, None when none."""
-    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
-        keys.log, min=f"({position}-0" if position else "-", max="+", count=1
-    )
-    if not entries:
-        return None
-    record = orjson.loads(entries[0][1][b"r"])
-    return int(record["receivedAtMs"])
 
 
 def season_states(
@@ -126,20 +114,14 @@ def collect_state(
     state.seasons = season_states(config, now, closed_seasons(settings, config))
     state.last_verify = read_last_verify(settings)
     try:
-        pipe = client.pipeline(transaction=False)
-        for p in range(settings.partitions):
-            keys = Keys(p)
-            pipe.get(keys.position)
-            pipe.get(keys.landed)
-            pipe.hget(keys.base_generation, "g")
-        values = pipe.execute()
-        for p in range(settings.partitions):
-            keys = Keys(p)
-            position, landed, base = (int(v or 0) for v in values[3 * p : 3 * p + 3])
-            oldest = _first_after(client, keys, landed) if position > landed else None
+        for p, each in enumerate(progress(client, settings.partitions)):
+            position, landed, base = each.position, each.landed, each.base_generation
+            oldest = (
+                first_received_after(client, p, landed) if position > landed else None
+            )
             through = int(boundary.get(str(p), 0))
             lagging = (
-                _first_after(client, keys, through) if position > through else None
+                first_received_after(client, p, through) if position > through else None
             )
             state.partitions.append(
                 PartitionState(
@@ -153,11 +135,7 @@ def collect_state(
                     None if lagging is None else max(0.0, (now_ms - lagging) / 1000),
                 )
             )
-        counts: dict[str, int] = {}
-        for key in client.scan_iter(match=f"{KEY_PREFIX}:*:chz:*", count=1000):
-            board = key.decode().split(":chz:", 1)[1]
-            counts[board] = counts.get(board, 0) + int(client.zcard(key))
-        state.changed_players = dict(sorted(counts.items()))
+        state.changed_players = changed_players(client)
     except (redis.RedisError, OSError) as exc:
         state.redis_error = str(exc) or type(exc).__name__
     return state

@@ -5,7 +5,7 @@ One place decides how a read is answered, so the routes only validate input:
 * **snapshot** (``mode=snapshot``, a pinned ``generation``, or a closed board whose
   final state is in the latest generation): the mapped segment; the answer is fixed
   for the generation, so its encoded bytes are cached per generation;
-* **live**: the base generation merged with the speed layer (:mod:`api.live`); live
+* **live**: the base generation merged with the speed layer (:mod:`speed.live`); live
   top lists are cached per board (:class:`LiveTopCache`);
 * **approx**: the Fenwick histogram, one Redis round trip (:meth:`approx_rank`);
 * **fallbacks**: exactness impossible live (a rebase in progress) -> the latest
@@ -28,7 +28,6 @@ import base64
 import binascii
 import bisect
 import contextlib
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
@@ -54,15 +53,6 @@ from api.errors import (
     NotReady,
     PlayerNotFound,
 )
-from api.flags import FLAGS_VERSION_KEY, shadowed_among
-from api.friends import FriendsReader, rank_members, read_friends, snapshot_scores
-from api.live import (
-    Base,
-    LiveReader,
-    NotExact,
-    PlayerMissing,
-    run_commands,
-)
 from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, describe_board
 from conf.rule_state import describe_replay_board
@@ -75,11 +65,17 @@ from serving.registry import (
 )
 from serving.segments import BoardSegment
 from speed.closed import final_boards
-from speed.connection import is_cluster
-from speed.lua import load
-from speed.partitions import EPOCH_KEY, Keys, partition_of
+from speed.flags import shadowed_among
+from speed.friends import FriendsReader, rank_members, read_friends, snapshot_scores
+from speed.live import (
+    Base,
+    LiveReader,
+    NotExact,
+    PlayerMissing,
+)
+from speed.partitions import partition_of
 from speed.rebase import bucket_lowers
-from speed.scripts import APPROX_RANK, APPROX_TABLE, LIVE_STAMP, READ_STAMP
+from speed.scripts import APPROX_RANK
 
 Mode = Literal["live", "snapshot", "approx"]
 SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
@@ -110,8 +106,6 @@ class ApproxCounts:
     same: int
     population: int
     as_of: dict[str, int]
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +590,6 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
-        self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -607,9 +600,6 @@ class ReadService:
         self._histogram_flights: dict[str, asyncio.Future[Histogram | None]] = {}
         self._histogram_served: dict[str, int] = {}
         self._histogram_skipped: dict[str, int] = {}
-        self._approx_table = live.speed.client.register_script(load("approx_table"))
-        self._read_stamp = live.speed.client.register_script(load("read_stamp"))
-        self._read_stamp_keys: list[str] | None = None
 
     @property
     def speed(self) -> Any:
@@ -740,71 +730,11 @@ class ReadService:
             {**snapshot_header(board, mode, gen, population), "entries": entries}
         )
 
-    def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
-        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
-        partition (a call's keys must share a slot there)."""
-        if self._stamp_commands is None:
-            script = self.live._stamp_script
-            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
-            for p in range(self.live.partitions):
-                keys = LIVE_STAMP.keys_of(
-                    {},
-                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
-                )
-                self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
-        return self._stamp_commands
-
     async def _stamp(
         self, fields: list[tuple[str, str]] | None = None
     ) -> tuple[Stamp, list[Any]]:
-        """What a live answer depends on, in one round trip: every partition's base
-        generation and log position, the flags version, and the dataset's epoch (a
-        random number kept in Redis: a flushed or replaced dataset whose positions
-        restart cannot match an answer cached from the old one, and `lb rebuild`
-        renews it after repairing keys that positions do not cover). As (bases...,
-        positions..., flags, epoch), with the values of the hash ``fields``
-        ((key, field) pairs) read in the same round trip. On one server it is one
-        reply (``read_stamp.lua``); on a cluster one per partition and counter."""
-        fields = fields or []
-        partitions = self.live.partitions
-        if is_cluster(self.speed.client):
-            commands = self._stamp_commands_of() + [
-                ("HGET", key, field) for key, field in fields
-            ]
-            replies = await run_commands(
-                self.speed.client, self.live._stamp_script, commands
-            )
-            n = len(commands) - len(fields)
-            flat = [v for reply in replies[2:n] for v in reply]
-            head, values = replies[:2], replies[n:]
-        else:
-            if self._read_stamp_keys is None:
-                self._read_stamp_keys = READ_STAMP.keys_of(
-                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
-                    [
-                        {"base": Keys(p).base_generation, "position": Keys(p).position}
-                        for p in range(partitions)
-                    ],
-                )
-            keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
-            args = READ_STAMP.args_of(
-                {"partitions": partitions}, rest=[field for _, field in fields]
-            )
-            (reply,) = await run_commands(
-                self.speed.client,
-                self._read_stamp,
-                [("EVALSHA", self._read_stamp.sha, len(keys), *keys, *args)],
-            )
-            head = reply[:2]
-            flat = reply[2 : 2 + 2 * partitions]
-            values = reply[2 + 2 * partitions :]
-        flags = int(head[0] or 0)
-        epoch = int(head[1] or 0)
-        if epoch == 0:
-            await self.speed.client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
-            epoch = int(await self.speed.client.get(EPOCH_KEY) or 0)
-        stamp = (*flat[0::2], *flat[1::2], flags, epoch)
-        return stamp, values
+        """What a live answer depends on (:meth:`speed.live.LiveReader.stamp`)."""
+        return await self.live.stamp(fields)
 
     # ----------------------------------------------------------------------- rank
 
@@ -911,9 +841,8 @@ class ReadService:
         faster than tables are worth reading), every partition's tree is asked
         around the score (:meth:`_approx_by_partition`)."""
         owner_p = partition_of(player_id, self.live.partitions)
-        owner = Keys(owner_p)
         stamp, (raw, flag) = await self._stamp(
-            [(owner.totals(board), player_id), (owner.flags, player_id)]
+            self.live.standing_fields(board, player_id)
         )
         total = None if raw is None else int(bytes(raw).split(b"|", 1)[0])
         if raw is None:
@@ -1015,22 +944,7 @@ class ReadService:
         lowers = self._lowers(board, latest) if latest is not None else []
         if lowers is None:
             return None
-        script = self._approx_table
-        commands: list[tuple[Any, ...]] = [
-            ("GET", FLAGS_VERSION_KEY),
-            ("GET", EPOCH_KEY),
-        ]
-        for p in range(self.live.partitions):
-            keys = Keys(p)
-            script_keys = APPROX_TABLE.keys_of(
-                {
-                    "fw": keys.fenwick(board),
-                    "base": keys.base_generation,
-                    "position": keys.position,
-                }
-            )
-            commands.append(("EVALSHA", script.sha, len(script_keys), *script_keys))
-        replies = await run_commands(self.speed.client, script, commands)
+        replies = await self.live.histogram_tables(board)
         tables = replies[2:]
         bases = [_int(t[0]) for t in tables]
         if any(b != number for b in bases):
@@ -1138,8 +1052,6 @@ class ReadService:
         trip (hiredis-packed, as the exact reads). The bucket comes from the latest
         generation; if a partition's base is another one (a rebase under way), the
         counts are read again with the script's own lookup."""
-        owner = Keys(partition_of(player_id, self.live.partitions))
-        script = self.live._approx
         bucket = self._bucket_of(board, score)
         for given in (bucket, None) if bucket is not None else (None,):
             args = APPROX_RANK.args_of(
@@ -1149,24 +1061,7 @@ class ReadService:
                     "size": given[1] if given else "",
                 }
             )
-            commands: list[tuple[Any, ...]] = [
-                ("HGET", owner.totals(board), player_id),
-                ("HGET", owner.flags, player_id),
-            ]
-            for p in range(self.live.partitions):
-                keys = Keys(p)
-                script_keys = APPROX_RANK.keys_of(
-                    {
-                        "fw": keys.fenwick(board),
-                        "bk": keys.buckets(board),
-                        "base": keys.base_generation,
-                        "position": keys.position,
-                    }
-                )
-                commands.append(
-                    ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
-                )
-            replies = await run_commands(self.speed.client, script, commands)
+            replies = await self.live.approx_counts(board, player_id, args)
             counts = replies[2:]
             if given is not None and any(_int(c[_BASE]) != given[2] for c in counts):
                 continue

@@ -69,6 +69,16 @@ async def record_audit(
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
+async def append_audit(client: aioredis.Redis, entries: list[bytes]) -> None:
+    """Append entries made by :func:`audit_entry` (one pipelined round trip)."""
+    if not entries:
+        return
+    pipe = client.pipeline(transaction=False)
+    for entry in entries:
+        pipe.xadd(AUDIT_STREAM, {"r": entry})
+    await pipe.execute()
+
+
 def record_audit_sync(
     client: redis.Redis,
     actor: str,

@@ -23,9 +23,8 @@ from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import base_row, crc32_column, partition_rows
 from speed.connection import sync_client
-from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, tag
-from speed.scripts import REBASE_PARTITION
+from speed.scripts import REBASE_PARTITION, register
 from speed.server import resolve_redis_url
 
 log = logging.getLogger(__name__)
@@ -140,7 +139,7 @@ def rebase(
     """Rebase every partition onto ``generation``; idempotent (a partition already at
     or past it reports ``stale``). Boards in ``exclude`` (closed, final in this
     generation: ``speed/closed.py``) get no speed-layer state back."""
-    script = client.register_script(load("rebase_partition"))
+    script = register(client, REBASE_PARTITION)
     boundary = generation.boundary
     boards = [b for b in generation.board_names() if b not in exclude]
     segments = {board: generation.board(board) for board in boards}

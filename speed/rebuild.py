@@ -56,7 +56,6 @@ from speed.baserows import base_row, partition_rows
 from speed.closed import final_boards
 from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
-from speed.lua import load
 from speed.partitions import EPOCH_KEY, KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.records import (
@@ -70,7 +69,7 @@ from speed.records import (
     slice_expire_at,
     slice_of,
 )
-from speed.scripts import REBUILD_PARTITION
+from speed.scripts import REBUILD_PARTITION, register
 from speed.server import resolve_redis_url
 
 MAX_ATTEMPTS = 10
@@ -1001,7 +1000,7 @@ def switch_partition(
             for structure in BOARD_STRUCTURES
         ],
     )
-    script = client.register_script(load("rebuild_partition"))
+    script = register(client, REBUILD_PARTITION)
     kind, payload = script(
         keys=script_keys,
         args=REBUILD_PARTITION.args_of(

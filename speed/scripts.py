@@ -14,7 +14,8 @@ the same offsets in tables at its top::
 and ``tests/unit/test_script_interfaces.py`` checks that both agree (and that no
 script indexes KEYS or ARGV with a bare number). Callers build their KEYS and ARGV
 through :meth:`ScriptInterface.keys` and :meth:`ScriptInterface.args`, which order
-named values as declared and refuse a missing or unknown name.
+named values as declared and refuse a missing or unknown name, and get the script
+itself from :func:`register`, the one place a script is registered with a client.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from speed.lua import load
 
 
 class ScriptArgumentError(ValueError):
@@ -409,3 +412,11 @@ INTERFACES: dict[str, ScriptInterface] = {
         REBUILD_PARTITION,
     )
 }
+
+
+def register(client: Any, script: ScriptInterface) -> Any:
+    """``speed/lua/<name>.lua`` registered with ``client`` (sync or asyncio, single
+    server or cluster): called with keys and args it runs by EVALSHA, loading the
+    script again after a NOSCRIPT. The one registration site of the speed layer
+    (tests/unit/test_redis_ownership.py holds it)."""
+    return client.register_script(load(script.name))

@@ -23,7 +23,6 @@ from serving.registry import Generation
 from speed.baserows import base_entries
 from speed.connection import ReplicaWait, send_commands
 from speed.events import NormalizedEvent
-from speed.lua import load
 from speed.partitions import Keys, partition_of
 from speed.records import (
     LOOKBACK_SLICES,
@@ -37,7 +36,7 @@ from speed.records import (
     slice_expire_at,
 )
 from speed.scoring import score_event
-from speed.scripts import APPLY_EVENT, pack_strings
+from speed.scripts import APPLY_EVENT, pack_strings, register
 
 # Events of one partition per script call at most: bounds the time Redis spends in
 # one script (other clients wait meanwhile) and the size of its unpack() calls.
@@ -135,7 +134,7 @@ class SpeedLayer:
         self.partitions = partitions
         self.retention_seconds = retention_seconds
         self.rate_limit = rate_limit
-        self._apply = client.register_script(load("apply_event"))
+        self._apply = register(client, APPLY_EVENT)
         self._keys_cache: dict[int, Keys] = {}
         self.use_boards(boards)
         self._periods_cache: dict[date, dict[str, str]] = {}

@@ -30,7 +30,7 @@ from serving.awards import (
 from speed.audit import record_audit
 from speed.late_review import adjudicate as adjudicate_awards
 from speed.late_review import late_item, late_review_key, pending_late
-from speed.partitions import Keys
+from speed.logs import log_records
 from speed.store import SpeedLayer
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -55,12 +55,8 @@ async def _late_records(
     speed: SpeedLayer, settings: Settings, season_id: str
 ) -> list[Any]:
     """Log tails first, then the landed queue (landing queues before trimming)."""
-    pipe = speed.client.pipeline(transaction=False)
-    for partition in range(settings.partitions):
-        pipe.xrange(Keys(partition).log, min="-", max="+")
-    tails = await pipe.execute()
+    records = await log_records(speed.client, settings.partitions)
     queued = await speed.client.hgetall(late_review_key(season_id))
-    records = [orjson.loads(fields[b"r"]) for tail in tails for _, fields in tail]
     records += [orjson.loads(raw) for raw in queued.values()]
     decided = decided_events(settings.data_dir, season_id)
     return pending_late(records, season_id, decided)

@@ -2,7 +2,9 @@
 
 Thin routes: they validate input and hand the read to :class:`api.reads.ReadService`,
 which picks the mode and answers with encoded bytes; the declared models
-(:mod:`api.models`) are what /openapi.json documents.
+(:mod:`api.models`) are what /openapi.json documents. The router's routes are
+:class:`api.direct.DirectRoute` ones: the hot reads' endpoints take the ``Request``
+(the app's state is ``request.app.state``) and declared parameters, no dependencies.
 """
 
 from __future__ import annotations
@@ -10,19 +12,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from api.deps import (
+    AuthorizationHeader,
     BoardsDep,
     GenerationsDep,
     PlayerIdPath,
-    ReadsDep,
     SettingsDep,
-    ViewerDep,
+    viewer_of,
 )
+from api.direct import DirectRoute
 from api.errors import READ_ERROR_RESPONSES
 from api.models import BoardsOut, EntriesOut, NearbyOut, RankOut, TopOut
-from api.reads import Answer
+from api.reads import Answer, ReadService
 from api.responses import EncodedResponse, FastJSONResponse
 from conf.boards import (
     BoardsConfig,
@@ -34,7 +37,12 @@ from conf.boards import (
 )
 from serving.awards import rfc3339, versions
 
-router = APIRouter(prefix="/v1/boards", tags=["boards"], responses=READ_ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/boards",
+    tags=["boards"],
+    responses=READ_ERROR_RESPONSES,
+    route_class=DirectRoute,
+)
 
 Mode = Literal["live", "snapshot", "approx"]
 ModeQuery = Annotated[Mode, Query()]
@@ -43,6 +51,10 @@ GenerationQuery = Annotated[str | None, Query(max_length=32)]
 
 def respond(answer: Answer) -> EncodedResponse:
     return EncodedResponse(answer.body, headers=answer.headers)
+
+
+def reads_of(request: Request) -> ReadService:
+    return request.app.state.reads  # type: ignore[no-any-return]
 
 
 def _lifecycle(
@@ -105,40 +117,44 @@ async def read_boards(
 
 @router.get("/{board}/top", response_model=TopOut)
 async def read_top(
+    request: Request,
     board: str,
-    reads: ReadsDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
 ) -> EncodedResponse:
     """The first ``limit`` display positions (live, or of a generation)."""
-    return respond(await reads.top(board, limit, mode, generation))
+    return respond(await reads_of(request).top(board, limit, mode, generation))
 
 
 @router.get("/{board}/players/{player_id}", response_model=RankOut)
 async def read_player_rank(
+    request: Request,
     board: str,
     player_id: PlayerIdPath,
-    reads: ReadsDep,
-    viewer: ViewerDep,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
+    authorization: AuthorizationHeader = None,
 ) -> EncodedResponse:
     """A player's score, competition rank, display position and top percent."""
+    viewer = viewer_of(request, authorization)
+    reads = reads_of(request)
     return respond(await reads.rank(board, player_id, mode, generation, viewer))
 
 
 @router.get("/{board}/players/{player_id}/nearby", response_model=NearbyOut)
 async def read_nearby(
+    request: Request,
     board: str,
     player_id: PlayerIdPath,
-    reads: ReadsDep,
-    viewer: ViewerDep,
     radius: Annotated[int, Query(ge=0, le=100)] = 5,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
+    authorization: AuthorizationHeader = None,
 ) -> EncodedResponse:
     """Up to ``radius`` positions on each side of the player, in display order."""
+    viewer = viewer_of(request, authorization)
+    reads = reads_of(request)
     return respond(
         await reads.nearby(board, player_id, radius, mode, generation, viewer)
     )
@@ -146,11 +162,11 @@ async def read_nearby(
 
 @router.get("/{board}/entries", response_model=EntriesOut)
 async def read_entries(
+    request: Request,
     board: str,
-    reads: ReadsDep,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     generation: GenerationQuery = None,
 ) -> EncodedResponse:
     """One page in display order; a cursor pins the generation it came from."""
-    return respond(reads.entries(board, cursor, limit, generation))
+    return respond(reads_of(request).entries(board, cursor, limit, generation))

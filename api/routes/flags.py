@@ -9,12 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import AdminDep, GenerationsDep, SpeedDep
 from api.errors import ADMIN_ERROR_RESPONSES, InvalidRequest, NotReady
-from api.flags import FlagRetry, set_flag
 from api.models import FlagOut, json_body
 from api.responses import FastJSONResponse
 from api.routes.friends import _player_id
 from api.routes.score_events import _parse_json
 from speed.audit import record_audit
+from speed.flags import FlagRetry, set_flag
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

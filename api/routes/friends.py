@@ -9,7 +9,6 @@ from fastapi import APIRouter, Header, Query, Request
 
 from api.deps import LiveDep, PlayerIdPath, ReadsDep, SettingsDep
 from api.errors import READ_ERROR_RESPONSES, WRITE_ERROR_RESPONSES, InvalidRequest
-from api.friends import write_friends
 from api.models import FriendsIn, FriendsListOut, FriendsOut, json_body
 from api.reads import check_board
 from api.responses import EncodedResponse, FastJSONResponse
@@ -17,6 +16,7 @@ from api.routes.boards import GenerationQuery, respond
 from api.routes.score_events import _parse_json, read_signed_body
 from api.tokens import require_player
 from speed.events import EventInvalid, normalize_id
+from speed.friends import write_friends
 
 router = APIRouter(prefix="/v1", tags=["friends"])
 

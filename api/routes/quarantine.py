@@ -10,12 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from api.deps import AdminDep, SpeedDep
 from api.errors import ADMIN_ERROR_RESPONSES, ApiError, InvalidRequest
 from api.models import DecisionOut, HeldEventsOut, json_body
-from api.quarantine import HeldAmbiguous, HeldNotFound, find_held, list_held
-from api.quarantine import reject as reject_held
-from api.quarantine import release as release_held
 from api.responses import FastJSONResponse
 from api.routes.score_events import _parse_json
 from speed.audit import record_audit
+from speed.quarantine import HeldAmbiguous, HeldNotFound, find_held, list_held
+from speed.quarantine import reject as reject_held
+from speed.quarantine import release as release_held
 
 router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
 

@@ -1,4 +1,9 @@
-"""Writes: signed score events, one at a time or in batches of up to 1000."""
+"""Writes: signed score events, one at a time or in batches of up to 1000.
+
+Both are :class:`api.direct.DirectRoute` routes: they read the raw body (its signature
+covers the exact bytes) and the app's state (``request.app.state``), so FastAPI calls
+them without dependency injection.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import Counter
 
-from api.deps import BoardsDep, SettingsDep, SpeedDep, read_body_limited
+from api.deps import read_body_limited
+from api.direct import DirectRoute
 from api.errors import (
     WRITE_ERROR_RESPONSES,
     Conflict,
@@ -27,7 +33,7 @@ from api.security import verify
 from conf.boards import BoardsConfig
 from conf.rules import Implausible, RuleRegistry
 from conf.settings import Settings
-from speed.audit import AUDIT_STREAM, audit_entry
+from speed.audit import append_audit, audit_entry
 from speed.events import (
     EventInvalid,
     NormalizedEvent,
@@ -38,7 +44,10 @@ from speed.events import (
 from speed.store import EventConflict, Outcome, RateLimited, SpeedLayer
 
 router = APIRouter(
-    prefix="/v1", tags=["score-events"], responses=WRITE_ERROR_RESPONSES
+    prefix="/v1",
+    tags=["score-events"],
+    responses=WRITE_ERROR_RESPONSES,
+    route_class=DirectRoute,
 )
 
 IMPLAUSIBLE = Counter(
@@ -121,11 +130,7 @@ async def audit_corrections(
         entries.append(
             audit_entry(actor, "correction", event.eventId, event.reason, details)
         )
-    if entries:
-        pipe = speed.client.pipeline(transaction=False)
-        for entry in entries:
-            pipe.xadd(AUDIT_STREAM, {"r": entry})
-        await pipe.execute()
+    await append_audit(speed.client, entries)
 
 
 @router.post(
@@ -133,10 +138,12 @@ async def audit_corrections(
     response_model=EventResultOut,
     openapi_extra=json_body(ScoreEventIn),
 )
-async def submit_score_event(
-    request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
-) -> FastJSONResponse:
+async def submit_score_event(request: Request) -> FastJSONResponse:
     """Accept one match result exactly once; answers after Redis made it durable."""
+    state = request.app.state
+    settings: Settings = state.settings
+    boards: BoardsConfig = state.boards
+    speed: SpeedLayer = state.speed
     body = await read_signed_body(request, settings)
     try:
         event = checked_event(
@@ -165,10 +172,12 @@ async def submit_score_event(
     response_model=BatchResultOut,
     openapi_extra=json_body(BatchIn),
 )
-async def submit_score_event_batch(
-    request: Request, settings: SettingsDep, boards: BoardsDep, speed: SpeedDep
-) -> FastJSONResponse:
+async def submit_score_event_batch(request: Request) -> FastJSONResponse:
     """Accept up to 1000 events; one result per event, in order."""
+    state = request.app.state
+    settings: Settings = state.settings
+    boards: BoardsConfig = state.boards
+    speed: SpeedLayer = state.speed
     body = await read_signed_body(request, settings)
     payload = _parse_json(body)
     if not isinstance(payload, dict) or set(payload) != {"events"}:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.live import Base
 from serving.segments import BoardSegment
+from speed.live import Base
 from tests.api.segment_writer import write_generation
 
 

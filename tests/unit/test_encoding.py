@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.live import _ranked
+from speed.live import _ranked
 from speed.partitions import decode_entry, encode_entry, encode_score
 from speed.store import decode_result
 

@@ -1,4 +1,4 @@
-"""api.live.RowCounts (every partition's rows before a global row, from a block
+"""speed.live.RowCounts (every partition's rows before a global row, from a block
 table) equals PartitionRows.count_before, the searchsorted it replaces."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.live import ROW_BLOCK, RowCounts
 from speed.baserows import PartitionRows
+from speed.live import ROW_BLOCK, RowCounts
 
 
 def partition_rows(owner: list[int], partitions: int) -> PartitionRows:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from api.live import Base, LiveReader, NotExact
 from serving.segments import BoardSegment
 from speed.connection import run_transaction
-from speed.lua import load
+from speed.live import Base, LiveReader, NotExact
 from speed.partitions import Keys, partition_of
+from speed.scripts import FRIENDS_SCORES, register
 
 
 async def write_friends(live: LiveReader, player_id: str, friends: list[str]) -> None:
@@ -69,7 +69,7 @@ class FriendsReader:
 
     def __init__(self, live: LiveReader) -> None:
         self.live = live
-        self._script = live.speed.client.register_script(load("friends_scores"))
+        self._script = register(live.speed.client, FRIENDS_SCORES)
 
     async def live_scores(
         self, board: str, members: list[str]

@@ -14,6 +14,7 @@ possible, and the answer comes from the histogram, labelled so.
 
 from __future__ import annotations
 
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
-from speed.connection import send_commands
-from speed.lua import load
+from speed.connection import is_cluster, send_commands
+from speed.flags import FLAGS_VERSION_KEY
 from speed.partitions import (
+    EPOCH_KEY,
     SCORE_OFFSET,
     Keys,
     decode_achieved,
@@ -37,9 +39,19 @@ from speed.partitions import (
     encode_score,
     partition_of,
 )
+from speed.scripts import (
+    APPROX_RANK,
+    APPROX_TABLE,
+    LIVE_COUNTS,
+    LIVE_STAMP,
+    LIVE_WINDOW,
+    READ_STAMP,
+    register,
+)
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
+# Outside the speed layer's namespace: not state a rebuild restores.
 # Standings remembered per (board, player) for guessing the next read's score.
 REMEMBERED = 100_000
 # Rows per block of RowCounts' table.
@@ -256,10 +268,14 @@ class LiveReader:
         self.speed = speed
         self.registry = registry
         client = speed.client
-        self._counts = client.register_script(load("live_counts"))
-        self._window_script = client.register_script(load("live_window"))
-        self._approx = client.register_script(load("approx_rank"))
-        self._stamp_script = client.register_script(load("live_stamp"))
+        self._counts = register(client, LIVE_COUNTS)
+        self._window_script = register(client, LIVE_WINDOW)
+        self._approx = register(client, APPROX_RANK)
+        self._approx_table = register(client, APPROX_TABLE)
+        self._stamp_script = register(client, LIVE_STAMP)
+        self._read_stamp_script = register(client, READ_STAMP)
+        self._stamp_commands: list[tuple[Any, ...]] | None = None
+        self._read_stamp_keys: list[str] | None = None
         self._last_bases: list[int] | None = None
         self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
             OrderedDict()
@@ -780,6 +796,126 @@ class LiveReader:
             # A rebase since moves no position but changes the base: start over.
             "asOf": _as_of(replies) if _based_on(replies, base) else None,
         }
+
+    # ------------------------------------- what cached answers depend on; approx
+
+    def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
+        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
+        partition (a call's keys must share a slot there)."""
+        if self._stamp_commands is None:
+            script = self._stamp_script
+            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+            for p in range(self.partitions):
+                keys = LIVE_STAMP.keys_of(
+                    {},
+                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
+                )
+                self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
+        return self._stamp_commands
+
+    async def stamp(
+        self, fields: list[tuple[str, str]] | None = None
+    ) -> tuple[tuple[int, ...], list[Any]]:
+        """What a live answer depends on, in one round trip: every partition's base
+        generation and log position, the flags version, and the dataset's epoch (a
+        random number kept in Redis: a flushed or replaced dataset whose positions
+        restart cannot match an answer cached from the old one). As (bases...,
+        positions..., flags, epoch), with the values of the hash ``fields``
+        ((key, field) pairs, e.g. :meth:`standing_fields`) read in the same round
+        trip. On one server it is one reply (``read_stamp.lua``); on a cluster one
+        per partition and counter."""
+        fields = fields or []
+        partitions = self.partitions
+        client = self.speed.client
+        if is_cluster(client):
+            commands = self._stamp_commands_of() + [
+                ("HGET", key, field) for key, field in fields
+            ]
+            replies = await run_commands(client, self._stamp_script, commands)
+            n = len(commands) - len(fields)
+            flat = [v for reply in replies[2:n] for v in reply]
+            head, values = replies[:2], replies[n:]
+        else:
+            if self._read_stamp_keys is None:
+                self._read_stamp_keys = READ_STAMP.keys_of(
+                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
+                    [
+                        {"base": Keys(p).base_generation, "position": Keys(p).position}
+                        for p in range(partitions)
+                    ],
+                )
+            keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
+            args = READ_STAMP.args_of(
+                {"partitions": partitions}, rest=[field for _, field in fields]
+            )
+            script = self._read_stamp_script
+            (reply,) = await run_commands(
+                client, script, [("EVALSHA", script.sha, len(keys), *keys, *args)]
+            )
+            head = reply[:2]
+            flat = reply[2 : 2 + 2 * partitions]
+            values = reply[2 + 2 * partitions :]
+        flags = int(head[0] or 0)
+        epoch = int(head[1] or 0)
+        if epoch == 0:
+            await client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            epoch = int(await client.get(EPOCH_KEY) or 0)
+        stamp = (*flat[0::2], *flat[1::2], flags, epoch)
+        return stamp, values
+
+    def standing_fields(self, board: str, player_id: str) -> list[tuple[str, str]]:
+        """(key, field) of the player's live total on the board and of its flag,
+        for :meth:`stamp`."""
+        owner = Keys(partition_of(player_id, self.partitions))
+        return [(owner.totals(board), player_id), (owner.flags, player_id)]
+
+    async def histogram_tables(self, board: str) -> list[Any]:
+        """The flags version, the epoch (read first, as :meth:`stamp` orders them),
+        then every partition's ``approx_table.lua`` reply for the board: one round
+        trip."""
+        script = self._approx_table
+        commands: list[tuple[Any, ...]] = [
+            ("GET", FLAGS_VERSION_KEY),
+            ("GET", EPOCH_KEY),
+        ]
+        for p in range(self.partitions):
+            keys = Keys(p)
+            script_keys = APPROX_TABLE.keys_of(
+                {
+                    "fw": keys.fenwick(board),
+                    "base": keys.base_generation,
+                    "position": keys.position,
+                }
+            )
+            commands.append(("EVALSHA", script.sha, len(script_keys), *script_keys))
+        return await run_commands(self.speed.client, script, commands)
+
+    async def approx_counts(
+        self, board: str, player_id: str, args: list[Any]
+    ) -> list[Any]:
+        """The player's live total and flag, then every partition's
+        ``approx_rank.lua`` reply for ``args`` (APPROX_RANK.args_of): one round
+        trip."""
+        owner = Keys(partition_of(player_id, self.partitions))
+        script = self._approx
+        commands: list[tuple[Any, ...]] = [
+            ("HGET", owner.totals(board), player_id),
+            ("HGET", owner.flags, player_id),
+        ]
+        for p in range(self.partitions):
+            keys = Keys(p)
+            script_keys = APPROX_RANK.keys_of(
+                {
+                    "fw": keys.fenwick(board),
+                    "bk": keys.buckets(board),
+                    "base": keys.base_generation,
+                    "position": keys.position,
+                }
+            )
+            commands.append(
+                ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+            )
+        return await run_commands(self.speed.client, script, commands)
 
 
 def _ranked(

@@ -12,9 +12,8 @@ from typing import Any
 
 from serving.registry import GenerationRegistry
 from speed.baserows import base_row, base_version
-from speed.lua import load
 from speed.partitions import KEY_PREFIX, Keys, partition_of, tag
-from speed.scripts import FLAG_PLAYER
+from speed.scripts import FLAG_PLAYER, register
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
@@ -68,7 +67,7 @@ async def set_flag(
     already in that state)."""
     partition = partition_of(player_id, speed.partitions)
     keys = Keys(partition)
-    script = speed.client.register_script(load("flag_player"))
+    script = register(speed.client, FLAG_PLAYER)
     for _ in range(ATTEMPTS):
         raw = await speed.client.hget(keys.base_generation, "g")
         number = int(raw) if raw else 0

@@ -1,6 +1,7 @@
-"""The direct path for score-event writes (api/fast_writes.py) answers exactly what
-the FastAPI routes answer: the same status, headers and bytes for the same sequence
-of writes on the same (empty) store, refusals and store failures included."""
+"""The score-event writes are direct routes (api/direct.py): FastAPI answers them
+without dependency injection, and what they answer is exactly what FastAPI's own
+handler answers for the same routes: the same status, headers and bytes for the same
+sequence of writes on the same (empty) store, refusals and store failures included."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import redis
 from fastapi.testclient import TestClient
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-import api.fast_writes as fast_writes
 from api.main import create_app
 from api.security import sign
 from conf.settings import Settings
+from tests.api.handlers import spy_injection, without_direct_handlers
 from tests.conftest import DEV_SECRET, SignedClient, event
 
 pytestmark = pytest.mark.integration
@@ -97,39 +98,27 @@ def sequence(api: SignedClient) -> list[Any]:
 def answers(
     settings: Settings,
     redis_client: redis.Redis,
-    route_of: Callable[[Any], Any],
-    monkeypatch: pytest.MonkeyPatch,
     run: Callable[[SignedClient], list[Any]],
 ) -> list[Answer]:
     redis_client.flushall()
-    monkeypatch.setattr(fast_writes, "route_of", route_of)
     with TestClient(create_app(settings)) as client:
         replies = run(SignedClient(client))
     return [(r.status_code, dict(r.headers), r.content) for r in replies]
 
 
-def never(scope: Any) -> None:
-    return None
-
-
-def test_direct_writes_answer_what_the_routes_answer(
+def test_direct_writes_answer_what_fastapi_answers(
     settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    taken: list[str] = []
-    real = fast_writes.route_of
-
-    def spy(scope: Any) -> Any:
-        handler = real(scope)
-        if handler is not None:
-            taken.append(scope["path"])
-        return handler
-
-    direct = answers(settings, redis_client, spy, monkeypatch, sequence)
-    routed = answers(settings, redis_client, never, monkeypatch, sequence)
+    solved = spy_injection(monkeypatch)
+    direct = answers(settings, redis_client, sequence)
+    # No write was dependency-injected (the three other requests have no route).
+    assert solved == []
+    without_direct_handlers(monkeypatch)
+    routed = answers(settings, redis_client, sequence)
+    assert solved.count("submit_score_event") == 14
+    assert solved.count("submit_score_event_batch") == 7
     for n, (a, b) in enumerate(zip(direct, routed, strict=True)):
         assert a == b, n
-    # Every write went the direct way; the last three requests did not.
-    assert len(taken) == len(direct) - 3
     statuses = [status for status, _, _ in direct]
     assert set(statuses) == {200, 307, 401, 404, 405, 409, 413, 422}
     batch = orjson.loads(direct[15][2])["results"]
@@ -157,8 +146,9 @@ def test_a_store_failure_is_the_same_503_both_ways(
             api.post(BATCH, {"events": [event()]}),
         ]
 
-    direct = answers(settings, redis_client, fast_writes.route_of, monkeypatch, failing)
-    routed = answers(settings, redis_client, never, monkeypatch, failing)
+    direct = answers(settings, redis_client, failing)
+    without_direct_handlers(monkeypatch)
+    routed = answers(settings, redis_client, failing)
     assert direct == routed
     assert [status for status, _, _ in direct] == [503, 503]
     assert direct[0][1]["retry-after"] == "1"
