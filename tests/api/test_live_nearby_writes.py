@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from api.live import LiveReader
+from speed.live import LiveReader
 from api.security import sign
 from tests.conftest import DEV_SECRET, SignedClient, event
 
