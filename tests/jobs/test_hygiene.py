@@ -19,6 +19,7 @@ from jobs.hygiene import (
 )
 
 
+@pytest.mark.unit
 def test_tables_doc_parses_every_table() -> None:
     docs = parse_tables_doc(TABLES_DOC.read_text())
     assert {"bronze_events", "silver_contributions", "silver_totals"} <= set(docs)
@@ -28,6 +29,7 @@ def test_tables_doc_parses_every_table() -> None:
     assert "`sum`" in docs["silver_contributions"].columns["aggregation"]
 
 
+@pytest.mark.unit
 def test_retention_covers_the_oldest_protected_generation() -> None:
     now = datetime(2026, 11, 30, tzinfo=UTC)
     assert retention_hours([], now) == MIN_RETENTION_HOURS

@@ -15,6 +15,8 @@ from speed.rebase import rebase
 from tests.api.segment_writer import write_generation
 from tests.conftest import BACKENDS, SignedClient, event
 
+pytestmark = pytest.mark.integration
+
 
 def post(api: SignedClient, **fields: Any) -> dict[str, Any]:
     reply = api.post("/v1/score-events", event(**fields))

@@ -4,11 +4,14 @@ table) equals PartitionRows.count_before, the searchsorted it replaces."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.live import ROW_BLOCK, RowCounts
 from speed.baserows import PartitionRows
+
+pytestmark = pytest.mark.unit
 
 
 def partition_rows(owner: list[int], partitions: int) -> PartitionRows:
