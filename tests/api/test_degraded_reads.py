@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from conf.settings import Settings
 from speed.server import RedisServer
-from tests.api.segment_writer import write_generation
 from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

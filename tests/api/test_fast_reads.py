@@ -14,9 +14,9 @@ from api.tokens import issue_player_token
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.rebase import rebase
-from tests.api.segment_writer import write_generation
-from tests.api.test_shadow import flag, seed
 from tests.conftest import SignedClient, event
+from tests.support.segments import write_generation
+from tests.support.shadow import flag, seed
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

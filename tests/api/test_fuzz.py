@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from api.main import create_app
 from conf.settings import Settings
 from speed.server import RedisServer
-from tests.api.segment_writer import write_generation
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from jobs.publish import run_publish
 from speed.server import RedisServer
-from tests.jobs.test_incremental import (
+from tests.support.incremental import (
     OCCURRED,
     append_bronze,
     log_lines,

@@ -10,8 +10,15 @@ from pyspark.sql import SparkSession
 from conf.settings import Settings
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
-from tests.api.test_shadow import BOARD, SEED, expected_top, flag, public_answers, seed
 from tests.conftest import SignedClient
+from tests.support.shadow import (
+    BOARD,
+    SEED,
+    expected_top,
+    flag,
+    public_answers,
+    seed,
+)
 
 pytestmark = pytest.mark.integration
 SNAP = {"mode": "snapshot"}

@@ -52,3 +52,15 @@ def event(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+def put_friends(
+    api: SignedClient, player: str, friends: Any, signed: bool = True
+) -> Any:
+    body = orjson.dumps({"friends": friends})
+    headers = {"Content-Type": "application/json"}
+    if signed:
+        headers |= {"X-Key-Id": "dev", "X-Signature": sign(DEV_SECRET, body)}
+    return api.client.put(
+        f"/v1/players/{player}/friends", content=body, headers=headers
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from api.live import Base
 from serving.segments import BoardSegment
-from tests.api.segment_writer import write_generation
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.unit
 
