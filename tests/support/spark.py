@@ -26,8 +26,8 @@ def start_spark() -> SparkSession:
     """The test session's SparkSession (local[2], Delta, four shuffle partitions).
 
     Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
-    slower, not faster (paired runs at load ~24: 17 tests in 864 s with C2 while
-    the C1-only run had done 11).
+    slower, not faster (two runs started together at load ~24: 17 tests in
+    864 s with the default JIT, 924 s C1-only).
 
     :raises jobs.jars.JarsMissing: when the jar cache is empty.
     """
