@@ -1,31 +1,52 @@
-"""Shared fixtures: a real redis-server per test session, signed-request helpers."""
+"""The tests' fixtures, all in one place: a real redis-server (and a Redis Cluster)
+per session, the settings and the signed client of an in-process API, the one
+SparkSession (and a standalone Spark cluster) per session. Helpers that are not
+fixtures live in ``tests/support/``; the names re-exported below keep the older
+``from tests.conftest import SignedClient, event, ...`` working."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from py4j.protocol import Py4JError
+from pyspark.sql import SparkSession
 
 from api.main import create_app
-from api.security import sign
 from conf.settings import Settings
+from jobs.jars import JarsMissing
+from speed.cluster_server import RedisClusterServer
 from speed.connection import sync_client
 from speed.server import RedisServer
+from tests.support.clients import DEV_SECRET, SignedClient, event
+from tests.support.settings import (
+    BACKENDS,
+    OPEN_DAYS,
+    OPEN_LATENESS,
+    OPEN_WINDOWS_BOARDS,
+    base_settings,
+    open_windows_env,
+    settings_boards,
+)
+from tests.support.spark import Cluster, start_cluster, start_spark
 
-pytest_plugins = [
-    "tests.fixtures_spark",
-    "tests.fixtures_cluster",
-    "tests.fixtures_redis_cluster",
+pytest_plugins = ["tests.support.markers", "pytester"]
+
+__all__ = [  # re-exported for test modules written against tests.conftest
+    "BACKENDS",
+    "DEV_SECRET",
+    "OPEN_DAYS",
+    "OPEN_LATENESS",
+    "OPEN_WINDOWS_BOARDS",
+    "SignedClient",
+    "event",
+    "open_windows_env",
+    "settings_boards",
 ]
-
-DEV_SECRET = b"dev-secret"
-
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
@@ -34,10 +55,57 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
-# Tests that must hold on a Redis Cluster too take both backends:
-#   @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
-# Every other test runs on the single server only.
-BACKENDS = ["single", "cluster"]
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis Cluster of three masters on loopback, for the tests that run the
+    speed layer on a cluster as well as on one server (``redis_backend``): its URL
+    (``redis+cluster://...``), AOF with fsync always on every master like the
+    single server. Started on first use, stopped at the end of the session."""
+    cluster = RedisClusterServer(
+        tmp_path_factory.mktemp("redis-cluster"), masters=3, appendfsync="always"
+    ).start()
+    yield cluster.url
+    cluster.stop()
+
+
+# A replica takes over 1 s after its master stopped answering (the default 5 s
+# would make every failover test wait that long), and always may: a replica that
+# was stopped meanwhile still counts as a candidate (validity factor 0).
+FAILOVER_NODE_TIMEOUT_MS = 1000
+FAILOVER_EXTRA = ("--cluster-replica-validity-factor", "0")
+
+
+@pytest.fixture
+def replicated_cluster(tmp_path: Path) -> Iterator[RedisClusterServer]:
+    """A cluster of three masters with one replica each, for one test (failover
+    tests kill its nodes); stopped at the end of the test."""
+    cluster = RedisClusterServer(
+        tmp_path / "redis-cluster",
+        masters=3,
+        replicas=1,
+        appendfsync="always",
+        node_timeout_ms=FAILOVER_NODE_TIMEOUT_MS,
+        extra=FAILOVER_EXTRA,
+    ).start()
+    yield cluster
+    cluster.stop(kill=True)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The one SparkSession (with Delta) of the test session, shared by every test
+    needing Spark, and by the jobs they call in-process (``get_spark`` returns the
+    active session)."""
+    try:
+        session = start_spark()
+    except JarsMissing as exc:
+        pytest.fail(str(exc))
+    yield session
+    # A test interrupted inside a Py4J call (pytest-timeout on a loaded machine)
+    # can leave the gateway broken; its tests have failed already, and a stop
+    # that raises here would replace the run's summary with this traceback.
+    with contextlib.suppress(Py4JError):
+        session.stop()
 
 
 @pytest.fixture
@@ -63,74 +131,11 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-# Most tests send events dated November 2026 (fixed dates make the expected board
-# ids readable) and expect the boards to apply them whatever the wall clock says. A
-# lateness (and a dedupe window) of ten years past today keeps those windows open on
-# any date; closing windows are tested on their own, with windows relative to now
-# (tests/jobs/test_season.py, tests/api/test_closing_windows.py).
-OPEN_DAYS = (datetime.now(UTC) - datetime(2026, 1, 1, tzinfo=UTC)).days + 3650
-OPEN_LATENESS = f"P{OPEN_DAYS}D"
-OPEN_WINDOWS_BOARDS = (
-    (Path(__file__).resolve().parents[1] / "conf" / "boards.yaml")
-    .read_text()
-    .replace('allowedLateness: "PT1H"', f'allowedLateness: "{OPEN_LATENESS}"')
-    .replace('windowLateness: "PT1H"', f'windowLateness: "{OPEN_LATENESS}"')
-)
-
-
-def settings_boards(directory: Path) -> Path:
-    """The default boards with windows open whatever the date, as a file."""
-    path = directory / "boards.yaml"
-    path.write_text(OPEN_WINDOWS_BOARDS)
-    return path
-
-
-def open_windows_env(directory: Path) -> dict[str, str]:
-    """Environment for an `lb` process that must apply events dated November 2026
-    whatever the date: the open-windows boards file and a dedupe window as long."""
-    directory.mkdir(parents=True, exist_ok=True)
-    return {
-        "LB_BOARDS_FILE": str(settings_boards(directory)),
-        "LB_DEDUPE_WINDOW": OPEN_LATENESS,
-    }
-
-
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
-    boards_file = settings_boards(tmp_path)
-    return Settings(
-        redis_url=redis_url,
-        data_dir=tmp_path / "lb",
-        partitions=4,
-        rate_limit="off",
-        boards_file=boards_file,
-        # Fixed event dates in tests (November 2026) must not age out of the window.
-        dedupe_window=timedelta(days=OPEN_DAYS),
-    )
-
-
-class SignedClient:
-    """A TestClient that signs every write like a trusted game server."""
-
-    def __init__(
-        self, client: TestClient, key_id: str = "dev", secret: bytes = DEV_SECRET
-    ):
-        self.client = client
-        self.key_id = key_id
-        self.secret = secret
-
-    def post(self, path: str, payload: Any, **headers: str) -> Any:
-        body = orjson.dumps(payload)
-        signed = {
-            "X-Key-Id": self.key_id,
-            "X-Signature": sign(self.secret, body),
-            "Content-Type": "application/json",
-        }
-        signed.update(headers)
-        return self.client.post(path, content=body, headers=signed)
-
-    def get(self, path: str, **kwargs: Any) -> Any:
-        return self.client.get(path, **kwargs)
+    """Settings of an in-process API on the (flushed) test Redis: see
+    ``tests.support.settings.base_settings``."""
+    return base_settings(redis_url, tmp_path)
 
 
 @pytest.fixture
@@ -139,18 +144,9 @@ def api(settings: Settings) -> Iterator[SignedClient]:
         yield SignedClient(client)
 
 
-def event(**overrides: Any) -> dict[str, Any]:
-    """A valid score event (the seed scenario's E77) with fields overridden."""
-    body: dict[str, Any] = {
-        "eventId": "E77",
-        "playerId": "P2",
-        "matchId": "M91",
-        "sourceRevision": 1,
-        "occurredAt": "2026-11-20T10:00:00Z",
-        "region": "eu",
-        "result": {"points": 30},
-        "kind": "result",
-        "reason": None,
-    }
-    body.update(overrides)
-    return body
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A Spark standalone cluster on loopback (one master, two workers), stopped
+    after the tests."""
+    with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from conf.settings import Settings
-from tests.api.segment_writer import write_generation
 from tests.conftest import SignedClient, event
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 

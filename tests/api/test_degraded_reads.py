@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from conf.settings import Settings
 from speed.server import RedisServer
-from tests.api.segment_writer import write_generation
-from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
+from tests.conftest import SignedClient, event
+from tests.support.segments import write_generation
+from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -33,14 +32,7 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def test_reads_fall_back_to_the_generation_while_redis_is_down(
     own_redis: RedisServer, tmp_path: Path
 ) -> None:
-    settings = Settings(
-        redis_url=own_redis.url,
-        data_dir=tmp_path / "lb",
-        partitions=4,
-        rate_limit="off",
-        boards_file=settings_boards(tmp_path),
-        dedupe_window=timedelta(days=OPEN_DAYS),
-    )
+    settings = base_settings(own_redis.url, tmp_path)
     write_generation(settings.segments_dir, 1, {BOARD: SCORES})
     with TestClient(create_app(settings)) as client:
         api = SignedClient(client)

@@ -25,8 +25,8 @@ from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.api.handlers import spy_injection, without_direct_handlers
 from tests.api.segment_writer import write_generation
-from tests.api.test_shadow import flag, seed
 from tests.conftest import SignedClient, event
+from tests.support.shadow import flag, seed
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

@@ -6,30 +6,17 @@ import time
 from typing import Any
 
 import jwt
-import orjson
 import pytest
 
-from api.security import sign
 from api.tokens import issue_player_token
 from conf.settings import Settings
-from tests.api.segment_writer import write_generation
-from tests.conftest import BACKENDS, DEV_SECRET, SignedClient, event
+from tests.conftest import BACKENDS, SignedClient, event
+from tests.support.clients import put_friends
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
 SEED = {"P1": 920, "P2": 900, "P3": 900, "P4": 880, "P5": 10}
-
-
-def put_friends(
-    api: SignedClient, player: str, friends: Any, signed: bool = True
-) -> Any:
-    body = orjson.dumps({"friends": friends})
-    headers = {"Content-Type": "application/json"}
-    if signed:
-        headers |= {"X-Key-Id": "dev", "X-Signature": sign(DEV_SECRET, body)}
-    return api.client.put(
-        f"/v1/players/{player}/friends", content=body, headers=headers
-    )
 
 
 def token(settings: Settings, player: str, **claims: Any) -> dict[str, str]:

@@ -31,8 +31,8 @@ from api.main import create_app
 from api.security import sign
 from conf.settings import Settings
 from speed.server import RedisServer
-from tests.api.segment_writer import write_generation
-from tests.conftest import DEV_SECRET
+from tests.support.clients import DEV_SECRET
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.segment_writer import equi_depth, write_generation
 from tests.conftest import SignedClient
+from tests.support.segments import equi_depth, write_generation
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

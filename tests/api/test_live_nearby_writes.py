@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from speed.live import LiveReader
 from api.security import sign
+from speed.live import LiveReader
 from tests.conftest import DEV_SECRET, SignedClient, event
 
 pytestmark = pytest.mark.integration

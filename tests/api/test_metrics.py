@@ -20,8 +20,8 @@ from api.main import create_app
 from api.metrics import GcPauseTimer
 from conf.settings import Settings
 from jobs.verify import VerifyResult, write_last_verify
-from tests.api.segment_writer import write_generation
 from tests.conftest import OPEN_LATENESS, SignedClient, event
+from tests.support.segments import write_generation
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "conf" / "prometheus" / "alerts.yml"

@@ -17,8 +17,8 @@ from api.models import (
     StatusOut,
     TopOut,
 )
-from tests.api.segment_writer import write_generation
 from tests.conftest import SignedClient, event
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

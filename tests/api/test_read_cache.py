@@ -18,9 +18,9 @@ from redis.asyncio.connection import AbstractConnection
 from api.main import create_app
 from api.reads import ReadService
 from conf.settings import Settings
-from tests.api.segment_writer import write_generation
-from tests.api.test_shadow import expected_top, flag, seed
 from tests.conftest import BACKENDS, SignedClient, event
+from tests.support.segments import write_generation
+from tests.support.shadow import expected_top, flag, seed
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

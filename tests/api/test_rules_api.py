@@ -15,20 +15,10 @@ from api.main import create_app
 from conf.settings import Settings
 from speed.partitions import Keys, partition_of
 from speed.records import decode_contribution, find_record
-from tests.conftest import OPEN_LATENESS, SignedClient, event
+from tests.conftest import SignedClient
+from tests.support.rules import BOARDS_V2, match
 
 pytestmark = pytest.mark.integration
-
-BOARDS_V2 = """
-regions: [eu, na]
-rule: {window_rule}
-seasons:
-  - id: S4
-    start: "2026-11-01T00:00:00Z"
-    end: "2026-12-01T00:00:00Z"
-    allowedLateness: "OPEN"
-    rule: v2
-""".replace("OPEN", OPEN_LATENESS)  # open whatever the date
 
 
 def _client(settings: Settings, tmp_path: Path, window_rule: str) -> TestClient:
@@ -41,11 +31,6 @@ def _client(settings: Settings, tmp_path: Path, window_rule: str) -> TestClient:
 def v2api(settings: Settings, tmp_path: Path) -> Iterator[SignedClient]:
     with _client(settings, tmp_path, "v2") as client:
         yield SignedClient(client)
-
-
-def match(n: int, at: str, placement: int = 1, kills: int = 3, **kw: Any) -> Any:
-    record = {"placement": placement, "kills": kills, "durationSeconds": 900}
-    return event(eventId=f"E{n}", matchId=f"M{n}", occurredAt=at, result=record, **kw)
 
 
 def totals(body: dict[str, Any]) -> dict[str, int]:

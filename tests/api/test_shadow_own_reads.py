@@ -23,9 +23,9 @@ from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
 from serving.segments import write_hidden, write_segments
 from speed.partitions import Keys
 from speed.server import RedisServer
-from tests.api.test_friends import put_friends
-from tests.api.test_shadow import admin, expected_top, flag, seed
 from tests.conftest import OPEN_WINDOWS_BOARDS, SignedClient
+from tests.support.clients import put_friends
+from tests.support.shadow import admin, expected_top, flag, seed
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from api.segments import GenerationRegistry
-from tests.api.segment_writer import write_generation
 from tests.conftest import SignedClient
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"

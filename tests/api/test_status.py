@@ -12,8 +12,8 @@ from cli.main import main as lb_main
 from conf.boards import load_boards
 from conf.settings import Settings
 from jobs.verify import VerifyResult, write_last_verify
-from tests.api.segment_writer import write_generation
 from tests.conftest import SignedClient, event
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 

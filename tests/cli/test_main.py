@@ -20,26 +20,7 @@ from cli import main as cli_main
 from conf.settings import Settings, SettingsError, load_settings
 from jobs.jars import JarsMissing
 from speed.server import RedisServer, free_port
-
-
-def _lb(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LB_")}
-    env["LB_DATA_DIR"] = str(tmp_path / "lb")
-    env.update(extra)
-    return env
+from tests.support.lb import lb, lb_env
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -73,7 +54,7 @@ def test_every_command_and_option_has_help_and_examples() -> None:
 @pytest.mark.unit
 def test_help_runs_without_settings(tmp_path: Path) -> None:
     # Help must work even when the environment is broken: that is when it is needed.
-    done = _lb("--help", env=_env(tmp_path, LB_PARTITIONS="zero"))
+    done = lb("--help", env=lb_env(tmp_path, LB_PARTITIONS="zero"))
     assert done.returncode == 0
     assert "publish" in done.stdout and "exit codes:" in done.stdout
 
@@ -105,7 +86,7 @@ def _short_error(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 @pytest.mark.unit
 def test_settings_error_names_the_variable(tmp_path: Path) -> None:
-    done = _lb("down", env=_env(tmp_path, LB_PARTITIONS="0"))
+    done = lb("down", env=lb_env(tmp_path, LB_PARTITIONS="0"))
     assert done.returncode == cli_main.EXIT_CONFIG
     lines = _short_error(done)
     assert "LB_PARTITIONS" in lines[0]
@@ -124,7 +105,7 @@ def test_settings_errors_name_every_bad_variable() -> None:
 def test_broken_boards_file_is_two_lines(tmp_path: Path) -> None:
     boards = tmp_path / "boards.yaml"
     boards.write_text("seasons:\n  - id: S1\n    start: nope\n")
-    done = _lb("down", env=_env(tmp_path, LB_BOARDS_FILE=str(boards)))
+    done = lb("down", env=lb_env(tmp_path, LB_BOARDS_FILE=str(boards)))
     assert done.returncode == cli_main.EXIT_CONFIG
     lines = _short_error(done)
     assert "boards file" in lines[0] and "seasons.0" in lines[0]
@@ -145,11 +126,11 @@ def test_production_refuses_the_dev_key_at_start_up(tmp_path: Path) -> None:
         admin_keys="ops1:adm1n",
         player_token_key=OWN_TOKEN_KEY,
     ).signing_keys == {"gs1": b"s3cret"}
-    done = _lb("up", "--port", "1", env=_env(tmp_path, LB_PRODUCTION="true"))
+    done = lb("up", "--port", "1", env=lb_env(tmp_path, LB_PRODUCTION="true"))
     assert done.returncode == cli_main.EXIT_CONFIG
     assert "LB_HMAC_KEYS" in _short_error(done)[0]
     # The API refuses too (uvicorn's factory reads the environment).
-    env = _env(tmp_path, LB_PRODUCTION="true")
+    env = lb_env(tmp_path, LB_PRODUCTION="true")
     api = subprocess.run(
         [sys.executable, "-c", "from api.main import create_app; create_app()"],
         env=env,
@@ -180,13 +161,13 @@ def test_production_refuses_the_dev_player_token_key_at_start_up(
     assert settings.player_token_secret == OWN_TOKEN_KEY.encode()
     # Local use keeps its default.
     assert load_settings(**own).player_token_secret
-    env = _env(
+    env = lb_env(
         tmp_path,
         LB_PRODUCTION="true",
         LB_HMAC_KEYS="gs1:s3cret",
         LB_ADMIN_KEYS="ops1:adm1n",
     )
-    done = _lb("up", "--port", "1", env=env)
+    done = lb("up", "--port", "1", env=env)
     assert done.returncode == cli_main.EXIT_CONFIG, done.stderr
     first = _short_error(done)[0]
     assert "LB_PLAYER_TOKEN_KEY" in first and "LB_PRODUCTION" in first
@@ -260,7 +241,7 @@ def test_dev_key_warns_once_at_api_start_up_unless_demo(
 def test_publish_with_unreachable_redis_fails_fast(tmp_path: Path) -> None:
     closed = f"redis://127.0.0.1:{free_port()}/0"
     started = time.monotonic()
-    done = _lb("publish", env=_env(tmp_path, LB_REDIS_URL=closed))
+    done = lb("publish", env=lb_env(tmp_path, LB_REDIS_URL=closed))
     elapsed = time.monotonic() - started
     assert done.returncode == cli_main.EXIT_UNAVAILABLE, done.stderr
     lines = _short_error(done)
@@ -270,7 +251,7 @@ def test_publish_with_unreachable_redis_fails_fast(tmp_path: Path) -> None:
     assert elapsed < 30
     assert not (tmp_path / "lb" / "logs" / "spark.log").exists()
 
-    debug = _lb("--debug", "publish", env=_env(tmp_path, LB_REDIS_URL=closed))
+    debug = lb("--debug", "publish", env=lb_env(tmp_path, LB_REDIS_URL=closed))
     assert debug.returncode == cli_main.EXIT_UNAVAILABLE
     assert "Traceback" in debug.stderr
 
@@ -282,12 +263,12 @@ def test_publish_with_unreachable_redis_fails_fast(tmp_path: Path) -> None:
 def test_publish_lock_held_exits_busy(
     tmp_path: Path, redis_server: RedisServer, command: tuple[str, ...]
 ) -> None:
-    env = _env(tmp_path, LB_REDIS_URL=redis_server.url)
+    env = lb_env(tmp_path, LB_REDIS_URL=redis_server.url)
     run = tmp_path / "lb" / "run"
     run.mkdir(parents=True)
     with open(run / "publish.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        done = _lb(*command, env=env)
+        done = lb(*command, env=env)
     assert done.returncode == cli_main.EXIT_BUSY, done.stderr
     assert "another `lb publish`" in _short_error(done)[0]
 
@@ -437,8 +418,8 @@ def test_a_java_exception_is_still_a_bug() -> None:
 @pytest.mark.integration
 def test_lb_up_names_a_too_long_socket_path(tmp_path: Path) -> None:
     data = tmp_path / ("d" * 60) / ("e" * 60)
-    env = _env(tmp_path, LB_DATA_DIR=str(data))
-    done = _lb("up", "--port", str(free_port()), env=env)
+    env = lb_env(tmp_path, LB_DATA_DIR=str(data))
+    done = lb("up", "--port", str(free_port()), env=env)
     assert done.returncode == cli_main.EXIT_ENVIRONMENT, done.stderr
     lines = _short_error(done)
     assert "path too long" in lines[0] and "redis.sock" in lines[0]

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from speed.server import RedisServer, free_port
-from tests.cli.test_main import _env, _lb
+from tests.support.lb import lb, lb_env
 
 SPARK_NOISE = ("WARN", "log4j", "SparkContext", "Setting default log level", "py4j")
 
@@ -23,8 +23,8 @@ SPARK_NOISE = ("WARN", "log4j", "SparkContext", "Setting default log level", "py
 def test_publish_prints_the_generation_and_no_spark_noise(
     tmp_path: Path, redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:
-    env = _env(tmp_path, LB_REDIS_URL=redis_server.url, LB_PARTITIONS="2")
-    done = _lb("publish", env=env, timeout=900)
+    env = lb_env(tmp_path, LB_REDIS_URL=redis_server.url, LB_PARTITIONS="2")
+    done = lb("publish", env=env, timeout=900)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "g1"
     console = done.stdout + done.stderr
@@ -38,7 +38,7 @@ def test_publish_prints_the_generation_and_no_spark_noise(
 @pytest.mark.e2e
 @pytest.mark.timeout(1800)  # a full demo: ingest, Spark publish, serve, Ctrl-C
 def test_demo_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    env = lb_env(tmp_path)
     port = free_port()
     process = subprocess.Popen(
         [
@@ -85,7 +85,7 @@ def test_demo_serves_the_page_until_ctrl_c(tmp_path: Path) -> None:
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.kill(process.pid, signal.SIGKILL)
-                _lb("down", env=dict(env, LB_DATA_DIR=str(tmp_path / "lb" / "demo")))
+                lb("down", env=dict(env, LB_DATA_DIR=str(tmp_path / "lb" / "demo")))
     assert process.returncode == 0, rest
     assert "Stopped the demo stack" in rest
     with pytest.raises(httpx.HTTPError):

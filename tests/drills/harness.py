@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,20 +29,15 @@ from cli.supervisor import stack_pids
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.server import free_port
+from tests.support.lb import lb as run_lb
 
 BOARD = "alltime:all:global"
 PARTITIONS = 4
 
 
 def lb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    """``tests.support.lb.lb`` with a drill's longer timeout (a stack under faults)."""
+    return run_lb(*args, env=env, timeout=180)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30) -> bool:

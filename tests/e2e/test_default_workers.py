@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from speed.server import free_port
-from tests.e2e.test_stack_hardening import lb, stack_env
+from tests.support.lb import lb, stack_env
 
 pytestmark = pytest.mark.e2e
 

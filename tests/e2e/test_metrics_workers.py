@@ -4,8 +4,6 @@ scrape, whichever worker answers (prometheus-client multiprocess mode)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,20 +14,10 @@ import pytest
 from api.security import sign
 from speed.server import free_port
 from tests.conftest import event, open_windows_env
+from tests.support.lb import lb
 
 pytestmark = pytest.mark.e2e
 EVENTS = 40
-
-
-def _lb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _accepted(text: str) -> float:
@@ -50,7 +38,7 @@ def test_metrics_sum_every_worker(tmp_path: Path) -> None:
     env.pop("LB_REDIS_URL", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     port = free_port()
-    started = _lb("up", "--port", str(port), env=env)
+    started = lb("up", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr
     url = f"http://127.0.0.1:{port}"
     try:
@@ -81,5 +69,5 @@ def test_metrics_sum_every_worker(tmp_path: Path) -> None:
         assert len(writers) >= 2, writers
         assert scrapes == [EVENTS] * 6
     finally:
-        stopped = _lb("down", env=env)
+        stopped = lb("down", env=env)
     assert stopped.returncode == 0, stopped.stderr

@@ -11,7 +11,7 @@ import redis
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
 from tests.conftest import BACKENDS, SignedClient, event
-from tests.speed.test_live_property import Oracle, region
+from tests.support.live import Oracle, region
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 BOARD = "season:S4:global"

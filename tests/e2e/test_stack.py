@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -14,27 +12,9 @@ import pytest
 from api.security import sign
 from speed.server import free_port
 from tests.conftest import event, open_windows_env
+from tests.support.lb import lb, running
 
 pytestmark = pytest.mark.e2e
-
-
-def _lb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None:
@@ -46,12 +26,12 @@ def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None
     env |= open_windows_env(tmp_path / "conf")  # event() is dated November 2026
     env.pop("LB_REDIS_URL", None)
     port = free_port()
-    started = _lb("up", "--port", str(port), env=env)
+    started = lb("up", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr
     run = tmp_path / "lb" / "run"
     pids = [int((run / name).read_text()) for name in ("api.pid", "redis.pid")]
     try:
-        assert all(_running(pid) for pid in pids)
+        assert all(running(pid) for pid in pids)
         body = orjson.dumps(event())
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/score-events",
@@ -60,15 +40,15 @@ def test_up_serves_signed_writes_and_down_leaves_nothing(tmp_path: Path) -> None
         )
         assert reply.status_code == 200
         assert reply.json()["status"] == "accepted"
-        again = _lb("up", "--port", str(port), env=env)
+        again = lb("up", "--port", str(port), env=env)
         assert again.returncode == 1 and "already running" in again.stderr
         # The AOF is in LB_DATA_DIR: the event is on disk.
         assert list((tmp_path / "lb" / "redis").rglob("*.aof"))
     finally:
-        stopped = _lb("down", env=env)
+        stopped = lb("down", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert "api" in stopped.stdout and "redis" in stopped.stdout
-    assert not any(_running(pid) for pid in pids)
+    assert not any(running(pid) for pid in pids)
     assert not (run / "api.pid").exists()
     # A second down finds nothing to stop.
-    assert "nothing was running" in _lb("down", env=env).stdout
+    assert "nothing was running" in lb("down", env=env).stdout

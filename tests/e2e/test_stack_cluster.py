@@ -17,7 +17,7 @@ from speed.connection import sync_client
 from speed.partitions import Keys, partition_of
 from speed.server import free_port
 from tests.conftest import event, open_windows_env
-from tests.e2e.test_stack import _lb, _running
+from tests.support.lb import lb, running
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,7 @@ def test_up_on_a_cluster_serves_writes_and_reads(
     )
     env |= open_windows_env(tmp_path / "conf")  # event() is dated November 2026
     port = free_port()
-    started = _lb("up", "--port", str(port), env=env)
+    started = lb("up", "--port", str(port), env=env)
     assert started.returncode == 0, started.stderr
     run = tmp_path / "lb" / "run"
     assert not (run / "redis.pid").exists()  # the cluster is LB_REDIS_URL's
@@ -69,11 +69,11 @@ def test_up_on_a_cluster_serves_writes_and_reads(
         assert top["population"] == 12
         me = httpx.get(f"{base}/v1/boards/season:S4:global/players/p3").json()
         assert (me["score"], me["rank"]) == (13, 9)
-        status = _lb("status", "--json", env=env)
+        status = lb("status", "--json", env=env)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["stack"]["redis"].endswith(": up")
     finally:
-        stopped = _lb("down", env=env)
+        stopped = lb("down", env=env)
         client.close()
     assert stopped.returncode == 0, stopped.stderr
-    assert not _running(api_pid)
+    assert not running(api_pid)

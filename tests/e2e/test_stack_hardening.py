@@ -24,34 +24,10 @@ import pytest
 from api.security import sign
 from cli.supervisor import stack_pids
 from speed.server import RedisServer, free_port
-from tests.conftest import event, open_windows_env
+from tests.conftest import event
+from tests.support.lb import lb, stack_env
 
 pytestmark = pytest.mark.e2e
-
-
-def lb(
-    *args: str, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def stack_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    env = dict(
-        os.environ,
-        LB_DATA_DIR=str(data_dir),
-        LB_RATE_LIMIT="off",
-        **extra,
-    )
-    env |= open_windows_env(data_dir.parent / "conf")  # events dated November 2026
-    env.pop("LB_REDIS_URL", None)
-    return env
 
 
 def post_event(url: str, payload: dict[str, object]) -> httpx.Response:

@@ -41,7 +41,7 @@ def main() -> None:
     )
     from conf.settings import Settings
     from jobs.publish import run_publish
-    from tests.jobs.test_incremental import append_bronze
+    from tests.support.incremental import append_bronze
 
     settings = Settings(
         redis_url=config["redis_url"],

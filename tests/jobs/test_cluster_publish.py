@@ -15,14 +15,14 @@ from pyspark.sql import SparkSession
 
 from jobs.publish import run_publish
 from speed.server import RedisServer
-from tests.fixtures_cluster import WORKERS, Cluster
-from tests.jobs.test_incremental import (
+from tests.support.incremental import (
     OCCURRED,
     append_bronze,
     log_lines,
     make_settings,
     manifest,
 )
+from tests.support.spark import WORKERS, Cluster
 
 # Six JVMs (master, two workers, two executors, the driver) besides the tests' own
 # session: 576 s on the 2-core machine shared at load 12-16 (bench/RESULTS.md); in

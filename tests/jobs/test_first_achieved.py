@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from conf.boards import BoardsConfig, Season, to_ms
 from jobs.rank import transform_rank
 from jobs.recompute import transform_achieved, transform_recompute
-from tests.jobs.helpers import (
+from tests.support.jobs import (
     NOW_MS,
     Ev,
     bronze,

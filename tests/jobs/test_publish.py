@@ -36,7 +36,7 @@ from speed.events import ScoreEventIn, normalize
 from speed.partitions import Keys
 from speed.store import SpeedLayer
 from tests.conftest import OPEN_DAYS, OPEN_LATENESS, event
-from tests.jobs.helpers import oracle_ranking, oracle_totals
+from tests.support.jobs import oracle_ranking, oracle_totals
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from conf.settings import Settings
 from jobs.publish_steps import land_step, publish_step, rebase_step, recompute_step
 from speed.partitions import Keys, partition_of
 from tests.conftest import SignedClient
-from tests.jobs.test_season import post, season_settings, wait_until
+from tests.support.season import post, season_settings, wait_until
 
 pytestmark = pytest.mark.integration
 

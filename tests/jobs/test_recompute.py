@@ -18,7 +18,7 @@ from jobs.recompute import (
     transform_recompute,
     transform_within_boundary,
 )
-from tests.jobs.helpers import NOW_MS, Ev, bronze, log_records, oracle_totals, ts
+from tests.support.jobs import NOW_MS, Ev, bronze, log_records, oracle_totals, ts
 
 pytestmark = pytest.mark.integration
 

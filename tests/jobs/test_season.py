@@ -5,7 +5,6 @@ adjudication, closed windows leaving Redis."""
 from __future__ import annotations
 
 import hashlib
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,72 +24,18 @@ from jobs.season import GOLD_AWARDS, SeasonError, close_season
 from jobs.season_ops import verify_awards
 from serving.awards import AwardsError, read_version, season_dir
 from speed.partitions import Keys
-from tests.conftest import SignedClient, event
-from tests.jobs.helpers import oracle_ranking
+from tests.conftest import SignedClient
+from tests.support.jobs import oracle_ranking
+from tests.support.season import iso, post, season_settings, wait_until
 
 pytestmark = pytest.mark.integration
 
 ADMIN_SECRET = b"dev-admin-secret"
 
 
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def season_settings(settings: Settings, tmp: Path, end: datetime) -> Settings:
-    """Season S9 ends at ``end`` with 3 s of lateness; tiers top 1 and top 2."""
-    path = tmp / "season-boards.yaml"
-    path.write_text(
-        f"""
-regions: [eu]
-seasons:
-  - id: S9
-    start: "{iso(end - timedelta(days=1))}"
-    end: "{iso(end)}"
-    allowedLateness: "PT3S"
-    aggregation: sum
-    tiers:
-      - {{name: champion, top: 1}}
-      - {{name: podium, top: 2}}
-windowLateness: "P3650D"
-"""
-    )
-    return settings.model_copy(update={"boards_file": path})
-
-
-def wait_until(moment: datetime) -> None:
-    delay = (moment - datetime.now(UTC)).total_seconds()
-    if delay > 0:
-        time.sleep(delay + 0.05)
-
-
 def admin_get(api: SignedClient, path: str) -> Any:
     headers = {"X-Key-Id": "admin", "X-Signature": sign(ADMIN_SECRET, b"")}
     return api.client.get(path, headers=headers)
-
-
-def post(
-    api: SignedClient,
-    player: str,
-    match: str,
-    points: int,
-    when: datetime,
-    **extra: Any,
-) -> dict[str, Any]:
-    reply = api.post(
-        "/v1/score-events",
-        event(
-            eventId=extra.pop("eventId", f"{player}-{match}"),
-            playerId=player,
-            matchId=match,
-            occurredAt=iso(when),
-            region="eu",
-            result={"points": points},
-            **extra,
-        ),
-    )
-    assert reply.status_code == 200, reply.text
-    return reply.json()  # type: ignore[no-any-return]
 
 
 def board_status(body: dict[str, Any], board: str) -> str:

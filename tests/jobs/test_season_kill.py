@@ -30,7 +30,7 @@ from serving.awards import rank_board as rank_awards
 from serving.awards import read_version, season_dir, write_version
 from speed.partitions import Keys
 from tests.conftest import SignedClient
-from tests.jobs.test_season import post, season_settings, wait_until
+from tests.support.season import post, season_settings, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,15 @@ from api.tokens import issue_player_token
 from conf.settings import Settings
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
-from tests.api.test_shadow import BOARD, SEED, expected_top, flag, public_answers, seed
 from tests.conftest import SignedClient
+from tests.support.shadow import (
+    BOARD,
+    SEED,
+    expected_top,
+    flag,
+    public_answers,
+    seed,
+)
 
 pytestmark = pytest.mark.integration
 SNAP = {"mode": "snapshot"}

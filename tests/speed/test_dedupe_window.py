@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -15,6 +16,8 @@ from conf.settings import Settings
 from speed.partitions import Keys, partition_of
 from speed.records import identity_hash, slice_of
 from tests.conftest import SignedClient, event
+
+pytestmark = pytest.mark.integration
 
 WINDOW_S = 2
 

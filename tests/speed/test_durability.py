@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -10,23 +9,16 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from conf.settings import Settings
 from speed.server import RedisServer
-from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
+from tests.conftest import SignedClient, event
+from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.integration
 
 
 def test_kill_and_restart_loses_no_acknowledged_event(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis", appendfsync="always").start()
-    settings = Settings(
-        redis_url=server.url,
-        data_dir=tmp_path / "lb",
-        partitions=4,
-        rate_limit="off",
-        boards_file=settings_boards(tmp_path),
-        dedupe_window=timedelta(days=OPEN_DAYS),
-    )
+    settings = base_settings(server.url, tmp_path)
     acknowledged: dict[str, int] = {}
     try:
         with TestClient(create_app(settings)) as client:

@@ -21,9 +21,9 @@ from conf.boards import load_boards
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.rebase import rebase
-from tests.api.segment_writer import write_generation
 from tests.conftest import OPEN_LATENESS, SignedClient, event
-from tests.jobs.helpers import oracle_first_achieved, oracle_order
+from tests.support.jobs import oracle_first_achieved, oracle_order
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 

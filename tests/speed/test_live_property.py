@@ -20,82 +20,13 @@ from hypothesis import strategies as st
 from api.segments import GenerationRegistry
 from speed.partitions import Keys
 from speed.rebase import rebase
-from tests.api.segment_writer import write_generation
 from tests.conftest import BACKENDS, SignedClient, event
+from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
+from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 
-PLAYERS = [f"p{i}" for i in range(7)] + ["Zed", "a-long-player-id"]
 BOARDS = ["season:S4:global", "season:S4:na", "alltime:all:eu"]
-ALL_BOARDS = [
-    f"{window}:{scope}"
-    for window in (
-        "season:S4",
-        "daily:2026-11-20",
-        "weekly:2026-W47",
-        "monthly:2026-11",
-        "alltime:all",
-    )
-    for scope in ("global", "eu", "na")
-]
-
-
-def region(player: str) -> str:
-    return "eu" if PLAYERS.index(player) % 2 == 0 else "na"
-
-
-class Oracle:
-    """Totals from first principles: first acceptance per (player, eventId); a match's
-    contribution is its highest revision's points; totals sum contributions."""
-
-    def __init__(self) -> None:
-        self.events: set[tuple[str, str]] = set()
-        self.revision: dict[tuple[str, str], int] = {}
-        self.contribution: dict[tuple[str, str], int] = {}
-        # Per (board, player): applied changes (the version the API reports).
-        self.version: dict[tuple[str, str], int] = {}
-
-    def apply(
-        self, player: str, event_id: str, match: str, revision: int, points: int
-    ) -> bool:
-        """Whether the event changes the player's boards."""
-        if (player, event_id) in self.events:
-            return False
-        self.events.add((player, event_id))
-        if revision <= self.revision.get((player, match), 0):
-            return False
-        self.revision[(player, match)] = revision
-        self.contribution[(player, match)] = points
-        for board in ALL_BOARDS:
-            if board.rsplit(":", 1)[1] in ("global", region(player)):
-                key = (board, player)
-                self.version[key] = self.version.get(key, 0) + 1
-        return True
-
-    def versions(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for (board, player), version in self.version.items():
-            out.setdefault(board, {})[player] = version
-        return out
-
-    def totals(self, board: str) -> dict[str, int]:
-        scope = board.rsplit(":", 1)[1]
-        out: dict[str, int] = {}
-        for (player, _), points in self.contribution.items():
-            if scope in ("global", region(player)):
-                out[player] = out.get(player, 0) + points
-        return out
-
-    def ordered(self, board: str) -> list[dict[str, Any]]:
-        totals = self.totals(board)
-        rows = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
-        entries = []
-        for i, (player, score) in enumerate(rows):
-            rank = 1 + sum(1 for s in totals.values() if s > score)
-            entries.append(
-                {"position": i + 1, "rank": rank, "playerId": player, "score": score}
-            )
-        return entries
 
 
 operation = st.one_of(

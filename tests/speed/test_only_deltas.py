@@ -12,8 +12,10 @@ import redis
 from serving.registry import GenerationRegistry
 from speed.partitions import Keys, partition_of
 from speed.rebase import rebase
-from tests.api.segment_writer import write_generation
 from tests.conftest import BACKENDS, SignedClient, event
+from tests.support.segments import write_generation
+
+pytestmark = pytest.mark.integration
 
 
 def post(api: SignedClient, **fields: Any) -> dict[str, Any]:

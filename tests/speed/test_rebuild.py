@@ -20,6 +20,7 @@ from speed.partitions import partition_of
 from speed.rebase import rebase_published
 from speed.rebuild import RebuildRaced
 from tests.conftest import BACKENDS, OPEN_LATENESS, SignedClient, event
+from tests.support.rebuild import speed_keys, wipe_all_but_logs
 
 pytestmark = pytest.mark.integration
 
@@ -88,30 +89,6 @@ def answers(api: SignedClient) -> dict[str, Any]:
             )
             out[f"nearby {board} {player}"] = (reply.status_code, reply.json())
     return out
-
-
-def speed_keys(client: redis.Redis) -> dict[bytes, Any]:
-    """Every speed-layer key but the logs, by value (TTLs aside)."""
-    state: dict[bytes, Any] = {}
-    for key in client.scan_iter(match="lb:*"):
-        kind = client.type(key)
-        if kind == b"stream":
-            continue
-        if kind == b"string":
-            state[key] = client.get(key)
-        elif kind == b"hash":
-            state[key] = client.hgetall(key)
-        elif kind == b"zset":
-            state[key] = client.zrange(key, 0, -1, withscores=True)
-        else:
-            state[key] = kind
-    return state
-
-
-def wipe_all_but_logs(client: redis.Redis) -> None:
-    for key in list(client.scan_iter(match="lb:*")):
-        if client.type(key) != b"stream":
-            client.delete(key)
 
 
 def feed(api: SignedClient, round_: int) -> None:

@@ -21,7 +21,7 @@ from jobs.rebuild import run_rebuild
 from speed.partitions import Keys, partition_of
 from speed.rebase import rebase_published
 from tests.conftest import OPEN_LATENESS, SignedClient, event
-from tests.speed.test_rebuild import speed_keys
+from tests.support.rebuild import speed_keys
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from api.main import create_app
 from conf.settings import Settings
 from jobs.rebuild import run_rebuild
 from speed.partitions import Keys, partition_of
-from tests.api.test_rules_api import BOARDS_V2, match
 from tests.conftest import SignedClient
-from tests.speed.test_rebuild import wipe_all_but_logs
+from tests.support.rebuild import wipe_all_but_logs
+from tests.support.rules import BOARDS_V2, match
 
 pytestmark = pytest.mark.integration
 

@@ -28,6 +28,8 @@ from speed.records import (
 from speed.store import MAX_CHUNK, EventConflict, Outcome, SpeedLayer
 from tests.conftest import BACKENDS, event
 
+pytestmark = pytest.mark.integration
+
 PARTITIONS = 2
 # Enough events that every bucket of every partition holds dozens of records.
 EVENTS = 40 * PARTITIONS * 2**BUCKET_BITS

@@ -3,11 +3,14 @@ declares (run against a real redis-server)."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from speed.lua import load
 from speed.partitions import Keys, encode_entry, encode_score
 from speed.scripts import APPROX_RANK, FRIENDS_SCORES, LIVE_COUNTS, LIVE_WINDOW
+
+pytestmark = pytest.mark.integration
 
 BOARD = "alltime:all:global"
 

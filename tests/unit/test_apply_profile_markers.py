@@ -7,6 +7,8 @@ import pytest
 from bench.apply_profile import ABLATIONS, SECTION_ENDS, ablated, with_sections
 from speed.lua import load
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("name", sorted(ABLATIONS))
 def test_every_ablation_changes_the_script(name: str) -> None:

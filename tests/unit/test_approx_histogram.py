@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from api.approx import Histogram, TreeSizeError, tree_counts
 
+pytestmark = pytest.mark.unit
+
 
 def fenwick_bytes(counts: list[int], written: int) -> bytes:
     """The tree as apply_event.lua's BITFIELD i32 updates leave it, with only the

@@ -7,12 +7,15 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serving.segments import BoardSegment, _StringColumn
 from speed.baserows import build_partition_rows, crc32_column
 from speed.partitions import partition_of
+
+pytestmark = pytest.mark.unit
 
 ids = st.lists(st.text(min_size=0, max_size=24), min_size=0, max_size=60, unique=True)
 # What an accepted playerId can be (speed/events.py normalize_id): never a NUL.

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from serving.segments import BoardSegment
 from speed.live import Base
-from tests.api.segment_writer import write_generation
+from tests.support.segments import write_generation
+
+pytestmark = pytest.mark.unit
 
 
 def test_encoded_range_equals_row_by_row(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ from speed.records import (
     slice_of,
 )
 from speed.store import decode_result
+
+pytestmark = pytest.mark.unit
 
 MOMENT = datetime(2026, 11, 20, 10, tzinfo=UTC)
 

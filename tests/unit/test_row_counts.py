@@ -4,11 +4,14 @@ table) equals PartitionRows.count_before, the searchsorted it replaces."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speed.baserows import PartitionRows
 from speed.live import ROW_BLOCK, RowCounts
+
+pytestmark = pytest.mark.unit
 
 
 def partition_rows(owner: list[int], partitions: int) -> PartitionRows:

@@ -10,6 +10,8 @@ import pytest
 from speed.lua import load
 from speed.scripts import INTERFACES, ScriptArgumentError, ScriptInterface
 
+pytestmark = pytest.mark.unit
+
 LUA_DIR = Path(__file__).resolve().parents[2] / "speed" / "lua"
 TABLE = re.compile(r"^local ([A-Z][A-Z_]*) = \{(.*?)\}", re.M | re.S)
 REST = re.compile(r"^local ARG_REST = (\d+)$", re.M)

@@ -1,5 +1,7 @@
-"""A Spark standalone cluster on loopback: one master and two workers, started from
-the pyspark distribution's ``bin/spark-class`` and stopped after the tests."""
+"""The tests' Spark: the one local SparkSession of a test session (the production
+JVM flags; C1-only JIT was measured slower, see start_spark), and a standalone
+cluster on loopback (one master and two workers, started from the pyspark
+distribution's ``bin/spark-class``)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,32 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 import pytest
+from pyspark.sql import SparkSession
 
-from jobs.spark import JAVA_17
+from jobs.spark import JAVA_17, get_spark
+
+
+def start_spark() -> SparkSession:
+    """The test session's SparkSession (local[2], Delta, four shuffle partitions).
+
+    Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
+    slower, not faster (two runs started together at load ~24: 17 tests in
+    864 s with the default JIT, 924 s C1-only).
+
+    :raises jobs.jars.JarsMissing: when the jar cache is empty.
+    """
+    return get_spark(
+        "leaderboard-tests",
+        shuffle_partitions=4,
+        driver_memory="2g",
+    )
+
 
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
@@ -49,9 +70,11 @@ def cluster_env(root: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("spark-cluster")
+@contextmanager
+def start_cluster(root: Path) -> Iterator[Cluster]:
+    """A standalone master and ``WORKERS`` workers with their scratch space under
+    ``root``; stopped (terminated, then killed) on exit."""
+    (root / "scratch").mkdir()
     (root / "scratch").mkdir()
     env = cluster_env(root)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")

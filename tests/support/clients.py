@@ -1,0 +1,66 @@
+"""Clients of the in-process API: writes signed like a trusted game server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi.testclient import TestClient
+
+from api.security import sign
+
+DEV_SECRET = b"dev-secret"
+ADMIN_SECRET = b"dev-admin-secret"
+
+
+class SignedClient:
+    """A TestClient that signs every write like a trusted game server."""
+
+    def __init__(
+        self, client: TestClient, key_id: str = "dev", secret: bytes = DEV_SECRET
+    ):
+        self.client = client
+        self.key_id = key_id
+        self.secret = secret
+
+    def post(self, path: str, payload: Any, **headers: str) -> Any:
+        body = orjson.dumps(payload)
+        signed = {
+            "X-Key-Id": self.key_id,
+            "X-Signature": sign(self.secret, body),
+            "Content-Type": "application/json",
+        }
+        signed.update(headers)
+        return self.client.post(path, content=body, headers=signed)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.client.get(path, **kwargs)
+
+
+def event(**overrides: Any) -> dict[str, Any]:
+    """A valid score event (the seed scenario's E77) with fields overridden."""
+    body: dict[str, Any] = {
+        "eventId": "E77",
+        "playerId": "P2",
+        "matchId": "M91",
+        "sourceRevision": 1,
+        "occurredAt": "2026-11-20T10:00:00Z",
+        "region": "eu",
+        "result": {"points": 30},
+        "kind": "result",
+        "reason": None,
+    }
+    body.update(overrides)
+    return body
+
+
+def put_friends(
+    api: SignedClient, player: str, friends: Any, signed: bool = True
+) -> Any:
+    body = orjson.dumps({"friends": friends})
+    headers = {"Content-Type": "application/json"}
+    if signed:
+        headers |= {"X-Key-Id": "dev", "X-Signature": sign(DEV_SECRET, body)}
+    return api.client.put(
+        f"/v1/players/{player}/friends", content=body, headers=headers
+    )
