@@ -111,11 +111,12 @@ def closed_seasons(settings: Settings, config: BoardsConfig) -> set[str]:
 
 def collect_state(
     settings: Settings,
-    client: redis.Redis,
+    client: redis.Redis | None,
     registry: GenerationRegistry,
     config: BoardsConfig,
 ) -> OpsState:
-    """Read the whole operational state; Redis failures are reported, not raised."""
+    """Read the whole operational state; Redis failures are reported, not raised
+    (``client`` None: no Redis is running, e.g. a stopped stack)."""
     from jobs.verify import read_last_verify
 
     now = datetime.now(UTC)
@@ -134,6 +135,9 @@ def collect_state(
         }
     state.seasons = season_states(config, now, closed_seasons(settings, config))
     state.last_verify = read_last_verify(settings)
+    if client is None:
+        state.redis_error = "not running"
+        return state
     try:
         pipe = client.pipeline(transaction=False)
         for p in range(settings.partitions):
