@@ -311,14 +311,17 @@ class Supervisor:
         if aof.is_dir():
             holders = processes_with_open_files(aof)
             holders.pop(os.getpid(), None)
-            if holders:
-                end_processes(sorted(holders), timeout=5)
+            # Forks of the dead server (an AOF rewrite) go; anything else that has
+            # the AOF open (a copy being made) is waited for: the next round retries.
+            forks = sorted(p for p, name in holders.items() if name.startswith("redis"))
+            if forks:
+                end_processes(forks, timeout=5)
                 holders = processes_with_open_files(aof)
                 holders.pop(os.getpid(), None)
             if holders:
                 raise RestartFailed(
                     f"the AOF in {aof} is still open by pid "
-                    + ", ".join(map(str, sorted(holders)))
+                    + ", ".join(f"{p} ({n})" for p, n in sorted(holders.items()))
                 )
         socket_path = self.redis.socket_path
         if socket_path is not None and _socket_answers(socket_path):
