@@ -122,7 +122,8 @@ def test_kill_9_of_redis_under_write_load_heals(stack: Stack, spark: Any) -> Non
     assert stack.info()["token"] == token and stack.pid("redis") != redis_pid
     assert load.failed, "premise: the kill happened mid-load"
     for outcome in load.failed.values():
-        assert outcome.startswith("503") or "Error" in outcome, outcome
+        # 503 (outcome unknown) or a transport error; never another status.
+        assert outcome.startswith("503") or not outcome[:1].isdigit(), outcome
     # Reads answered throughout: live before and after, the generation between.
     assert reads.statuses() == {200}, reads.statuses()
     assert reads.bases() <= {"live", "snapshot"}, reads.bases()
