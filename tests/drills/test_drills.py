@@ -206,6 +206,7 @@ def _latest(stack: Stack) -> str | None:
     return None if latest is None else latest.id
 
 
+@pytest.mark.timeout(1800)  # four Spark JVMs started: slow on a loaded machine
 def test_spark_jvm_killed_in_each_publish_phase_then_a_rerun(
     stack: Stack, spark: Any
 ) -> None:
@@ -265,15 +266,18 @@ def _fill(path: Path) -> int:
     return written
 
 
+@pytest.mark.timeout(1800)
 def test_full_disk_during_publish(tmp_path: Path, spark: Any) -> None:
     """The segments' filesystem fills up during a publish: it fails, the previous
     generation keeps answering, nothing is lost; once space is back, the rerun
     counts every event exactly once."""
     stack = Stack(tmp_path / "lb")
-    segments = stack.data_dir / "segments"
-    segments.mkdir(parents=True)
+    # LB_DATA_DIR/segments on a 16 MB filesystem. The filler lives beside it, not
+    # in it: a publish removes whatever in segments/ is not a generation.
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0750", "tmpfs", str(segments)],
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0750", "tmpfs", str(tiny)],
         capture_output=True,
         text=True,
         check=False,
@@ -283,12 +287,16 @@ def test_full_disk_during_publish(tmp_path: Path, spark: Any) -> None:
             "a full disk needs a small tmpfs, and mounting one failed (root and "
             f"CAP_SYS_ADMIN are needed): {mounted.stderr.strip()}"
         )
+    segments = tiny / "segments"
     try:
+        segments.mkdir()
+        stack.data_dir.mkdir()
+        (stack.data_dir / "segments").symlink_to(segments)
         stack.up()
         first = make_events(100, 40, "d1")
         Load(stack.url, first).start().join()
         generation = publish_and_check(stack, spark, first)
-        assert _fill(segments / "filler") > 0
+        assert _fill(tiny / "filler") > 0
         second = make_events(100, 40, "d2")
         load = Load(stack.url, second).start()
         load.join()
@@ -303,10 +311,10 @@ def test_full_disk_during_publish(tmp_path: Path, spark: Any) -> None:
             reads.stop()
         print(f"publish on a full disk: {type(failed.value).__name__}")
         assert reads.statuses() == {200}, reads.statuses()
-        (segments / "filler").unlink()
+        (tiny / "filler").unlink()
         publish_and_check(stack, spark, first + second)
         with stack.redis() as client:
             assert_logs_match_counters(client)
     finally:
         stack.down()
-        subprocess.run(["umount", "-l", str(segments)], check=False)
+        subprocess.run(["umount", "-l", str(tiny)], check=False)
