@@ -107,7 +107,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = async_client(resolve_redis_url(settings), max_connections=256)
+        # Short timeouts: a dead or stalled Redis turns into degraded reads (the
+        # latest generation, api/degraded.py) and 503 writes within about a
+        # second or two, instead of redis-py's 5 s defaults.
+        client = async_client(
+            resolve_redis_url(settings),
+            max_connections=256,
+            socket_connect_timeout=settings.redis_connect_timeout,
+            socket_timeout=settings.redis_timeout,
+        )
         app.state.speed = SpeedLayer(
             client,
             app.state.boards,

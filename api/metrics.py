@@ -35,7 +35,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -44,6 +44,7 @@ from starlette.responses import Response
 
 from api.operations import SEASON_STATES, OpsState, collect_state
 from conf.settings import Settings
+from conf.stack_state import read_stack_state, restart_counts
 from speed.connection import sync_client
 from speed.server import resolve_redis_url
 
@@ -257,6 +258,27 @@ class StateCollector:
         yield seasons
 
 
+class SupervisorCollector:
+    """Restarts by `lb up`'s supervisor, from its state file (conf/stack_state.py):
+    the API reads the file, it does not talk to the supervisor."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        restarts = CounterMetricFamily(
+            "lb_supervisor_restarts",
+            "Processes of the local stack restarted by its supervisor (lb up), "
+            "by process: redis, api (API workers restarted by uvicorn included)",
+            labels=["process"],
+        )
+        for process, count in restart_counts(
+            read_stack_state(self.settings.run_dir)
+        ).items():
+            restarts.add_metric([process], count)
+        yield restarts
+
+
 def _sync_client(request: Request) -> redis.Redis:
     """One blocking client per app for scrapes; fails fast instead of retrying."""
     client = getattr(request.app.state, "metrics_redis", None)
@@ -284,6 +306,7 @@ async def render_metrics(request: Request) -> Response:
     )
     gauges = CollectorRegistry(auto_describe=False)
     gauges.register(StateCollector(state))  # type: ignore[arg-type]
+    gauges.register(SupervisorCollector(app_state.settings))  # type: ignore[arg-type]
     if state.redis_error:
         REDIS_ERRORS.labels("metrics").inc()
     if os.environ.get(MULTIPROC_ENV):

@@ -92,11 +92,12 @@ def closed_seasons(settings: Settings, config: BoardsConfig) -> set[str]:
 
 def collect_state(
     settings: Settings,
-    client: redis.Redis,
+    client: redis.Redis | None,
     registry: GenerationRegistry,
     config: BoardsConfig,
 ) -> OpsState:
-    """Read the whole operational state; Redis failures are reported, not raised."""
+    """Read the whole operational state; Redis failures are reported, not raised
+    (``client`` None: no Redis is running, e.g. a stopped stack)."""
     now = datetime.now(UTC)
     now_ms = time.time() * 1000
     state = OpsState(now=now.isoformat())
@@ -113,6 +114,9 @@ def collect_state(
         }
     state.seasons = season_states(config, now, closed_seasons(settings, config))
     state.last_verify = read_last_verify(settings)
+    if client is None:
+        state.redis_error = "not running"
+        return state
     try:
         for p, each in enumerate(progress(client, settings.partitions)):
             position, landed, base = each.position, each.landed, each.base_generation

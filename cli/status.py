@@ -13,9 +13,10 @@ from api.operations import collect_state
 from cli.stack import api_url
 from conf.boards import load_boards
 from conf.settings import Settings
+from conf.stack_state import read_stack_state, restart_counts
 from serving.registry import GenerationRegistry
 from speed.connection import sync_client
-from speed.server import resolve_redis_url
+from speed.server import RedisNotConfigured, resolve_redis_url
 
 
 def _probe_api(url: str | None) -> str:
@@ -29,9 +30,20 @@ def _probe_api(url: str | None) -> str:
 
 
 def collect_status(settings: Settings) -> dict[str, Any]:
-    url = resolve_redis_url(settings)
-    client = sync_client(
-        url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+    supervisor = read_stack_state(settings.run_dir)
+    try:
+        url: str | None = resolve_redis_url(settings)
+    except RedisNotConfigured:
+        # No stack runs (and LB_REDIS_URL is unset): still say why it stopped.
+        if supervisor is None:
+            raise
+        url = None
+    client = (
+        sync_client(
+            url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+        )
+        if url
+        else None
     )
     try:
         registry = GenerationRegistry(
@@ -41,14 +53,42 @@ def collect_status(settings: Settings) -> dict[str, Any]:
             settings, client, registry, load_boards(settings.boards_file)
         )
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     body = state.as_dict()
     body["stack"] = {
-        "redis": f"{url}: "
-        + (f"DOWN ({state.redis_error})" if state.redis_error else "up"),
+        "redis": (
+            f"{url}: " + (f"DOWN ({state.redis_error})" if state.redis_error else "up")
+            if url
+            else "not running (no stack runs on this data dir)"
+        ),
         "api": _probe_api(api_url(settings)),
+        "supervisor": supervisor,
     }
     return body
+
+
+def _render_supervisor(state: dict[str, Any] | None) -> list[str]:
+    """The supervisor's state, restarts and their reasons (conf/stack_state.py)."""
+    if state is None:
+        return []
+    counts = restart_counts(state)
+    restarts = ", ".join(f"{name} {n}" for name, n in counts.items())
+    line = f"supervisor  {state.get('state', '?')} (pid {state.get('pid', '?')})"
+    limit, _, window = str(state.get("limit", "?/?")).partition("/")
+    line += f", restarts: {restarts} (limit {limit} per process within {window} s)"
+    lines = [line]
+    if state.get("state") == "stopped":
+        lines.append(
+            f"            stopped at {state.get('stoppedAt', '?')}: "
+            f"{state.get('stoppedReason', '?')}"
+        )
+    for event in (state.get("events") or [])[-5:]:
+        lines.append(
+            f"            {event.get('at')} {event.get('process')}: "
+            f"{event.get('reason')}"
+        )
+    return lines
 
 
 def _age(seconds: float | None) -> str:
@@ -66,6 +106,7 @@ def render_status(status: dict[str, Any]) -> str:
     lines = [f"status at {status['now']}", ""]
     lines += [f"redis       {status['stack']['redis']}"]
     lines += [f"api         {status['stack']['api']}"]
+    lines += _render_supervisor(status["stack"].get("supervisor"))
     generation = status.get("generation")
     if generation:
         lines.append(

@@ -6,9 +6,19 @@ long as the supervisor lives. The supervisor starts Redis (unless LB_REDIS_URL i
 set) and the API (uvicorn, possibly several workers) in its own process group, each
 child with LB_INSTANCE_TOKEN in its environment, and:
 
-* if the API or Redis exits (a crash, a kill -9 of uvicorn's own supervisor), it
-  stops everything else, orphaned workers included, and exits: a half stack never
-  keeps acknowledging writes;
+* heals the stack: if Redis exits (a crash, kill -9), it makes sure nothing still
+  has the AOF open and nothing answers on its socket, then starts Redis again on its
+  own AOF (never a second Redis on it); meanwhile the API answers reads from the
+  latest generation (``basis: snapshot``) and writes 503. If the API exits (uvicorn's
+  own supervisor killed, or the single worker), it ends the orphaned workers, waits
+  for the port, and starts the API again. A worker that dies under uvicorn's
+  supervisor is restarted by uvicorn; the supervisor counts it;
+* stops everything only after repeated failures: more than LB_RESTART_LIMIT
+  (``restarts/seconds``, default 5/60) restarts of one process within the window;
+  the reason goes to ``run/supervisor.err`` and ``run/supervisor.json``;
+* records every restart in ``run/supervisor.json`` (conf/stack_state.py), which
+  `lb status` shows and the API's /metrics exports as
+  ``lb_supervisor_restarts_total{process}``;
 * on SIGTERM (`lb down`) it stops the API first, then any process left in its group,
   then Redis, so no write can land after Redis has stopped;
 * its children get SIGTERM if the supervisor itself is killed (PR_SET_PDEATHSIG).
@@ -22,13 +32,24 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from conf.settings import Settings
-from speed.server import PRIVATE_UMASK, RedisServer, die_with_parent
+from conf.stack_state import MAX_EVENTS, write_stack_state
+from speed.server import (
+    PRIVATE_UMASK,
+    RedisServer,
+    RedisServerError,
+    die_with_parent,
+    processes_with_open_files,
+)
 
 REDIS_PID = "redis.pid"
 API_PID = "api.pid"
@@ -38,6 +59,10 @@ STACK_FILE = "stack.json"
 ERROR_FILE = "supervisor.err"
 TOKEN_ENV = "LB_INSTANCE_TOKEN"
 STOP_SECONDS = 20.0
+# A restarted Redis replays its AOF before it answers; a large one takes a while.
+REDIS_READY_SECONDS = 300.0
+PORT_FREE_SECONDS = 20.0
+BACKOFF_CAP_S = 5.0
 
 
 def stack_pids(token: str) -> list[int]:
@@ -91,6 +116,86 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+def describe_exit(name: str, code: int | None) -> str:
+    """``redis-server was killed by SIGKILL`` / ``the API exited with 1``."""
+    if code is not None and code < 0:
+        try:
+            signame = signal.Signals(-code).name
+        except ValueError:
+            signame = f"signal {-code}"
+        return f"{name} was killed by {signame}"
+    return f"{name} exited with {code}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class RestartBudget:
+    """At most ``limit`` restarts within ``seconds``; a short back-off between
+    restarts that follow each other (none for the first)."""
+
+    def __init__(
+        self, limit: int, seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit = limit
+        self.seconds = seconds
+        self.clock = clock
+        self.times: list[float] = []
+
+    def _recent(self) -> list[float]:
+        now = self.clock()
+        self.times = [t for t in self.times if now - t < self.seconds]
+        return self.times
+
+    def allow(self) -> bool:
+        """True (and counted) while the window has room for one more restart."""
+        if len(self._recent()) >= self.limit:
+            return False
+        self.times.append(self.clock())
+        return True
+
+    def delay(self) -> float:
+        """Seconds to wait before the restart just allowed."""
+        earlier = len(self._recent()) - 1
+        return 0.0 if earlier <= 0 else min(BACKOFF_CAP_S, 0.25 * 2 ** (earlier - 1))
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(p) for p in text.split()}
+
+
+def _socket_answers(path: Path) -> bool:
+    """True when some process accepts connections on the unix socket ``path``."""
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class RestartFailed(RuntimeError):
+    """A restart could not be done safely (the AOF or the address still in use)."""
+
+
 class Supervisor:
     def __init__(self, settings: Settings, port: int, token: str) -> None:
         self.settings = settings
@@ -99,7 +204,22 @@ class Supervisor:
         self.run = settings.run_dir
         self.redis: RedisServer | None = None
         self.api: subprocess.Popen[bytes] | None = None
+        self.redis_url = settings.redis_url or ""
+        self.metrics_dir = ""
         self.stopping = False
+        limit, seconds = settings.restart_window
+        self.budgets = {
+            name: RestartBudget(limit, seconds) for name in ("redis", "api")
+        }
+        self.workers: set[int] = set()
+        self.state: dict[str, Any] = {
+            "state": "starting",
+            "pid": os.getpid(),
+            "startedAt": _now(),
+            "limit": settings.restart_limit,
+            "restarts": {"redis": 0, "api": 0},
+            "events": [],
+        }
 
     def _env(self, **extra: str) -> dict[str, str]:
         return dict(
@@ -109,9 +229,19 @@ class Supervisor:
             **extra,
         )
 
+    def save(self, state: str | None = None) -> None:
+        if state is not None:
+            self.state["state"] = state
+        write_stack_state(self.run, self.state)
+
+    def _event(self, process: str, reason: str) -> None:
+        events = self.state["events"]
+        events.append({"at": _now(), "process": process, "reason": reason})
+        del events[:-MAX_EVENTS]
+
     def start(self) -> None:
-        redis_url = self.settings.redis_url
-        if not redis_url:
+        self.save("starting")
+        if not self.settings.redis_url:
             self.redis = RedisServer(
                 self.settings.redis_dir,
                 unix_socket=True,
@@ -123,12 +253,21 @@ class Supervisor:
             self.redis.start()
             assert self.redis.process is not None
             (self.run / REDIS_PID).write_text(str(self.redis.process.pid))
-            redis_url = self.redis.url
-            (self.run / REDIS_URL_FILE).write_text(redis_url)
-        # Every worker's metrics in one directory, emptied at each start (ops, #9).
-        from api.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+            self.redis_url = self.redis.url
+            (self.run / REDIS_URL_FILE).write_text(self.redis_url)
+        # Every worker's metrics in one directory, emptied at each start (ops, #9);
+        # kept across API restarts, so counters keep their totals.
+        from api.metrics import prepare_multiprocess_dir
 
-        metrics_dir = str(prepare_multiprocess_dir(self.settings))
+        self.metrics_dir = str(prepare_multiprocess_dir(self.settings))
+        self._start_api()
+        url = f"http://{self.settings.api_host}:{self.port}"
+        (self.run / API_URL_FILE).write_text(url)
+        self.save("running")
+
+    def _start_api(self) -> None:
+        from api.metrics import MULTIPROC_ENV
+
         log = open(self.run / "api.log", "ab")  # noqa: SIM115 - the child's stdout
         self.api = subprocess.Popen(
             [
@@ -150,25 +289,152 @@ class Supervisor:
                 "--log-level",
                 "warning",
             ],
-            env=self._env(LB_REDIS_URL=redis_url, **{MULTIPROC_ENV: metrics_dir}),
+            env=self._env(
+                LB_REDIS_URL=self.redis_url, **{MULTIPROC_ENV: self.metrics_dir}
+            ),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             preexec_fn=die_with_parent,
         )
         log.close()
+        self.workers = set()
         (self.run / API_PID).write_text(str(self.api.pid))
-        url = f"http://{self.settings.api_host}:{self.port}"
-        (self.run / API_URL_FILE).write_text(url)
+
+    def _redis_pid(self) -> int:
+        process = self.redis.process if self.redis else None
+        return process.pid if process is not None else 0
+
+    def _restart_redis(self) -> None:
+        """Redis again on its own AOF, once nothing has that AOF open (a fork of the
+        dead server, e.g. an AOF rewrite, is ended first) and nothing answers on
+        its socket; waits until it has loaded the AOF."""
+        assert self.redis is not None
+        aof = self.redis.aof_dir()
+        if aof.is_dir():
+            holders = processes_with_open_files(aof)
+            holders.pop(os.getpid(), None)
+            # Forks of the dead server (an AOF rewrite) go; anything else that has
+            # the AOF open (a copy being made) is waited for: the next round retries.
+            forks = sorted(p for p, name in holders.items() if name.startswith("redis"))
+            if forks:
+                end_processes(forks, timeout=5)
+                holders = processes_with_open_files(aof)
+                holders.pop(os.getpid(), None)
+            if holders:
+                raise RestartFailed(
+                    f"the AOF in {aof} is still open by pid "
+                    + ", ".join(f"{p} ({n})" for p, n in sorted(holders.items()))
+                )
+        socket_path = self.redis.socket_path
+        if socket_path is not None and _socket_answers(socket_path):
+            raise RestartFailed(f"another process answers on {socket_path}")
+        if self.redis.port and not _port_free("127.0.0.1", self.redis.port):
+            raise RestartFailed(f"port {self.redis.port} is in use")
+        self.redis.start(wait=False)
+        assert self.redis.process is not None
+        (self.run / REDIS_PID).write_text(str(self.redis.process.pid))
+        deadline = time.monotonic() + REDIS_READY_SECONDS
+        while not self.stopping and time.monotonic() < deadline:
+            if self.redis.process.poll() is not None:
+                return  # the watch loop sees it: one more failure
+            try:
+                self.redis.wait_ready(0.5)
+                return
+            except RedisServerError:
+                continue
+        if not self.stopping:
+            raise RestartFailed(
+                f"redis-server did not load its AOF within {REDIS_READY_SECONDS:.0f} s"
+            )
+
+    def _restart_api(self) -> None:
+        """End what is left of the old API (orphaned workers keep the listening
+        socket and would keep serving), wait for the port, start it again."""
+        redis_pid = self._redis_pid()
+        leftovers = [
+            p for p in stack_pids(self.token) if p not in (os.getpid(), redis_pid)
+        ]
+        end_processes(leftovers)
+        deadline = time.monotonic() + PORT_FREE_SECONDS
+        while not _port_free(self.settings.api_host, self.port):
+            if self.stopping:
+                return
+            if time.monotonic() > deadline:
+                raise RestartFailed(f"port {self.port} stayed in use")
+            time.sleep(0.1)
+        self._start_api()
+
+    def _heal(self, process: str, reason: str) -> bool:
+        """Restart ``process`` (redis|api) within the budget; False: stop the stack
+        (the reason is in ``self.state['stoppedReason']``)."""
+        self._event(process, reason)
+        budget = self.budgets[process]
+        if not budget.allow():
+            self.state["stoppedReason"] = (
+                f"{reason}: more than {budget.limit} restarts of {process} within "
+                f"{budget.seconds:g} s (LB_RESTART_LIMIT={self.settings.restart_limit})"
+            )
+            return False
+        self.state["restarts"][process] += 1
+        self.save(f"restarting {process}")
+        print(f"{_now()} {reason}; restarting {process}", flush=True)
+        pause = time.monotonic() + budget.delay()
+        while not self.stopping and time.monotonic() < pause:
+            time.sleep(0.05)
+        if self.stopping:
+            return True
+        try:
+            if process == "redis":
+                self._restart_redis()
+            else:
+                self._restart_api()
+        except (RestartFailed, RedisServerError, OSError) as exc:
+            # The old process stays dead: the next round of the watch loop tries
+            # again (and counts it) until the budget is spent.
+            self._event(process, f"restart failed: {exc}")
+        self.save("running")
+        return True
+
+    def _watch_workers(self) -> bool:
+        """Count workers that died under uvicorn's supervisor (uvicorn starts a new
+        one); False when that spends the API's budget."""
+        if self.api is None or self.settings.api_workers < 2:
+            return True
+        now = _children(self.api.pid)
+        gone = self.workers - now
+        self.workers = now
+        for pid in sorted(gone):
+            reason = f"API worker {pid} died"
+            self._event("api", reason)
+            if not self.budgets["api"].allow():
+                self.state["stoppedReason"] = (
+                    f"{reason}: more than {self.budgets['api'].limit} restarts of api "
+                    f"within {self.budgets['api'].seconds:g} s "
+                    f"(LB_RESTART_LIMIT={self.settings.restart_limit})"
+                )
+                return False
+            self.state["restarts"]["api"] += 1
+            print(f"{_now()} {reason}; uvicorn restarts it", flush=True)
+            self.save("running")
+        return True
 
     def watch(self) -> str:
-        """Block until a child exits or a stop is asked; returns why."""
+        """Block until a stop is asked or the restart budget is spent; returns why."""
         while not self.stopping:
             if self.api is not None and self.api.poll() is not None:
-                return f"API exited with {self.api.returncode}; see run/api.log"
+                reason = describe_exit("the API", self.api.returncode)
+                if not self._heal("api", reason + " (see run/api.log)"):
+                    return str(self.state["stoppedReason"])
+                continue
             process = self.redis.process if self.redis else None
             if process is not None and process.poll() is not None:
-                return f"redis-server exited with {process.returncode}"
+                reason = describe_exit("redis-server", process.returncode)
+                if not self._heal("redis", reason + " (see redis/redis.log)"):
+                    return str(self.state["stoppedReason"])
+                continue
+            if not self._watch_workers():
+                return str(self.state["stoppedReason"])
             time.sleep(0.1)
         return "stop requested"
 
@@ -176,7 +442,7 @@ class Supervisor:
         """API first (its workers with it), then leftovers, then Redis."""
         if self.api is not None and self.api.poll() is None:
             end_processes([self.api.pid])
-        redis_pid = self.redis.process.pid if self.redis and self.redis.process else 0
+        redis_pid = self._redis_pid()
         leftovers = [
             p for p in stack_pids(self.token) if p not in (os.getpid(), redis_pid)
         ]
@@ -208,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     code = 0
+    reason = "stop requested"
     try:
         supervisor.start()
         (settings.run_dir / STACK_FILE).write_text(
@@ -218,13 +485,18 @@ def main(argv: list[str] | None = None) -> int:
         reason = supervisor.watch()
         if reason != "stop requested":
             error_file.write_text(reason + "\n")
+            print(f"{_now()} stopping the stack: {reason}", flush=True)
             code = 1
     except Exception as exc:  # noqa: BLE001 - reported to `lb up` through the file
-        error_file.write_text(f"{exc}\n")
+        reason = str(exc) or type(exc).__name__
+        error_file.write_text(f"{reason}\n")
         code = 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         supervisor.stop()
+        supervisor.state["stoppedReason"] = reason
+        supervisor.state["stoppedAt"] = _now()
+        supervisor.save("stopped")
         (settings.run_dir / STACK_FILE).unlink(missing_ok=True)
         # The lock goes last: until here, a new `lb up` must wait.
         os.close(args.lock_fd)

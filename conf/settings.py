@@ -98,6 +98,15 @@ class Settings(BaseSettings):
     # uvicorn worker processes of `lb up` (default: one per core); they share the
     # memory-mapped segments through the page cache, metrics sum over them.
     api_workers: int = Field(default_factory=default_api_workers, ge=1, le=64)
+    # `lb up`'s supervisor restarts a Redis or API process that dies; more than
+    # this many restarts of one process within this many seconds stop the stack
+    # (``restarts/seconds``; README "Running locally").
+    restart_limit: str = "5/60"
+    # Seconds the API waits for Redis to connect / to answer a command before it
+    # treats Redis as unreachable: reads then answer from the latest generation,
+    # writes 503 (outcome unknown). Short, so a stalled Redis costs reads little.
+    redis_connect_timeout: float = Field(default=0.5, gt=0, le=60)
+    redis_timeout: float = Field(default=2.0, gt=0, le=300)
     # Live top lists: how long a cached answer may be served without asking Redis
     # whether anything changed (0: every hit checks the partitions' positions, bases
     # and flags in one round trip, so a cached answer is always the current one). A
@@ -159,6 +168,25 @@ class Settings(BaseSettings):
                 f"{name} must be 'capacity/refillSeconds' (e.g. 5/60) or 'off'"
             ) from None
         return value
+
+    @field_validator("restart_limit")
+    @classmethod
+    def _restart_limit_format(cls, value: str) -> str:
+        try:
+            restarts, seconds = value.split("/")
+            if int(restarts) < 0 or float(seconds) <= 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                "LB_RESTART_LIMIT must be 'restarts/seconds' (e.g. 5/60)"
+            ) from None
+        return value
+
+    @property
+    def restart_window(self) -> tuple[int, float]:
+        """(restarts, seconds) of LB_RESTART_LIMIT."""
+        restarts, seconds = self.restart_limit.split("/")
+        return int(restarts), float(seconds)
 
     @field_validator("hmac_keys")
     @classmethod

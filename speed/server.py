@@ -190,9 +190,10 @@ class RedisServer:
     def aof_dir(self) -> Path:
         return self.data_dir / AOF_DIR
 
-    def start(self, timeout: float = 20.0) -> RedisServer:
+    def start(self, timeout: float = 20.0, wait: bool = True) -> RedisServer:
         """Start the server; refuses (RedisDataInUse) while any process has this data
-        dir's AOF open, e.g. a server orphaned by a killed stack."""
+        dir's AOF open, e.g. a server orphaned by a killed stack. ``wait=False``
+        returns once the process is started (the caller waits for it to answer)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
         if self.socket_path is not None:
@@ -216,7 +217,8 @@ class RedisServer:
             umask=PRIVATE_UMASK,
             preexec_fn=self.preexec,
         )
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:

@@ -28,13 +28,26 @@ async def read_health(settings: SettingsDep) -> FastJSONResponse:
 
 
 @router.get("/readyz", response_model=StatusOut, responses=READY_ERROR_RESPONSES)
-async def read_readiness(speed: SpeedDep, settings: SettingsDep) -> FastJSONResponse:
-    """Ready when Redis answers; ``instance`` lets `lb up` tell its own API apart."""
+async def read_readiness(
+    speed: SpeedDep, settings: SettingsDep, request: Request
+) -> FastJSONResponse:
+    """Ready when Redis answers (writes can be acknowledged); ``instance`` lets
+    `lb up` tell its own API apart. While Redis is down the answer is 503 and says
+    what still works: reads from the latest generation (``basis: snapshot``), so a
+    load balancer should route reads on /healthz and writes on /readyz."""
     try:
         await speed.client.ping()
     except (RedisError, OSError) as exc:
+        latest = request.app.state.generations.latest()
+        reads = (
+            f"reads answer from generation {latest.id} (basis: snapshot)"
+            if latest is not None
+            else "no generation is published, so live reads answer 503 too"
+        )
         raise NotReady(
-            f"redis unavailable: {store_error_reason(exc)}", **_instance(settings)
+            f"redis unavailable: {store_error_reason(exc)}; writes answer 503, "
+            + reads,
+            **_instance(settings),
         ) from None
     return FastJSONResponse({"status": "ready", **_instance(settings)})
 

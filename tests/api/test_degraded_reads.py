@@ -4,6 +4,7 @@ stopped mid-test)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,3 +83,30 @@ def test_reads_fall_back_to_the_generation_while_redis_is_down(
         metrics = api.get("/metrics").text
         assert 'lb_degraded_reads_total{endpoint="top"} 1.0' in metrics
         assert "lb_redis_up 0.0" in metrics
+
+
+def test_a_stalled_redis_turns_into_snapshot_reads_within_the_timeout(
+    own_redis: RedisServer, tmp_path: Path
+) -> None:
+    # A stopped (not dead) Redis accepts connections and never answers: reads wait
+    # out LB_REDIS_TIMEOUT (2 s by default, not redis-py's 5 s), then fall back.
+    settings = base_settings(own_redis.url, tmp_path)
+    assert settings.redis_timeout <= 2
+    write_generation(settings.segments_dir, 1, {BOARD: SCORES})
+    assert own_redis.process is not None
+    with TestClient(create_app(settings)) as client:
+        api = SignedClient(client)
+        assert api.get(f"/v1/boards/{BOARD}/top").json()["basis"] == "live"
+        own_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            top = api.get(f"/v1/boards/{BOARD}/top", params={"limit": 3})
+            elapsed = time.monotonic() - started
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+        assert top.status_code == 200, top.text
+        assert (top.json()["basis"], top.json()["liveLayer"]) == (
+            "snapshot",
+            "unavailable",
+        )
+        assert elapsed < settings.redis_timeout + 1.5, elapsed

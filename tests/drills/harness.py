@@ -82,6 +82,7 @@ class Stack:
     data_dir: Path
     workers: int = 1
     port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -91,6 +92,7 @@ class Stack:
             LB_RATE_LIMIT="off",
             LB_PARTITIONS=str(PARTITIONS),
             LB_API_WORKERS=str(self.workers),
+            **self.extra_env,
         )
         env.pop("LB_REDIS_URL", None)
         return env
@@ -130,10 +132,34 @@ class Stack:
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url((self.run / "redis.url").read_text().strip())
 
+    def supervisor_state(self) -> dict[str, Any]:
+        return dict(json.loads((self.run / "supervisor.json").read_text()))
+
+    def restarts(self) -> dict[str, int]:
+        return dict(self.supervisor_state()["restarts"])
+
+    def workers_of(self, api_pid: int) -> list[int]:
+        """uvicorn's worker processes (its children other than multiprocessing's
+        resource tracker)."""
+        text = Path(f"/proc/{api_pid}/task/{api_pid}/children").read_text()
+        return [
+            int(pid)
+            for pid in text.split()
+            if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+
     def wait_stopped(self, token: str) -> None:
         """No process of the stack with ``token`` runs and nothing answers the port."""
         assert wait_until(lambda: not stack_pids(token)), stack_pids(token)
         assert not answers(self.url)
+
+
+def ready(url: str) -> bool:
+    """``/readyz`` answers 200 (Redis reachable, writes acknowledged)."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def answers(url: str) -> bool:
@@ -205,6 +231,62 @@ class Load:
     def join(self) -> None:
         for thread in self._threads:
             thread.join(timeout=120)
+
+
+class Reads:
+    """Reads the top list from a few threads until stopped; records every answer
+    (time, status, basis) and every transport error, so a drill can say whether
+    reads answered throughout."""
+
+    def __init__(self, url: str, threads: int = 2, pause: float = 0.01) -> None:
+        self.url = url
+        self.pause = pause
+        self.answers: list[tuple[float, int, str | None]] = []
+        self.errors: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.is_set():
+                at = time.monotonic()
+                try:
+                    reply = client.get(
+                        f"{self.url}/v1/boards/{BOARD}/top", params={"limit": "10"}
+                    )
+                except httpx.HTTPError as exc:
+                    with self._lock:
+                        self.errors.append((at, type(exc).__name__))
+                else:
+                    basis = None
+                    if reply.status_code == 200:
+                        basis = reply.json().get("basis")
+                    with self._lock:
+                        self.answers.append((at, reply.status_code, basis))
+                time.sleep(self.pause)
+
+    def start(self) -> Reads:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> Reads:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        return self
+
+    def statuses(self) -> set[int]:
+        return {status for _, status, _ in self.answers}
+
+    def bases(self) -> set[str | None]:
+        return {basis for _, status, basis in self.answers if status == 200}
+
+    def longest_gap(self) -> float:
+        """Longest time without a 200 answer while reading."""
+        times = sorted(at for at, status, _ in self.answers if status == 200)
+        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0)
 
 
 def redeliver(url: str, events: list[dict[str, Any]], acked: set[str]) -> None:
