@@ -97,8 +97,9 @@ airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_
 	echo "Airflow UI: http://localhost:$$AIRFLOW__API__PORT (user admin, password in $$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"; \
 	exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
 
-lint: venv ## ruff and mypy
+lint: venv ## ruff (check and format) and mypy
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy speed api jobs conf cli serving
 
 clean: ## remove local data (.lb), keep the venv and the jar cache

@@ -54,9 +54,7 @@ class ServedReads:
         self, board: str, limit: int, generation: str | None = None
     ) -> dict[str, Any] | None:
         """``GET /v1/boards/{board}/top?limit=&generation=`` (live when None)."""
-        return self._answer(
-            lambda: self._reads.top(board, limit, "live", generation)
-        )
+        return self._answer(lambda: self._reads.top(board, limit, "live", generation))
 
     def player(
         self, board: str, player: str, generation: str | None = None

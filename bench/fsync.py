@@ -25,9 +25,7 @@ from speed.server import RedisServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.fsync", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.fsync", description=__doc__)
     parser.add_argument("policies", nargs="+", choices=("always", "everysec", "no"))
     parser.add_argument("--events", type=int, default=20_000)
     args = parser.parse_args(argv)

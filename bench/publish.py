@@ -56,8 +56,14 @@ def _strings(prefix: str, values: np.ndarray) -> pa.Array:
     )
 
 
-def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
-             season_cutoff_ms: int) -> pa.Table:
+def generate(
+    players: int,
+    events: int,
+    partitions: int,
+    seed: int,
+    raw: bool,
+    season_cutoff_ms: int,
+) -> pa.Table:
     """Synthetic bronze rows (see the module doc); positions gap-free per partition."""
     rng = np.random.default_rng(seed)
     n_res = int(events * 0.80)
@@ -94,22 +100,44 @@ def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
     l_rec = season_cutoff_ms + rng.integers(1, DAY_MS, n_late)
     base = n_res + n_corr + n_stale
     cols = {
-        "player": np.concatenate([player, player[src], player[stale], player[dup],
-                                  l_player]),
-        "match": np.concatenate([match, match[src], match[stale], match[dup],
-                                 n_res + np.arange(n_late)]),
-        "event": np.concatenate([event, n_res + np.arange(n_corr + n_stale),
-                                 event[dup], base + np.arange(n_late)]),
-        "revision": np.concatenate([revision, c_rev, s_rev, revision[dup],
-                                    np.ones(n_late, np.int64)]),
-        "occurred": np.concatenate([occurred, c_occ, occurred[stale], occurred[dup],
-                                    l_occ]),
-        "received": np.concatenate([received, c_rec,
-                                    received[stale] + rng.integers(1, DAY_MS, n_stale),
-                                    received[dup] + rng.integers(1, 60_000, n_dup),
-                                    l_rec]),
-        "points": np.concatenate([points, c_pts, rng.integers(0, 60, n_stale),
-                                  points[dup], rng.integers(0, 60, n_late)]),
+        "player": np.concatenate(
+            [player, player[src], player[stale], player[dup], l_player]
+        ),
+        "match": np.concatenate(
+            [match, match[src], match[stale], match[dup], n_res + np.arange(n_late)]
+        ),
+        "event": np.concatenate(
+            [
+                event,
+                n_res + np.arange(n_corr + n_stale),
+                event[dup],
+                base + np.arange(n_late),
+            ]
+        ),
+        "revision": np.concatenate(
+            [revision, c_rev, s_rev, revision[dup], np.ones(n_late, np.int64)]
+        ),
+        "occurred": np.concatenate(
+            [occurred, c_occ, occurred[stale], occurred[dup], l_occ]
+        ),
+        "received": np.concatenate(
+            [
+                received,
+                c_rec,
+                received[stale] + rng.integers(1, DAY_MS, n_stale),
+                received[dup] + rng.integers(1, 60_000, n_dup),
+                l_rec,
+            ]
+        ),
+        "points": np.concatenate(
+            [
+                points,
+                c_pts,
+                rng.integers(0, 60, n_stale),
+                points[dup],
+                rng.integers(0, 60, n_late),
+            ]
+        ),
     }
     part = cols["player"] % partitions
     order = np.lexsort((cols["received"], part))
@@ -122,30 +150,41 @@ def generate(players: int, events: int, partitions: int, seed: int, raw: bool,
     received_us = pa.array(cols["received"] * 1000, pa.timestamp("us", tz="UTC"))
     occurred_us = pa.array(cols["occurred"] * 1000, pa.timestamp("us", tz="UTC"))
     kind = np.where(cols["revision"] > 1, "correction", "result")
-    table = pa.table({
-        "partition": pa.array(part.astype(np.int32)),
-        "position": pa.array(position.astype(np.int64)),
-        "received_at": received_us,
-        "received_at_ms": pa.array(cols["received"].astype(np.int64)),
-        "status": pa.nulls(len(part), pa.string()),
-        "event_id": _strings("e", cols["event"]),
-        "player_id": player_ids,
-        "match_id": _strings("m", cols["match"]),
-        "source_revision": pa.array(cols["revision"].astype(np.int64)),
-        "occurred_at": occurred_us,
-        "region": pa.array(region),
-        "points": pa.array(cols["points"].astype(np.int64)),
-        "kind": pa.array(kind),
-        "reason": pa.nulls(len(part), pa.string()),
-        "raw": pa.nulls(len(part), pa.string()),
-    })
+    table = pa.table(
+        {
+            "partition": pa.array(part.astype(np.int32)),
+            "position": pa.array(position.astype(np.int64)),
+            "received_at": received_us,
+            "received_at_ms": pa.array(cols["received"].astype(np.int64)),
+            "status": pa.nulls(len(part), pa.string()),
+            "event_id": _strings("e", cols["event"]),
+            "player_id": player_ids,
+            "match_id": _strings("m", cols["match"]),
+            "source_revision": pa.array(cols["revision"].astype(np.int64)),
+            "occurred_at": occurred_us,
+            "region": pa.array(region),
+            "points": pa.array(cols["points"].astype(np.int64)),
+            "kind": pa.array(kind),
+            "reason": pa.nulls(len(part), pa.string()),
+            "raw": pa.nulls(len(part), pa.string()),
+        }
+    )
     if raw:
         text = pc.binary_join_element_wise(
-            '{"partition":', pc.cast(table["partition"], pa.string()),
-            ',"position":', pc.cast(table["position"], pa.string()),
-            ',"event":{"eventId":"', table["event_id"], '","playerId":"',
-            table["player_id"], '","matchId":"', table["match_id"], '","points":',
-            pc.cast(table["points"], pa.string()), "}}", "",
+            '{"partition":',
+            pc.cast(table["partition"], pa.string()),
+            ',"position":',
+            pc.cast(table["position"], pa.string()),
+            ',"event":{"eventId":"',
+            table["event_id"],
+            '","playerId":"',
+            table["player_id"],
+            '","matchId":"',
+            table["match_id"],
+            '","points":',
+            pc.cast(table["points"], pa.string()),
+            "}}",
+            "",
         )
         table = table.set_column(table.schema.get_field_index("raw"), "raw", text)
     return table
@@ -167,6 +206,7 @@ def duckdb_sql(seasons, window_lateness_ms: int) -> str:
                 f"{{'board': 'season:{s.id}:' || {scope}, 'agg': '{s.aggregation}', "
                 f"'cutoff': {cutoff}::BIGINT}} END"
             )
+
     def closes(unit: str) -> str:
         # date_trunc('week') is the ISO Monday.
         return (
@@ -243,13 +283,10 @@ def run_duckdb(
     con.execute(f"SET threads = {threads}")
     con.execute("SET preserve_insertion_order = false")
     con.execute(
-        "CREATE VIEW bronze AS SELECT * FROM read_parquet("
-        f"'{source}/*.parquet')"
+        f"CREATE VIEW bronze AS SELECT * FROM read_parquet('{source}/*.parquet')"
     )
     started = time.perf_counter()
-    con.execute(
-        "CREATE TABLE ref AS " + duckdb_sql(seasons, window_lateness_ms)
-    )
+    con.execute("CREATE TABLE ref AS " + duckdb_sql(seasons, window_lateness_ms))
     return time.perf_counter() - started, con
 
 
@@ -269,8 +306,12 @@ def compare(con, gold: pa.Table) -> dict[str, int]:
         f"SELECT {cols} FROM ref)"
     ).fetchone()[0]
     rows = con.execute("SELECT count(*) FROM ref").fetchone()[0]
-    return {"ref_rows": rows, "gold_rows": gold.num_rows, "only_in_duckdb": only_ref,
-            "only_in_spark": only_gold}
+    return {
+        "ref_rows": rows,
+        "gold_rows": gold.num_rows,
+        "only_in_duckdb": only_ref,
+        "only_in_spark": only_gold,
+    }
 
 
 # ------------------------------------------------------------------------------ main
@@ -318,7 +359,8 @@ class DriverMemory:
 
     def _heap_pools(self):
         return [
-            pool for pool in self._management.getMemoryPoolMXBeans()
+            pool
+            for pool in self._management.getMemoryPoolMXBeans()
             if str(pool.getType()) == "Heap memory"
         ]
 
@@ -374,8 +416,14 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
     from jobs.publish import run_publish
 
     landed = extract_landed_through(spark, bronze_path(settings))
-    more = generate(args.players, args.incremental_events, args.partitions,
-                    args.seed + 1, False, cutoff)
+    more = generate(
+        args.players,
+        args.incremental_events,
+        args.partitions,
+        args.seed + 1,
+        False,
+        cutoff,
+    )
     offset = pa.array(
         [landed.get(int(p), 0) for p in more.column("partition").to_pylist()],
         pa.int64(),
@@ -384,19 +432,24 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
         column = pc.binary_join_element_wise(prefix, more.column(name), "")
         more = more.set_column(more.schema.get_field_index(name), name, column)
     more = more.set_column(
-        more.schema.get_field_index("position"), "position",
+        more.schema.get_field_index("position"),
+        "position",
         pc.add(more.column("position"), offset),
     )
     pq.write_table(more, source.parent / "more.parquet")
     (
-        spark.read.parquet(str(source.parent / "more.parquet")).write.format("delta")
-        .mode("append").partitionBy("partition").save(str(bronze_path(settings)))
+        spark.read.parquet(str(source.parent / "more.parquet"))
+        .write.format("delta")
+        .mode("append")
+        .partitionBy("partition")
+        .save(str(bronze_path(settings)))
     )
     timings: dict[str, float] = _Progress()
     out: dict = {"events": args.incremental_events, "load_before": loadavg_text()}
     started = time.perf_counter()
-    generation = run_publish(settings, spark=spark, boards=boards, land=False,
-                             timings=timings)
+    generation = run_publish(
+        settings, spark=spark, boards=boards, land=False, timings=timings
+    )
     out["publish_s"] = round(time.perf_counter() - started, 2)
     out["load_after"] = loadavg_text()
     out["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
@@ -410,8 +463,11 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
         check = check_generation(settings, spark, generation, boards)
         out["check_s"] = round(time.perf_counter() - started, 2)
         out["identical_to_full"] = check.ok
-        out["check"] = {"rows": check.rows, "only_in_gold": check.only_in_gold,
-                        "only_in_recompute": check.only_in_recompute}
+        out["check"] = {
+            "rows": check.rows,
+            "only_in_gold": check.only_in_gold,
+            "only_in_recompute": check.only_in_recompute,
+        }
     return out
 
 
@@ -428,11 +484,14 @@ def main() -> None:
     ap.add_argument("--no-compare", action="store_true")
     ap.add_argument("--duckdb-threads", type=int, default=2)
     ap.add_argument(
-        "--incremental-events", type=int, default=0,
+        "--incremental-events",
+        type=int,
+        default=0,
         help="then append this many new events and time the incremental publish",
     )
     ap.add_argument(
-        "--check-incremental", action="store_true",
+        "--check-incremental",
+        action="store_true",
         help="compare the incremental generation with a full recompute (slow)",
     )
     args = ap.parse_args()
@@ -449,34 +508,42 @@ def main() -> None:
     source = data_dir / "source"
     source.mkdir(parents=True)
     report: dict = {
-        "command": "python -m bench.publish " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+        "command": "python -m bench.publish "
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
             if v not in (None, False) and k not in ("keep",)
         ),
-        "players": args.players, "events": args.events,
+        "players": args.players,
+        "events": args.events,
         "partitions": args.partitions,
         "machine": f"{platform.node()} {os.cpu_count()} cpus, "
-                   f"{platform.python_version()}",
+        f"{platform.python_version()}",
         "load_start": loadavg_text(),
     }
     started = time.perf_counter()
     cutoff = to_ms(boards.seasons[0].cutoff) if boards.seasons else T1
-    table = generate(args.players, args.events, args.partitions, args.seed,
-                     args.raw, cutoff)
+    table = generate(
+        args.players, args.events, args.partitions, args.seed, args.raw, cutoff
+    )
     chunk = 2_000_000
     for i, begin in enumerate(range(0, table.num_rows, chunk)):
         pq.write_table(table.slice(begin, chunk), source / f"part-{i:04d}.parquet")
     del table
     report["generate_s"] = round(time.perf_counter() - started, 2)
 
-    settings = Settings(data_dir=data_dir / "lb", partitions=args.partitions,
-                        rate_limit="off")
+    settings = Settings(
+        data_dir=data_dir / "lb", partitions=args.partitions, rate_limit="off"
+    )
     spark = get_spark("bench-publish")
     memory = DriverMemory(spark)
     started = time.perf_counter()
     (
-        spark.read.parquet(str(source)).write.format("delta").mode("overwrite")
-        .partitionBy("partition").save(str(bronze_path(settings)))
+        spark.read.parquet(str(source))
+        .write.format("delta")
+        .mode("overwrite")
+        .partitionBy("partition")
+        .save(str(bronze_path(settings)))
     )
     report["bronze_write_s"] = round(time.perf_counter() - started, 2)
     report["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
@@ -485,28 +552,37 @@ def main() -> None:
     timings: dict[str, float] = _Progress()
     report["load_before_publish"] = loadavg_text()
     started = time.perf_counter()
-    generation = run_publish(settings, spark=spark, boards=boards, land=False,
-                             timings=timings)
+    generation = run_publish(
+        settings, spark=spark, boards=boards, land=False, timings=timings
+    )
     report["publish_s"] = round(time.perf_counter() - started, 2)
     report["load_after_publish"] = loadavg_text()
     report["driver_memory_after_publish"] = memory.report()
     report["phases_s"] = {k: round(v, 2) for k, v in timings.items()}
     report["recompute_rank_s"] = round(
-        sum(v for k, v in timings.items()
-            if k in ("land", "recompute_contributions", "totals", "rank_gold")), 2
+        sum(
+            v
+            for k, v in timings.items()
+            if k in ("land", "recompute_contributions", "totals", "rank_gold")
+        ),
+        2,
     )
     seg = settings.segments_dir / generation
     files = (
-        spark.read.format("delta").load(str(settings.delta_dir / GOLD_SNAPSHOTS))
-        .where(f"generation = '{generation}'").inputFiles()
+        spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(f"generation = '{generation}'")
+        .inputFiles()
     )
-    gold = pa.concat_tables([
-        pq.read_table(
-            f.removeprefix("file:"),
-            columns=["board", "position", "rank", "player_id", "score"],
-        )
-        for f in files
-    ])
+    gold = pa.concat_tables(
+        [
+            pq.read_table(
+                f.removeprefix("file:"),
+                columns=["board", "position", "rank", "player_id", "score"],
+            )
+            for f in files
+        ]
+    )
     seg_bytes = dir_bytes(seg)
     players_on_boards = len(pc.unique(gold.column("player_id")))
     report["gold_rows"] = gold.num_rows

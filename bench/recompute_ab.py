@@ -112,7 +112,9 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="git revision of variant A")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument(
-        "--log-partitions", type=int, default=None,
+        "--log-partitions",
+        type=int,
+        default=None,
         help="only bronze's log partitions below this (a smaller, quicker sample)",
     )
     args = ap.parse_args()

@@ -80,7 +80,9 @@ def main() -> None:
     ap.add_argument("--variants", default="base,nodict")
     ap.add_argument("--no-compute", action="store_true", help="skip the noop run")
     ap.add_argument(
-        "--log-partitions", type=int, default=None,
+        "--log-partitions",
+        type=int,
+        default=None,
         help="only bronze's log partitions below this (a smaller, quicker sample)",
     )
     args = ap.parse_args()

@@ -112,7 +112,7 @@ def profile(events: list[dict]) -> str:
         "shR_MB(rows)  shW_MB(rows)  spill_MB  name"
     )
     for sid, info in sorted(stages.items()):
-        wall = ((info.get("Completion Time") or 0) - (info.get("Submission Time") or 0))
+        wall = (info.get("Completion Time") or 0) - (info.get("Submission Time") or 0)
         wall /= 1000
         m = metrics[sid]
         if wall < 0.5:

@@ -343,9 +343,7 @@ def check_redis(settings: Settings, timeout: float = 2.0) -> str:
 
     url = resolve_redis_url(settings)
     source = "LB_REDIS_URL" if settings.redis_url else "the Redis `lb up` started"
-    client = sync_client(
-        url, socket_connect_timeout=timeout, socket_timeout=timeout
-    )
+    client = sync_client(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     try:
         client.ping()
     except (redis.exceptions.RedisError, OSError) as exc:

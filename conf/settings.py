@@ -244,6 +244,7 @@ class Settings(BaseSettings):
         if self.production and self.player_token_key == LOCAL_PLAYER_TOKEN_KEY:
             raise ValueError("the local player-token key is refused outside local use")
         return self.player_token_key.encode()
+
     @field_validator("admin_keys")
     @classmethod
     def _admin_keys_format(cls, value: str) -> str:

@@ -48,6 +48,7 @@ __all__ = [  # re-exported for test modules written against tests.conftest
     "settings_boards",
 ]
 
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path_factory.mktemp("redis"), appendfsync="always").start()

@@ -225,7 +225,5 @@ async def submit_score_event_batch(request: Request) -> FastJSONResponse:
     )
     for code, count in errors.items():
         record_rejected(code, count)
-    record_outcomes(
-        item["status"] for item in results if item and "error" not in item
-    )
+    record_outcomes(item["status"] for item in results if item and "error" not in item)
     return FastJSONResponse({"results": results})

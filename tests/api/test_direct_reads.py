@@ -258,7 +258,12 @@ def test_plain_values_are_converted_and_odd_ones_left_to_fastapi() -> None:
     assert parser is not None
     keys = {p.key: p for p in parser.path + parser.query + parser.header}
     assert set(keys) == {
-        "board", "player_id", "radius", "mode", "generation", "authorization"
+        "board",
+        "player_id",
+        "radius",
+        "mode",
+        "generation",
+        "authorization",
     }
     assert keys["radius"].convert("100") == 100
     assert keys["player_id"].convert("Jose\u0301") == "Jos\u00e9"

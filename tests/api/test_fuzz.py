@@ -175,9 +175,7 @@ def _write_strategy(operation: Any) -> st.SearchStrategy[schemathesis.Case]:
         if isinstance(case.body, dict) and "events" in case.body:
             events = case.body["events"]
             if isinstance(events, list):
-                case.body = {
-                    "events": [_plausible(e, next(counter)) for e in events]
-                }
+                case.body = {"events": [_plausible(e, next(counter)) for e in events]}
         else:
             case.body = _plausible(case.body, next(counter))
         return case

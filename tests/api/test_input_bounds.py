@@ -43,7 +43,11 @@ def test_a_bad_timestamp_fails_only_its_own_event_in_a_batch(
     assert reply.status_code == 200, reply.text
     results = reply.json()["results"]
     assert [r.get("status") for r in results] == [
-        "accepted", None, None, None, "accepted"
+        "accepted",
+        None,
+        None,
+        None,
+        "accepted",
     ]
     assert all(results[i]["error"] == "invalid_request" for i in (1, 2, 3))
     assert results[4]["boards"][0]["total"] == 60

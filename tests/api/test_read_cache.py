@@ -283,9 +283,10 @@ def test_a_cursor_with_an_unknown_field_is_refused(
     write_generation(settings.segments_dir, 1, {BOARD: SEED})
     page = api.get(f"/v1/boards/{BOARD}/entries", params={"limit": 1}).json()
     cursor = page["cursors"]["after"]
-    assert api.get(
-        f"/v1/boards/{BOARD}/entries", params={"cursor": cursor}
-    ).status_code == 200
+    assert (
+        api.get(f"/v1/boards/{BOARD}/entries", params={"cursor": cursor}).status_code
+        == 200
+    )
     padded = api.get(
         f"/v1/boards/{BOARD}/entries", params={"cursor": _padded(cursor, x="y" * 100)}
     )

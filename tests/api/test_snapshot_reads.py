@@ -178,12 +178,15 @@ def test_a_new_generation_is_noticed_within_a_second(
 
 @pytest.mark.parametrize(
     "board",
-    ["daily:2026-13-45:na", "weekly:2025-W53:global", "monthly:2026-13:eu",
-     "season:S9:global", "alltime:all:mars"],
+    [
+        "daily:2026-13-45:na",
+        "weekly:2025-W53:global",
+        "monthly:2026-13:eu",
+        "season:S9:global",
+        "alltime:all:mars",
+    ],
 )
-@pytest.mark.parametrize(
-    "path", ["top", "players/P1", "players/P1/nearby", "entries"]
-)
+@pytest.mark.parametrize("path", ["top", "players/P1", "players/P1/nearby", "entries"])
 def test_impossible_board_is_404_not_empty(api: Any, board: str, path: str) -> None:
     reply = api.get(f"/v1/boards/{board}/{path}")
     assert reply.status_code == 404, reply.text

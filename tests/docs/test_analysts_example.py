@@ -133,7 +133,12 @@ def test_example_reproduces_top100_of_an_older_generation(
 
         # The runnable script, as an analyst runs it.
         done = _run(
-            "--api", url, "--board", BOARD, "--generation", g1,
+            "--api",
+            url,
+            "--board",
+            BOARD,
+            "--generation",
+            g1,
             data_dir=settings.data_dir,
         )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -51,9 +51,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30) -> bool:
 
 def make_events(count: int, players: int, tag: str) -> list[dict[str, Any]]:
     """``count`` new matches spread over ``players`` (one event per match)."""
-    occurred = (datetime.now(UTC) - timedelta(minutes=5)).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
+    occurred = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [
         {
             "eventId": f"{tag}-E{i}",
@@ -183,7 +181,10 @@ class Load:
     """Sends events from a few threads; records which were acknowledged (200)."""
 
     def __init__(
-        self, url: str, events: list[dict[str, Any]], threads: int = 4,
+        self,
+        url: str,
+        events: list[dict[str, Any]],
+        threads: int = 4,
         timeout: float = 5.0,
     ) -> None:
         self.url = url
@@ -332,9 +333,7 @@ def assert_counted_once(url: str, events: list[dict[str, Any]]) -> None:
     assert body["population"] == len(expected)
 
 
-def publish_and_check(
-    stack: Stack, spark: Any, events: list[dict[str, Any]]
-) -> str:
+def publish_and_check(stack: Stack, spark: Any, events: list[dict[str, Any]]) -> str:
     """Publish a generation in-process and rebase: the snapshot and live reads both
     count every event exactly once."""
     from jobs.publish import run_publish
@@ -348,7 +347,8 @@ def publish_and_check(
     snapshot, body = board_scores(stack.url, mode="snapshot")
     assert body["generation"]["id"] == generation
     assert snapshot == expected
-    assert wait_until(lambda: board_scores(stack.url)[1]["generation"]["id"]
-                      == generation, 10)
+    assert wait_until(
+        lambda: board_scores(stack.url)[1]["generation"]["id"] == generation, 10
+    )
     assert_counted_once(stack.url, events)
     return generation

@@ -100,9 +100,7 @@ def _event(player: str, match: str, points: int, region: str = "eu") -> dict[str
 
 
 @pytest.fixture
-def stack(
-    settings: Settings, spark: SparkSession, tmp_path: Path
-) -> Iterator[Stack]:
+def stack(settings: Settings, spark: SparkSession, tmp_path: Path) -> Iterator[Stack]:
     from jobs.publish import run_publish
     from speed.rebase import rebase_published
 
@@ -165,9 +163,11 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             # The page's Content-Security-Policy refuses nothing it needs.
             page.on(
                 "console",
-                lambda message: errors.append(message.text)
-                if "Content Security Policy" in message.text
-                else None,
+                lambda message: (
+                    errors.append(message.text)
+                    if "Content Security Policy" in message.text
+                    else None
+                ),
             )
             page.goto(f"{stack.url}/?refresh=700#board={BOARD}")
             expect(page.locator("body")).to_have_attribute("data-ready", "true")
@@ -208,8 +208,9 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             expect(page.locator("#p-rank")).to_have_text(str(rank["rank"]))
             expect(page.locator("#p-top")).to_have_text(_percent(rank["topPercent"]))
             expect(page.locator("#p-score")).to_have_text(f"{rank['score']:,}")
-            assert float(page.locator("#p-top").get_attribute("data-value") or "") == (
-                rank["topPercent"]
+            assert (
+                float(page.locator("#p-top").get_attribute("data-value") or "")
+                == (rank["topPercent"])
             )
             nearby = stack.get(f"/v1/boards/{BOARD}/players/{player}/nearby", radius=5)
             near_rows = _rows(page, "#nearby")

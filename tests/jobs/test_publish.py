@@ -101,13 +101,17 @@ def ingest(settings: Settings, events: list[dict[str, Any]]) -> list[dict[str, A
     async def go() -> list[Any]:
         client = aioredis.from_url(settings.redis_url)
         try:
-            layer = SpeedLayer(client, boards, settings.partitions,
-                               settings.retention_seconds, None)
+            layer = SpeedLayer(
+                client, boards, settings.partitions, settings.retention_seconds, None
+            )
             now = datetime.now(UTC)
             normalized = [
-                normalize(ScoreEventIn.model_validate(e), regions=boards.regions,
-                          now=now,
-                          max_future=timedelta(seconds=300))
+                normalize(
+                    ScoreEventIn.model_validate(e),
+                    regions=boards.regions,
+                    now=now,
+                    max_future=timedelta(seconds=300),
+                )
                 for e in events
             ]
             return await layer.apply(normalized)
@@ -119,22 +123,42 @@ def ingest(settings: Settings, events: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def test_api_to_segments(spark, settings, api, redis_client):
-    for i, (player, points) in enumerate([("P1", 920), ("P2", 900), ("P3", 900),
-                                          ("P4", 880)]):
-        reply = api.post("/v1/score-events", event(
-            eventId=f"E{i}", playerId=player, matchId=f"M{i}",
-            result={"points": points}))
+    for i, (player, points) in enumerate(
+        [("P1", 920), ("P2", 900), ("P3", 900), ("P4", 880)]
+    ):
+        reply = api.post(
+            "/v1/score-events",
+            event(
+                eventId=f"E{i}",
+                playerId=player,
+                matchId=f"M{i}",
+                result={"points": points},
+            ),
+        )
         assert reply.status_code == 200, reply.text
     # A downward correction of P1's match.
-    reply = api.post("/v1/score-events", event(
-        eventId="E9", playerId="P1", matchId="M0", sourceRevision=2,
-        result={"points": 870}, kind="correction", reason="recount"))
+    reply = api.post(
+        "/v1/score-events",
+        event(
+            eventId="E9",
+            playerId="P1",
+            matchId="M0",
+            sourceRevision=2,
+            result={"points": 870},
+            kind="correction",
+            reason="recount",
+        ),
+    )
     assert reply.json()["status"] == "accepted"
     generation = run_publish(settings, spark=spark, bucket_target=2)
     assert generation == "g1"
     got = read_generation(settings, generation)
     assert got["boards"]["season:S4:global"] == [
-        (1, 1, "P2", 900), (2, 1, "P3", 900), (3, 3, "P4", 880), (4, 4, "P1", 870)]
+        (1, 1, "P2", 900),
+        (2, 1, "P3", 900),
+        (3, 3, "P4", 880),
+        (4, 4, "P1", 870),
+    ]
     manifest = got["manifest"]
     assert manifest["complete"] is True
     assert sum(manifest["boundary"].values()) == 5
@@ -146,9 +170,13 @@ def test_api_to_segments(spark, settings, api, redis_client):
     assert buckets.column("count").to_pylist() == [2, 2]
     # Each pair's version at the boundary (the correction made P1's second).
     rows = read_arrow(settings.segments_dir / "g1" / meta["file"])
-    assert dict(zip(rows.column("player_id").to_pylist(),
-                    rows.column("version").to_pylist(), strict=True)) == {
-        "P1": 2, "P2": 1, "P3": 1, "P4": 1}
+    assert dict(
+        zip(
+            rows.column("player_id").to_pylist(),
+            rows.column("version").to_pylist(),
+            strict=True,
+        )
+    ) == {"P1": 2, "P2": 1, "P3": 1, "P4": 1}
     # Landed and trimmed.
     for p in range(settings.partitions):
         landed = int(redis_client.get(Keys(p).landed) or 0)
@@ -161,8 +189,10 @@ def test_api_to_segments(spark, settings, api, redis_client):
     second = settings.segments_dir / "g2"
     for path in first.glob("*.arrow"):
         assert (second / path.name).read_bytes() == path.read_bytes()
-    assert orjson.loads((second / "manifest.json").read_bytes())["boards"] == (
-        manifest["boards"])
+    assert (
+        orjson.loads((second / "manifest.json").read_bytes())["boards"]
+        == (manifest["boards"])
+    )
 
 
 def test_crash_before_manifest_leaves_no_visible_generation(spark, settings, api):
@@ -185,8 +215,10 @@ def test_crash_after_manifest_row_is_repaired(spark, settings, api):
     assert not (settings.segments_dir / "g1" / "manifest.json").exists()
     assert run_publish(settings, spark=spark) == "g2"
     assert (settings.segments_dir / "g1" / "manifest.json").exists()
-    assert read_generation(settings, "g1")["boards"] == (
-        read_generation(settings, "g2")["boards"])
+    assert (
+        read_generation(settings, "g1")["boards"]
+        == (read_generation(settings, "g2")["boards"])
+    )
 
 
 def test_retention_keeps_newest_generations(spark, settings, api):
@@ -196,8 +228,7 @@ def test_retention_keeps_newest_generations(spark, settings, api):
         assert run_publish(settings, spark=spark) == expected
     # g1 left the newest two moments ago: it stays for the grace period, so reads an
     # API process pinned to it just before finish (jobs/retention.py).
-    assert sorted(p.name for p in settings.segments_dir.iterdir()) == [
-        "g1", "g2", "g3"]
+    assert sorted(p.name for p in settings.segments_dir.iterdir()) == ["g1", "g2", "g3"]
     published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
     later = time.time() + RETENTION_GRACE_SECONDS + 1
     protected = protected_generations(settings)
@@ -226,10 +257,24 @@ def test_lander_crash_between_commit_and_trim(spark, settings, api, redis_client
     # A blind retry of an already committed batch is dropped by Delta's txn check.
     partition = next(p for p, v in landed.items() if v > 0)
     raw = spark.createDataFrame(
-        [(json.dumps({"partition": partition, "position": 1, "receivedAtMs": 1,
-                      "status": "accepted", "event": {}}),)], "value string")
-    load_bronze(transform_records(raw), bronze_path(settings), partition,
-                landed[partition])
+        [
+            (
+                json.dumps(
+                    {
+                        "partition": partition,
+                        "position": 1,
+                        "receivedAtMs": 1,
+                        "status": "accepted",
+                        "event": {},
+                    }
+                ),
+            )
+        ],
+        "value string",
+    )
+    load_bronze(
+        transform_records(raw), bronze_path(settings), partition, landed[partition]
+    )
     assert spark.read.format("delta").load(str(bronze_path(settings))).count() == 6
 
 
@@ -263,28 +308,37 @@ def histories(draw: Any) -> list[dict[str, Any]]:
             events.append(dict(draw(st.sampled_from(events))))  # redelivery
             continue
         player = draw(st.sampled_from(PLAYERS))
-        events.append(event(
-            eventId=f"E{i}",
-            playerId=player,
-            matchId=f"M{draw(st.integers(0, 3))}",
-            sourceRevision=draw(st.integers(1, 4)),
-            occurredAt=draw(st.sampled_from(MOMENTS)),
-            region=draw(st.sampled_from(["eu", "na"])),
-            result={"points": draw(st.sampled_from([0, 10, 20, 30]))},
-        ))
+        events.append(
+            event(
+                eventId=f"E{i}",
+                playerId=player,
+                matchId=f"M{draw(st.integers(0, 3))}",
+                sourceRevision=draw(st.integers(1, 4)),
+                occurredAt=draw(st.sampled_from(MOMENTS)),
+                region=draw(st.sampled_from(["eu", "na"])),
+                result={"points": draw(st.sampled_from([0, 10, 20, 30]))},
+            )
+        )
     return events
 
 
-@hyp_settings(max_examples=5, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hyp_settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(history=histories())
 def test_published_snapshot_equals_offline_sort(spark, redis_server, history):
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     with tempfile.TemporaryDirectory() as tmp:
-        base = Settings(redis_url=redis_server.url, data_dir=Path(tmp) / "lb",
-                        partitions=3, rate_limit="off",
-                        dedupe_window=timedelta(days=OPEN_DAYS))
+        base = Settings(
+            redis_url=redis_server.url,
+            data_dir=Path(tmp) / "lb",
+            partitions=3,
+            rate_limit="off",
+            dedupe_window=timedelta(days=OPEN_DAYS),
+        )
         settings = with_boards(base, Path(tmp))
         ingest(settings, history)
         records = log_records(client, settings.partitions)

@@ -19,13 +19,23 @@ OUT = "board string, position long, rank long, player_id string, score long"
 
 def test_competition_rank_and_display_order(spark):
     totals = spark.createDataFrame(
-        [("b", "P4", 880), ("b", "P2", 900), ("b", "P1", 920), ("b", "P3", 900),
-         ("c", "Z", 1)],
+        [
+            ("b", "P4", 880),
+            ("b", "P2", 900),
+            ("b", "P1", 920),
+            ("b", "P3", 900),
+            ("c", "Z", 1),
+        ],
         SCHEMA,
     )
     expected = spark.createDataFrame(
-        [("b", 1, 1, "P1", 920), ("b", 2, 2, "P2", 900), ("b", 3, 2, "P3", 900),
-         ("b", 4, 4, "P4", 880), ("c", 1, 1, "Z", 1)],
+        [
+            ("b", 1, 1, "P1", 920),
+            ("b", 2, 2, "P2", 900),
+            ("b", 3, 2, "P3", 900),
+            ("b", 4, 4, "P4", 880),
+            ("c", 1, 1, "Z", 1),
+        ],
         OUT,
     )
     assert_df_equality(
@@ -39,9 +49,7 @@ def test_ties_at_top_n_boundary_and_byte_order(spark):
         [("b", "a", 50), ("b", "é", 50), ("b", "Z", 50), ("b", "x", 60)], SCHEMA
     )
     got = transform_rank(totals, 3).where(F.col("position") <= 2)
-    expected = spark.createDataFrame(
-        [("b", 1, 1, "x", 60), ("b", 2, 2, "Z", 50)], OUT
-    )
+    expected = spark.createDataFrame([("b", 1, 1, "x", 60), ("b", 2, 2, "Z", 50)], OUT)
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
@@ -55,8 +63,10 @@ def test_ties_spanning_spark_partitions(spark):
     totals = spark.createDataFrame(rows, SCHEMA).repartition(5)
     sliced = transform_sorted_slices(totals, 6)
     spans = (
-        sliced.groupBy("board", "score").agg(F.countDistinct("_part").alias("n"))
-        .where(F.col("n") > 1).count()
+        sliced.groupBy("board", "score")
+        .agg(F.countDistinct("_part").alias("n"))
+        .where(F.col("n") > 1)
+        .count()
     )
     assert spans > 0, "the test needs tie groups that span Spark partitions"
     expected = []

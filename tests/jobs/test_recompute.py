@@ -40,7 +40,7 @@ CUTOFF_MS = to_ms(S4.cutoff)
 def totals_of(spark, events, seasons=(S4,), boundary=None):
     df = bronze(spark, events)
     if boundary is None:
-        boundary = dict.fromkeys(range(8), 10 ** 9)
+        boundary = dict.fromkeys(range(8), 10**9)
     contributions, totals = transform_recompute(df, boundary, list(seasons))
     return contributions, totals
 
@@ -57,8 +57,10 @@ def test_boards_equal_boards_for_event(spark):
     # ISO week edges: the days around every new year from 1999 to 2041.
     for year in range(1999, 2042):
         base = datetime(year, 12, 26, tzinfo=UTC)
-        moments += [base + timedelta(days=d, milliseconds=rng.randrange(86_400_000))
-                    for d in range(0, 12, 2)]
+        moments += [
+            base + timedelta(days=d, milliseconds=rng.randrange(86_400_000))
+            for d in range(0, 12, 2)
+        ]
         moments.append(datetime(year + 1, 1, 1, tzinfo=UTC) - timedelta(milliseconds=1))
         moments.append(datetime(year + 1, 1, 1, tzinfo=UTC))
     moments += [
@@ -66,8 +68,12 @@ def test_boards_equal_boards_for_event(spark):
         for _ in range(200)
     ]
     # Season edges: start inclusive, end exclusive.
-    moments += [S4.start, S4.start - timedelta(milliseconds=1), S4.end,
-                S4.end - timedelta(milliseconds=1)]
+    moments += [
+        S4.start,
+        S4.start - timedelta(milliseconds=1),
+        S4.end,
+        S4.end - timedelta(milliseconds=1),
+    ]
     rows = [(i, m, rng.choice(["eu", "na"])) for i, m in enumerate(moments)]
     schema = "i int, occurred_at timestamp, region string"
     df = transform_event_boards(spark.createDataFrame(rows, schema), config.seasons)
@@ -84,11 +90,14 @@ def test_boards_equal_boards_for_event(spark):
 
 
 def test_first_acceptance_keeps_first_by_position(spark):
-    df = bronze(spark, [
-        Ev("P1", "M1", 1, 10, event_id="E1"),
-        Ev("P1", "M1", 1, 10, event_id="E1"),
-        Ev("P2", "M1", 1, 20, event_id="E1"),
-    ])
+    df = bronze(
+        spark,
+        [
+            Ev("P1", "M1", 1, 10, event_id="E1"),
+            Ev("P1", "M1", 1, 10, event_id="E1"),
+            Ev("P2", "M1", 1, 20, event_id="E1"),
+        ],
+    )
     got = transform_first_acceptance(df).select("player_id", "event_id", "position")
     expected = spark.createDataFrame(
         [("P1", "E1", 1), ("P2", "E1", 3)],
@@ -114,8 +123,14 @@ def test_first_acceptance_many_duplicates_matches_first_by_position(spark):
     ]
     # A player's records share one partition (as the speed layer logs them).
     events = [
-        Ev(e.player, e.match, e.revision, e.points, event_id=e.event_id,
-           partition=int(e.player[1:]) % 2)
+        Ev(
+            e.player,
+            e.match,
+            e.revision,
+            e.points,
+            event_id=e.event_id,
+            partition=int(e.player[1:]) % 2,
+        )
         for e in events
     ]
     df = bronze(spark, events)
@@ -133,13 +148,16 @@ def test_first_acceptance_many_duplicates_matches_first_by_position(spark):
 
 
 def test_accepted_needs_strictly_higher_revision(spark):
-    df = bronze(spark, [
-        Ev("P1", "M1", 2, 10),
-        Ev("P1", "M1", 1, 99),  # lower: superseded
-        Ev("P1", "M1", 2, 99),  # equal: superseded
-        Ev("P1", "M1", 3, 5),   # downward correction: accepted
-        Ev("P1", "M2", 1, 7),
-    ])
+    df = bronze(
+        spark,
+        [
+            Ev("P1", "M1", 2, 10),
+            Ev("P1", "M1", 1, 99),  # lower: superseded
+            Ev("P1", "M1", 2, 99),  # equal: superseded
+            Ev("P1", "M1", 3, 5),  # downward correction: accepted
+            Ev("P1", "M2", 1, 7),
+        ],
+    )
     got = transform_accepted(df).select("position", "accepted")
     expected = spark.createDataFrame(
         [(1, True), (2, False), (3, False), (4, True), (5, True)],
@@ -156,23 +174,29 @@ def test_boundary_filters_per_partition(spark):
 
 
 def test_downward_correction_and_duplicate(spark):
-    _, totals = totals_of(spark, [
-        Ev("P1", "M1", 1, 30, event_id="E1"),
-        Ev("P1", "M1", 1, 30, event_id="E1"),  # duplicate (defensive)
-        Ev("P1", "M2", 1, 20),
-        Ev("P1", "M1", 2, 5),  # correction downward
-        Ev("P1", "M1", 1, 500),  # stale revision: nothing
-        Ev("P2", "M1", 1, 40),
-    ])
+    _, totals = totals_of(
+        spark,
+        [
+            Ev("P1", "M1", 1, 30, event_id="E1"),
+            Ev("P1", "M1", 1, 30, event_id="E1"),  # duplicate (defensive)
+            Ev("P1", "M2", 1, 20),
+            Ev("P1", "M1", 2, 5),  # correction downward
+            Ev("P1", "M1", 1, 500),  # stale revision: nothing
+            Ev("P2", "M1", 1, 40),
+        ],
+    )
     assert as_dict(totals, "season:S4:global") == {"P1": 25, "P2": 40}
     assert as_dict(totals, "alltime:all:eu") == {"P1": 25, "P2": 40}
 
 
 def test_correction_moves_match_to_another_board(spark):
-    contributions, totals = totals_of(spark, [
-        Ev("P1", "M1", 1, 30, occurred="2026-11-20T10:00:00Z"),
-        Ev("P1", "M1", 2, 35, occurred="2026-11-21T10:00:00Z"),
-    ])
+    contributions, totals = totals_of(
+        spark,
+        [
+            Ev("P1", "M1", 1, 30, occurred="2026-11-20T10:00:00Z"),
+            Ev("P1", "M1", 2, 35, occurred="2026-11-21T10:00:00Z"),
+        ],
+    )
     # The old day keeps the player with a removed (0) contribution.
     assert as_dict(totals, "daily:2026-11-20:global") == {"P1": 0}
     assert as_dict(totals, "daily:2026-11-21:global") == {"P1": 35}
@@ -182,10 +206,13 @@ def test_correction_moves_match_to_another_board(spark):
 
 
 def test_correction_moves_match_out_of_season(spark):
-    _, totals = totals_of(spark, [
-        Ev("P1", "M1", 1, 30, occurred="2026-11-20T10:00:00Z"),
-        Ev("P1", "M1", 2, 30, occurred="2026-10-20T10:00:00Z"),
-    ])
+    _, totals = totals_of(
+        spark,
+        [
+            Ev("P1", "M1", 1, 30, occurred="2026-11-20T10:00:00Z"),
+            Ev("P1", "M1", 2, 30, occurred="2026-10-20T10:00:00Z"),
+        ],
+    )
     assert as_dict(totals, "season:S4:global") == {"P1": 0}
     assert as_dict(totals, "monthly:2026-10:global") == {"P1": 30}
     assert as_dict(totals, "monthly:2026-11:global") == {"P1": 0}
@@ -193,12 +220,15 @@ def test_correction_moves_match_out_of_season(spark):
 
 def test_late_events_do_not_touch_season_boards(spark):
     late = CUTOFF_MS + 1
-    _, totals = totals_of(spark, [
-        Ev("P1", "M1", 1, 30),
-        Ev("P1", "M1", 2, 99, received_ms=late),  # correction after cutoff
-        Ev("P2", "M7", 1, 50, received_ms=late),  # new match after cutoff
-        Ev("P3", "M8", 1, 10, received_ms=CUTOFF_MS),  # exactly at cutoff: counts
-    ])
+    _, totals = totals_of(
+        spark,
+        [
+            Ev("P1", "M1", 1, 30),
+            Ev("P1", "M1", 2, 99, received_ms=late),  # correction after cutoff
+            Ev("P2", "M7", 1, 50, received_ms=late),  # new match after cutoff
+            Ev("P3", "M8", 1, 10, received_ms=CUTOFF_MS),  # exactly at cutoff: counts
+        ],
+    )
     assert as_dict(totals, "season:S4:global") == {"P1": 30, "P3": 10}
     # Windows without a cutoff take every accepted event.
     assert as_dict(totals, "alltime:all:global") == {"P1": 99, "P2": 50, "P3": 10}
@@ -206,11 +236,14 @@ def test_late_events_do_not_touch_season_boards(spark):
 
 def test_late_revision_still_supersedes_later_events(spark):
     late = CUTOFF_MS + 1
-    _, totals = totals_of(spark, [
-        Ev("P1", "M1", 1, 30),
-        Ev("P1", "M1", 5, 99, received_ms=late),
-        Ev("P1", "M1", 3, 7, received_ms=late),  # below the late revision 5
-    ])
+    _, totals = totals_of(
+        spark,
+        [
+            Ev("P1", "M1", 1, 30),
+            Ev("P1", "M1", 5, 99, received_ms=late),
+            Ev("P1", "M1", 3, 7, received_ms=late),  # below the late revision 5
+        ],
+    )
     assert as_dict(totals, "season:S4:global") == {"P1": 30}
     assert as_dict(totals, "alltime:all:global") == {"P1": 99}
 
@@ -235,20 +268,27 @@ def test_totals_equal_oracle_on_random_histories(spark):
     events = []
     for _ in range(300):
         player = f"P{rng.randrange(12)}"
-        events.append(Ev(
-            player,
-            f"M{rng.randrange(6)}",
-            rng.randrange(1, 5),
-            rng.randrange(0, 60),
-            occurred=rng.choice([
-                "2026-10-31T23:59:59Z", "2026-11-01T00:00:00Z", "2026-11-29T12:00:00Z",
-                "2026-12-28T00:00:00Z", "2027-01-03T10:00:00Z",
-            ]),
-            region=rng.choice(["eu", "na"]),
-            received_ms=rng.choice([NOW_MS, CUTOFF_MS + 5]),
-            event_id=f"E{rng.randrange(400)}",
-            partition=int(player[1:]) % 3,
-        ))
+        events.append(
+            Ev(
+                player,
+                f"M{rng.randrange(6)}",
+                rng.randrange(1, 5),
+                rng.randrange(0, 60),
+                occurred=rng.choice(
+                    [
+                        "2026-10-31T23:59:59Z",
+                        "2026-11-01T00:00:00Z",
+                        "2026-11-29T12:00:00Z",
+                        "2026-12-28T00:00:00Z",
+                        "2027-01-03T10:00:00Z",
+                    ]
+                ),
+                region=rng.choice(["eu", "na"]),
+                received_ms=rng.choice([NOW_MS, CUTOFF_MS + 5]),
+                event_id=f"E{rng.randrange(400)}",
+                partition=int(player[1:]) % 3,
+            )
+        )
     df = bronze(spark, events)
     _, totals = transform_recompute(df, {0: 10**9, 1: 10**9, 2: 10**9}, config.seasons)
     got: dict[str, dict[str, int]] = {}
@@ -275,21 +315,28 @@ def test_long_and_short_matches_equal_oracle(spark, monkeypatch, unrolled):
     events = []
     for i in range(400):
         player = f"P{rng.randrange(6)}"
-        events.append(Ev(
-            player,
-            f"M{rng.randrange(4)}",
-            # Mostly rising revisions: long chains of accepted corrections.
-            min(9, i // 40 + rng.randrange(0, 3)),
-            rng.randrange(0, 60),
-            occurred=rng.choice([
-                "2026-10-31T23:59:59Z", "2026-11-01T00:00:00Z", "2026-11-29T12:00:00Z",
-                "2026-11-30T23:30:00Z", "2027-01-03T10:00:00Z",
-            ]),
-            region=rng.choice(["eu", "na"]),
-            received_ms=rng.choice([NOW_MS, CUTOFF_MS + 5, CUTOFF_MS - 5]),
-            event_id=f"E{i}",
-            partition=int(player[1:]) % 3,
-        ))
+        events.append(
+            Ev(
+                player,
+                f"M{rng.randrange(4)}",
+                # Mostly rising revisions: long chains of accepted corrections.
+                min(9, i // 40 + rng.randrange(0, 3)),
+                rng.randrange(0, 60),
+                occurred=rng.choice(
+                    [
+                        "2026-10-31T23:59:59Z",
+                        "2026-11-01T00:00:00Z",
+                        "2026-11-29T12:00:00Z",
+                        "2026-11-30T23:30:00Z",
+                        "2027-01-03T10:00:00Z",
+                    ]
+                ),
+                region=rng.choice(["eu", "na"]),
+                received_ms=rng.choice([NOW_MS, CUTOFF_MS + 5, CUTOFF_MS - 5]),
+                event_id=f"E{i}",
+                partition=int(player[1:]) % 3,
+            )
+        )
     df = bronze(spark, events)
     boundary = {0: 10**9, 1: 10**9, 2: 10**9}
     accepted = transform_accepted(transform_first_acceptance(df)).where("accepted")

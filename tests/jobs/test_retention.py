@@ -47,17 +47,16 @@ def test_retention_keeps_newest_k_protected_and_recently_superseded(
     settings = Settings(data_dir=tmp_path / "lb", retained_generations=2)
     now = time.time()
     hour = 3600.0
-    rows = _rows(settings, [now - 5 * hour, now - 4 * hour, now - 3 * hour,
-                            now - 60, now - 30])
+    rows = _rows(
+        settings, [now - 5 * hour, now - 4 * hour, now - 3 * hour, now - 60, now - 30]
+    )
     # g1 is a partition's base; g2 left the newest 2 when g4 came (60 s ago): grace;
     # g3 left them when g5 came (30 s ago): grace too.
     deleted = apply_retention(settings, rows, {"g1"}, now=now)
     assert deleted == []
     later = now + RETENTION_GRACE_SECONDS + 1
     assert apply_retention(settings, rows, {"g1"}, now=later) == ["g2", "g3"]
-    assert sorted(p.name for p in settings.segments_dir.iterdir()) == [
-        "g1", "g4", "g5"
-    ]
+    assert sorted(p.name for p in settings.segments_dir.iterdir()) == ["g1", "g4", "g5"]
 
 
 @pytest.mark.integration
@@ -70,15 +69,21 @@ def test_publishes_without_rebase_keep_the_base_generation(
         for i, points in enumerate((30, 20, 10)):
             reply = api.post(
                 "/v1/score-events",
-                event(eventId=f"E{i}", playerId=f"P{i}", matchId=f"M{i}",
-                      result={"points": points}),
+                event(
+                    eventId=f"E{i}",
+                    playerId=f"P{i}",
+                    matchId=f"M{i}",
+                    result={"points": points},
+                ),
             )
             assert reply.status_code == 200
         assert run_publish(settings, spark=spark) == "g1"
         assert set(rebase_published(settings, "g1").partitions.values()) == {"ok"}
         # Two publishes killed before their rebase: every partition stays on g1.
-        api.post("/v1/score-events", event(eventId="E9", playerId="P2",
-                                           matchId="M9", result={"points": 50}))
+        api.post(
+            "/v1/score-events",
+            event(eventId="E9", playerId="P2", matchId="M9", result={"points": 50}),
+        )
         assert run_publish(settings, spark=spark) == "g2"
         assert run_publish(settings, spark=spark) == "g3"
         assert protected_generations(settings) == {"g1"}
@@ -99,7 +104,9 @@ def test_publishes_without_rebase_keep_the_base_generation(
         assert (top["exactness"], top["basis"]) == ("exact", "live"), top
         assert top["generation"]["id"] == "g1"
         assert [(e["playerId"], e["score"]) for e in top["entries"]] == [
-            ("P2", 60), ("P0", 30), ("P1", 20)
+            ("P2", 60),
+            ("P0", 30),
+            ("P1", 20),
         ]
         rank = api.get(f"/v1/boards/{BOARD}/players/P1").json()
         assert (rank["exactness"], rank["rank"]) == ("exact", 3)

@@ -168,9 +168,7 @@ def test_sigkill_mid_close_then_rerun_gives_the_same_snapshot(
     # Killed once the final generation is visible: before or while the snapshot is
     # written; there is none, or a whole one.
     second = lb_close(cfg)
-    killed = kill_when(
-        second, lambda: any(cfg.segments_dir.glob("g*/manifest.json"))
-    )
+    killed = kill_when(second, lambda: any(cfg.segments_dir.glob("g*/manifest.json")))
     assert killed, second.communicate()[0]
     left = whole_or_none(cfg)
     assert left in (None, expected)

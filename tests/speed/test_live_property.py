@@ -206,9 +206,7 @@ def test_live_answers_equal_the_offline_sort(
                 # Versions count on across generations, with or without state.
                 assert {
                     (item["board"], item["version"]) for item in reply.json()["boards"]
-                } == {
-                    (b, v) for (b, p), v in oracle.version.items() if p == player
-                }
+                } == {(b, v) for (b, p), v in oracle.version.items() if p == player}
             history.append(
                 (
                     positions(redis_client, settings.partitions),

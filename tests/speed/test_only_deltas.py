@@ -92,7 +92,10 @@ def test_event_without_state_starts_from_the_generation(
     for board in boards:
         body = api.get(f"/v1/boards/{board}/players/P2").json()
         assert (body["score"], body["rank"], body["basis"], body["exactness"]) == (
-            7, 2, "live", "exact"
+            7,
+            2,
+            "live",
+            "exact",
         )
         approx = api.get(
             f"/v1/boards/{board}/players/P2", params={"mode": "approx"}

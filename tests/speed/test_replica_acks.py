@@ -149,7 +149,9 @@ def test_failover_loses_no_acknowledged_event_with_replica_acks(
         for i in range(60):
             player = players[i % len(players)]
             body = event(
-                eventId=f"A{i}", playerId=player, matchId=f"MA{i}",
+                eventId=f"A{i}",
+                playerId=player,
+                matchId=f"MA{i}",
                 result={"points": 1 + i % 7},
             )
             assert send(body) == 200
@@ -167,7 +169,9 @@ def test_failover_loses_no_acknowledged_event_with_replica_acks(
             statuses = [
                 send(
                     event(
-                        eventId=f"B{i}", playerId=lagged[i % 3], matchId=f"MB{i}",
+                        eventId=f"B{i}",
+                        playerId=lagged[i % 3],
+                        matchId=f"MB{i}",
                         result={"points": 10 + i},
                     )
                 )
@@ -189,9 +193,7 @@ def test_failover_loses_no_acknowledged_event_with_replica_acks(
 
         # Every acknowledged event's total is on the new master, before any
         # redelivery: the stored total is the last one acknowledged.
-        lost = {
-            p for p in lagged if _stored_total(replica, 0, p) != totals[p]
-        }
+        lost = {p for p in lagged if _stored_total(replica, 0, p) != totals[p]}
         if acks:
             # The new master has no replica yet: its writes cannot be acknowledged.
             for _ in range(50):
@@ -207,8 +209,10 @@ def test_failover_loses_no_acknowledged_event_with_replica_acks(
         victim.start()
         _until(
             "the old master replicates the new one",
-            lambda: cluster.replicas_of(replica) == [victim]
-            and _info(victim, "replication").get("master_link_status") == "up",
+            lambda: (
+                cluster.replicas_of(replica) == [victim]
+                and _info(victim, "replication").get("master_link_status") == "up"
+            ),
             timeout=60,
         )
         redelivered: dict[str, str] = {}
@@ -220,9 +224,7 @@ def test_failover_loses_no_acknowledged_event_with_replica_acks(
                 time.sleep(0.2)
             assert reply.status_code == 200, reply.text
             redelivered[event_id] = reply.json()["status"]
-    lost_events = sorted(
-        e for e in acknowledged if redelivered[e] != "duplicate"
-    )
+    lost_events = sorted(e for e in acknowledged if redelivered[e] != "duplicate")
     if acks == 0:
         # The failure mode LB_REPLICA_ACKS closes: acknowledged, then lost.
         assert lost == set(lagged)
@@ -328,8 +330,10 @@ def test_a_duplicate_is_acknowledged_only_once_the_replica_has_it(
         link.close()
         _until(
             "the replica is in sync",
-            lambda: _info(replica, "replication").get("master_link_status") == "up"
-            and int(_info(master, "replication")["connected_slaves"]) == 1,
+            lambda: (
+                _info(replica, "replication").get("master_link_status") == "up"
+                and int(_info(master, "replication")["connected_slaves"]) == 1
+            ),
         )
         settings = _settings(master.url, tmp_path, acks=1, timeout_ms=200)
         with TestClient(create_app(settings)) as client:

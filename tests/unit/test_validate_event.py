@@ -35,9 +35,7 @@ def raw(**overrides: object) -> dict[str, object]:
 
 def check(body: object) -> object:
     settings = Settings(rate_limit="off")
-    return validate_event(
-        body, settings, load_boards(), NOW, default_registry(0, 1000)
-    )
+    return validate_event(body, settings, load_boards(), NOW, default_registry(0, 1000))
 
 
 def test_a_valid_event_comes_back_scored() -> None:
