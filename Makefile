@@ -77,6 +77,11 @@ bench: setup ## ingest benchmark and the naive MVP yardstick in the same run (pr
 bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
 	$(PY) -m bench.reads $(BENCH_ARGS)
 
+SOAK_ARGS ?=
+
+soak: setup ## 10-minute soak (writes, reads, publishes; memory over time, oracle check at the end; not in CI): make soak SOAK_ARGS="--seconds 60"
+	$(PY) -m bench.soak $(SOAK_ARGS)
+
 # Issue 12's headline shapes: 1 M players / 10 M events full, then 100 k new events
 # incremental over them, with a 2 GiB driver (bench/publish.py has a smaller example).
 BENCH_PUBLISH_ARGS ?= --players 1000000 --events 10000000 --incremental-events 100000
@@ -105,4 +110,4 @@ lint: venv ## ruff (check and format) and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish lint clean
+.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
