@@ -93,8 +93,11 @@ def test_redis_killed_under_lb_up_is_restarted_on_its_aof(
 
     assert wait_until(lambda: ready(stack.url), 30), stack.supervisor_state()
     assert stack.pid("redis") != redis_pid
+    # The API reconnects as soon as Redis answers; the supervisor records
+    # "running" once its own readiness check of the new Redis has passed.
+    assert wait_until(lambda: stack.supervisor_state()["state"] == "running", 30)
     state = stack.supervisor_state()
-    assert state["state"] == "running" and state["restarts"]["redis"] >= 2, state
+    assert state["restarts"]["redis"] >= 2, state
     assert stack.info()["token"] == token  # the same stack, healed
 
     # Writes work again; every acknowledged event is counted exactly once.
