@@ -75,7 +75,6 @@ def start_cluster(root: Path) -> Iterator[Cluster]:
     """A standalone master and ``WORKERS`` workers with their scratch space under
     ``root``; stopped (terminated, then killed) on exit."""
     (root / "scratch").mkdir()
-    (root / "scratch").mkdir()
     env = cluster_env(root)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port = _free_port()
