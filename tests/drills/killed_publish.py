@@ -82,13 +82,15 @@ def install(phase: str) -> None:
 
         PhaseClock.lap = lap_then_kill  # type: ignore[method-assign]
     elif phase == "segments":
-        hidden_rows = publish._hidden_rows
+        import jobs.segments as segments
+
+        hidden_rows = segments._hidden_rows
 
         def kill_then_hidden(*args: Any, **kwargs: Any) -> Any:
             once()
             return hidden_rows(*args, **kwargs)
 
-        publish._hidden_rows = kill_then_hidden
+        segments._hidden_rows = kill_then_hidden
     else:
         raise SystemExit(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
 
