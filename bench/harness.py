@@ -621,3 +621,20 @@ def loadavg_text() -> str:
     """The 1, 5 and 15 minute load averages as ``/proc/loadavg`` writes them (the
     Spark benches record this form)."""
     return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+def report_head(
+    name: str, argv: list[str] | None, args: Any, note: str
+) -> dict[str, Any]:
+    """The fields every bench's JSON report starts with: what ran, when, with which
+    arguments, on which machine, and what shared the CPUs."""
+    return {
+        "benchmark": name,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(
+            [f"python -m bench.{name}", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine(),
+        "note": note,
+    }

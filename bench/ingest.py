@@ -46,7 +46,7 @@ from bench.harness import (
     Verify,
     bench_speed_layer,
     free_port,
-    machine,
+    report_head,
     signed,
     stack_env,
     start_stack,
@@ -680,19 +680,15 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-"))
     env = stack_env(data_dir)
     port = free_port()
-    report: dict[str, Any] = {
-        "benchmark": "ingest",
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["python -m bench.ingest", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": machine(),
-        "note": (
+    report: dict[str, Any] = report_head(
+        "ingest",
+        argv,
+        args,
+        (
             "load generator, API (uvicorn: supervisor + workers, api_cpu_s sums "
             "them) and Redis share the CPUs"
         ),
-    }
+    )
     code = 0
     try:
         print(

@@ -67,8 +67,8 @@ from bench.harness import (
     GcPauses,
     free_port,
     loadavg,
-    machine,
     percentile,
+    report_head,
     stack_env,
     start_stack,
     stop_stack,
@@ -1588,17 +1588,13 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {
-        "benchmark": "reads",
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["python -m bench.reads", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": machine(),
-        "board": BOARD,
-        "note": "load generator, API (one uvicorn process) and Redis share the CPUs",
-    }
+    report: dict[str, Any] = report_head(
+        "reads",
+        argv,
+        args,
+        "load generator, API (one uvicorn process) and Redis share the CPUs",
+    )
+    report["board"] = BOARD
     code = 0
     print(
         f"lb up --port {port}  (LB_DATA_DIR={data_dir}, LB_RATE_LIMIT=off)", flush=True

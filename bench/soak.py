@@ -58,8 +58,8 @@ from bench.harness import (
     free_port,
     lb_command,
     loadavg,
-    machine,
     percentile,
+    report_head,
     signed,
     stack_env,
     start_stack,
@@ -746,16 +746,12 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {
-        "benchmark": "soak",
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["python -m bench.soak", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": machine(),
-        "note": "load generator, API, Redis and Spark share the CPUs",
-    }
+    report: dict[str, Any] = report_head(
+        "soak",
+        argv,
+        args,
+        "load generator, API, Redis and Spark share the CPUs",
+    )
     print(f"lb up --port {port}  (LB_DATA_DIR={data_dir})", flush=True)
     try:
         url, redis_url, _ = start_stack(env, data_dir, port)
