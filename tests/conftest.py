@@ -22,6 +22,7 @@ from jobs.jars import JarsMissing
 from speed.cluster_server import RedisClusterServer
 from speed.connection import sync_client
 from speed.server import RedisServer
+from tests.support.client_stack import ClientStack
 from tests.support.clients import DEV_SECRET, SignedClient, event
 from tests.support.settings import (
     BACKENDS,
@@ -151,3 +152,16 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     after the tests."""
     with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def client_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientStack]:
+    """One ``lb up`` stack with a published seed generation, shared by the client
+    libraries' tests (tests/clients: Python, and TypeScript under ``node --test``)."""
+    stack = ClientStack(tmp_path_factory.mktemp("clients") / "lb")
+    stack.up()
+    try:
+        stack.seed_and_publish()
+        yield stack
+    finally:
+        stack.down()
