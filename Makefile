@@ -34,6 +34,12 @@ $(AIRFLOW_STAMP): pyproject.toml
 
 airflow-venv: $(AIRFLOW_STAMP) ## install Airflow 3 and the project into .venv-airflow
 
+LOADTEST_STAMP := $(VENV)/.loadtest-installed
+
+$(LOADTEST_STAMP): $(STAMP)
+	$(PIP) install --quiet -e '.[loadtest]'
+	touch $@
+
 promtool: ## install Debian's prometheus (for promtool) when it is missing
 	@command -v promtool >/dev/null 2>&1 || { \
 	  echo "installing prometheus (promtool) from Debian's packages"; \
@@ -90,6 +96,18 @@ BENCH_DRIVER_MEMORY ?= 2g
 bench-publish: setup ## publish benchmark with the DuckDB reference (BENCH_PUBLISH_ARGS=...)
 	LB_SPARK_DRIVER_MEMORY=$(BENCH_DRIVER_MEMORY) $(PY) -m bench.publish $(BENCH_PUBLISH_ARGS)
 
+# The load test against any deployment: make loadtest HOST=http://10.0.0.5:8080 USERS=50
+HOST ?= http://127.0.0.1:8080
+USERS ?= 20
+SPAWN_RATE ?= 10
+RUN_TIME ?= 60s
+LOADTEST_ARGS ?=
+
+loadtest: $(LOADTEST_STAMP) ## Locust, headless, against HOST (USERS, RUN_TIME, LOADTEST_ARGS="--lb-key id:secret ..."); ends with the exactly-once check
+	PYTHONPATH=$(CURDIR)/clients/python/src $(VENV)/bin/locust -f bench/locustfile.py \
+	  --headless --host $(HOST) --users $(USERS) --spawn-rate $(SPAWN_RATE) \
+	  --run-time $(RUN_TIME) --only-summary $(LOADTEST_ARGS)
+
 airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
 	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \
 	export LB_DATA_DIR="$$(cd "$$data" && pwd)"; \
@@ -106,8 +124,9 @@ lint: venv ## ruff (check and format) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy speed api jobs conf cli serving
+	$(VENV)/bin/mypy --strict clients/python/src
 
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
+.PHONY: loadtest drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
