@@ -453,3 +453,21 @@ def test_per_board_statuses_are_typed() -> None:
     assert result.status_on(BOARD) == "accepted"
     assert result.status_on("daily:x:global") is None
     assert (result.partition, result.position) == (1, 12)
+
+
+@pytest.mark.unit
+def test_the_client_imports_only_httpx_and_the_standard_library() -> None:
+    import ast
+    import sys
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[2] / "clients" / "python" / "src"
+    imported: set[str] = set()
+    for path in source.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    outside = imported - set(sys.stdlib_module_names) - {"httpx", "leaderboard_client"}
+    assert "httpx" in imported and not outside, outside
