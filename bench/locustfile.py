@@ -32,6 +32,7 @@ Needs ``locust`` (``make loadtest`` installs it) and the Python client
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import threading
@@ -39,12 +40,16 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from leaderboard_client import EventResult, LeaderboardClient, NotFound, sign
 from leaderboard_client.client import encode
 from locust import FastHttpUser, between, events, task
 
 STATE_LOCK = threading.Lock()
+# The end's check reads through the Python client (httpx): one line per request
+# would drown the summary.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class RunState:
@@ -65,7 +70,7 @@ class RunState:
         n = next(self.ids)
         player = f"lt-{self.run}-P{random.randrange(players)}"
         points = random.randrange(1, 200)
-        event = {
+        event: dict[str, Any] = {
             "eventId": f"lt-{self.run}-E{n}",
             "playerId": player,
             "matchId": f"lt-{self.run}-M{n}",
@@ -93,11 +98,20 @@ class RunState:
             self.bodies[event_id] = event
             self.acked_ids.append(event_id)
 
-    def lost(self, batch: list[dict[str, Any]]) -> None:
+    def in_flight(self, batch: list[dict[str, Any]]) -> None:
+        """Before sending: until an answer says what happened, the outcome of
+        each event not yet counted is unknown (a request cut off when the run
+        stops included), so the end redelivers it."""
         with STATE_LOCK:
             for event in batch:
                 if event["eventId"] not in self.counted:
                     self.unknown[event["eventId"]] = event
+
+    def refused(self, event: dict[str, Any], code: str) -> None:
+        """A definite refusal (nothing applied): not acknowledged, not pending."""
+        with STATE_LOCK:
+            self.unknown.pop(event["eventId"], None)
+            self.stats[f"refused {code}"] += 1
 
     def some_acked(self, count: int) -> list[dict[str, Any]]:
         with STATE_LOCK:
@@ -137,7 +151,9 @@ class GameServer(FastHttpUser):  # type: ignore[misc]
         key_id, _, secret = _option(self.environment, "lb_key").partition(":")
         self.key_id, self.secret = key_id, secret.encode()
 
-    def _post(self, path: str, body: bytes, name: str) -> Any:
+    def _post(self, path: str, body: bytes, name: str) -> tuple[int, Any]:
+        """(status, JSON of a 200 or None); a 429 is the deployment's rate limit,
+        not a failure of the run."""
         headers = {
             "Content-Type": "application/json",
             "X-Key-Id": self.key_id,
@@ -148,13 +164,12 @@ class GameServer(FastHttpUser):  # type: ignore[misc]
         ) as response:
             if response.status_code == 200:
                 response.success()
-                return response.json()
+                return 200, response.json()
             if response.status_code == 429:
-                response.success()  # the deployment's rate limit: not acknowledged
-                STATE.stats["rate limited (429)"] += 1
-                return None
+                response.success()
+                return 429, None
             response.failure(f"{response.status_code}: {response.text[:200]}")
-            return None
+            return response.status_code, None
 
     @task(10)
     def batch(self) -> None:
@@ -166,16 +181,19 @@ class GameServer(FastHttpUser):  # type: ignore[misc]
         fresh = [STATE.new_event(players) for _ in range(size - len(resent))]
         batch = fresh + resent
         random.shuffle(batch)
-        answer = self._post(
+        STATE.in_flight(batch)
+        status, answer = self._post(
             "/v1/score-events:batch", encode({"events": batch}), "POST :batch"
         )
         if answer is None:
-            STATE.lost(batch)
-            return
+            if status == 429:
+                for event in batch:
+                    STATE.refused(event, "rate_limited")
+            return  # otherwise the outcome is unknown: redelivered at the end
         again = {e["eventId"] for e in resent}
         for event, item in zip(batch, answer["results"], strict=True):
             if "error" in item:
-                STATE.stats[f"refused {item['error']}"] += 1
+                STATE.refused(event, item["error"])
                 continue
             if event["eventId"] in again:
                 STATE.stats["redeliveries"] += 1
@@ -187,10 +205,12 @@ class GameServer(FastHttpUser):  # type: ignore[misc]
     def single_sent_twice(self) -> None:
         event = STATE.new_event(_option(self.environment, "lb_players"))
         body = encode(event)
+        STATE.in_flight([event])
         for attempt in range(2):
-            answer = self._post("/v1/score-events", body, "POST score-events")
+            status, answer = self._post("/v1/score-events", body, "POST score-events")
             if answer is None:
-                STATE.lost([event])
+                if status == 429:
+                    STATE.refused(event, "rate_limited")
                 return
             if attempt == 1:
                 STATE.stats["redeliveries"] += 1
@@ -204,9 +224,8 @@ class Reader(FastHttpUser):  # type: ignore[misc]
     wait_time = between(0.01, 0.05)
 
     def _get(self, path: str, name: str, **params: Any) -> None:
-        with self.client.get(
-            path, params=params, name=name, catch_response=True
-        ) as response:
+        query = f"{path}?{urlencode(params)}" if params else path
+        with self.client.get(query, name=name, catch_response=True) as response:
             if response.status_code == 200:
                 response.success()
             else:
@@ -253,7 +272,7 @@ def check_exactly_once(environment: Any) -> list[str]:
                 if isinstance(item, EventResult):
                     STATE.acknowledge(event, item.status)
                 else:
-                    STATE.stats[f"refused at the end {item.code}"] += 1
+                    STATE.refused(event, f"{item.code} (at the end)")
         for player, total in sorted(STATE.expected.items()):
             try:
                 score = lb.rank(board, player).score
@@ -264,8 +283,12 @@ def check_exactly_once(environment: Any) -> list[str]:
     return problems
 
 
+SUMMARY: list[str] = []
+
+
 @events.quitting.add_listener
 def _check(environment: Any, **_: Any) -> None:
+    """Runs when the load has stopped, before Locust computes the exit code."""
     if environment.host is None:
         return
     started = time.monotonic()
@@ -281,11 +304,22 @@ def _check(environment: Any, **_: Any) -> None:
         f"  players checked (live scores):   {len(STATE.expected)}",
         f"  mismatches:                      {len(problems)}",
     ]
-    lines += [f"  {name}: {count}" for name, count in sorted(stats.items())]
+    shown = {"redeliveries", "redelivery not duplicate"}
+    lines += [
+        f"  {name}: {count}"
+        for name, count in sorted(stats.items())
+        if name not in shown
+    ]
     lines += [f"  MISMATCH {p}" for p in problems[:20]]
     lines.append(f"  check took {time.monotonic() - started:.1f} s")
     failed = bool(problems) or stats["redelivery not duplicate"] > 0
     lines.append("  RESULT: " + ("FAILED" if failed else "OK"))
-    print("\n".join(lines), flush=True)
+    SUMMARY[:] = lines
     if failed:
         environment.process_exit_code = 1
+
+
+@events.quit.add_listener
+def _print_summary(**_: Any) -> None:
+    """After Locust's own summary: the check's, the run's last lines."""
+    print("\n".join(SUMMARY), flush=True)
