@@ -156,12 +156,12 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 @pytest.fixture(scope="session")
 def client_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientStack]:
-    """One ``lb up`` stack with a published seed generation, shared by the client
-    libraries' tests (tests/clients: Python, and TypeScript under ``node --test``)."""
+    """One ``lb up`` stack with seed events and a generation of them, shared by the
+    client libraries' tests (tests/clients: Python, and TypeScript under node)."""
     stack = ClientStack(tmp_path_factory.mktemp("clients") / "lb")
     stack.up()
     try:
-        stack.seed_and_publish()
+        stack.seed()
         yield stack
     finally:
         stack.down()

@@ -1,5 +1,5 @@
 """The TypeScript/Node client (clients/typescript) under Node's own test runner,
-against the shared client stack (``lb up`` with a published seed generation).
+against the shared client stack (``lb up``, seed events and a generation).
 
 ``node`` is optional for a bare pytest run (skipped, with the reason); ``make test``
 sets LB_REQUIRE_OPS_TOOLS=1, and then a missing ``node`` fails the test."""

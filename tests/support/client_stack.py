@@ -1,6 +1,13 @@
-"""The client libraries' stack: one ``lb up`` (Redis + the API over TCP) with a
-seeded generation published by ``lb publish`` (Spark + Delta), shared by the Python
-and the TypeScript client tests (fixture ``client_stack`` in tests/conftest.py)."""
+"""The client libraries' stack: one ``lb up`` (Redis + the API over TCP) with the
+seed events in its speed layer and a generation of the same totals, shared by the
+Python and the TypeScript client tests (fixture ``client_stack`` in
+tests/conftest.py).
+
+The generation is written by the tests' serving-format writer
+(``tests.support.segments``), not by ``lb publish``: the clients read what the API
+serves from a generation (snapshot labels, cursors over one generation) and need no
+Spark JVM for it (a publish costs minutes of ``make test`` on a loaded machine; the
+publisher has its own tests in tests/jobs and tests/e2e)."""
 
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from api.security import sign
 from conf.settings import LOCAL_PLAYER_TOKEN_KEY
 from speed.server import free_port
 from tests.support.lb import lb, stack_env
+from tests.support.segments import write_generation
 
 BOARD = "alltime:all:global"
 KEY_ID = "dev"
@@ -27,7 +35,6 @@ PLAYER_TOKEN_KEY = LOCAL_PLAYER_TOKEN_KEY
 # minute answers 429); every other test sends at most a few matches per player.
 RATE_LIMIT = "5/60"
 SEED_PLAYERS = 23
-PUBLISH_TIMEOUT = 900.0
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
@@ -84,9 +91,9 @@ class ClientStack:
         started = lb("up", "--port", str(self.port), env=self.env)
         assert started.returncode == 0, started.stderr
 
-    def seed_and_publish(self) -> None:
+    def seed(self) -> None:
         """The seed events through a plain signed POST (not through a client under
-        test), then one generation."""
+        test), then a generation of their totals."""
         body = orjson.dumps({"events": seed_events()})
         reply = httpx.post(
             f"{self.url}/v1/score-events:batch",
@@ -98,9 +105,13 @@ class ClientStack:
         results = reply.json()["results"]
         assert all(r.get("status") == "accepted" for r in results), results
         self.seeded = {e["playerId"]: e["result"]["points"] for e in seed_events()}
-        published = lb("publish", env=self.env, timeout=PUBLISH_TIMEOUT)
-        assert published.returncode == 0, published.stderr
-        self.generation = published.stdout.strip().splitlines()[-1].strip()
+        self.generation = write_generation(
+            self.data_dir / "segments",
+            1,
+            {BOARD: self.seeded},
+            boundary={"0": 0, "1": 0},
+            bucket_target=4,
+        )
         assert wait_until(self._serves_generation, timeout=120), self.generation
 
     def _serves_generation(self) -> bool:
