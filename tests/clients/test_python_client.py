@@ -7,6 +7,7 @@ mapping without a stack are the unit tests at the end (httpx's MockTransport).""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -471,3 +472,32 @@ def test_the_client_imports_only_httpx_and_the_standard_library() -> None:
                 imported.add(node.module.split(".")[0])
     outside = imported - set(sys.stdlib_module_names) - {"httpx", "leaderboard_client"}
     assert "httpx" in imported and not outside, outside
+
+
+@pytest.mark.unit
+def test_game_paths_and_a_batch_cut_off_keep_what_was_answered() -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if len(seen) > 1:
+            raise httpx.ReadTimeout("lost", request=request)
+        results = [
+            {
+                "eventId": e["eventId"],
+                "playerId": e["playerId"],
+                "status": "accepted",
+                "boards": [],
+                "partition": 0,
+                "position": i,
+            }
+            for i, e in enumerate(json.loads(request.content)["events"])
+        ]
+        return httpx.Response(200, json={"results": results})
+
+    lb = mock_client(answer, attempts=2)
+    lb.game = "arena"
+    with pytest.raises(OutcomeUnknown) as unknown:
+        lb.submit_batch([new_event(f"u-G{i}") for i in range(3)], batch_size=2)
+    assert seen == ["/v1/games/arena/score-events:batch"] * 3
+    assert [item.status for item in unknown.value.completed or []] == ["accepted"] * 2

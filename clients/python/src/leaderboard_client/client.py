@@ -261,7 +261,7 @@ class LeaderboardClient:
                     body=encode({"events": list(chunk)}),
                 )
             except OutcomeUnknown as exc:
-                exc.completed = list(items)  # type: ignore[attr-defined]
+                exc.completed = list(items)
                 raise
             for sent, result in zip(chunk, answer["results"], strict=True):
                 if "error" in result:

@@ -117,9 +117,13 @@ class RateLimited(LeaderboardError):
 class OutcomeUnknown(LeaderboardError):
     """A write whose outcome is unknown after every attempt (503s, timeouts, lost
     connections): it may or may not have been applied. Redelivering the same event
-    later (same eventId and content) is always safe."""
+    later (same eventId and content) is always safe.
+
+    From ``submit_batch``: ``completed`` holds the items of the requests that were
+    answered before this one (redelivering the whole list is safe too)."""
 
     code = "outcome_unknown"
+    completed: list[Any] | None = None
 
 
 class Unavailable(OutcomeUnknown):
