@@ -6,6 +6,7 @@ mapping without a stack are the unit tests at the end (httpx's MockTransport).""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from leaderboard_client import (
     MAX_BATCH,
+    AsyncLeaderboardClient,
     Backoff,
     EventConflict,
     EventError,
@@ -501,3 +503,86 @@ def test_game_paths_and_a_batch_cut_off_keep_what_was_answered() -> None:
         lb.submit_batch([new_event(f"u-G{i}") for i in range(3)], batch_size=2)
     assert seen == ["/v1/games/arena/score-events:batch"] * 3
     assert [item.status for item in unknown.value.completed or []] == ["accepted"] * 2
+
+
+# -- the asyncio client: the same behaviour, awaited ---------------------------
+
+
+class AsyncLoseFirstAnswer(httpx.AsyncBaseTransport):
+    """:class:`LoseFirstAnswer` for httpx's AsyncClient."""
+
+    def __init__(self) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.writes = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.real.handle_async_request(request)
+        if request.method == "GET":
+            return response
+        self.writes += 1
+        if self.writes > 1:
+            return response
+        await response.aread()
+        await response.aclose()
+        raise httpx.ReadTimeout("simulated: the answer was lost", request=request)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+@pytest.mark.e2e
+def test_async_client_redelivers_once_and_reads(client_stack: ClientStack) -> None:
+    expected = client_stack.expected_snapshot()
+
+    async def scenario() -> None:
+        transport = AsyncLoseFirstAnswer()
+        sleeps: list[float] = []
+
+        async def record(delay: float) -> None:
+            sleeps.append(delay)
+
+        async with AsyncLeaderboardClient(
+            client_stack.url, KEY_ID, SECRET, transport=transport, sleep=record
+        ) as lb:
+            result = await lb.submit(new_event("py-async", 23))
+            assert transport.writes == 2 and len(sleeps) == 1
+            assert result.duplicate and (await lb.rank(BOARD, "py-async")).score == 23
+            (item,) = await lb.submit_batch([new_event("py-async-B", 4)])
+            assert isinstance(item, EventResult) and item.accepted
+            top = await lb.top(BOARD, 1000, mode="snapshot")
+            assert top.generation is not None
+            assert top.generation.id == client_stack.generation
+            assert [(e.player_id, e.score) for e in top.entries] == expected
+            walked = [(e.player_id, e.score) async for e in lb.iter_entries(BOARD)]
+            assert walked == expected
+            with pytest.raises(NotFound):
+                await lb.rank(BOARD, "py-async-nobody")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.unit
+def test_async_client_attempts_are_bounded() -> None:
+    calls: list[bytes] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        calls.append(request.content)
+        raise httpx.ConnectError("refused", request=request)
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    async def scenario() -> None:
+        async with AsyncLeaderboardClient(
+            "http://lb.test",
+            KEY_ID,
+            SECRET,
+            transport=httpx.MockTransport(refuse),
+            max_attempts=3,
+            sleep=no_wait,
+        ) as lb:
+            with pytest.raises(OutcomeUnknown):
+                await lb.submit(new_event("u-async"))
+
+    asyncio.run(scenario())
+    assert len(calls) == 3 and len(set(calls)) == 1

@@ -9,6 +9,7 @@ with LeaderboardClient("http://127.0.0.1:8080", "dev", "dev-secret") as lb:
     print(result.status, lb.rank("alltime:all:global", "P2").rank)
 """
 
+from leaderboard_client.aio import AsyncLeaderboardClient
 from leaderboard_client.client import MAX_BATCH, Backoff, LeaderboardClient, sign
 from leaderboard_client.errors import (
     Conflict,
@@ -48,6 +49,7 @@ from leaderboard_client.models import (
 __all__ = [
     "MAX_BATCH",
     "STATUSES",
+    "AsyncLeaderboardClient",
     "Awards",
     "Backoff",
     "BatchItem",

@@ -96,7 +96,88 @@ def _segment(value: str) -> str:
     return quote(value, safe=":-_.@+")
 
 
-class LeaderboardClient:
+def batch_items(
+    chunk: Sequence[Mapping[str, Any]], results: Sequence[dict[str, Any]]
+) -> list[BatchItem]:
+    """One item per event of a batch answer, in order."""
+    items: list[BatchItem] = []
+    for sent, result in zip(chunk, results, strict=True):
+        if "error" in result:
+            event_id = sent.get("eventId")
+            items.append(
+                EventError(
+                    event_id=str(event_id) if event_id is not None else None,
+                    code=str(result["error"]),
+                    detail=str(result.get("detail", "")),
+                    raw=result,
+                )
+            )
+        else:
+            items.append(EventResult.of(result))
+    return items
+
+
+def error_of(response: httpx.Response) -> LeaderboardError:
+    """The exception of an error answer (a 503 is always :class:`Unavailable`)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"error": "http_error", "detail": response.text[:200]}
+    error = error_for(response.status_code, body, _retry_after(response))
+    if response.status_code == 503 and not isinstance(error, Unavailable):
+        error = Unavailable(
+            error.detail, code=error.code, body=body, retry_after=error.retry_after
+        )
+    return error
+
+
+def lost(exc: Exception, attempt: int) -> OutcomeUnknown:
+    unknown = OutcomeUnknown(
+        f"{type(exc).__name__}: {exc} (after {attempt + 1} attempts)"
+    )
+    unknown.__cause__ = exc
+    return unknown
+
+
+class Paths:
+    """What the sync and the async client share: paths and signed headers."""
+
+    game: str | None
+    key_id: str | None
+    secret: bytes | None
+    reader_token: str | None
+
+    def _path(self, tail: str) -> str:
+        """``/v1/<tail>``, or ``/v1/games/<game>/<tail>`` for a game's paths."""
+        if self.game is None:
+            return f"/v1/{tail}"
+        return f"/v1/games/{_segment(self.game)}/{tail}"
+
+    def _board_path(self, board: str, tail: str = "") -> str:
+        return self._path(f"boards/{_segment(board)}{tail}")
+
+    def _headers(
+        self, body: bytes | None, headers: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        """One attempt's headers: a write signed afresh (the timestamp moves), a
+        read with the reader token unless the call brings its own."""
+        sent = dict(headers or {})
+        if body is not None:
+            if self.key_id is None or self.secret is None:
+                raise ValueError("writes need key_id and secret")
+            sent |= {
+                "Content-Type": "application/json",
+                "X-Key-Id": self.key_id,
+                "X-Signature": sign(self.secret, body),
+            }
+        elif self.reader_token and "Authorization" not in sent:
+            sent["Authorization"] = f"Bearer {self.reader_token}"
+        return sent
+
+
+class LeaderboardClient(Paths):
     """A client of one deployment (``base_url``, e.g. ``http://127.0.0.1:8080``).
 
     ``key_id`` and ``secret`` sign writes (a game-server key of ``LB_HMAC_KEYS``);
@@ -150,24 +231,6 @@ class LeaderboardClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _path(self, tail: str) -> str:
-        """``/v1/<tail>``, or ``/v1/games/<game>/<tail>`` for a game's paths."""
-        if self.game is None:
-            return f"/v1/{tail}"
-        return f"/v1/games/{_segment(self.game)}/{tail}"
-
-    def _board_path(self, board: str, tail: str = "") -> str:
-        return self._path(f"boards/{_segment(board)}{tail}")
-
-    def _signed_headers(self, body: bytes) -> dict[str, str]:
-        if self.key_id is None or self.secret is None:
-            raise ValueError("writes need key_id and secret")
-        return {
-            "Content-Type": "application/json",
-            "X-Key-Id": self.key_id,
-            "X-Signature": sign(self.secret, body),
-        }
-
     def _send(
         self,
         method: str,
@@ -182,25 +245,18 @@ class LeaderboardClient:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         last: LeaderboardError | None = None
         for attempt in range(self.max_attempts):
-            sent = dict(headers or {})
-            if body is not None:
-                sent |= self._signed_headers(body)
-            elif self.reader_token and "Authorization" not in sent:
-                sent["Authorization"] = f"Bearer {self.reader_token}"
+            sent = self._headers(body, headers)
             retry_after: float | None = None
             try:
                 response = self.http.request(
                     method, path, content=body, params=query, headers=sent
                 )
             except RETRYABLE_TRANSPORT_ERRORS as exc:
-                last = OutcomeUnknown(
-                    f"{type(exc).__name__}: {exc} (after {attempt + 1} attempts)"
-                )
-                last.__cause__ = exc
+                last = lost(exc, attempt)
             else:
                 if response.status_code < 400:
                     return response.json()
-                error = self._error(response)
+                error = error_of(response)
                 if response.status_code != 503:
                     raise error
                 last, retry_after = error, error.retry_after
@@ -208,21 +264,6 @@ class LeaderboardClient:
                 self.sleep(self.backoff.delay(attempt, retry_after))
         assert last is not None
         raise last
-
-    @staticmethod
-    def _error(response: httpx.Response) -> LeaderboardError:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            body = {"error": "http_error", "detail": response.text[:200]}
-        error = error_for(response.status_code, body, _retry_after(response))
-        if response.status_code == 503 and not isinstance(error, Unavailable):
-            error = Unavailable(
-                error.detail, code=error.code, body=body, retry_after=error.retry_after
-            )
-        return error
 
     # -- writes -----------------------------------------------------------------
 
@@ -263,19 +304,7 @@ class LeaderboardClient:
             except OutcomeUnknown as exc:
                 exc.completed = list(items)
                 raise
-            for sent, result in zip(chunk, answer["results"], strict=True):
-                if "error" in result:
-                    event_id = sent.get("eventId")
-                    items.append(
-                        EventError(
-                            event_id=str(event_id) if event_id is not None else None,
-                            code=str(result["error"]),
-                            detail=str(result.get("detail", "")),
-                            raw=result,
-                        )
-                    )
-                else:
-                    items.append(EventResult.of(result))
+            items += batch_items(chunk, answer["results"])
         return items
 
     def set_friends(self, player_id: str, friends: Sequence[str]) -> list[str]:
