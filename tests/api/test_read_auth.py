@@ -116,6 +116,7 @@ def test_bad_tokens_are_refused(guarded: SignedClient, settings: Settings) -> No
     good = issue_reader_token(secret, "web")
     header, payload, signature = good.split(".")
     flipped = signature[:-2] + ("AA" if signature[-2:] != "AA" else "BB")
+
     def signed(claims: dict[str, Any]) -> str:
         return "Bearer " + jwt.encode(claims, secret, algorithm="HS256")
 
