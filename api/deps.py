@@ -56,9 +56,10 @@ async def get_reads(request: Request) -> ReadService:
 AuthorizationHeader = Annotated[
     str | None,
     Header(
-        description="optional player token (Bearer JWT): a shadowed player's "
+        description="player token (Bearer JWT), optional unless LB_READ_AUTH=token "
+        "(then a player or reader token is required): a shadowed player's "
         "own reads (its token) answer as if it were present; reads with "
-        "another player's token or none do not"
+        "another player's token, a reader token or none do not"
     ),
 ]
 
