@@ -21,8 +21,9 @@ from api.main import create_app
 from api.tokens import issue_player_token, issue_reader_token
 from conf.settings import Settings, SettingsError, load_settings
 from speed.readers import read_rate_key
+from speed.server import free_port
 from tests.support.clients import SignedClient, put_friends
-from tests.support.settings import base_settings
+from tests.support.settings import BACKENDS, base_settings
 from tests.support.shadow import BOARD, flag, publish_hidden, seed
 
 pytestmark = pytest.mark.integration
@@ -189,6 +190,7 @@ def test_health_metrics_page_and_writes_stay_open(guarded: SignedClient) -> None
     seed(guarded, {"P9": 5})
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_the_rate_limit_counts_every_read_path_per_subject(
     settings: Settings, tmp_path: Path, redis_client: redis.Redis
 ) -> None:
@@ -266,3 +268,19 @@ def test_cached_answers_keep_to_their_reader(
             for h in [player(guarded, "P1"), *others]
         }
         assert len(tops) == 1
+
+
+def test_reads_outlive_redis_under_the_rate_limit(tmp_path: Path) -> None:
+    """The buckets are in Redis; while it is unreachable reads are not limited
+    (they answer from what the API holds), not refused or 5xx."""
+    down = base_settings(
+        f"redis://127.0.0.1:{free_port()}",
+        tmp_path,
+        read_auth="token",
+        read_rate_limit="1/600",
+    )
+    with TestClient(create_app(down)) as client:
+        headers = reader(down, "web")
+        for _ in range(3):
+            assert client.get("/v1/boards", headers=headers).status_code == 200
+        assert client.get("/v1/boards").status_code == 401
