@@ -13,9 +13,10 @@ from fastapi import Depends, Header, Request
 from pydantic import AfterValidator
 
 from api.errors import BodyTooLarge, Unauthorized
+from api.readers import bearer_of
 from api.reads import ReadService
 from api.security import verify_admin
-from api.tokens import player_of
+from api.tokens import TokenVerifier
 from conf.boards import BoardsConfig
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
@@ -55,21 +56,28 @@ async def get_reads(request: Request) -> ReadService:
 AuthorizationHeader = Annotated[
     str | None,
     Header(
-        description="optional player token (Bearer JWT): a shadowed player's "
+        description="player token (Bearer JWT), optional unless LB_READ_AUTH=token "
+        "(then a player or reader token is required): a shadowed player's "
         "own reads (its token) answer as if it were present; reads with "
-        "another player's token or none do not"
+        "another player's token, a reader token or none do not"
     ),
 ]
 
 
 def viewer_of(request: Request, authorization: str | None) -> str | None:
-    """The player a valid token names; None without one. Public reads need no
-    token, so an invalid or expired one reads as none (a client that attaches its
-    token to every request keeps reading after it expires)."""
+    """The player a valid player token names; None without one, and for a reader
+    token (``reader:<name>`` is never a player, whatever players are called). With
+    LB_READ_AUTH=token the gate verified the token already (api/readers.py). Open
+    reads need no token, so an invalid or expired one reads as none (a client that
+    attaches its token to every request keeps reading after it expires)."""
+    bearer = bearer_of(request.scope)
+    if bearer is not None:
+        return bearer.player
     if not authorization:
         return None
+    verifier: TokenVerifier = request.app.state.token_verifier
     try:
-        return player_of(authorization, request.app.state.settings.player_token_secret)
+        return verifier.verify(authorization).player
     except Unauthorized:
         return None
 

@@ -139,10 +139,14 @@ WRITE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     ),
 }
 READ_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: _described("a player token is missing or invalid (friends)"),
+    401: _described(
+        "unauthorized: a token is missing, invalid or expired (friends; every read "
+        "with LB_READ_AUTH=token)"
+    ),
     404: _described("board_not_found, player_not_found or generation_not_found"),
     410: _described("generation_expired: the pinned generation is no longer kept"),
     422: _described("invalid_request: names the bad parameter"),
+    429: _described("rate_limited (LB_READ_RATE_LIMIT): see the Retry-After header"),
     503: _described("unavailable: retry shortly"),
 }
 

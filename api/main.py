@@ -17,6 +17,7 @@ from api.direct import add_first
 from api.errors import install_error_handlers
 from api.metrics import GcPauseTimer, observe_read
 from api.models import with_body_schemas
+from api.readers import ReaderGate
 from api.reads import ReadService
 from api.responses import FastJSONResponse
 from api.routes import (
@@ -32,6 +33,7 @@ from api.routes import (
 )
 from api.routes import boards as boards_routes
 from api.rule_reload import RuleReloadMiddleware
+from api.tokens import TokenVerifier
 from conf.boards import load_boards
 from conf.rule_state import RuleStateWatcher
 from conf.rules import default_registry
@@ -41,6 +43,7 @@ from speed.baserows import registry_lookup
 from speed.connection import async_client
 from speed.friends import FriendsReader
 from speed.live import LiveReader
+from speed.readers import ReadLimiter
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
@@ -131,6 +134,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.replica_ack_timeout_ms,
             )
         app.state.speed.key_rate_limit = settings.key_rate_limit_bucket
+        read_limit = settings.read_rate_limit_bucket
+        app.state.read_limiter = (
+            ReadLimiter(client, read_limit) if read_limit is not None else None
+        )
         # The owner transaction names players' rows in their partition's base.
         app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)
@@ -170,8 +177,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.generations = GenerationRegistry(
         settings.segments_dir, settings.retained_generations
     )
+    # Bearer tokens of every read (api/readers.py) and of the own reads and friends.
+    app.state.token_verifier = TokenVerifier(settings.player_token_secret)
+    app.state.read_limiter = None
     install_error_handlers(app)
 
+    # Innermost: the gate of every read, in front of the router (direct routes too).
+    app.add_middleware(ReaderGate, enabled=settings.read_auth == "token")
     app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)
     # The hot reads and the writes: the app's own routes, first (api/direct.py).

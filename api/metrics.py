@@ -80,6 +80,12 @@ READ_CACHE = Counter(
     "outcome hit|miss",
     ["cache", "outcome"],
 )
+READS_REFUSED = Counter(
+    "lb_reads_refused_total",
+    "Reads refused by LB_READ_AUTH / LB_READ_RATE_LIMIT (api/readers.py), by "
+    "error code: unauthorized, rate_limited",
+    ["error"],
+)
 GC_PAUSES = Histogram(
     "lb_gc_pause_seconds",
     "Python garbage-collector pauses in the API workers, by generation (0-2): a "
@@ -101,6 +107,8 @@ for _status in EVENT_STATUSES:
     EVENTS.labels(_status)
 for _side in ("request", "read", "metrics"):
     REDIS_ERRORS.labels(_side)
+for _refused in ("unauthorized", "rate_limited"):
+    READS_REFUSED.labels(_refused)
 
 READ_ENDPOINTS = {
     "/v1/boards/{board}/top": "top",

@@ -1,44 +1,121 @@
-"""Player tokens: ``Authorization: Bearer <JWT>``, HS256 with ``LB_PLAYER_TOKEN_KEY``,
-``sub`` = playerId, ``exp`` required (API.md). Verified with PyJWT."""
+"""Bearer tokens: ``Authorization: Bearer <JWT>``, HS256 with ``LB_PLAYER_TOKEN_KEY``,
+``exp`` required (API.md). A player token's ``sub`` is the playerId; a reader token's
+is ``reader:<name>`` (a game's own front end, LB_READ_AUTH=token): it may read, but it
+is never a player (no player's own view, no friends). Verified with PyJWT."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import jwt
 
 from api.errors import Forbidden, Unauthorized
 
 ALGORITHM = "HS256"
+READER_PREFIX = "reader:"
+
+
+def issue_token(secret: bytes, subject: str, ttl_seconds: int = 3600) -> str:
+    """A token for ``subject``: a player id, or ``reader:<name>``."""
+    now = int(time.time())
+    payload = {"sub": subject, "iat": now, "exp": now + ttl_seconds}
+    return jwt.encode(payload, secret, algorithm=ALGORITHM)
+
+
+def issue_reader_token(secret: bytes, name: str, ttl_seconds: int = 3600) -> str:
+    """A reader token (``sub`` = ``reader:<name>``) for a game's front end."""
+    return issue_token(secret, READER_PREFIX + name, ttl_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Bearer:
+    """Who a valid token names: its ``sub``, and the player it is (None for a
+    reader token)."""
+
+    subject: str
+
+    @property
+    def player(self) -> str | None:
+        return None if self.subject.startswith(READER_PREFIX) else self.subject
+
+
+class TokenVerifier:
+    """Verifies bearer tokens with one key, remembering the tokens it verified.
+
+    A token is the same bytes on every read of a client, so its signature is checked
+    once; a remembered token is still refused once its ``exp`` (or before its
+    ``nbf``) as PyJWT would (no leeway).
+    """
+
+    LIMIT = 10_000
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        # Wall clock of the remembered tokens' checks; tests replace it.
+        self.clock = time.time
+        # token -> (bearer, exp, nbf)
+        self._known: dict[str, tuple[Bearer, float, float]] = {}
+
+    def verify(self, authorization: str | None) -> Bearer:
+        """The bearer of an ``Authorization`` header value.
+
+        :raises Unauthorized: none, not ``Bearer <JWT>``, invalid or expired (401).
+        """
+        if not authorization:
+            raise Unauthorized("a token is required (Authorization: Bearer <JWT>)")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("Authorization must be 'Bearer <JWT>'")
+        known = self._known.get(token)
+        if known is not None:
+            bearer, exp, nbf = known
+            now = self.clock()
+            if now >= exp:
+                raise Unauthorized("token expired")
+            if now >= nbf:
+                return bearer
+        bearer, exp, nbf = self._decode(token)
+        if len(self._known) >= self.LIMIT:
+            self._known.clear()
+        self._known[token] = (bearer, exp, nbf)
+        return bearer
+
+    def _decode(self, token: str) -> tuple[Bearer, float, float]:
+        try:
+            claims = jwt.decode(
+                token,
+                self.secret,
+                algorithms=[ALGORITHM],
+                options={"require": ["exp", "sub"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("token expired") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthorized(f"invalid token: {exc}") from None
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not subject:
+            raise Unauthorized("invalid token: sub must be a non-empty string")
+        nbf = claims.get("nbf")
+        return (
+            Bearer(subject),
+            float(claims["exp"]),
+            float(nbf) if isinstance(nbf, int | float) else float("-inf"),
+        )
 
 
 def issue_player_token(secret: bytes, player_id: str, ttl_seconds: int = 3600) -> str:
     """A token for ``player_id`` (what a game's login service would hand out)."""
-    now = int(time.time())
-    payload = {"sub": player_id, "iat": now, "exp": now + ttl_seconds}
-    return jwt.encode(payload, secret, algorithm=ALGORITHM)
+    return issue_token(secret, player_id, ttl_seconds)
 
 
 def player_of(authorization: str, secret: bytes) -> str:
-    """The player a bearer token names (its ``sub``).
+    """The subject a bearer token names (its ``sub``), verified once, unremembered.
 
     :raises Unauthorized: not ``Bearer <JWT>``, not a valid token, or expired (401).
     """
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("Authorization must be 'Bearer <JWT>'")
-    try:
-        claims = jwt.decode(
-            token.strip(),
-            secret,
-            algorithms=[ALGORITHM],
-            options={"require": ["exp", "sub"]},
-        )
-    except jwt.ExpiredSignatureError:
-        raise Unauthorized("player token expired") from None
-    except jwt.InvalidTokenError as exc:
-        raise Unauthorized(f"invalid player token: {exc}") from None
-    return str(claims["sub"])
+    return TokenVerifier(secret).verify(authorization).subject
 
 
 def require_player(authorization: str | None, secret: bytes, player_id: str) -> None:
@@ -49,5 +126,8 @@ def require_player(authorization: str | None, secret: bytes, player_id: str) -> 
     """
     if not authorization:
         raise Unauthorized("a player token is required (Authorization: Bearer <JWT>)")
-    if player_of(authorization, secret) != player_id:
+    subject = player_of(authorization, secret)
+    if Bearer(subject).player is None:
+        raise Forbidden("a reader token cannot read a player's own data")
+    if subject != player_id:
         raise Forbidden("the token belongs to another player")

@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.ops",
     "cli.replay",
     "cli.maintain",
+    "cli.tokens",
 )
 
 EXIT_OK = 0

@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     live_cache_ms: int = Field(default=0, ge=0, le=60_000)
     # HS256 key of player tokens (Authorization: Bearer <JWT>, sub = playerId).
     player_token_key: str = LOCAL_PLAYER_TOKEN_KEY
+    # Reads under /v1/boards and /v1/games: "open" to anyone, or "token": each needs
+    # a player token or a reader token (sub = "reader:<name>"), else 401.
+    read_auth: str = "open"
+    # Per token subject (LB_READ_AUTH=token), the token bucket of LB_RATE_LIMIT:
+    # "capacity/refillSeconds" or "off"; 429 with Retry-After.
+    read_rate_limit: str = "off"
     # Most friends one player may list.
     max_friends: int = Field(default=1000, ge=1, le=100_000)
     # Quarantine: an event above this quantile of its board's and cohort's per-match
@@ -153,7 +159,14 @@ class Settings(BaseSettings):
         window = int(self.dedupe_window.total_seconds()) + self.max_future_seconds
         return max(self.retention_seconds, window + 3600)
 
-    @field_validator("rate_limit", "key_rate_limit")
+    @field_validator("read_auth")
+    @classmethod
+    def _read_auth_mode(cls, value: str) -> str:
+        if value not in {"open", "token"}:
+            raise ValueError("LB_READ_AUTH must be open or token")
+        return value
+
+    @field_validator("rate_limit", "key_rate_limit", "read_rate_limit")
     @classmethod
     def _rate_limit_format(cls, value: str, info: ValidationInfo) -> str:
         if value == "off":
@@ -223,6 +236,16 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _read_limit_needs_tokens(self) -> Settings:
+        # The bucket is per token subject: open reads have none to count against.
+        if self.read_rate_limit != "off" and self.read_auth != "token":
+            raise ValueError(
+                "LB_READ_RATE_LIMIT limits each token subject, so it needs "
+                "LB_READ_AUTH=token (or set LB_READ_RATE_LIMIT=off)"
+            )
+        return self
+
     @property
     def uses_dev_key(self) -> bool:
         """True when LB_HMAC_KEYS accepts the public development key."""
@@ -287,6 +310,15 @@ class Settings(BaseSettings):
         if self.key_rate_limit == "off":
             return None
         capacity, refill = self.key_rate_limit.split("/")
+        return int(capacity), float(refill)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def read_rate_limit_bucket(self) -> tuple[int, float] | None:
+        """(capacity, refillSeconds) of each token subject's read bucket, None: off."""
+        if self.read_rate_limit == "off":
+            return None
+        capacity, refill = self.read_rate_limit.split("/")
         return int(capacity), float(refill)
 
     @property

@@ -396,6 +396,13 @@ REBUILD_PARTITION = ScriptInterface(
     statuses=("ok", "retry"),
 )
 
+TAKE_TOKEN = ScriptInterface(
+    name="take_token",
+    keys=("bucket",),
+    argv=("now_ms", "capacity", "refill_ms"),
+    fields=("retry_after",),
+)
+
 INTERFACES: dict[str, ScriptInterface] = {
     i.name: i
     for i in (
@@ -410,6 +417,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         READ_STAMP,
         REBASE_PARTITION,
         REBUILD_PARTITION,
+        TAKE_TOKEN,
     )
 }
 

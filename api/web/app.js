@@ -9,18 +9,87 @@ const TOP_LIMIT = 20;
 const NEARBY_RADIUS = 5;
 
 const $ = (selector) => document.querySelector(selector);
-const state = { board: null, mode: "live", player: null, publishedAt: null, busy: false };
+const state = { board: null, mode: "live", player: null, publishedAt: null, busy: false, token: "" };
 const fmt = new Intl.NumberFormat("en-US");
 
-async function getJSON(path) {
-  const reply = await fetch(path, { headers: { Accept: "application/json" } });
+// Reads may need a token (LB_READ_AUTH=token): after a read answers 401 the page
+// asks for one (a reader token, or a player token), keeps it in sessionStorage for
+// this tab only, and sends it as the Bearer header from then on.
+const TOKEN_KEY = "lb.readToken";
+let tokenNeeded = false;
+let tokenAsked = null;
+
+function storedToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY) || "";
+  } catch (_) {
+    return "";
+  }
+}
+
+async function fetchJSON(path, token) {
+  const headers = { Accept: "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const reply = await fetch(path, { headers });
   let body = {};
   try {
     body = await reply.json();
   } catch (_) {
     body = {};
   }
-  return { status: reply.status, body };
+  return { status: reply.status, body, token };
+}
+
+// Shows the token form until a token is entered (one prompt for concurrent reads).
+function askForToken(detail) {
+  if (!tokenAsked) {
+    tokenAsked = new Promise((resolve) => {
+      const form = $("#token-form");
+      setText("#token-error", detail ? `reads need a token: ${detail}` : "reads need a token");
+      form.hidden = false;
+      $("#token").focus();
+      const submit = (event) => {
+        event.preventDefault();
+        const token = $("#token").value.trim();
+        if (!token) return;
+        try {
+          sessionStorage.setItem(TOKEN_KEY, token);
+        } catch (_) {
+          // Storage refused (private mode): the token still serves this page.
+        }
+        state.token = token;
+        $("#token").value = "";
+        form.hidden = true;
+        form.removeEventListener("submit", submit);
+        tokenAsked = null;
+        resolve();
+      };
+      form.addEventListener("submit", submit);
+    });
+  }
+  return tokenAsked;
+}
+
+async function getJSON(path) {
+  const current = () => state.token || storedToken();
+  let reply = await fetchJSON(path, tokenNeeded ? current() : "");
+  while (reply.status === 401) {
+    tokenNeeded = true;
+    if (current() && reply.token !== current()) {
+      reply = await fetchJSON(path, current());
+      continue;
+    }
+    // No token, or the one sent is refused (wrong or expired): ask for another.
+    state.token = "";
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+    } catch (_) {
+      // nothing stored
+    }
+    await askForToken(reply.body.detail);
+    reply = await fetchJSON(path, current());
+  }
+  return reply;
 }
 
 const boardPath = (board) => `/v1/boards/${encodeURIComponent(board)}`;

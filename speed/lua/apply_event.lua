@@ -202,6 +202,8 @@ local key_capacity = tonumber(ARGV[cursor]) or 0
 local key_refill_ms = tonumber(ARGV[cursor + 1]) or 1
 local key_rate_at = #KEYS - n_events
 
+--#include token_bucket
+
 -- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
 local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 -- Written numbers of this chunk: an event's boards mostly repeat its points and
@@ -663,23 +665,16 @@ local function process(ev)
   -- Per-player token bucket for new match results only: redeliveries (caught above)
   -- and corrections of a stored match never spend tokens; a "correction" of a match
   -- never seen is a new match (API.md), else it would bypass the limit.
-  -- "capacity/refillSeconds" (API.md) is a burst of capacity, then ONE token every
-  -- refillSeconds (5/60: 5 at once, then 1 a minute).
-  -- The signing key's bucket (LB_KEY_RATE_LIMIT) counts the same matches; a match
-  -- spends a token of each bucket only when both have one.
+  -- The buckets are lib/token_bucket.lua's. The signing key's bucket
+  -- (LB_KEY_RATE_LIMIT) counts the same matches; a match spends a token of each
+  -- bucket only when both have one.
   if mode == "apply" and is_new_match and (rate_capacity > 0 or key_capacity > 0) then
     local spend = {}
     local wait = 0
     local function check(key, capacity, refill_ms)
-      local bucket = redis.call("HMGET", key, "t", "ts")
-      local tokens = tonumber(bucket[1]) or capacity
-      local last = tonumber(bucket[2]) or now_ms
-      local per_ms = 1 / refill_ms
-      tokens = math.min(capacity, tokens + math.max(0, now_ms - last) * per_ms)
-      if tokens < 1 then
-        wait = math.max(wait, math.ceil((1 - tokens) / per_ms / 1000))
-      end
-      spend[#spend + 1] = {key, tokens, math.ceil(capacity * refill_ms)}
+      local tokens, bucket_wait = bucket_level(key, capacity, refill_ms, now_ms)
+      wait = math.max(wait, bucket_wait)
+      spend[#spend + 1] = {key, tokens, capacity, refill_ms}
     end
     if rate_capacity > 0 then
       check(rate_key, rate_capacity, rate_refill_ms)
@@ -691,9 +686,7 @@ local function process(ev)
       return "rate_limited", tostring(wait)
     end
     for _, s in ipairs(spend) do
-      redis.call("HSET", s[1], "t", tostring(s[2] - 1), "ts", tostring(now_ms))
-      -- A bucket idle long enough to refill completely equals a missing one.
-      redis.call("PEXPIRE", s[1], s[3])
+      bucket_spend(s[1], s[2], s[3], s[4], now_ms)
     end
   end
 

@@ -6,11 +6,9 @@ does not see it (issue 23: an anonymous read is public, not the player's own).""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -18,14 +16,10 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.tokens import issue_player_token
 from conf.settings import Settings
-from serving.files import atomic_write_text
-from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
-from serving.segments import write_hidden, write_segments
-from speed.partitions import Keys
 from speed.server import RedisServer
 from tests.conftest import OPEN_WINDOWS_BOARDS, SignedClient
 from tests.support.clients import put_friends
-from tests.support.shadow import admin, expected_top, flag, seed
+from tests.support.shadow import admin, expected_top, flag, publish_hidden, seed
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -36,26 +30,7 @@ AS_IF_PRESENT = expected_top(SEED)
 def publish(settings: Settings, client: redis.Redis, number: int) -> None:
     """A generation as the batch layer writes it with P1 shadowed: P1 off the public
     rows, in the hidden side file (serving's writer)."""
-    boundary = {
-        p: int(client.get(Keys(p).position) or 0) for p in range(settings.partitions)
-    }
-    public = sorted(
-        ((p, s) for p, s in SEED.items() if p != "P1"),
-        key=lambda kv: (-kv[1], kv[0].encode()),
-    )
-    table = pa.table(
-        {
-            "board": pa.array([BOARD] * len(public), pa.string()),
-            "player_id": pa.array([p for p, _ in public], pa.string()),
-            "score": pa.array([s for _, s in public], pa.int64()),
-        }
-    )
-    directory = settings.segments_dir / generation_id(number)
-    directory.mkdir(parents=True)
-    boards = write_segments(table, directory, bucket_target=2)
-    write_hidden([(BOARD, "P1", SEED["P1"])], directory, boards)
-    text = build_manifest(generation_id(number), datetime.now(UTC), boundary, boards)
-    atomic_write_text(directory / MANIFEST_FILE, text)
+    publish_hidden(settings, client, number, SEED, {"P1"})
 
 
 def bearer(settings: Settings, player: str) -> dict[str, str]:

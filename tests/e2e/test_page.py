@@ -23,22 +23,12 @@ from api.security import sign
 from conf.settings import Settings
 from jobs.season import close_season
 from tests.live_server import serve
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "test-output" / "web"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # A season that stays open whatever today's date: the page test must not depend on it.
 BOARDS_YAML = """\
 regions: [eu, na]
@@ -148,8 +138,7 @@ def _percent(value: float) -> str:
 def test_page_shows_what_the_api_says(stack: Stack) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is missing: run `make chromium` (or make test)")
+    require_chromium()
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
     with sync_playwright() as playwright:

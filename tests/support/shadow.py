@@ -3,8 +3,17 @@ must show (shadow removal tests)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+import redis
+
+from conf.settings import Settings
+from serving.files import atomic_write_text
+from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
+from serving.segments import write_hidden, write_segments
+from speed.partitions import Keys
 from tests.support.clients import SignedClient, event
 
 BOARD = "season:S4:global"
@@ -66,3 +75,34 @@ def public_answers(api: SignedClient, totals: dict[str, int]) -> None:
     approx = api.get(f"/v1/boards/{BOARD}/players/P5", params={"mode": "approx"})
     # Whatever the buckets, the histogram's population is the visible players.
     assert approx.json()["population"] == len(totals)
+
+
+def publish_hidden(
+    settings: Settings,
+    client: redis.Redis,
+    number: int,
+    totals: dict[str, int],
+    hidden: set[str],
+) -> None:
+    """A generation of ``BOARD`` as the batch layer writes it with ``hidden``
+    shadowed: off the public rows, in the hidden side file (serving's writer)."""
+    boundary = {
+        p: int(client.get(Keys(p).position) or 0) for p in range(settings.partitions)
+    }
+    public = sorted(
+        ((p, s) for p, s in totals.items() if p not in hidden),
+        key=lambda kv: (-kv[1], kv[0].encode()),
+    )
+    table = pa.table(
+        {
+            "board": pa.array([BOARD] * len(public), pa.string()),
+            "player_id": pa.array([p for p, _ in public], pa.string()),
+            "score": pa.array([s for _, s in public], pa.int64()),
+        }
+    )
+    directory = settings.segments_dir / generation_id(number)
+    directory.mkdir(parents=True)
+    boards = write_segments(table, directory, bucket_target=2)
+    write_hidden([(BOARD, p, totals[p]) for p in sorted(hidden)], directory, boards)
+    text = build_manifest(generation_id(number), datetime.now(UTC), boundary, boards)
+    atomic_write_text(directory / MANIFEST_FILE, text)

@@ -1,0 +1,24 @@
+-- take_token.lua: spend one token of a bucket (lib/token_bucket.lua) if it has one.
+-- The read side's rate limit (LB_READ_RATE_LIMIT): one bucket per token subject,
+-- shared by every API worker.
+--
+-- KEY.bucket        the bucket hash (speed/readers.py)
+-- ARG.now_ms        the caller's clock, ms
+-- ARG.capacity      the burst
+-- ARG.refill_ms     ms per token
+-- Reply: {retry_after}: 0 when a token was spent, else the whole seconds until the
+-- bucket holds one (nothing spent).
+local KEY = {bucket = 1}
+local ARG = {now_ms = 1, capacity = 2, refill_ms = 3}
+
+--#include token_bucket
+
+local now_ms = tonumber(ARGV[ARG.now_ms])
+local capacity = tonumber(ARGV[ARG.capacity])
+local refill_ms = tonumber(ARGV[ARG.refill_ms])
+local tokens, wait = bucket_level(KEYS[KEY.bucket], capacity, refill_ms, now_ms)
+if wait > 0 then
+  return {wait}
+end
+bucket_spend(KEYS[KEY.bucket], tokens, capacity, refill_ms, now_ms)
+return {0}

@@ -1,0 +1,286 @@
+"""Issue 26 item 3, authenticated readers (API.md "Readers"): with LB_READ_AUTH=token
+every read under /v1/boards and /v1/games needs a player or a reader token (401
+``unauthorized`` otherwise, as the friends read answers), on every read path -- the
+direct routes, FastAPI's own and unmatched paths alike; LB_READ_RATE_LIMIT spends a
+token of the subject's bucket per read (429 with Retry-After); health, metrics and
+the page stay open; and a cached answer never crosses a permission boundary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from api.tokens import issue_player_token, issue_reader_token
+from conf.settings import Settings, SettingsError, load_settings
+from speed.readers import read_rate_key
+from speed.server import free_port
+from tests.support.clients import SignedClient, put_friends
+from tests.support.settings import BACKENDS, base_settings
+from tests.support.shadow import BOARD, flag, publish_hidden, seed
+
+pytestmark = pytest.mark.integration
+SEED = {"P1": 920, "P2": 900, "P3": 900, "P4": 880, "P5": 10}
+# Every read path: the direct routes (top, rank, nearby, entries) and FastAPI's
+# (the boards list, histogram, awards, friends), a path no route matches, games.
+READS = [
+    "/v1/boards",
+    f"/v1/boards/{BOARD}/top",
+    f"/v1/boards/{BOARD}/top?mode=snapshot",
+    f"/v1/boards/{BOARD}/players/P2",
+    f"/v1/boards/{BOARD}/players/P2?mode=approx",
+    f"/v1/boards/{BOARD}/players/P2/nearby",
+    f"/v1/boards/{BOARD}/entries",
+    f"/v1/boards/{BOARD}/histogram",
+    f"/v1/boards/{BOARD}/awards",
+    f"/v1/boards/{BOARD}/players/P2/friends",
+    "/v1/boards/no-such-board/anything",
+    "/v1/games",
+    "/v1/games/default/boards",
+]
+
+
+def token_settings(settings: Settings, tmp_path: Path, **overrides: Any) -> Settings:
+    assert settings.redis_url is not None
+    return base_settings(settings.redis_url, tmp_path, read_auth="token", **overrides)
+
+
+def bearer(raw: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {raw}"}
+
+
+def player(settings: Settings, player_id: str) -> dict[str, str]:
+    return bearer(issue_player_token(settings.player_token_secret, player_id))
+
+
+def reader(settings: Settings, name: str = "web") -> dict[str, str]:
+    return bearer(issue_reader_token(settings.player_token_secret, name))
+
+
+@pytest.fixture
+def guarded(settings: Settings, tmp_path: Path) -> Iterator[SignedClient]:
+    """An API with LB_READ_AUTH=token, the season board seeded through it."""
+    with TestClient(create_app(token_settings(settings, tmp_path))) as client:
+        api = SignedClient(client)
+        seed(api, SEED)
+        yield api
+
+
+def refused(reply: Any, detail: str = "") -> None:
+    assert reply.status_code == 401, reply.text
+    body = reply.json()
+    assert body["error"] == "unauthorized" and set(body) == {"error", "detail"}
+    assert detail in body["detail"]
+    assert reply.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.unit
+def test_settings_are_validated_and_named() -> None:
+    assert Settings().read_auth == "open"
+    assert Settings().read_rate_limit_bucket is None
+    with pytest.raises(SettingsError, match="LB_READ_AUTH must be open or token"):
+        load_settings(read_auth="tokens")
+    with pytest.raises(SettingsError, match="LB_READ_RATE_LIMIT must be"):
+        load_settings(read_auth="token", read_rate_limit="lots")
+    with pytest.raises(SettingsError, match="needs LB_READ_AUTH=token"):
+        load_settings(read_rate_limit="10/1")
+    limited = load_settings(read_auth="token", read_rate_limit="100/0.5")
+    assert limited.read_rate_limit_bucket == (100, 0.5)
+
+
+def test_open_reads_need_no_token(api: SignedClient, settings: Settings) -> None:
+    seed(api, SEED)
+    assert api.get(f"/v1/boards/{BOARD}/top").status_code == 200
+    # An invalid token on an open read reads as none (as before).
+    junk = api.get(f"/v1/boards/{BOARD}/players/P2", headers=bearer("not.a.jwt"))
+    assert junk.status_code == 200
+
+
+def test_every_read_path_needs_a_token(guarded: SignedClient) -> None:
+    for path in READS:
+        refused(guarded.get(path), "token is required")
+        # HEAD is a read too.
+        assert guarded.client.head(path).status_code == 401, path
+
+
+def test_bad_tokens_are_refused(guarded: SignedClient, settings: Settings) -> None:
+    secret = settings.player_token_secret
+    now = int(time.time())
+    other_key = b"another-key-of-at-least-32-bytes-length"
+    good = issue_reader_token(secret, "web")
+    header, payload, signature = good.split(".")
+    flipped = signature[:-2] + ("AA" if signature[-2:] != "AA" else "BB")
+
+    def signed(claims: dict[str, Any]) -> str:
+        return "Bearer " + jwt.encode(claims, secret, algorithm="HS256")
+
+    unsigned = jwt.encode({"sub": "P2", "exp": now + 60}, None, algorithm="none")
+
+    cases = {
+        "Basic dXNlcjpwdw==": "Bearer <JWT>",
+        "Bearer ": "Bearer <JWT>",
+        "Bearer not.a.jwt": "invalid token",
+        f"Bearer {header}.{payload}.{flipped}": "invalid token",
+        f"Bearer {issue_reader_token(other_key, 'web')}": "invalid token",
+        signed({"sub": "P2", "exp": now - 5}): "expired",
+        signed({"sub": "P2"}): "exp",
+        signed({"exp": now + 60}): "sub",
+        f"Bearer {unsigned}": "invalid token",
+    }
+    for authorization, detail in cases.items():
+        for path in (f"/v1/boards/{BOARD}/top", f"/v1/boards/{BOARD}/histogram"):
+            reply = guarded.get(path, headers={"Authorization": authorization})
+            refused(reply, detail)
+
+
+def test_a_remembered_token_still_expires(
+    guarded: SignedClient, settings: Settings
+) -> None:
+    raw = issue_reader_token(settings.player_token_secret, "web", ttl_seconds=60)
+    path = f"/v1/boards/{BOARD}/top"
+    assert guarded.get(path, headers=bearer(raw)).status_code == 200
+    # Its signature is not checked again, its exp is (the clock stepped past it).
+    verifier = guarded.client.app.state.token_verifier  # type: ignore[attr-defined]
+    verifier.clock = lambda: time.time() + 120
+    refused(guarded.get(path, headers=bearer(raw)), "expired")
+
+
+def test_player_and_reader_tokens_read(
+    guarded: SignedClient, settings: Settings
+) -> None:
+    for headers in (player(settings, "P4"), reader(settings, "web")):
+        top = guarded.get(f"/v1/boards/{BOARD}/top", headers=headers)
+        assert top.status_code == 200, top.text
+        assert [e["playerId"] for e in top.json()["entries"]][:2] == ["P1", "P2"]
+        rank = guarded.get(f"/v1/boards/{BOARD}/players/P2", headers=headers)
+        assert rank.status_code == 200 and rank.json()["score"] == 900
+        near = guarded.get(f"/v1/boards/{BOARD}/players/P2/nearby", headers=headers)
+        assert near.status_code == 200
+        assert guarded.get("/v1/boards", headers=headers).status_code == 200
+        # Past the gate, a route answers as without it.
+        missing = guarded.get("/v1/boards/nope/top", headers=headers)
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "board_not_found"
+
+
+def test_friends_need_the_players_own_token(
+    guarded: SignedClient, settings: Settings
+) -> None:
+    assert put_friends(guarded, "P2", ["P1", "P3"]).status_code == 200
+    path = f"/v1/boards/{BOARD}/players/P2/friends"
+    own = guarded.get(path, headers=player(settings, "P2"))
+    assert own.status_code == 200, own.text
+    assert [e["playerId"] for e in own.json()["entries"]] == ["P1", "P2", "P3"]
+    for headers in (reader(settings, "web"), player(settings, "P3")):
+        reply = guarded.get(path, headers=headers)
+        assert reply.status_code == 403 and reply.json()["error"] == "forbidden"
+
+
+def test_health_metrics_page_and_writes_stay_open(guarded: SignedClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics", "/", "/web/app.js", "/docs"):
+        assert guarded.get(path).status_code == 200, path
+    # Writes are signed, not bearer-authenticated.
+    seed(guarded, {"P9": 5})
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_the_rate_limit_counts_every_read_path_per_subject(
+    settings: Settings, tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    limited = token_settings(settings, tmp_path, read_rate_limit="4/600")
+    with TestClient(create_app(limited)) as client:
+        api = SignedClient(client)
+        seed(api, SEED)
+        web = reader(limited, "web")
+        # Direct routes and FastAPI's spend from the one bucket of the subject.
+        paths = [
+            f"/v1/boards/{BOARD}/top",
+            "/v1/boards",
+            f"/v1/boards/{BOARD}/players/P2",
+            f"/v1/boards/{BOARD}/histogram",
+        ]
+        for path in paths:
+            assert api.get(path, headers=web).status_code != 429, path
+        for path in paths:
+            over = api.get(path, headers=web)
+            assert over.status_code == 429, path
+            assert over.json()["error"] == "rate_limited"
+            assert set(over.json()) == {"error", "detail"}
+            assert 1 <= int(over.headers["Retry-After"]) <= 600
+        # Another subject has its own bucket, a player token too; the bucket is in
+        # Redis, shared by every worker.
+        assert api.get(paths[0], headers=reader(limited, "tv")).status_code == 200
+        assert api.get(paths[0], headers=player(limited, "P2")).status_code == 200
+        assert redis_client.exists(read_rate_key("reader:web")) == 1
+        # No token: 401 before any bucket is spent; health stays unlimited.
+        refused(api.get(paths[0]))
+        assert all(api.get("/healthz").status_code == 200 for _ in range(10))
+        # A bucket refills: one token every refillSeconds (the clock stepped).
+        limiter = client.app.state.read_limiter  # type: ignore[attr-defined]
+        limiter.clock = lambda: time.time() + 601
+        assert api.get(paths[0], headers=web).status_code == 200
+        assert api.get(paths[0], headers=web).status_code == 429
+
+
+def test_cached_answers_keep_to_their_reader(
+    settings: Settings, tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    """A shadowed player's own view (cached per generation for the snapshot) is
+    served to its own token only; a reader token is never a player's own read, even
+    when a player bears its name (``reader:web`` is a valid player id)."""
+    totals = {**SEED, "reader:web": 950}
+    guarded = token_settings(settings, tmp_path)
+    with TestClient(create_app(guarded)) as client:
+        api = SignedClient(client)
+        seed(api, totals)
+        for shadowed in ("P1", "reader:web"):
+            assert flag(api, shadowed, "shadow").json()["changed"] is True
+        publish_hidden(guarded, redis_client, 1, totals, {"P1", "reader:web"})
+        client.app.state.generations.refresh(force=True)  # type: ignore[attr-defined]
+        others = [reader(guarded, "web"), reader(guarded, "tv"), player(guarded, "P2")]
+        for mode in ("snapshot", "live"):
+            for path in (
+                f"/v1/boards/{BOARD}/players/P1?mode={mode}",
+                f"/v1/boards/{BOARD}/players/P1/nearby?mode={mode}",
+            ):
+                # Twice each way round: the second read may come from the cache.
+                for _ in range(2):
+                    own = api.get(path, headers=player(guarded, "P1"))
+                    assert own.status_code == 200, own.text
+                    for headers in others:
+                        reply = api.get(path, headers=headers)
+                        assert reply.status_code == 404, (path, reply.text)
+            web = api.get(
+                f"/v1/boards/{BOARD}/players/reader:web?mode={mode}",
+                headers=reader(guarded, "web"),
+            )
+            assert web.status_code == 404, web.text
+        # Public answers are shared: the top list is the same for every reader.
+        tops = {
+            api.get(f"/v1/boards/{BOARD}/top", headers=h).content
+            for h in [player(guarded, "P1"), *others]
+        }
+        assert len(tops) == 1
+
+
+def test_reads_outlive_redis_under_the_rate_limit(tmp_path: Path) -> None:
+    """The buckets are in Redis; while it is unreachable reads are not limited
+    (they answer from what the API holds), not refused or 5xx."""
+    down = base_settings(
+        f"redis://127.0.0.1:{free_port()}",
+        tmp_path,
+        read_auth="token",
+        read_rate_limit="1/600",
+    )
+    with TestClient(create_app(down)) as client:
+        headers = reader(down, "web")
+        for _ in range(3):
+            assert client.get("/v1/boards", headers=headers).status_code == 200
+        assert client.get("/v1/boards").status_code == 401
