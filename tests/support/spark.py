@@ -35,6 +35,14 @@ def start_spark() -> SparkSession:
         "leaderboard-tests",
         shuffle_partitions=4,
         driver_memory="2g",
+        conf={
+            # Delta's VACUUM lists the table in this many tasks (Spark's default
+            # 10000, nearly all empty): 236 / 114 s per VACUUM of a two-file table
+            # against 15 / 9 s with 2 (tests/jobs/test_hygiene.py runs two; A/B in
+            # one JVM, load 11-17). Spark's parallel file listing (32+ paths) uses it
+            # too: the tests' tables are small.
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        },
     )
 
 
