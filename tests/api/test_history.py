@@ -118,7 +118,11 @@ def test_diff_errors(api: SignedClient, settings: Any) -> None:
     }
     reply = api.get(f"/v1/boards/{BOARD}/diff", params={"from": "g2", "to": "g9"})
     assert (reply.status_code, reply.json()["error"]) == (404, "generation_not_found")
-    for params in ({"from": "g2"}, {"to": "g3"}, {"from": "g2", "to": "g3", "limit": 0}):
+    for params in (
+        {"from": "g2"},
+        {"to": "g3"},
+        {"from": "g2", "to": "g3", "limit": 0},
+    ):
         reply = api.get(f"/v1/boards/{BOARD}/diff", params=params)
         assert reply.status_code == 422, params
         assert reply.json()["error"] == "invalid_request"
