@@ -131,3 +131,11 @@ def test_diff_errors(api: SignedClient, settings: Any) -> None:
     # History covers the retained ones only (g2..g4).
     body = api.get(f"/v1/boards/{BOARD}/players/P4/history").json()
     assert [e["generation"]["id"] for e in body["entries"]] == ["g4", "g3", "g2"]
+
+
+def test_bronze_table_name_is_the_batch_layers() -> None:
+    # api/history.py names the table itself (the API must not import jobs).
+    from api.history import BRONZE_TABLE
+    from jobs.land import BRONZE
+
+    assert BRONZE_TABLE == BRONZE
