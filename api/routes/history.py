@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request
 from api.deps import PlayerIdPath
 from api.errors import READ_ERROR_RESPONSES
 from api.history import HistoryService
+from api.history_models import DiffOut, HistoryOut
 from api.responses import EncodedResponse
 
 router = APIRouter(
@@ -24,7 +25,7 @@ def history_of(request: Request) -> HistoryService:
     return request.app.state.history  # type: ignore[no-any-return]
 
 
-@router.get("/{board}/players/{player_id}/history")
+@router.get("/{board}/players/{player_id}/history", response_model=HistoryOut)
 def read_history(
     request: Request,
     board: str,
@@ -38,7 +39,7 @@ def read_history(
     return EncodedResponse(answer.body, headers=answer.headers)
 
 
-@router.get("/{board}/diff")
+@router.get("/{board}/diff", response_model=DiffOut)
 def read_diff(
     request: Request,
     board: str,

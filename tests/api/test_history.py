@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from api.history_models import DiffOut, HistoryOut
 from serving.registry import GenerationRegistry
 from tests.conftest import SignedClient
 from tests.support.segments import write_generation
@@ -29,6 +30,7 @@ def published(api: SignedClient, settings: Any) -> SignedClient:
 
 def test_history_newest_first_with_rank_changes(published: SignedClient) -> None:
     body = published.get(f"/v1/boards/{BOARD}/players/P3/history").json()
+    HistoryOut.model_validate(body)
     assert (body["board"], body["playerId"]) == (BOARD, "P3")
     assert (body["exactness"], body["basis"]) == ("exact", "snapshot")
     entries = body["entries"]
@@ -84,6 +86,7 @@ def test_diff_movers_entered_left(published: SignedClient) -> None:
     body = published.get(
         f"/v1/boards/{BOARD}/diff", params={"from": "g1", "to": "g3"}
     ).json()
+    DiffOut.model_validate(body)
     assert (body["from"]["id"], body["to"]["id"]) == ("g1", "g3")
     # g1 ranks P1 1, P2 2, P3 2, P4 4; g3: P2 1, P5 2, P3 3, P4 4, P6 5.
     assert body["movers"] == [
