@@ -47,7 +47,7 @@ class Standings(Protocol):
         ...
 
 
-@dataclass
+@dataclass(eq=False)
 class SegmentStandings:
     """A generation's board segment as :class:`Standings` (public rows only)."""
 
@@ -79,7 +79,7 @@ class SegmentStandings:
         }
 
 
-@dataclass
+@dataclass(eq=False)
 class AwardStandings:
     """One board of an award snapshot (serving/awards.py) as :class:`Standings`;
     its ranks are the ones the snapshot stored."""
@@ -119,7 +119,7 @@ class AwardStandings:
         }
 
 
-@dataclass
+@dataclass(eq=False)
 class Snapshot:
     """One point of a board's history: a generation or an award snapshot.
 
