@@ -13,7 +13,10 @@ record carries the player's total per board after the event, so an event's
 ``delta`` on the board is that total minus the total after the player's previous
 event applied to the board (0 before the first). Cost: one filtered scan of the
 player's partition in bronze per history read (files are pruned by partition
-only), cached per (board, player, newest boundary).
+only), cached per (board, player, newest boundary); the table is opened once and
+brought up to date per read (measured on a 6-partition demo table: about 0.9 s for
+the very first read, which loads ``deltalake``, then about 11 ms per player not yet
+cached and 0.2 ms per cached one; it grows with the partition's bronze files).
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ class HistoryService:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self._bronze_table: Any = None
+        self._bronze_dataset_of: tuple[int, Any] = (-1, None)
 
     # -------------------------------------------------------------- snapshots
 
@@ -155,6 +160,24 @@ class HistoryService:
 
     # ---------------------------------------------------------- contributions
 
+    def _bronze_dataset(self) -> Any:
+        """The bronze table as a pyarrow dataset, opened once and brought up to
+        its newest commit per read (reading the new log entries only)."""
+        from deltalake import DeltaTable
+
+        with self._lock:
+            if self._bronze_table is None:
+                self._bronze_table = DeltaTable(str(self.bronze))
+            else:
+                self._bronze_table.update_incremental()
+            version = self._bronze_table.version()
+            if self._bronze_dataset_of[0] != version:
+                self._bronze_dataset_of = (
+                    version,
+                    self._bronze_table.to_pyarrow_dataset(),
+                )
+            return self._bronze_dataset_of[1]
+
     def _player_events(
         self, board: str, player_id: str, partition: int, through: int
     ) -> list[Contribution] | None:
@@ -169,10 +192,8 @@ class HistoryService:
         if not (self.bronze / "_delta_log").is_dir():
             return None
         import pyarrow.dataset as ds
-        from deltalake import DeltaTable
 
-        dataset = DeltaTable(str(self.bronze)).to_pyarrow_dataset()
-        table = dataset.to_table(
+        table = self._bronze_dataset().to_table(
             columns=["position", "raw"],
             filter=(ds.field("partition") == partition)
             & (ds.field("player_id") == player_id)
