@@ -125,7 +125,9 @@ class HistoryService:
                 self._awards.popitem(last=False)
         return standings
 
-    def snapshots(self, board: str, described: dict[str, str]) -> list[Snapshot]:
+    def snapshots(
+        self, board: str, described: dict[str, str], own: str | None = None
+    ) -> list[Snapshot]:
         out: list[Snapshot] = []
         for gen in self.retained():
             segment = gen.board(board)
@@ -134,7 +136,7 @@ class HistoryService:
                     header={"id": gen.id, "publishedAt": gen.header["publishedAt"]},
                     boundary=gen.boundary,
                     order=(gen.number, 0),
-                    standings=SegmentStandings(segment) if segment else None,
+                    standings=SegmentStandings(segment, own) if segment else None,
                 )
             )
         if described.get("window") == "season":
@@ -240,11 +242,15 @@ class HistoryService:
 
     # ------------------------------------------------------------------ reads
 
-    def history(self, board: str, player_id: str, limit: int) -> Answer:
+    def history(
+        self, board: str, player_id: str, limit: int, own: bool = False
+    ) -> Answer:
+        """``own``: the player's own read (its token): a generation it is shadowed
+        in lists it as if present, as its own rank read does (api/reads.py)."""
         if not 1 <= limit <= 100:
             raise InvalidRequest("limit must be 1..100", field="limit")
         described = check_board(self.config(), board)
-        snapshots = self.snapshots(board, described)
+        snapshots = self.snapshots(board, described, player_id if own else None)
         steps = player_steps(snapshots, player_id, limit)
         if not steps:
             raise PlayerNotFound(

@@ -47,32 +47,57 @@ class Standings(Protocol):
         ...
 
 
+# The row of a shadowed player on its own read: not on the board, but it stands
+# where its score would put it (serving/segments.py, ``hidden``).
+HIDDEN_ROW = -1
+
+
 @dataclass(eq=False)
 class SegmentStandings:
-    """A generation's board segment as :class:`Standings` (public rows only)."""
+    """A generation's board segment as :class:`Standings`: the public rows, plus
+    ``own`` when that player is shadowed in the generation (its own read answers as
+    if it were present; nobody else sees it)."""
 
     segment: BoardSegment
+    own: str | None = None
+
+    def _own_hidden(self) -> bool:
+        return self.own is not None and self.own in self.segment.hidden
 
     @property
     def population(self) -> int:
-        return self.segment.population
+        return self.segment.population + (1 if self._own_hidden() else 0)
 
     def row_of(self, player_id: str) -> int | None:
-        return self.segment.row_of(player_id)
+        row = self.segment.row_of(player_id)
+        if row is None and player_id == self.own and self._own_hidden():
+            return HIDDEN_ROW
+        return row
 
     def score_at(self, row: int) -> int:
+        if row == HIDDEN_ROW:
+            assert self.own is not None
+            return int(self.segment.hidden[self.own])
         return int(self.segment.scores[row])
 
     def rank_at(self, row: int) -> int:
+        if row == HIDDEN_ROW:
+            assert self.own is not None
+            score = self.score_at(row)
+            if self.segment.unique_rank:
+                return self.segment.first_row_at_or_after(score, self.own) + 1
+            return self.segment.count_above(score) + 1
         if self.segment.unique_rank:
             return row + 1
         return self.segment.rank_of_score(self.score_at(row))
 
     def players_in(self, start: int, stop: int) -> list[str]:
         players = self.segment.players
+        stop = min(stop, self.segment.population)
         return [players.str_at(i) for i in range(max(0, start), stop)]
 
     def all_rows(self) -> dict[str, tuple[int, int]]:
+        """Public rows only (a diff is never anyone's own read)."""
         return {
             e["playerId"]: (e["rank"], e["score"])
             for e in self.segment.entries(0, self.segment.population)

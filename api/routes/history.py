@@ -10,10 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api.deps import PlayerIdPath
+from api.deps import AuthorizationHeader, PlayerIdPath, viewer_of
 from api.errors import READ_ERROR_RESPONSES
 from api.history import HistoryService
 from api.history_models import DiffOut, HistoryOut
+from api.reads import is_own_read
 from api.responses import EncodedResponse
 
 router = APIRouter(
@@ -31,11 +32,13 @@ def read_history(
     board: str,
     player_id: PlayerIdPath,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    authorization: AuthorizationHeader = None,
 ) -> EncodedResponse:
     """The player over every retained generation and award snapshot, newest
     first: score, rank, top percent, contributions since the previous entry and
     ``rankChange`` (who moved above or below)."""
-    answer = history_of(request).history(board, player_id, limit)
+    own = is_own_read(viewer_of(request, authorization), player_id)
+    answer = history_of(request).history(board, player_id, limit, own)
     return EncodedResponse(answer.body, headers=answer.headers)
 
 

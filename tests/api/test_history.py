@@ -142,3 +142,36 @@ def test_bronze_table_name_is_the_batch_layers() -> None:
     from jobs.land import BRONZE
 
     assert BRONZE_TABLE == BRONZE
+
+
+def test_a_shadowed_players_history_is_its_own(
+    api: SignedClient, settings: Any, redis_client: Any
+) -> None:
+    """Hidden from everyone but itself (API.md, shadow): others get 404, its own
+    read (its player token) lists it where its score puts it."""
+    from api.tokens import issue_player_token
+    from tests.support.shadow import publish_hidden
+
+    publish_hidden(settings, redis_client, 1, {"P1": 920, "P2": 900, "P3": 10}, {"P1"})
+    publish_hidden(settings, redis_client, 2, {"P1": 800, "P2": 900, "P3": 10}, {"P1"})
+    api.client.app.state.generations.refresh(force=True)
+    path = f"/v1/boards/{BOARD}/players/P1/history"
+    reply = api.get(path)
+    assert (reply.status_code, reply.json()["error"]) == (404, "player_not_found")
+    token = issue_player_token(settings.player_token_secret, "P1")
+    body = api.get(path, headers={"Authorization": f"Bearer {token}"}).json()
+    HistoryOut.model_validate(body)
+    assert [(e["score"], e["rank"], e["population"]) for e in body["entries"]] == [
+        (800, 2, 3),
+        (920, 1, 3),
+    ]
+    assert body["entries"][0]["rankChange"] == {
+        "from": 1,
+        "to": 2,
+        "ownScoreChange": -120,
+        "newlyAbove": 1,
+        "noLongerAbove": 0,
+    }
+    # Another player's history never counts the hidden one.
+    other = api.get(f"/v1/boards/{BOARD}/players/P3/history").json()
+    assert [(e["rank"], e["population"]) for e in other["entries"]] == [(2, 2), (2, 2)]
