@@ -53,6 +53,8 @@ from speed.partitions import partition_of
 # jobs/land.py's BRONZE (the API must not import jobs; a test holds them equal).
 BRONZE_TABLE = "bronze_events"
 APPLIED = frozenset({"accepted", "released"})
+# Encoded history answers kept (LRU), each valid while its snapshots are.
+ANSWERS_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class HistoryService:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
         self._bronze_table: Any = None
         self._bronze_dataset_of: tuple[int, Any] = (-1, None)
 
@@ -251,6 +254,29 @@ class HistoryService:
             raise InvalidRequest("limit must be 1..100", field="limit")
         described = check_board(self.config(), board)
         snapshots = self.snapshots(board, described, player_id if own else None)
+        # Snapshots never change: the answer holds until one comes or goes.
+        key = (
+            board,
+            player_id,
+            own,
+            limit,
+            tuple((s.header["id"], s.order) for s in snapshots),
+        )
+        with self._lock:
+            cached = self._answers.get(key)
+            if cached is not None:
+                self._answers.move_to_end(key)
+                return cached
+        answer = self._history(board, player_id, limit, snapshots)
+        with self._lock:
+            self._answers[key] = answer
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+        return answer
+
+    def _history(
+        self, board: str, player_id: str, limit: int, snapshots: list[Snapshot]
+    ) -> Answer:
         steps = player_steps(snapshots, player_id, limit)
         if not steps:
             raise PlayerNotFound(
