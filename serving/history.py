@@ -1,8 +1,8 @@
 """Why a rank changed: a player's history over the snapshots a process can see
 (retained generations and award snapshots) and the diff of two generations.
 
-Pure computations over immutable rows (no Redis, no Spark): the API's route
-(api/routes/history.py) picks the snapshots and adds the player's contributions.
+Pure computations over immutable rows (no Redis, no Spark): the API (api/history.py,
+its route api/routes/history.py) picks the snapshots and adds the contributions.
 
 A snapshot's *standings* are its rows in display order with their ranks
 (competition, or the position on ``rank: unique`` boards). "Above the player" means
