@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.direct import add_first
 from api.errors import install_error_handlers
+from api.history import HistoryService
 from api.metrics import GcPauseTimer, observe_read
 from api.models import with_body_schemas
 from api.readers import ReaderGate
@@ -27,6 +28,7 @@ from api.routes import (
     friends,
     health,
     histogram,
+    history,
     quarantine,
     score_events,
     web,
@@ -180,6 +182,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Bearer tokens of every read (api/readers.py) and of the own reads and friends.
     app.state.token_verifier = TokenVerifier(settings.player_token_secret)
     app.state.read_limiter = None
+    # Why a rank changed (api/history.py): history and diff over the generations.
+    app.state.history = HistoryService(
+        lambda: app.state.boards,
+        app.state.generations,
+        settings.data_dir,
+        settings.delta_dir,
+        settings.partitions,
+    )
     install_error_handlers(app)
 
     # Innermost: the gate of every read, in front of the router (direct routes too).
@@ -195,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(flags.router)
     app.include_router(quarantine.router)
     app.include_router(histogram.router)
+    app.include_router(history.router)
     web.install(app)  # the page at / and its assets under /web/
 
     def openapi() -> dict[str, Any]:

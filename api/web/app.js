@@ -381,7 +381,9 @@ async function refreshAll() {
   try {
     await refreshTop();
     await refreshPlayer();
-    await Promise.all([refreshChart(), refreshAwards()]);
+    // refreshHistory: web/history.js (why a rank changed), loaded after this file.
+    const historyTask = typeof refreshHistory === "function" ? refreshHistory() : null;
+    await Promise.all([refreshChart(), refreshAwards(), historyTask]);
     setText("#updated", `updated ${new Date().toLocaleTimeString("en-GB")}`);
     document.body.dataset.refreshed = String(Date.now());
   } catch (error) {

@@ -1,0 +1,56 @@
+"""Why a rank changed: GET /v1/boards/{board}/players/{playerId}/history and
+GET /v1/boards/{board}/diff (API.md). Thin: the reads are :mod:`api.history`.
+
+Plain (sync) endpoints: a history read may scan the bronze table, so it runs in
+the thread pool, off the event loop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from api.deps import AuthorizationHeader, PlayerIdPath, viewer_of
+from api.errors import READ_ERROR_RESPONSES
+from api.history import HistoryService
+from api.history_models import DiffOut, HistoryOut
+from api.reads import is_own_read
+from api.responses import EncodedResponse
+
+router = APIRouter(
+    prefix="/v1/boards", tags=["history"], responses=READ_ERROR_RESPONSES
+)
+
+
+def history_of(request: Request) -> HistoryService:
+    return request.app.state.history  # type: ignore[no-any-return]
+
+
+@router.get("/{board}/players/{player_id}/history", response_model=HistoryOut)
+def read_history(
+    request: Request,
+    board: str,
+    player_id: PlayerIdPath,
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    authorization: AuthorizationHeader = None,
+) -> EncodedResponse:
+    """The player over every retained generation and award snapshot, newest
+    first: score, rank, top percent, contributions since the previous entry and
+    ``rankChange`` (who moved above or below)."""
+    own = is_own_read(viewer_of(request, authorization), player_id)
+    answer = history_of(request).history(board, player_id, limit, own)
+    return EncodedResponse(answer.body, headers=answer.headers)
+
+
+@router.get("/{board}/diff", response_model=DiffOut)
+def read_diff(
+    request: Request,
+    board: str,
+    from_generation: Annotated[str, Query(alias="from", min_length=1, max_length=32)],
+    to_generation: Annotated[str, Query(alias="to", min_length=1, max_length=32)],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+) -> EncodedResponse:
+    """Between two retained generations: the largest rank changes, the players
+    who entered and left, and their counts; 410 for a generation no longer kept."""
+    answer = history_of(request).diff(board, from_generation, to_generation, limit)
+    return EncodedResponse(answer.body, headers=answer.headers)
