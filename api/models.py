@@ -55,6 +55,10 @@ class EntryOut(_Out):
     rank: int
     playerId: str
     score: int
+    displayName: str | None = Field(default=None, description="absent when unset")
+    country: str | None = Field(
+        default=None, description="ISO 3166-1 alpha-2; absent when unset"
+    )
 
 
 class CursorsOut(_Out):
@@ -166,6 +170,19 @@ class StatusOut(_Out):
 class FriendsListOut(_Out):
     playerId: str
     friends: list[str]
+
+
+class ProfileOut(_Out):
+    playerId: str
+    displayName: str | None = Field(default=None, description="absent when unset")
+    country: str | None = Field(default=None, description="absent when unset")
+
+
+class ProfileIn(BaseModel):
+    displayName: str | None = Field(
+        default=None, description="1-32 characters after NFC, no control characters"
+    )
+    country: str | None = Field(default=None, description="ISO 3166-1 alpha-2")
 
 
 class FriendsIn(BaseModel):

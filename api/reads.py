@@ -74,6 +74,7 @@ from speed.live import (
     PlayerMissing,
 )
 from speed.partitions import partition_of
+from speed.profiles import ProfileCache, version_rider
 from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK
 
@@ -110,21 +111,45 @@ class ApproxCounts:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An encoded answer: the JSON bytes and any extra headers."""
+    """An encoded answer: the JSON bytes, any extra headers, and the players it
+    names (its ``playerId`` and its entries'), whose profiles it may carry
+    (:meth:`ReadService.profiled`)."""
 
     body: bytes
     headers: Mapping[str, str] | None = None
+    players: tuple[str, ...] = ()
+
+
+def players_of(body: dict[str, Any]) -> tuple[str, ...]:
+    named = [e["playerId"] for e in body.get("entries", ())]
+    if "playerId" in body:
+        named.append(body["playerId"])
+    return tuple(dict.fromkeys(named))
 
 
 def encode(body: dict[str, Any]) -> Answer:
-    return Answer(orjson.dumps(body))
+    return Answer(orjson.dumps(body), None, players_of(body))
 
 
 def degraded(body: dict[str, Any]) -> Answer:
     return Answer(
         orjson.dumps({**body, "liveLayer": "unavailable"}),
         {LIVE_LAYER_HEADER: "unavailable"},
+        players_of(body),
     )
+
+
+def with_profiles(answer: Answer, profiles: dict[str, dict[str, str]]) -> Answer:
+    """The answer with ``displayName`` and ``country`` on its entries (and on the
+    player of a player read) where set; unchanged without any."""
+    if not profiles:
+        return answer
+    body = orjson.loads(answer.body)
+    for entry in body.get("entries", ()):
+        entry.update(profiles.get(entry["playerId"], ()))
+    if "playerId" in body:
+        body.update(profiles.get(body["playerId"], ()))
+    return Answer(orjson.dumps(body), answer.headers, answer.players)
 
 
 # ------------------------------------------------------------------------- caches
@@ -590,6 +615,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
+        self.profile_cache = ProfileCache()
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -604,6 +630,31 @@ class ReadService:
     @property
     def speed(self) -> Any:
         return self.live.speed
+
+    async def profiled(
+        self, read: Answer | Awaitable[Answer], players: tuple[str, ...] = ()
+    ) -> Answer:
+        """The answer of ``read`` with its players' profiles. Only players the
+        answer already names are looked up, so a hidden (shadowed) player's profile
+        stays as hidden as the player. The profiles' version rides along with the
+        read's own round trip; players seen at that version cost nothing more, the
+        others one HMGET (speed/profiles.py); ``players`` known before the read
+        (the player of a player read) ride along too. Redis unreachable: no
+        profiles."""
+        with version_rider(players) as rider:
+            answer = read if isinstance(read, Answer) else await read
+        version = self.profile_cache.take(rider, players)
+        if not answer.players or (
+            answer.headers is not None and LIVE_LAYER_HEADER in answer.headers
+        ):
+            return answer  # nothing to look up, or Redis is unreachable
+        try:
+            profiles = await self.profile_cache.profiles(
+                self.speed.client, list(answer.players), version
+            )
+        except REDIS_DOWN:
+            return answer
+        return with_profiles(answer, profiles)
 
     def use_boards(self, config: BoardsConfig) -> None:
         """Answer from now on under ``config`` (a season promoted to another rule)."""

@@ -124,7 +124,8 @@ async def read_top(
     generation: GenerationQuery = None,
 ) -> EncodedResponse:
     """The first ``limit`` display positions (live, or of a generation)."""
-    return respond(await reads_of(request).top(board, limit, mode, generation))
+    reads = reads_of(request)
+    return respond(await reads.profiled(reads.top(board, limit, mode, generation)))
 
 
 @router.get("/{board}/players/{player_id}", response_model=RankOut)
@@ -139,7 +140,8 @@ async def read_player_rank(
     """A player's score, competition rank, display position and top percent."""
     viewer = viewer_of(request, authorization)
     reads = reads_of(request)
-    return respond(await reads.rank(board, player_id, mode, generation, viewer))
+    answer = reads.rank(board, player_id, mode, generation, viewer)
+    return respond(await reads.profiled(answer, (player_id,)))
 
 
 @router.get("/{board}/players/{player_id}/nearby", response_model=NearbyOut)
@@ -155,9 +157,8 @@ async def read_nearby(
     """Up to ``radius`` positions on each side of the player, in display order."""
     viewer = viewer_of(request, authorization)
     reads = reads_of(request)
-    return respond(
-        await reads.nearby(board, player_id, radius, mode, generation, viewer)
-    )
+    answer = reads.nearby(board, player_id, radius, mode, generation, viewer)
+    return respond(await reads.profiled(answer, (player_id,)))
 
 
 @router.get("/{board}/entries", response_model=EntriesOut)
@@ -169,4 +170,6 @@ async def read_entries(
     generation: GenerationQuery = None,
 ) -> EncodedResponse:
     """One page in display order; a cursor pins the generation it came from."""
-    return respond(reads_of(request).entries(board, cursor, limit, generation))
+    reads = reads_of(request)
+    answer = reads.entries(board, cursor, limit, generation)
+    return respond(await reads.profiled(answer))

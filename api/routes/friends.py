@@ -81,4 +81,5 @@ async def read_friends_ranking(
     """The player and friends ranked among themselves (needs the player's token)."""
     check_board(reads.config, board)
     require_player(authorization, settings.player_token_secret, player_id)
-    return respond(await reads.friends(board, player_id, mode, generation))
+    answer = reads.friends(board, player_id, mode, generation)
+    return respond(await reads.profiled(answer))
