@@ -43,6 +43,10 @@ class RankedOut(_Out):
         description="log position per partition the answer includes"
     )
     population: int
+    ranking: Literal["competition", "dense", "ordinal"] | None = Field(
+        default=None,
+        description="the ranking of the answer's ranks (the `ranking` parameter)",
+    )
     liveLayer: Literal["unavailable"] | None = Field(
         default=None,
         description="present (and the header X-Live-Layer) when Redis is unreachable "
