@@ -13,7 +13,7 @@ from conf.settings import Settings
 from serving.ranking import rerank
 from speed.partitions import Keys
 from speed.rebase import rebase
-from tests.conftest import SignedClient, event
+from tests.conftest import BACKENDS, SignedClient, event
 from tests.support.clients import put_friends
 from tests.support.segments import write_generation
 from tests.support.shadow import BOARD, seed
@@ -85,6 +85,7 @@ def check_all(api: SignedClient, settings: Settings, mode: str) -> None:
         assert (friends["ranking"], ranks(friends)) == (ranking, want)
 
 
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
 def test_rankings_live_and_snapshot(
     api: SignedClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
