@@ -29,6 +29,7 @@ from api.routes import (
     health,
     histogram,
     history,
+    profiles,
     quarantine,
     score_events,
     web,
@@ -202,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(awards.router)
     app.include_router(admin.router)
     app.include_router(friends.router)
+    app.include_router(profiles.router)
     app.include_router(flags.router)
     app.include_router(quarantine.router)
     app.include_router(histogram.router)

@@ -43,6 +43,10 @@ class RankedOut(_Out):
         description="log position per partition the answer includes"
     )
     population: int
+    ranking: Literal["competition", "dense", "ordinal"] | None = Field(
+        default=None,
+        description="the ranking of the answer's ranks (the `ranking` parameter)",
+    )
     liveLayer: Literal["unavailable"] | None = Field(
         default=None,
         description="present (and the header X-Live-Layer) when Redis is unreachable "
@@ -55,6 +59,10 @@ class EntryOut(_Out):
     rank: int
     playerId: str
     score: int
+    displayName: str | None = Field(default=None, description="absent when unset")
+    country: str | None = Field(
+        default=None, description="ISO 3166-1 alpha-2; absent when unset"
+    )
 
 
 class CursorsOut(_Out):
@@ -166,6 +174,19 @@ class StatusOut(_Out):
 class FriendsListOut(_Out):
     playerId: str
     friends: list[str]
+
+
+class ProfileOut(_Out):
+    playerId: str
+    displayName: str | None = Field(default=None, description="absent when unset")
+    country: str | None = Field(default=None, description="absent when unset")
+
+
+class ProfileIn(BaseModel):
+    displayName: str | None = Field(
+        default=None, description="1-32 characters after NFC, no control characters"
+    )
+    country: str | None = Field(default=None, description="ISO 3166-1 alpha-2")
 
 
 class FriendsIn(BaseModel):

@@ -54,9 +54,10 @@ from api.errors import (
     PlayerNotFound,
 )
 from api.metrics import READ_CACHE
-from conf.boards import BoardsConfig, describe_board
+from conf.boards import BoardsConfig, board_order, describe_board
 from conf.rule_state import describe_replay_board
 from serving.awards import AwardVersion, read_version
+from serving.ranking import Ranking, native_ranking, rank_of, rerank
 from serving.registry import (
     Generation,
     GenerationExpiredError,
@@ -68,12 +69,14 @@ from speed.closed import final_boards
 from speed.flags import shadowed_among
 from speed.friends import FriendsReader, rank_members, read_friends, snapshot_scores
 from speed.live import (
+    ATTEMPTS,
     Base,
     LiveReader,
     NotExact,
     PlayerMissing,
 )
 from speed.partitions import partition_of
+from speed.profiles import ProfileCache, version_rider
 from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK
 
@@ -110,21 +113,45 @@ class ApproxCounts:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An encoded answer: the JSON bytes and any extra headers."""
+    """An encoded answer: the JSON bytes, any extra headers, and the players it
+    names (its ``playerId`` and its entries'), whose profiles it may carry
+    (:meth:`ReadService.profiled`)."""
 
     body: bytes
     headers: Mapping[str, str] | None = None
+    players: tuple[str, ...] = ()
+
+
+def players_of(body: dict[str, Any]) -> tuple[str, ...]:
+    named = [e["playerId"] for e in body.get("entries", ())]
+    if "playerId" in body:
+        named.append(body["playerId"])
+    return tuple(dict.fromkeys(named))
 
 
 def encode(body: dict[str, Any]) -> Answer:
-    return Answer(orjson.dumps(body))
+    return Answer(orjson.dumps(body), None, players_of(body))
 
 
 def degraded(body: dict[str, Any]) -> Answer:
     return Answer(
         orjson.dumps({**body, "liveLayer": "unavailable"}),
         {LIVE_LAYER_HEADER: "unavailable"},
+        players_of(body),
     )
+
+
+def with_profiles(answer: Answer, profiles: dict[str, dict[str, str]]) -> Answer:
+    """The answer with ``displayName`` and ``country`` on its entries (and on the
+    player of a player read) where set; unchanged without any."""
+    if not profiles:
+        return answer
+    body = orjson.loads(answer.body)
+    for entry in body.get("entries", ()):
+        entry.update(profiles.get(entry["playerId"], ()))
+    if "playerId" in body:
+        body.update(profiles.get(body["playerId"], ()))
+    return Answer(orjson.dumps(body), answer.headers, answer.players)
 
 
 # ------------------------------------------------------------------------- caches
@@ -590,6 +617,7 @@ class ReadService:
         self.live = live
         self.friends_reader = friends
         self.tops = LiveTopCache(live_cache_ms)
+        self.profile_cache = ProfileCache()
         self._final: dict[str, frozenset[str]] = {}
         # Last live score seen per (board, player): the approximate read guesses
         # with it, so it needs one round trip (:meth:`approx_rank`).
@@ -604,6 +632,31 @@ class ReadService:
     @property
     def speed(self) -> Any:
         return self.live.speed
+
+    async def profiled(
+        self, read: Answer | Awaitable[Answer], players: tuple[str, ...] = ()
+    ) -> Answer:
+        """The answer of ``read`` with its players' profiles. Only players the
+        answer already names are looked up, so a hidden (shadowed) player's profile
+        stays as hidden as the player. The profiles' version rides along with the
+        read's own round trip; players seen at that version cost nothing more, the
+        others one HMGET (speed/profiles.py); ``players`` known before the read
+        (the player of a player read) ride along too. Redis unreachable: no
+        profiles."""
+        with version_rider(players) as rider:
+            answer = read if isinstance(read, Answer) else await read
+        version = self.profile_cache.take(rider, players)
+        if not answer.players or (
+            answer.headers is not None and LIVE_LAYER_HEADER in answer.headers
+        ):
+            return answer  # nothing to look up, or Redis is unreachable
+        try:
+            profiles = await self.profile_cache.profiles(
+                self.speed.client, list(answer.players), version
+            )
+        except REDIS_DOWN:
+            return answer
+        return with_profiles(answer, profiles)
 
     def use_boards(self, config: BoardsConfig) -> None:
         """Answer from now on under ``config`` (a season promoted to another rule)."""
@@ -661,6 +714,96 @@ class ReadService:
             answer = cache.put(key, encode(build()))
         return answer
 
+    # -------------------------------------------------------------------- ranking
+
+    async def _ranked(
+        self,
+        board: str,
+        mode: Mode,
+        ranking: Ranking | None,
+        kind: str,
+        generation: str | None,
+        read: Callable[[str | None], Answer | Awaitable[Answer]],
+        native: Ranking | None = None,
+    ) -> Answer:
+        """The answer of ``read`` (its generation parameter: ``generation``) under
+        ``ranking`` (None: the board's own), echoed as ``ranking``. Answers are
+        built with the board's own ranking; another is computed from what is above
+        the answer's first score (serving/ranking.py), counted in the answer's
+        generation, or live as of the answer's ``asOf`` (speed/live.py ``above``):
+        when the board moved in between, the read is made again, and after
+        ``ATTEMPTS`` the latest generation answers, labelled snapshot."""
+        check_board(self.config, board)
+        if native is None:
+            native = native_ranking(board_order(self.config, board)[1])
+        if mode == "approx":
+            if ranking not in (None, "competition"):
+                raise InvalidRequest(
+                    "mode=approx answers ranking=competition only", field="ranking"
+                )
+            return echo_ranking(await _answer(read(generation)), "competition")
+        want = ranking or native
+        if want == native:
+            return echo_ranking(await _answer(read(generation)), want)
+        for _ in range(ATTEMPTS):
+            answer = await _answer(read(generation))
+            ranked = await self._rerank(board, answer, want, kind)
+            if ranked is not None:
+                return ranked
+        latest = self._fallback(board)
+        answer = await _answer(read(latest.id))
+        ranked = await self._rerank(board, answer, want, kind)
+        if ranked is None:  # pragma: no cover - a generation does not move
+            raise NotReady("the board kept changing; retry shortly")
+        return ranked
+
+    async def _rerank(
+        self, board: str, answer: Answer, want: Ranking, kind: str
+    ) -> Answer | None:
+        """``answer`` with its ranks under ``want``; None when the live board moved
+        since the answer was read (or it is approximate: a rebase under way)."""
+        body = orjson.loads(answer.body)
+        if body.get("basis") == "histogram":
+            return None
+        entries = body.get("entries")
+        score: int | None = None
+        if kind == "player":
+            score = body["score"]
+        elif kind in ("nearby", "entries") and entries and entries[0]["position"] > 1:
+            score = entries[0]["score"]
+        above = distinct = 0
+        if score is not None:
+            counted = await self._above(board, body, score)
+            if counted is None:
+                return None
+            above, distinct = counted
+        if kind == "player":
+            body["rank"] = rank_of(want, body["position"], above, distinct)
+            body["topPercent"] = top_percent(above + 1, body["population"])
+        if entries:
+            rerank(entries, want, above, distinct)
+        body["ranking"] = want
+        return Answer(orjson.dumps(body), answer.headers, answer.players)
+
+    async def _above(
+        self, board: str, body: dict[str, Any], score: int
+    ) -> tuple[int, int] | None:
+        """(players, distinct scores) above ``score`` where ``body`` was read: its
+        generation, or live as of its ``asOf`` (None when the board moved since)."""
+        generation = body.get("generation") or {}
+        if body.get("basis") == "snapshot":
+            segment = pin(self.registry, generation.get("id")).board(board)
+            if segment is None:
+                return 0, 0
+            return segment.count_above(score), segment.distinct_above(score)
+        try:
+            live = await self.live.above(board, score)
+        except (NotExact, *REDIS_DOWN):
+            return None
+        if live["asOf"] != body["asOf"] or live["generation"] != generation.get("id"):
+            return None
+        return live["above"], live["distinct"]
+
     # ------------------------------------------------------------------------ top
 
     def snapshot_top(
@@ -676,6 +819,23 @@ class ReadService:
         return self._cached(generation, ("top", board, mode, limit), build)
 
     async def top(
+        self,
+        board: str,
+        limit: int,
+        mode: Mode,
+        generation: str | None,
+        ranking: Ranking | None = None,
+    ) -> Answer:
+        return await self._ranked(
+            board,
+            mode,
+            ranking,
+            "top",
+            generation,
+            lambda g: self._top(board, limit, mode, g),
+        )
+
+    async def _top(
         self, board: str, limit: int, mode: Mode, generation: str | None
     ) -> Answer:
         check_board(self.config, board)
@@ -739,6 +899,24 @@ class ReadService:
     # ----------------------------------------------------------------------- rank
 
     async def rank(
+        self,
+        board: str,
+        player_id: str,
+        mode: Mode,
+        generation: str | None,
+        viewer: str | None,
+        ranking: Ranking | None = None,
+    ) -> Answer:
+        return await self._ranked(
+            board,
+            mode,
+            ranking,
+            "player",
+            generation,
+            lambda g: self._rank(board, player_id, mode, g, viewer),
+        )
+
+    async def _rank(
         self,
         board: str,
         player_id: str,
@@ -1086,6 +1264,25 @@ class ReadService:
         mode: Mode,
         generation: str | None,
         viewer: str | None,
+        ranking: Ranking | None = None,
+    ) -> Answer:
+        return await self._ranked(
+            board,
+            mode,
+            ranking,
+            "nearby",
+            generation,
+            lambda g: self._nearby(board, player_id, radius, mode, g, viewer),
+        )
+
+    async def _nearby(
+        self,
+        board: str,
+        player_id: str,
+        radius: int,
+        mode: Mode,
+        generation: str | None,
+        viewer: str | None,
     ) -> Answer:
         check_board(self.config, board)
         own = is_own_read(viewer, player_id)
@@ -1174,10 +1371,27 @@ class ReadService:
 
     # -------------------------------------------------------------------- entries
 
-    def entries(
-        self, board: str, cursor: str | None, limit: int, generation: str | None
+    async def entries(
+        self,
+        board: str,
+        cursor: str | None,
+        limit: int,
+        generation: str | None,
+        ranking: Ranking | None = None,
     ) -> Answer:
         """One page of a generation in display order; a cursor pins its generation."""
+        return await self._ranked(
+            board,
+            "snapshot",
+            ranking,
+            "entries",
+            generation,
+            lambda g: self._entries(board, cursor, limit, g),
+        )
+
+    def _entries(
+        self, board: str, cursor: str | None, limit: int, generation: str | None
+    ) -> Answer:
         check_board(self.config, board)
         data: dict[str, Any] | None = None
         if cursor is not None:
@@ -1226,9 +1440,27 @@ class ReadService:
         player_id: str,
         mode: Literal["live", "snapshot"],
         generation: str | None,
+        ranking: Ranking | None = None,
     ) -> Answer:
         """The player and friends ranked among themselves (the caller checked the
         player's token). Shadowed friends are hidden; the player sees itself."""
+        return await self._ranked(
+            board,
+            mode,
+            ranking,
+            "friends",
+            generation,
+            lambda g: self._friends(board, player_id, mode, g),
+            native="competition",
+        )
+
+    async def _friends(
+        self,
+        board: str,
+        player_id: str,
+        mode: Literal["live", "snapshot"],
+        generation: str | None,
+    ) -> Answer:
         check_board(self.config, board)
         friends = await read_friends(self.live, player_id)
         hidden = await shadowed_among(self.speed, friends)
@@ -1345,6 +1577,17 @@ class ReadService:
 
 def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
+
+
+async def _answer(read: Answer | Awaitable[Answer]) -> Answer:
+    return read if isinstance(read, Answer) else await read
+
+
+def echo_ranking(answer: Answer, ranking: Ranking) -> Answer:
+    """The answer naming its ranking (appended to the encoded object: no decode)."""
+    tail = b'"ranking":"' + ranking.encode() + b'"}'
+    body = answer.body[:-1] + (b"," if len(answer.body) > 2 else b"") + tail
+    return Answer(body, answer.headers, answer.players)
 
 
 def _own_view_of_shadowed(

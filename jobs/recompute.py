@@ -616,8 +616,9 @@ def transform_achieved(
 ) -> DataFrame | None:
     """(board, player_id, achieved_ms) on ``tieBreak: first_achieved`` boards.
 
-    ``achieved_ms`` is the occurredAt of the event that set the player's current
-    total: replaying the player's accepted events in log order the way
+    ``achieved_ms`` is the receivedAt (the log's receivedAtMs: when the service
+    accepted it, never the game server's occurredAt) of the event that set the
+    player's current total: replaying the player's accepted events in log order the way
     apply_event.lua does (late ones skipped per board; a correction that moves a
     match off the board leaves 0 there), it is the time of the last event whose
     application changed the total, or of the first one applied. None when no season
@@ -699,7 +700,7 @@ def transform_achieved(
         return F.struct(
             vals.alias("vals"),
             total.cast("bigint").alias("total"),
-            F.when(changed, e["occurred_ms"])
+            F.when(changed, e["received_at_ms"])
             .otherwise(state["achieved"])
             .cast("bigint")
             .alias("achieved"),

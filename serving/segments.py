@@ -337,6 +337,8 @@ class BoardSegment:
     versions: np.ndarray | None = None
     # rank: unique -- a row's rank is its position.
     unique_rank: bool = False
+    # Per row: distinct scores among rows [0, row] (filled on first use).
+    _distinct: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
@@ -400,6 +402,23 @@ class BoardSegment:
         return bisect.bisect_left(
             range(len(scores)), -score, key=lambda i: -int(scores[i])
         )
+
+    def count_with(self, score: int) -> int:
+        """Number of players with exactly ``score``."""
+        return self.count_above(score - 1) - self.count_above(score)
+
+    def distinct_above(self, score: int) -> int:
+        """Number of distinct scores strictly higher than ``score`` (the dense
+        rank of ``score`` is one more)."""
+        at = self.count_above(score)
+        if at == 0:
+            return 0
+        if self._distinct is None:
+            scores = self.scores
+            changes = np.ones(len(scores), dtype=np.int64)
+            changes[1:] = scores[1:] != scores[:-1]
+            self._distinct = np.cumsum(changes)
+        return int(self._distinct[at - 1])
 
     def rank_of_score(self, score: int) -> int:
         """Competition rank of a score: 1 + players strictly above it."""

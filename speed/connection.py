@@ -10,7 +10,8 @@ a second variable to keep in step.
 Every key of a partition carries the partition's hash tag ``{pN}``
 (:mod:`speed.partitions`), so a partition's scripts run on one node unchanged. The
 few keys outside partitions each live in one slot of their own: the audit stream
-``lb:{audit}:log``, a season's late-review queue ``lb:{late}:<season>``, and the read
+``lb:{audit}:log``, a season's late-review queue ``lb:{late}:<season>``, the
+profiles ``lb:{profiles}`` (and their version ``lb:{profiles}:v``), and the read
 caches' counters ``lb-reads:epoch`` and ``lb-reads:flags-version``; no command or
 script names two of them together, nor one of them with a partition's keys.
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, cast
 
 import hiredis
@@ -145,7 +148,44 @@ def _first_key(command: Sequence[Any]) -> Any:
     return command[1]
 
 
+@dataclass(slots=True)
+class Rider:
+    """Read-only commands (of one slot) that ride along with the next
+    :func:`send_commands` of the task (and the tasks it starts) while :data:`RIDER`
+    holds them: a request's side read (the profiles' version, speed/profiles.py)
+    without a round trip of its own. ``read`` tells whether ``replies`` came back
+    (none an error)."""
+
+    commands: tuple[tuple[Any, ...], ...]
+    taken: bool = False
+    read: bool = False
+    replies: list[Any] | None = None
+
+
+RIDER: ContextVar[Rider | None] = ContextVar("lb_rider", default=None)
+
+
 async def send_commands(
+    client: aioredis.Redis,
+    commands: Sequence[Sequence[Any]],
+    *,
+    wait: ReplicaWait | None = None,
+) -> list[Any]:
+    """:func:`_send_commands`, with the pending :class:`Rider` of the context (if
+    any) appended to the first call's commands and its reply taken off."""
+    rider = RIDER.get()
+    if rider is None or rider.taken or wait is not None:
+        return await _send_commands(client, commands, wait=wait)
+    rider.taken = True
+    replies = await _send_commands(client, [*commands, *rider.commands])
+    n = len(rider.commands)
+    riding = replies[-n:]
+    if not any(isinstance(reply, Exception) for reply in riding):
+        rider.read, rider.replies = True, riding
+    return replies[:-n]
+
+
+async def _send_commands(
     client: aioredis.Redis,
     commands: Sequence[Sequence[Any]],
     *,

@@ -215,9 +215,10 @@ def adjudicate(
             # the total (or is the player's first on the board).
             total = total_of(board, player)
             prior = standing.get((board, player))
-            occurred = int(parse_rfc3339(event["occurredAt"]).timestamp() * 1000)
+            # The time is the acceptance's (receivedAt), never occurredAt.
+            received = int(record["receivedAtMs"])
             if prior is None or prior[0] != total:
-                standing[(board, player)] = (total, occurred)
+                standing[(board, player)] = (total, received)
 
     new_totals: dict[str, dict[str, int]] = defaultdict(dict)
     per_player: dict[tuple[str, str], list[tuple[int, bool]]] = defaultdict(list)

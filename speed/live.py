@@ -15,7 +15,7 @@ possible, and the answer comes from the histogram, labelled so.
 from __future__ import annotations
 
 import secrets
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +43,7 @@ from speed.scripts import (
     APPROX_RANK,
     APPROX_TABLE,
     LIVE_COUNTS,
+    LIVE_DENSE,
     LIVE_STAMP,
     LIVE_WINDOW,
     READ_STAMP,
@@ -238,6 +239,29 @@ def _total(raw: bytes | None) -> int | None:
     return int(raw.split(b"|", 1)[0])
 
 
+def _above_counts(
+    segment: BoardSegment | None,
+    score: int,
+    rows_above: int,
+    removed: list[int],
+    live: list[int],
+) -> dict[str, int]:
+    """Players and distinct scores above ``score`` from the base segment's
+    (``rows_above`` rows), the base scores of changed players' rows above it
+    (``removed``) and the changed players' live totals above it (``live``)."""
+
+    def held(value: int) -> int:
+        return segment.count_with(value) if segment is not None else 0
+
+    gone = {v for v, n in Counter(removed).items() if n == held(v)}
+    appear = {v for v in set(live) if v in gone or held(v) == 0}
+    distinct = segment.distinct_above(score) if segment is not None else 0
+    return {
+        "above": rows_above - len(removed) + len(live),
+        "distinct": distinct - len(gone) + len(appear),
+    }
+
+
 def segment_standing(
     segment: BoardSegment | None, player_id: str
 ) -> tuple[int, int | None] | None:
@@ -269,6 +293,7 @@ class LiveReader:
         self.registry = registry
         client = speed.client
         self._counts = register(client, LIVE_COUNTS)
+        self._dense_script = register(client, LIVE_DENSE)
         self._window_script = register(client, LIVE_WINDOW)
         self._approx = register(client, APPROX_RANK)
         self._approx_table = register(client, APPROX_TABLE)
@@ -649,6 +674,51 @@ class LiveReader:
                 "population": population,
                 "asOf": _as_of(replies),
                 "base": base,
+            }
+        raise NotExact("a rebase is in progress")
+
+    async def above(self, board: str, score: int) -> dict[str, Any]:
+        """Players and distinct scores strictly above ``score`` in the live state,
+        exactly as of ``asOf`` (one round trip of ``live_dense.lua``, a second
+        after a rebase): the base generation's, less the changed players' base
+        rows above the score (a value is gone only when no remaining base player
+        has it), plus the changed players' live totals above it."""
+        assumed, base = await self._assumed_base(board)
+        for _ in range(ATTEMPTS):
+            rows_above = base.count_above(score)
+            counts = base.row_counts(self.partitions)
+            local = counts.before(rows_above) if counts else [0] * self.partitions
+            encoded = encode_score(score)
+            sha = self._dense_script.sha
+            commands: list[tuple[Any, ...]] = []
+            for p in range(self.partitions):
+                keys = _changed_keys(Keys(p), board)
+                commands.append(("EVALSHA", sha, len(keys), *keys, encoded, local[p]))
+            replies = await run_commands(
+                self.speed.client, self._dense_script, commands
+            )
+            seen = [_int(r[0]) for r in replies]
+            if seen != assumed:
+                base = self._base(seen, board)
+                assumed = self._last_bases = seen
+                continue
+            segment = base.segment
+            removed: list[int] = []
+            rows = base.partition_rows(self.partitions)
+            if segment is not None and rows is not None:
+                for p, reply in enumerate(replies):
+                    if reply[3]:
+                        local_rows = np.asarray([_int(r) for r in reply[3]])
+                        removed += segment.scores[rows.rows[p][local_rows]].tolist()
+            live = [
+                SCORE_OFFSET - int.from_bytes(bytes(m)[:8], "big")
+                for reply in replies
+                for m in reply[2]
+            ]
+            return {
+                **_above_counts(segment, score, rows_above, removed, live),
+                "asOf": _as_of(replies),
+                "generation": base.generation.id if base.generation else None,
             }
         raise NotExact("a rebase is in progress")
 

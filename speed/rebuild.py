@@ -222,7 +222,7 @@ class Folder:
         points: int | None,
         fed: bool,
         version: int,
-        occurred_ms: int,
+        received_ms: int,
     ) -> None:
         """One match's contribution to a rescored board; its total summed again."""
         state = self.state
@@ -243,7 +243,7 @@ class Folder:
             total = sum(p for p, _ in matches.values())
         state.totals[board][player] = (total, version)
         if self.first_achieved(board) and (before is None or before[0] != total):
-            state.achieved[board][player] = occurred_ms
+            state.achieved[board][player] = received_ms
         if state.position > state.boundary:
             state.changed[board].add(player)
 
@@ -271,7 +271,6 @@ class Folder:
             received,
         )
         items = result.get("boards") or []
-        occurred_ms: int | None = None
         for item in items:
             board = item["board"]
             # apply_event.lua writes no total for a board that held the event for
@@ -284,11 +283,8 @@ class Folder:
             before = state.totals[board].get(player)
             state.totals[board][player] = (total, int(item["version"]))
             if self.first_achieved(board) and (before is None or before[0] != total):
-                if occurred_ms is None:
-                    occurred_ms = int(
-                        parse_rfc3339(event["occurredAt"]).timestamp() * 1000
-                    )
-                state.achieved[board][player] = occurred_ms
+                # When the service accepted the event (apply_event.lua: now_ms).
+                state.achieved[board][player] = received
             if position > state.boundary:
                 state.changed[board].add(player)
         match = (player, event["matchId"])
@@ -333,7 +329,7 @@ class Folder:
                     scored,
                     board in feeds,
                     int(item["version"]),
-                    int(occurred.timestamp() * 1000),
+                    int(record["receivedAtMs"]),
                 )
                 if scored is None:
                     # The rule cannot score this match: it contributes nothing.

@@ -335,6 +335,14 @@ LIVE_COUNTS = ScriptInterface(
     ),
 )
 
+LIVE_DENSE = ScriptInterface(
+    name="live_dense",
+    keys=("base", "position", "chz", "chb"),
+    # chb_above: the partition's base rows above the score (a local count).
+    argv=("above", "chb_above"),
+    fields=("base_generation", "position", "chz_above", "chb_rows_above"),
+)
+
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
     # One group per partition; the reply repeats the fields per group, flattened.
@@ -412,6 +420,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         FLAG_PLAYER,
         FRIENDS_SCORES,
         LIVE_COUNTS,
+        LIVE_DENSE,
         LIVE_STAMP,
         LIVE_WINDOW,
         READ_STAMP,

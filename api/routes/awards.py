@@ -26,4 +26,4 @@ async def read_awards(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> EncodedResponse:
     """The award snapshot of a closed season's board (latest version by default)."""
-    return respond(reads.awards(board, version, cursor, limit))
+    return respond(await reads.profiled(reads.awards(board, version, cursor, limit)))

@@ -36,6 +36,7 @@ from conf.boards import (
     season_cutoffs_ms,
 )
 from serving.awards import rfc3339, versions
+from serving.ranking import Ranking
 
 router = APIRouter(
     prefix="/v1/boards",
@@ -47,6 +48,9 @@ router = APIRouter(
 Mode = Literal["live", "snapshot", "approx"]
 ModeQuery = Annotated[Mode, Query()]
 GenerationQuery = Annotated[str | None, Query(max_length=32)]
+# API.md "Ranking per query" (default: competition; a rank: unique board's own is
+# ordinal); mode=approx answers competition only.
+RankingQuery = Annotated[Ranking | None, Query()]
 
 
 def respond(answer: Answer) -> EncodedResponse:
@@ -122,9 +126,12 @@ async def read_top(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
+    ranking: RankingQuery = None,
 ) -> EncodedResponse:
     """The first ``limit`` display positions (live, or of a generation)."""
-    return respond(await reads_of(request).top(board, limit, mode, generation))
+    reads = reads_of(request)
+    answer = reads.top(board, limit, mode, generation, ranking)
+    return respond(await reads.profiled(answer))
 
 
 @router.get("/{board}/players/{player_id}", response_model=RankOut)
@@ -135,11 +142,13 @@ async def read_player_rank(
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
     authorization: AuthorizationHeader = None,
+    ranking: RankingQuery = None,
 ) -> EncodedResponse:
-    """A player's score, competition rank, display position and top percent."""
+    """A player's score, rank, display position and top percent."""
     viewer = viewer_of(request, authorization)
     reads = reads_of(request)
-    return respond(await reads.rank(board, player_id, mode, generation, viewer))
+    answer = reads.rank(board, player_id, mode, generation, viewer, ranking)
+    return respond(await reads.profiled(answer, (player_id,)))
 
 
 @router.get("/{board}/players/{player_id}/nearby", response_model=NearbyOut)
@@ -151,13 +160,13 @@ async def read_nearby(
     mode: ModeQuery = "live",
     generation: GenerationQuery = None,
     authorization: AuthorizationHeader = None,
+    ranking: RankingQuery = None,
 ) -> EncodedResponse:
     """Up to ``radius`` positions on each side of the player, in display order."""
     viewer = viewer_of(request, authorization)
     reads = reads_of(request)
-    return respond(
-        await reads.nearby(board, player_id, radius, mode, generation, viewer)
-    )
+    answer = reads.nearby(board, player_id, radius, mode, generation, viewer, ranking)
+    return respond(await reads.profiled(answer, (player_id,)))
 
 
 @router.get("/{board}/entries", response_model=EntriesOut)
@@ -167,6 +176,9 @@ async def read_entries(
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     generation: GenerationQuery = None,
+    ranking: RankingQuery = None,
 ) -> EncodedResponse:
     """One page in display order; a cursor pins the generation it came from."""
-    return respond(reads_of(request).entries(board, cursor, limit, generation))
+    reads = reads_of(request)
+    answer = reads.entries(board, cursor, limit, generation, ranking)
+    return respond(await reads.profiled(answer))

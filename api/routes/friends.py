@@ -12,7 +12,7 @@ from api.errors import READ_ERROR_RESPONSES, WRITE_ERROR_RESPONSES, InvalidReque
 from api.models import FriendsIn, FriendsListOut, FriendsOut, json_body
 from api.reads import check_board
 from api.responses import EncodedResponse, FastJSONResponse
-from api.routes.boards import GenerationQuery, respond
+from api.routes.boards import GenerationQuery, RankingQuery, respond
 from api.routes.score_events import _parse_json, read_signed_body
 from api.tokens import require_player
 from speed.events import EventInvalid, normalize_id
@@ -77,8 +77,10 @@ async def read_friends_ranking(
     authorization: Annotated[str | None, Header()] = None,
     mode: Annotated[FriendsMode, Query()] = "live",
     generation: GenerationQuery = None,
+    ranking: RankingQuery = None,
 ) -> EncodedResponse:
     """The player and friends ranked among themselves (needs the player's token)."""
     check_board(reads.config, board)
     require_player(authorization, settings.player_token_secret, player_id)
-    return respond(await reads.friends(board, player_id, mode, generation))
+    answer = reads.friends(board, player_id, mode, generation, ranking)
+    return respond(await reads.profiled(answer))

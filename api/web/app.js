@@ -169,6 +169,17 @@ function labelLine(body) {
 
 // ---------------------------------------------------------------- tables
 
+// A player's display name (set by the game's servers, PUT .../profile) and country
+// when it has them, else its id; always put in the page as text.
+function playerLabel(entry) {
+  const name = entry.displayName ?? entry.playerId;
+  return entry.country ? `${name} (${entry.country})` : name;
+}
+
+function playerTitle(entry) {
+  return entry.displayName ? `${entry.displayName}: ${entry.playerId}` : entry.playerId;
+}
+
 // Ties are visible: a rank shared with another player is shown as "2=" and shaded.
 // rank < position means someone listed earlier has the same score (even off-screen);
 // ``entries`` may hold one row past the shown ones, to see a tie below the last.
@@ -191,14 +202,14 @@ function fillRanked(tbody, entries, highlight, shown = entries) {
     const cells = [
       ["num", String(entry.position)],
       ["num rank", tied ? `${entry.rank}=` : String(entry.rank)],
-      ["player", entry.playerId],
+      ["player", playerLabel(entry)],
       ["num", fmt.format(entry.score)],
     ];
     for (const [cls, text] of cells) {
       const td = document.createElement("td");
       td.className = cls;
-      td.textContent = text;
-      if (cls === "player") td.title = text;
+      td.textContent = text; // as text: a display name is never markup
+      if (cls === "player") td.title = playerTitle(entry);
       tr.appendChild(td);
     }
     return tr;
@@ -250,7 +261,7 @@ async function refreshPlayer() {
   $("#p-rank").dataset.value = body.rank;
   $("#p-top").dataset.value = body.topPercent;
   $("#p-score").dataset.value = body.score;
-  setText("#p-labels", `${body.playerId}: ${labelLine(body)}`);
+  setText("#p-labels", `${playerTitle(body)}: ${labelLine(body)}`);
   if (nearby.status === 200) {
     const entries = nearby.body.entries;
     const me = entries.find((e) => e.playerId === state.player);
@@ -352,7 +363,7 @@ async function refreshAwards() {
     const tr = document.createElement("tr");
     for (const [cls, text] of [
       ["num", String(entry.rank)],
-      ["player", entry.playerId],
+      ["player", playerLabel(entry)],
       ["num", fmt.format(entry.score)],
       ["tier", entry.tier ?? ""],
     ]) {

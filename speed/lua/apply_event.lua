@@ -768,7 +768,9 @@ local function process(ev)
           total = (total or 0) + new - (old or 0)
         end
         version = version + 1
-        write_total(b, player, old_total, achieved, total, version, occurred_ms)
+        -- first_achieved: when the service accepted the event (receivedAt, the log's
+        -- receivedAtMs; a release's is its past acceptance), never its occurredAt.
+        write_total(b, player, old_total, achieved, total, version, now_ms)
         record_board(rec, b.id)
         rec.b[b.id] = new
         -- The rule version the contribution was scored under: the record's "u"

@@ -264,8 +264,10 @@ def test_plain_values_are_converted_and_odd_ones_left_to_fastapi() -> None:
         "mode",
         "generation",
         "authorization",
+        "ranking",
     }
     assert keys["radius"].convert("100") == 100
+    assert keys["ranking"].convert("dense") == "dense"
     assert keys["player_id"].convert("Jose\u0301") == "Jos\u00e9"
     assert keys["mode"].convert("approx") == "approx"
     for param, raw in [
@@ -275,6 +277,7 @@ def test_plain_values_are_converted_and_odd_ones_left_to_fastapi() -> None:
         ("radius", "05"),
         ("radius", ""),
         ("mode", "exact"),
+        ("ranking", "fancy"),
         ("generation", "g" * 33),
     ]:
         with pytest.raises(api.direct._Odd):

@@ -42,6 +42,7 @@ seasons:
       - {name: top10, top: 10}
 """
 BOARD = "season:WEB:global"
+MARKUP = "<b>Ana</b><img src=x>"
 # close_season takes "now": the test closes the open-ended season as if in 2100.
 AFTER_CLOSE = datetime(2100, 1, 2, tzinfo=UTC)
 
@@ -67,6 +68,20 @@ class Stack:
         reply.raise_for_status()
         statuses = {r.get("status") for r in reply.json()["results"]}
         assert statuses == {"accepted"}, reply.text
+
+    def put_profile(self, player: str, profile: dict[str, str]) -> None:
+        body = orjson.dumps(profile)
+        reply = httpx.put(
+            f"{self.url}/v1/players/{player}/profile",
+            content=body,
+            headers={
+                "X-Key-Id": "dev",
+                "X-Signature": sign(b"dev-secret", body),
+                "Content-Type": "application/json",
+            },
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
 
     def get(self, path: str, **params: Any) -> Any:
         reply = httpx.get(f"{self.url}{path}", params=params, timeout=30)
@@ -111,6 +126,9 @@ def stack(settings: Settings, spark: SparkSession, tmp_path: Path) -> Iterator[S
         rebase_published(settings, generation)
         # After the generation: live differs from the snapshot.
         live.post([_event("P007", "M3", 40), _event("P500", "M1", 60, "na")])
+        # The leader has a display name that is markup: the page shows it as text.
+        leader = live.get(f"/v1/boards/{BOARD}/top", limit=1)["entries"][0]
+        live.put_profile(leader["playerId"], {"displayName": MARKUP, "country": "SE"})
         yield live
 
 
@@ -129,6 +147,12 @@ def _rows(page: Any, table: str) -> list[dict[str, Any]]:
 def _entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("position", "rank", "playerId", "score")
     return [{k: r[k] for k in keys} for r in rows]
+
+
+def _label(entry: dict[str, Any]) -> str:
+    """The player cell's text (app.js playerLabel)."""
+    name = entry.get("displayName", entry["playerId"])
+    return f"{name} ({entry['country']})" if "country" in entry else name
 
 
 def _percent(value: float) -> str:
@@ -165,7 +189,16 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             # Top list and labels, against the API's JSON.
             top = stack.get(f"/v1/boards/{BOARD}/top", limit=20, mode="live")
             rows = _rows(page, "#top")
-            assert _entries(rows) == top["entries"]
+            assert _entries(rows) == _entries(top["entries"])
+            # Display names are text: the markup in the leader's name is shown as
+            # typed, nothing of it became an element.
+            assert top["entries"][0]["displayName"] == MARKUP
+            cells = page.eval_on_selector_all(
+                "#top tbody td.player", "cells => cells.map(c => c.textContent)"
+            )
+            assert cells == [_label(e) for e in top["entries"]]
+            assert cells[0] == f"{MARKUP} (SE)"
+            assert page.locator("main img, main b").count() == 0
             # A tie is a rank shared with anyone, also just below the list.
             ranks = [e["rank"] for e in stack.get(f"/v1/boards/{BOARD}/top")["entries"]]
             for row in rows:
@@ -203,7 +236,7 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
             )
             nearby = stack.get(f"/v1/boards/{BOARD}/players/{player}/nearby", radius=5)
             near_rows = _rows(page, "#nearby")
-            assert _entries(near_rows) == nearby["entries"]
+            assert _entries(near_rows) == _entries(nearby["entries"])
             assert [r["playerId"] for r in near_rows if r["me"]] == [player]
             for row in near_rows:
                 assert row["tie"] == (ranks.count(row["rank"]) > 1), row
@@ -248,7 +281,7 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
                 "n => document.querySelector('#top tbody tr')?.dataset.player === n",
                 arg=snap["entries"][0]["playerId"],
             )
-            assert _entries(_rows(page, "#top")) == snap["entries"]
+            assert _entries(_rows(page, "#top")) == _entries(snap["entries"])
 
             # Phone width: one column, nothing wider than the screen.
             phone = browser.new_page(
@@ -270,7 +303,7 @@ def test_page_shows_what_the_api_says(stack: Stack) -> None:
                 "rows => rows.map(r => [...r.cells].map(c => c.textContent))",
             )
             assert shown == [
-                [str(e["rank"]), e["playerId"], f"{e['score']:,}", e["tier"] or ""]
+                [str(e["rank"]), _label(e), f"{e['score']:,}", e["tier"] or ""]
                 for e in awards["entries"]
             ]
             assert len(shown) == 20 and any(e["tier"] for e in awards["entries"])

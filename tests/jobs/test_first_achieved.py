@@ -87,7 +87,8 @@ def ranked(spark: SparkSession, events: list[Ev]) -> dict[str, list[tuple]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(event, min_size=1, max_size=14))
-# Pinned: two players tie, the later achiever second; a correction down and back up
+# Pinned: two players tie, the later achiever second (by receipt: "a" is received
+# first though "b"'s event is dated a day earlier); a correction down and back up
 # moves the achieved time; a match moving region; a late event changing nothing.
 @example(
     [
@@ -111,7 +112,8 @@ def test_first_achieved_order_equals_oracle(
             points,
             occurred=f"2026-11-{1 + day:02d}T10:00:00Z",
             region=region,
-            received_ms=LATE if late else NOW_MS,
+            # Received in log order, a second apart: receivedAt orders ties.
+            received_ms=(LATE if late else NOW_MS) + 1000 * i,
             event_id=f"e{i}",
         )
         for i, (player, match, revision, points, day, region, late) in enumerate(events)

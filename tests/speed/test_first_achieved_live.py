@@ -5,6 +5,7 @@ replays the events one by one, across publishes and rebases."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,10 @@ def test_first_achieved_live_equals_oracle(
     config = load_boards(cfg.boards_file)
     records: list[dict[str, Any]] = []
     history = [(positions(redis_client, cfg.partitions), 0)]
+    # The service's clock steps a second per event: receivedAt, not occurredAt,
+    # orders ties, so an event received later never wins one by its occurredAt.
+    clock = [time.time()]
+    api.client.app.state.speed.clock = lambda: clock[0]
     generation = 0
     published = 0
     for i, op in enumerate(ops):
@@ -120,13 +125,14 @@ def test_first_achieved_live_equals_oracle(
                 kind="correction" if revision > 1 else "result",
                 reason="fix" if revision > 1 else None,
             )
+            clock[0] += 1
             reply = api.post("/v1/score-events", payload)
             assert reply.status_code == 200, reply.text
             records.append(
                 {
                     "partition": 0,
                     "position": len(records) + 1,
-                    "receivedAtMs": 0,
+                    "receivedAtMs": int(clock[0] * 1000),
                     "event": {**payload, "points": points},
                 }
             )

@@ -64,3 +64,15 @@ def put_friends(
     return api.client.put(
         f"/v1/players/{player}/friends", content=body, headers=headers
     )
+
+
+def put_profile(
+    api: SignedClient, player: str, profile: Any, signed: bool = True
+) -> Any:
+    body = orjson.dumps(profile)
+    headers = {"Content-Type": "application/json"}
+    if signed:
+        headers |= {"X-Key-Id": "dev", "X-Signature": sign(DEV_SECRET, body)}
+    return api.client.put(
+        f"/v1/players/{player}/profile", content=body, headers=headers
+    )

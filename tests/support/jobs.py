@@ -156,8 +156,9 @@ def oracle_first_achieved(
     config: BoardsConfig, records: Iterable[dict[str, Any]]
 ) -> dict[str, dict[str, tuple[int, int]]]:
     """Replay records one by one with running totals: {board: {player: (total,
-    achievedMs)}}, achievedMs being the occurredAt of the last event that changed the
-    player's total there (or of its first). Independent of oracle_totals on purpose."""
+    achievedMs)}}, achievedMs being the receivedAt (when the service accepted it,
+    never its occurredAt) of the last event that changed the player's total there
+    (or of its first). Independent of oracle_totals on purpose."""
     seen: set[tuple[str, str]] = set()
     revision: dict[tuple[str, str], int] = {}
     # (player, match) -> board -> (points, removed)
@@ -174,7 +175,6 @@ def oracle_first_achieved(
             continue
         revision[key] = ev["sourceRevision"]
         occurred = ts(ev["occurredAt"])
-        occurred_ms = int(occurred.timestamp() * 1000)
         specs = {s.board: s for s in boards_for_event(config, occurred, ev["region"])}
         for board in set(specs) | set(values[key]):
             spec = specs.get(board)
@@ -205,7 +205,7 @@ def oracle_first_achieved(
                 total = sum(kept)
             before = standing[board].get(player)
             if before is None or before[0] != total:
-                standing[board][player] = (total, occurred_ms)
+                standing[board][player] = (total, int(rec["receivedAtMs"]))
     return standing
 
 

@@ -1,0 +1,194 @@
+"""Property test: competition, dense and ordinal ranks of every live and snapshot
+answer (top, player, nearby) equal a slow offline sort, across ties, downward
+corrections, publishes interleaved with writes, and shadowed players (hidden from
+the counts in the generation and in the changes).
+
+Publishes write the generation from the oracle, as tests/speed/test_live_property.py
+does; the dense live rank is the generation's distinct scores merged with the speed
+layer's changed players (speed/live.py ``above``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from tests.conftest import SignedClient, event
+from tests.speed.test_live_property import positions, publish
+from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
+from tests.support.shadow import flag
+
+pytestmark = pytest.mark.integration
+
+BOARDS = ["season:S4:global", "alltime:all:eu"]
+RANKINGS = ("competition", "dense", "ordinal")
+
+operation = st.one_of(
+    st.tuples(
+        st.just("event"), st.sampled_from(PLAYERS), st.integers(0, 2), st.integers(1, 3)
+    ),
+    st.tuples(st.just("publish"), st.integers(0, 2)),
+)
+
+
+def expected(totals: dict[str, int], ranking: str) -> list[dict[str, Any]]:
+    """The offline sort: display order (score desc, id bytes) and each ranking."""
+    rows = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+    out = []
+    for i, (player, score) in enumerate(rows):
+        if ranking == "competition":
+            rank = 1 + sum(1 for s in totals.values() if s > score)
+        elif ranking == "dense":
+            rank = 1 + len({s for s in totals.values() if s > score})
+        else:
+            rank = i + 1
+        out.append(
+            {"position": i + 1, "rank": rank, "playerId": player, "score": score}
+        )
+    return out
+
+
+def check(api: SignedClient, totals: dict[str, dict[str, int]], mode: str) -> None:
+    for board in BOARDS:
+        for ranking in RANKINGS:
+            want = expected(totals[board], ranking)
+            params = {"ranking": ranking, "mode": mode}
+            base = f"/v1/boards/{board}"
+            top = api.get(f"{base}/top", params={**params, "limit": 50}).json()
+            assert (top["basis"], top["ranking"]) == (mode, ranking)
+            assert top["entries"] == want, (board, ranking, mode)
+            for i, entry in enumerate(want):
+                player = entry["playerId"]
+                me = api.get(f"{base}/players/{player}", params=params).json()
+                assert (me["basis"], me["ranking"]) == (mode, ranking)
+                assert (me["rank"], me["position"]) == (entry["rank"], i + 1), (
+                    board,
+                    ranking,
+                    mode,
+                    player,
+                )
+                near = api.get(
+                    f"{base}/players/{player}/nearby", params={**params, "radius": 1}
+                ).json()
+                assert near["entries"] == want[max(0, i - 1) : i + 2], (
+                    board,
+                    ranking,
+                    mode,
+                    player,
+                )
+
+
+def visible(oracle: Oracle, hidden: set[str]) -> dict[str, dict[str, int]]:
+    return {
+        b: {p: s for p, s in oracle.totals(b).items() if p not in hidden}
+        for b in BOARDS
+    }
+
+
+@hsettings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=st.lists(operation, min_size=1, max_size=20),
+    points_seed=st.integers(1, 10_000),
+    shadowed=st.sets(st.sampled_from(PLAYERS), max_size=3),
+)
+# Pinned: a score value gone from the generation (p0, its only holder, corrected
+# from 1 to 2 after the publish) and one new; ties split by a correction after a
+# publish, with a shadowed player in the base.
+@example(
+    ops=[
+        ("event", "p0", 0, 1),
+        ("event", "p1", 0, 1),
+        ("event", "p2", 0, 1),
+        ("publish", 0),
+        ("event", "p0", 0, 2),
+    ],
+    points_seed=1,
+    shadowed=set(),
+)
+@example(
+    ops=[
+        ("event", "p0", 0, 1),
+        ("event", "p1", 0, 1),
+        ("event", "p2", 0, 1),
+        ("publish", 0),
+        ("event", "p0", 0, 2),
+        ("event", "p3", 1, 1),
+    ],
+    points_seed=5,
+    shadowed={"p1"},
+)
+def test_rankings_equal_the_offline_sort(
+    api: SignedClient,
+    redis_client: redis.Redis,
+    settings: Any,
+    ops: list[tuple[Any, ...]],
+    points_seed: int,
+    shadowed: set[str],
+) -> None:
+    redis_client.flushall()
+    shutil.rmtree(settings.segments_dir, ignore_errors=True)
+    api.client.app.state.generations.refresh(force=True)
+    oracle = Oracle()
+    history = [
+        (
+            positions(redis_client, settings.partitions),
+            {b: oracle.totals(b) for b in ALL_BOARDS},
+            oracle.versions(),
+        )
+    ]
+    generation = published = 0
+    for op in ops:
+        if op[0] == "event":
+            _, player, match, revision = op
+            points = (
+                points_seed * (PLAYERS.index(player) * 7 + match * 3 + revision)
+            ) % 5
+            event_id = f"{player}-{match}-{revision}"
+            reply = api.post(
+                "/v1/score-events",
+                event(
+                    eventId=event_id,
+                    playerId=player,
+                    matchId=f"m{match}",
+                    sourceRevision=revision,
+                    region=region(player),
+                    result={"points": points},
+                    kind="correction" if revision > 1 else "result",
+                    reason="fix" if revision > 1 else None,
+                ),
+            )
+            assert reply.status_code == 200, reply.text
+            oracle.apply(player, event_id, f"m{match}", revision, points)
+            history.append(
+                (
+                    positions(redis_client, settings.partitions),
+                    {b: oracle.totals(b) for b in ALL_BOARDS},
+                    oracle.versions(),
+                )
+            )
+        else:
+            generation += 1
+            published = max(published, len(history) - 1 - op[1])
+            publish(
+                api, redis_client, history[published], generation, settings.partitions
+            )
+            snapshot = {b: history[published][1][b] for b in BOARDS}
+            check(api, snapshot, "snapshot")
+    check(api, visible(oracle, set()), "live")
+    # Shadowed players leave every count (generation rows and changes alike).
+    for player in sorted(shadowed):
+        assert flag(api, player, "shadow").status_code == 200
+    check(api, visible(oracle, shadowed), "live")
+    for player in sorted(shadowed):
+        assert flag(api, player, "restore").status_code == 200
+    check(api, visible(oracle, set()), "live")
