@@ -123,7 +123,8 @@ class Answer:
 
 
 def players_of(body: dict[str, Any]) -> tuple[str, ...]:
-    named = [e["playerId"] for e in body.get("entries", ())]
+    # Entries of a ranked answer name a player; a history's entries are generations.
+    named = [e["playerId"] for e in body.get("entries", ()) if "playerId" in e]
     if "playerId" in body:
         named.append(body["playerId"])
     return tuple(dict.fromkeys(named))
