@@ -90,6 +90,11 @@ BENCH_DRIVER_MEMORY ?= 2g
 bench-publish: setup ## publish benchmark with the DuckDB reference (BENCH_PUBLISH_ARGS=...)
 	LB_SPARK_DRIVER_MEMORY=$(BENCH_DRIVER_MEMORY) $(PY) -m bench.publish $(BENCH_PUBLISH_ARGS)
 
+CLUSTER_DEMO_ARGS ?=
+
+cluster-demo: setup airflow-venv ## the whole service on Spark standalone (2 workers), a 3-master Redis Cluster, two APIs and Airflow standalone: a short season through the DAGs, checked, then stopped (~10 min)
+	LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(PY) -m cli.cluster_demo $(CLUSTER_DEMO_ARGS)
+
 airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
 	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \
 	export LB_DATA_DIR="$$(cd "$$data" && pwd)"; \
@@ -110,4 +115,4 @@ lint: venv ## ruff (check and format) and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
+.PHONY: cluster-demo drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
