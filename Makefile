@@ -103,6 +103,7 @@ airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_
 	export AIRFLOW__CORE__LOAD_EXAMPLES=False; \
 	export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$$AIRFLOW_HOME/airflow.db"; \
 	export AIRFLOW__API__PORT="$${AIRFLOW_PORT:-8081}"; \
+	export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$$AIRFLOW__API__PORT/execution/"; \
 	export PATH="$(abspath $(AIRFLOW_VENV))/bin:$$PATH"; \
 	echo "Airflow UI: http://localhost:$$AIRFLOW__API__PORT (user admin, password in $$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"; \
 	exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone

@@ -281,6 +281,11 @@ class Airflow:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
             "AIRFLOW__API__PORT": str(self.port),
+            # Task processes report to the API server's execution API: on its port
+            # (the default URL names port 8080).
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": (
+                f"http://127.0.0.1:{self.port}/execution/"
+            ),
             # The tasks import this checkout's packages, whatever the venv points at.
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
