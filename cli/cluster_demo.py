@@ -358,23 +358,25 @@ class Airflow:
         return set(dag_ids) <= listed
 
     def wait_run(self, dag_id: str, run_id: str | None, timeout: float) -> str:
-        """Until the run (``None``: the first run of the DAG) succeeded; its id."""
-        found: dict[str, Any] = {}
+        """Until the run (``None``: any run of the DAG, the scheduler's) succeeded;
+        its id. A failed run fails the demo."""
+        succeeded: list[str] = []
 
         def done() -> bool:
             for run in self.runs(dag_id):
-                if run_id is None or run["run_id"] == run_id:
-                    found.update(run)
-                    if run["state"] == "failed":
-                        raise DemoFailed(
-                            f"{dag_id} run {run['run_id']} failed; task logs under "
-                            f"{self.home / 'logs'}"
-                        )
-                    return bool(run["state"] == "success")
-            return False
+                if run_id is not None and run["run_id"] != run_id:
+                    continue
+                if run["state"] == "failed":
+                    raise DemoFailed(
+                        f"{dag_id} run {run['run_id']} failed; task logs under "
+                        f"{self.home / 'logs'}"
+                    )
+                if run["state"] == "success":
+                    succeeded.append(str(run["run_id"]))
+            return bool(succeeded)
 
         wait_for(f"{dag_id} run {run_id or '(scheduled)'}", done, timeout, every=10)
-        return str(found["run_id"])
+        return succeeded[0]
 
 
 def _json_rows(out: str) -> list[dict[str, Any]]:
