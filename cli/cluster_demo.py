@@ -504,7 +504,14 @@ def play(args: argparse.Namespace, root: Path) -> None:
             ],
         ]
         log("starting Airflow standalone (its tasks' Spark: the standalone master) ...")
-        jobs_env = {**spark.env, **env, "LB_SPARK_MASTER": spark.master_url}
+        # One scheduled publish (the one unpausing makes), not one every 5 minutes
+        # competing with the season's close for the two cores.
+        jobs_env = {
+            **spark.env,
+            **env,
+            "LB_SPARK_MASTER": spark.master_url,
+            "LB_PUBLISH_EVERY_MINUTES": "240",
+        }
         airflow = stack.enter_context(
             Airflow(root / "airflow", jobs_env).running(args.timeout)
         )
