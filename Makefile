@@ -108,6 +108,11 @@ loadtest: $(LOADTEST_STAMP) ## Locust, headless, against HOST (USERS, RUN_TIME, 
 	  --headless --host $(HOST) --users $(USERS) --spawn-rate $(SPAWN_RATE) \
 	  --run-time $(RUN_TIME) --only-summary $(LOADTEST_ARGS)
 
+CLUSTER_DEMO_ARGS ?=
+
+cluster-demo: setup airflow-venv ## the whole service on Spark standalone (2 workers), a 3-master Redis Cluster, two APIs and Airflow standalone: a short season through the DAGs, checked, then stopped (~12 min)
+	LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(PY) -m cli.cluster_demo $(CLUSTER_DEMO_ARGS)
+
 airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_DATA_DIR/airflow (UI on AIRFLOW_PORT, default 8081)
 	@set -e; data="$${LB_DATA_DIR:-.lb}"; mkdir -p "$$data/airflow"; \
 	export LB_DATA_DIR="$$(cd "$$data" && pwd)"; \
@@ -116,6 +121,7 @@ airflow: setup airflow-venv ## Airflow standalone with dags/ on SQLite under LB_
 	export AIRFLOW__CORE__LOAD_EXAMPLES=False; \
 	export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$$AIRFLOW_HOME/airflow.db"; \
 	export AIRFLOW__API__PORT="$${AIRFLOW_PORT:-8081}"; \
+	export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$$AIRFLOW__API__PORT/execution/"; \
 	export PATH="$(abspath $(AIRFLOW_VENV))/bin:$$PATH"; \
 	echo "Airflow UI: http://localhost:$$AIRFLOW__API__PORT (user admin, password in $$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"; \
 	exec $(abspath $(AIRFLOW_VENV))/bin/airflow standalone
@@ -129,4 +135,4 @@ lint: venv ## ruff (check and format) and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: loadtest drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
+.PHONY: cluster-demo loadtest drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean

@@ -56,7 +56,10 @@ def season_close() -> None:
 
         context = get_current_context()
         conf = (context.get("dag_run").conf or {}) if context.get("dag_run") else {}
-        return season_for_run(settings(), conf.get("season"), context["logical_date"])
+        # A manual run (`airflow dags trigger`) has no logical date in Airflow 3:
+        # its conf names the season.
+        logical_date = context.get("logical_date")
+        return season_for_run(settings(), conf.get("season"), logical_date)
 
     @task.sensor(poke_interval=60, timeout=6 * 3600, mode="reschedule")
     def wait_complete(season_id: str) -> PokeReturnValue:

@@ -181,6 +181,18 @@ def test_publish_interval_comes_from_settings(airflow: Airflow) -> None:
     assert "delta=datetime.timedelta(seconds=120)" in schedule
 
 
+def test_a_manual_season_close_run_has_no_logical_date_and_names_its_season(
+    airflow: Airflow,
+) -> None:
+    # Airflow 3 gives a triggered run no logical date (`airflow dags test` does give
+    # one, so the run below cannot catch this); the cluster demo found it.
+    done = airflow.run(
+        "python", str(REPO / "tests/dags/manual_season_run.py"), str(DAGS), "S4"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "S4"
+
+
 def test_airflow_dags_test_publish_generation(
     airflow: Airflow,
     api: SignedClient,

@@ -5,21 +5,16 @@ distribution's ``bin/spark-class``)."""
 
 from __future__ import annotations
 
-import os
-import re
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.spark import JAVA_17, get_spark
+from jobs.spark import get_spark
+from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 
 
 def start_spark() -> SparkSession:
@@ -46,9 +41,7 @@ def start_spark() -> SparkSession:
     )
 
 
-SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
-START_TIMEOUT = 240
 
 
 @dataclass(frozen=True)
@@ -57,106 +50,12 @@ class Cluster:
     env: dict[str, str]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cluster_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["SPARK_HOME"] = str(SPARK_HOME)
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    env["SPARK_NO_DAEMONIZE"] = "1"
-    # Scratch space (shuffle files, fetched jars) of the daemons and executors under
-    # the test's directory, removed with it, instead of /tmp/spark-*.
-    env["SPARK_LOCAL_DIRS"] = str(root / "scratch")
-    # The master and workers only schedule: a small heap each.
-    env["SPARK_DAEMON_MEMORY"] = "256m"
-    if "JAVA_HOME" not in env and JAVA_17.is_dir():
-        env["JAVA_HOME"] = str(JAVA_17)
-    return env
-
-
 @contextmanager
 def start_cluster(root: Path) -> Iterator[Cluster]:
-    """A standalone master and ``WORKERS`` workers with their scratch space under
-    ``root``; stopped (terminated, then killed) on exit."""
-    (root / "scratch").mkdir()
-    env = cluster_env(root)
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    port = _free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
-    logs = []
+    """A standalone master and ``WORKERS`` workers (jobs.spark_standalone) with
+    their scratch space under ``root``; the test fails if they do not start."""
     try:
-        master_log = root / "master.log"
-        logs.append(master_log.open("wb"))
-        procs.append(
-            subprocess.Popen(
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--webui-port",
-                    str(_free_port()),
-                ],
-                env=env,
-                stdout=logs[-1],
-                stderr=subprocess.STDOUT,
-                cwd=root,
-            )
-        )
-        for i in range(WORKERS):
-            work = root / f"worker{i}"
-            work.mkdir()
-            logs.append((root / f"worker{i}.log").open("wb"))
-            procs.append(
-                subprocess.Popen(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        master_url,
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(_free_port()),
-                        "--work-dir",
-                        str(work),
-                    ],
-                    env=env,
-                    stdout=logs[-1],
-                    stderr=subprocess.STDOUT,
-                    cwd=root,
-                )
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            text = master_log.read_text(errors="replace")
-            if len(re.findall(r"Registering worker", text)) >= WORKERS:
-                break
-            dead = [p.args[1] for p in procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                pytest.fail(
-                    f"standalone cluster did not start ({dead}): {text[-2000:]}"
-                )
-            time.sleep(0.2)
-        yield Cluster(master_url, env)
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for fh in logs:
-            fh.close()
+        with standalone_cluster(root, workers=WORKERS) as cluster:
+            yield Cluster(cluster.master_url, cluster.env)
+    except StandaloneFailed as exc:
+        pytest.fail(str(exc))
