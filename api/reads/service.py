@@ -1,36 +1,12 @@
-"""The read service: top / rank / nearby / entries / friends for a mode.
-
-One place decides how a read is answered, so the routes only validate input:
-
-* **snapshot** (``mode=snapshot``, a pinned ``generation``, or a closed board whose
-  final state is in the latest generation): the mapped segment; the answer is fixed
-  for the generation, so its encoded bytes are cached per generation;
-* **live**: the base generation merged with the speed layer (:mod:`speed.live`); live
-  top lists are cached per board (:class:`LiveTopCache`);
-* **approx**: the Fenwick histogram, one Redis round trip (:meth:`approx_rank`);
-* **fallbacks**: exactness impossible live (a rebase in progress) -> the latest
-  generation, labelled snapshot; Redis unreachable -> the latest generation with
-  ``liveLayer: unavailable`` (:mod:`api.degraded`).
-
-Shadow removal (issue 10): a shadowed player is hidden from every public answer, but
-a read about the player by the player (a valid player token for it) answers as if the
-player were present, in every mode; without a token (or with an invalid one) or with
-another player's token it is hidden, as for any other reader (issue 23).
-
-Answers are dicts in the contract's key order, encoded once with orjson
-(:class:`Answer`); :mod:`api.models` documents their shapes.
-"""
+"""The read service (see :mod:`api.reads`)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import bisect
 import contextlib
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,8 +21,6 @@ from api.degraded import (
 )
 from api.errors import (
     AwardsNotFound,
-    BoardNotFound,
-    GenerationExpired,
     GenerationNotFound,
     InvalidRequest,
     LiveUnavailable,
@@ -54,14 +28,32 @@ from api.errors import (
     PlayerNotFound,
 )
 from api.metrics import READ_CACHE
+from api.reads.answers import Answer, degraded, echo_ranking, encode, with_profiles
+from api.reads.awards import award_page
+from api.reads.caches import LiveTopCache, SnapshotCache
+from api.reads.cursors import (
+    award_cursor,
+    decode_award_cursor,
+    decode_cursor,
+    live_cursors,
+    segment_cursors,
+)
+from api.reads.labels import (
+    Mode,
+    check_board,
+    is_own_read,
+    live_header,
+    pin,
+    public,
+    snapshot_header,
+    top_percent,
+)
+from api.reads.snapshot import Standing, standing_in, window_entries
 from conf.boards import BoardsConfig, board_order, describe_board
-from conf.rule_state import describe_replay_board
-from serving.awards import AwardVersion, read_version
+from serving.awards import read_version
 from serving.ranking import Ranking, native_ranking, rank_of, rerank
 from serving.registry import (
     Generation,
-    GenerationExpiredError,
-    GenerationNotFoundError,
     GenerationRegistry,
 )
 from serving.segments import BoardSegment
@@ -70,7 +62,6 @@ from speed.flags import shadowed_among
 from speed.friends import FriendsReader, rank_members, read_friends, snapshot_scores
 from speed.live import (
     ATTEMPTS,
-    Base,
     LiveReader,
     NotExact,
     PlayerMissing,
@@ -80,11 +71,6 @@ from speed.profiles import ProfileCache, version_rider
 from speed.rebase import bucket_lowers
 from speed.scripts import APPROX_RANK
 
-Mode = Literal["live", "snapshot", "approx"]
-SNAPSHOT_HITS = READ_CACHE.labels("snapshot", "hit")
-SNAPSHOT_MISSES = READ_CACHE.labels("snapshot", "miss")
-LIVE_HITS = READ_CACHE.labels("live_top", "hit")
-LIVE_MISSES = READ_CACHE.labels("live_top", "miss")
 APPROX_HITS = READ_CACHE.labels("approx_histogram", "hit")
 APPROX_MISSES = READ_CACHE.labels("approx_histogram", "miss")
 # When a board's histogram, once read, served no read before the stamp moved again
@@ -109,491 +95,6 @@ class ApproxCounts:
     same: int
     population: int
     as_of: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """An encoded answer: the JSON bytes, any extra headers, and the players it
-    names (its ``playerId`` and its entries'), whose profiles it may carry
-    (:meth:`ReadService.profiled`)."""
-
-    body: bytes
-    headers: Mapping[str, str] | None = None
-    players: tuple[str, ...] = ()
-
-
-def players_of(body: dict[str, Any]) -> tuple[str, ...]:
-    # Entries of a ranked answer name a player; a history's entries are generations.
-    named = [e["playerId"] for e in body.get("entries", ()) if "playerId" in e]
-    if "playerId" in body:
-        named.append(body["playerId"])
-    return tuple(dict.fromkeys(named))
-
-
-def encode(body: dict[str, Any]) -> Answer:
-    return Answer(orjson.dumps(body), None, players_of(body))
-
-
-def degraded(body: dict[str, Any]) -> Answer:
-    return Answer(
-        orjson.dumps({**body, "liveLayer": "unavailable"}),
-        {LIVE_LAYER_HEADER: "unavailable"},
-        players_of(body),
-    )
-
-
-def with_profiles(answer: Answer, profiles: dict[str, dict[str, str]]) -> Answer:
-    """The answer with ``displayName`` and ``country`` on its entries (and on the
-    player of a player read) where set; unchanged without any."""
-    if not profiles:
-        return answer
-    body = orjson.loads(answer.body)
-    for entry in body.get("entries", ()):
-        entry.update(profiles.get(entry["playerId"], ()))
-    if "playerId" in body:
-        body.update(profiles.get(body["playerId"], ()))
-    return Answer(orjson.dumps(body), answer.headers, answer.players)
-
-
-# ------------------------------------------------------------------------- caches
-
-
-# What one cache entry costs besides its answer's bytes and its key's strings (the
-# dict slot, the key tuple and the Answer object), in bytes: an estimate, so that a
-# flood of small answers under distinct keys is bounded by the byte budget too.
-ENTRY_OVERHEAD = 320
-
-
-def key_bytes(key: Hashable) -> int:
-    """Approximate bytes a cache key holds (its strings dominate)."""
-    if isinstance(key, str | bytes):
-        return len(key)
-    if isinstance(key, tuple):
-        return sum(key_bytes(part) for part in key)
-    return 16
-
-
-class SnapshotCache:
-    """Encoded snapshot answers of one generation, keyed by request. A generation
-    never changes, so an entry never goes stale; least recently used entries leave
-    beyond ``budget`` bytes (answers, keys and per-entry overhead) or beyond
-    ``max_entries`` keys."""
-
-    def __init__(self, budget: int = 32 << 20, max_entries: int = 8192) -> None:
-        self.budget = budget
-        self.max_entries = max_entries
-        self.size = 0
-        self._entries: OrderedDict[Hashable, Answer] = OrderedDict()
-        self._costs: dict[Hashable, int] = {}
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> Answer | None:
-        answer = self._entries.get(key)
-        if answer is None:
-            self.misses += 1
-            SNAPSHOT_MISSES.inc()
-            return None
-        self._entries.move_to_end(key)
-        self.hits += 1
-        SNAPSHOT_HITS.inc()
-        return answer
-
-    def put(self, key: Hashable, answer: Answer) -> Answer:
-        cost = len(answer.body) + key_bytes(key) + ENTRY_OVERHEAD
-        if cost > self.budget // 8:
-            return answer  # one huge answer must not flush the rest
-        if self._entries.pop(key, None) is not None:
-            self.size -= self._costs.pop(key)
-        self._entries[key] = answer
-        self._costs[key] = cost
-        self.size += cost
-        while self._entries and (
-            self.size > self.budget or len(self._entries) > self.max_entries
-        ):
-            dropped, _ = self._entries.popitem(last=False)
-            self.size -= self._costs.pop(dropped)
-        return answer
-
-
-@dataclass(slots=True)
-class _LiveEntry:
-    stamp: Stamp
-    checked_at: float
-    answer: Answer
-
-
-class LiveTopCache:
-    """Live top lists per (board, limit), single flight, honest labels.
-
-    A cached answer is the exact answer as of its ``asOf``. It is reused while the
-    board's change stamp (every partition's base generation and log position, and the
-    flags version) is unchanged, i.e. while it is still the current answer; with
-    ``ttl_ms`` > 0 it is served without that check for up to ``ttl_ms`` after the
-    last check (bounded staleness; the ``asOf`` label still says what it includes).
-    Concurrent misses with the same stamp share one computation.
-    """
-
-    def __init__(self, ttl_ms: int, entries: int = 1024) -> None:
-        self.ttl = ttl_ms / 1000.0
-        self.max_entries = entries
-        self._entries: OrderedDict[tuple[str, int], _LiveEntry] = OrderedDict()
-        self._flights: dict[tuple[Any, ...], asyncio.Future[Answer]] = {}
-        self.computed = 0
-        self.hits = 0
-
-    def fresh(self, key: tuple[str, int]) -> Answer | None:
-        """The cached answer when the TTL allows serving it unchecked."""
-        entry = self._entries.get(key)
-        if entry is None or self.ttl <= 0:
-            return None
-        if time.monotonic() - entry.checked_at <= self.ttl:
-            self.hits += 1
-            LIVE_HITS.inc()
-            return entry.answer
-        return None
-
-    def current(self, key: tuple[str, int], stamp: Stamp) -> Answer | None:
-        entry = self._entries.get(key)
-        if entry is None or entry.stamp != stamp:
-            return None
-        entry.checked_at = time.monotonic()
-        self._entries.move_to_end(key)
-        self.hits += 1
-        LIVE_HITS.inc()
-        return entry.answer
-
-    async def compute(
-        self,
-        key: tuple[str, int],
-        stamp: Stamp,
-        run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
-    ) -> Answer:
-        """One computation per (key, stamp); ``run`` returns the answer and the stamp
-        it is exact for (None: not cacheable, e.g. a fallback answer). It runs as its
-        own task, so a caller that goes away (client disconnect) does not cancel it
-        for the others waiting on it."""
-        flight_key = (*key, stamp)
-        flight = self._flights.get(flight_key)
-        if flight is None:
-            flight = asyncio.ensure_future(self._run(key, run))
-            self._flights[flight_key] = flight
-            flight.add_done_callback(lambda _: self._flights.pop(flight_key, None))
-        return await asyncio.shield(flight)
-
-    async def _run(
-        self,
-        key: tuple[str, int],
-        run: Callable[[], Awaitable[tuple[Answer, Stamp | None]]],
-    ) -> Answer:
-        self.computed += 1
-        LIVE_MISSES.inc()
-        answer, exact_for = await run()
-        if exact_for is not None:
-            self._entries[key] = _LiveEntry(exact_for, time.monotonic(), answer)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-        return answer
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
-# ------------------------------------------------------------------------ helpers
-
-
-def is_own_read(viewer: str | None, player_id: str) -> bool:
-    """A read about ``player_id`` is the player's own only with a valid player
-    token naming it (``viewer``, api.deps.get_viewer); an anonymous read is public
-    and must not see a shadowed player (API.md: hidden from every public answer)."""
-    return viewer is not None and viewer == player_id
-
-
-def check_board(config: BoardsConfig, board: str) -> dict[str, str]:
-    # A replay's namespace board (season:<S>@<R>:<scope>) reads like a board.
-    described = describe_board(config, board) or describe_replay_board(config, board)
-    if described is None:
-        raise BoardNotFound(f"no board {board!r}")
-    return described
-
-
-def pin(registry: GenerationRegistry, generation_id: str | None) -> Generation:
-    try:
-        return registry.get(generation_id)
-    except GenerationExpiredError as exc:
-        raise GenerationExpired(
-            f"generation {exc.generation_id} is no longer retained",
-            latestGeneration=exc.latest,
-        ) from None
-    except GenerationNotFoundError as exc:
-        raise GenerationNotFound(str(exc)) from None
-
-
-def snapshot_header(
-    board: str, mode: Mode, generation: Generation, population: int
-) -> dict[str, Any]:
-    """Labels of a snapshot answer: exactly generation ``g``, as of its boundary."""
-    return {
-        "board": board,
-        "mode": mode,
-        "exactness": "exact",
-        "basis": "snapshot",
-        "errorBound": 0,
-        "generation": generation.header,
-        "asOf": generation.header["boundary"],
-        "population": population,
-    }
-
-
-def live_header(
-    board: str, mode: Mode, base: Base, as_of: dict[str, int], population: int
-) -> dict[str, Any]:
-    """Labels of a live answer: base generation merged with every event up to asOf."""
-    return {
-        "board": board,
-        "mode": mode,
-        "exactness": "exact",
-        "basis": "live",
-        "errorBound": 0,
-        "generation": base.generation.header if base.generation else None,
-        "asOf": as_of,
-        "population": population,
-    }
-
-
-def public(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Live entries without the internal keyset time of first_achieved boards."""
-    return [{k: v for k, v in e.items() if k != "_t"} for e in entries]
-
-
-def top_percent(rank: int, population: int) -> float:
-    return round(100 * rank / max(1, population), 6)
-
-
-# Cursors are keyset positions on the ordering tuple (score, playerId), pinned to the
-# generation they came from; opaque to clients (base64url JSON).
-def encode_cursor(
-    generation: str,
-    board: str,
-    score: int,
-    player_id: str,
-    way: str,
-    achieved: int | None = None,
-) -> str:
-    data: dict[str, Any] = {"g": generation, "b": board, "s": score, "p": player_id}
-    data["d"] = way
-    if achieved is not None:
-        # first_achieved boards: the time is part of the ordering tuple.
-        data["t"] = achieved
-    return base64.urlsafe_b64encode(orjson.dumps(data)).decode().rstrip("=")
-
-
-CURSOR_FIELDS = frozenset(("g", "b", "s", "p", "d", "t"))
-
-
-def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        data = orjson.loads(raw)
-        if not (
-            isinstance(data, dict)
-            # Only the fields encode_cursor writes: a cursor padded with others
-            # would be a distinct cache key for the same page (api/reads.py caches).
-            and data.keys() <= CURSOR_FIELDS
-            and isinstance(data.get("g"), str)
-            and data.get("b") == board
-            and isinstance(data.get("s"), int)
-            and isinstance(data.get("p"), str)
-            and data.get("d") in ("after", "before")
-            and isinstance(data.get("t", 0), int)
-        ):
-            raise ValueError
-        return data
-    except (ValueError, binascii.Error, orjson.JSONDecodeError):
-        raise InvalidRequest(
-            "cursor is malformed or belongs to another board", field="cursor"
-        ) from None
-
-
-def segment_cursors(
-    generation: Generation,
-    board: str,
-    segment: BoardSegment | None,
-    start: int,
-    stop: int,
-) -> dict[str, str | None]:
-    """Cursors to the page before ``start`` and after ``stop`` (null at either end)."""
-    if segment is None:
-        return {"before": None, "after": None}
-    before = after = None
-
-    def achieved(row: int) -> int | None:
-        return None if segment.achieved is None else int(segment.achieved[row])
-
-    if start > 0:
-        before = encode_cursor(
-            generation.id,
-            board,
-            int(segment.scores[start]),
-            segment.players.str_at(start),
-            "before",
-            achieved(start),
-        )
-    if stop < segment.population:
-        row = stop - 1
-        after = encode_cursor(
-            generation.id,
-            board,
-            int(segment.scores[row]),
-            segment.players.str_at(row),
-            "after",
-            achieved(row),
-        )
-    return {"before": before, "after": after}
-
-
-def live_cursors(
-    base: Base, board: str, entries: list[dict[str, Any]], population: int
-) -> dict[str, str | None]:
-    """Cursors from a live window into the base generation's pages (or null)."""
-    if base.generation is None or not entries:
-        return {"before": None, "after": None}
-    first, last = entries[0], entries[-1]
-    return {
-        "before": None
-        if first["position"] <= 1
-        else encode_cursor(
-            base.generation.id,
-            board,
-            first["score"],
-            first["playerId"],
-            "before",
-            first.get("_t"),
-        ),
-        "after": None
-        if last["position"] >= population
-        else encode_cursor(
-            base.generation.id,
-            board,
-            last["score"],
-            last["playerId"],
-            "after",
-            last.get("_t"),
-        ),
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """Where a player stands in one generation: its display row (or, for a player
-    shadowed in it, the row it would take), score, rank, and whether it is hidden."""
-
-    row: int
-    score: int
-    rank: int
-    hidden: bool
-
-
-def standing_in(
-    segment: BoardSegment | None, player_id: str, own: bool
-) -> Standing | None:
-    """The player's standing; a hidden (shadowed) player only on its own read."""
-    if segment is None:
-        return None
-    row = segment.row_of(player_id)
-    if row is not None:
-        entry = segment.entry(row)
-        return Standing(row, entry["score"], entry["rank"], False)
-    if own and player_id in segment.hidden:
-        score = segment.hidden[player_id]
-        at = segment.first_row_at_or_after(score, player_id)
-        rank = at + 1 if segment.unique_rank else segment.count_above(score) + 1
-        return Standing(at, score, rank, True)
-    return None
-
-
-def window_entries(
-    segment: BoardSegment, me: Standing, player_id: str, radius: int
-) -> tuple[list[dict[str, Any]], int, int]:
-    """Entries within ``radius`` of the player, and the segment rows [start, stop)
-    they came from. A hidden player is put back in at its row: rows from there on
-    move one position down, and one rank down when their score is below its."""
-    if not me.hidden:
-        start = max(0, me.row - radius)
-        stop = min(segment.population, me.row + radius + 1)
-        return segment.entries(start, stop), start, stop
-    start = max(0, me.row - radius)
-    stop = min(segment.population, me.row + radius)
-    above = segment.entries(start, me.row)
-    below = segment.entries(me.row, stop)
-    for entry in below:
-        entry["position"] += 1
-        if segment.unique_rank or entry["score"] < me.score:
-            entry["rank"] += 1
-    mine = {
-        "position": me.row + 1,
-        "rank": me.rank,
-        "playerId": player_id,
-        "score": me.score,
-    }
-    return [*above, mine, *below], start, stop
-
-
-# ------------------------------------------------------------------------ awards
-
-
-def award_cursor(board: str, version: int, position: int, way: str) -> str:
-    raw = orjson.dumps({"b": board, "v": version, "o": position, "d": way})
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-AWARD_CURSOR_FIELDS = frozenset(("b", "v", "o", "d"))
-
-
-def decode_award_cursor(cursor: str, board: str) -> dict[str, Any]:
-    """A cursor is a position in one immutable award version of one board."""
-    try:
-        data = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not (
-            isinstance(data, dict)
-            and data.keys() <= AWARD_CURSOR_FIELDS
-            and data.get("b") == board
-            and isinstance(data.get("v"), int)
-            and isinstance(data.get("o"), int)
-            and data.get("d") in ("after", "before")
-        ):
-            raise ValueError
-        return data
-    except (ValueError, binascii.Error, orjson.JSONDecodeError):
-        raise InvalidRequest(
-            "cursor is malformed or belongs to another board", field="cursor"
-        ) from None
-
-
-def award_page(
-    version: AwardVersion, board: str, start: int, stop: int
-) -> tuple[list[dict[str, Any]], int]:
-    table = version.board(board)
-    if table is None:
-        return [], 0
-    population = table.num_rows
-    start, stop = max(0, start), min(population, stop)
-    rows = table.slice(start, stop - start).to_pylist()
-    entries = [
-        {
-            "position": r["position"],
-            "rank": r["rank"],
-            "playerId": r["player_id"],
-            "score": r["score"],
-            "tier": r["tier"],
-        }
-        for r in rows
-    ]
-    return entries, population
 
 
 # ------------------------------------------------------------------------ service
@@ -1582,13 +1083,6 @@ def _int(value: Any) -> int:
 
 async def _answer(read: Answer | Awaitable[Answer]) -> Answer:
     return read if isinstance(read, Answer) else await read
-
-
-def echo_ranking(answer: Answer, ranking: Ranking) -> Answer:
-    """The answer naming its ranking (appended to the encoded object: no decode)."""
-    tail = b'"ranking":"' + ranking.encode() + b'"}'
-    body = answer.body[:-1] + (b"," if len(answer.body) > 2 else b"") + tail
-    return Answer(body, answer.headers, answer.players)
 
 
 def _own_view_of_shadowed(
