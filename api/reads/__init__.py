@@ -7,10 +7,11 @@ One place decides how a read is answered, so the routes only validate input:
   for the generation, so its encoded bytes are cached per generation;
 * **live**: the base generation merged with the speed layer (:mod:`speed.live`); live
   top lists are cached per board (:class:`LiveTopCache`);
-* **approx**: the Fenwick histogram, one Redis round trip (:meth:`approx_rank`);
+* **approx**: the Fenwick histogram, one Redis round trip (:mod:`api.reads.approx`);
 * **fallbacks**: exactness impossible live (a rebase in progress) -> the latest
   generation, labelled snapshot; Redis unreachable -> the latest generation with
-  ``liveLayer: unavailable`` (:mod:`api.degraded`).
+  ``liveLayer: unavailable`` (:mod:`api.degraded`); :mod:`api.reads.policy` says
+  which, once for every read.
 
 Shadow removal (issue 10): a shadowed player is hidden from every public answer, but
 a read about the player by the player (a valid player token for it) answers as if the
@@ -19,6 +20,16 @@ another player's token it is hidden, as for any other reader (issue 23).
 
 Answers are dicts in the contract's key order, encoded once with orjson
 (:class:`Answer`); :mod:`api.models` documents their shapes.
+
+The package, one module per concern:
+
+* :mod:`~api.reads.service`: :class:`ReadService`, the facade the routes call;
+* :mod:`~api.reads.policy`: the one fallback policy (snapshot, fallback, degraded);
+* :mod:`~api.reads.snapshot`, :mod:`~api.reads.live`, :mod:`~api.reads.approx`,
+  :mod:`~api.reads.friends`, :mod:`~api.reads.awards`: the reads of each mode;
+* :mod:`~api.reads.ranking`: rankings other than the board's own;
+* :mod:`~api.reads.answers`, :mod:`~api.reads.caches`, :mod:`~api.reads.cursors`,
+  :mod:`~api.reads.labels`: encoded answers, the caches, cursors, labels.
 """
 
 from api.reads.answers import (
@@ -28,6 +39,12 @@ from api.reads.answers import (
     encode,
     players_of,
     with_profiles,
+)
+from api.reads.approx import (
+    APPROX_HITS,
+    APPROX_MISSES,
+    HISTOGRAM_BACKOFF,
+    ApproxCounts,
 )
 from api.reads.awards import award_page
 from api.reads.caches import (
@@ -60,13 +77,7 @@ from api.reads.labels import (
     snapshot_header,
     top_percent,
 )
-from api.reads.service import (
-    APPROX_HITS,
-    APPROX_MISSES,
-    HISTOGRAM_BACKOFF,
-    ApproxCounts,
-    ReadService,
-)
+from api.reads.service import ReadService
 from api.reads.snapshot import Standing, standing_in, window_entries
 
 __all__ = [

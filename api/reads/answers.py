@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,11 @@ def with_profiles(answer: Answer, profiles: dict[str, dict[str, str]]) -> Answer
     if "playerId" in body:
         body.update(profiles.get(body["playerId"], ()))
     return Answer(orjson.dumps(body), answer.headers, answer.players)
+
+
+async def resolve(read: Answer | Awaitable[Answer]) -> Answer:
+    """The answer of a read that may or may not need awaiting."""
+    return read if isinstance(read, Answer) else await read
 
 
 def echo_ranking(answer: Answer, ranking: Ranking) -> Answer:
