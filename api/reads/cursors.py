@@ -48,7 +48,7 @@ def decode_cursor(cursor: str, board: str) -> dict[str, Any]:
         if not (
             isinstance(data, dict)
             # Only the fields encode_cursor writes: a cursor padded with others
-            # would be a distinct cache key for the same page (api/reads.py caches).
+            # would be a distinct cache key for the same page (snapshot.py caches).
             and data.keys() <= CURSOR_FIELDS
             and isinstance(data.get("g"), str)
             and data.get("b") == board
