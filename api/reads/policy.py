@@ -34,13 +34,14 @@ LiveRead = Callable[[], Awaitable[Answer]]
 Guard = Callable[[LiveRead], Awaitable[Answer]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fallbacks:
     """How one read is answered without the live layer: ``snapshot`` reads a
     generation; ``unavailable`` builds the body from the latest generation's board
     when Redis is unreachable; ``not_exact`` answers when the live read cannot be
     exact (None: ``snapshot`` of the latest generation). ``endpoint`` labels the
-    degraded read's metric."""
+    degraded read's metric. Not frozen: one is made per read, and a frozen
+    dataclass's ``__init__`` costs several times a plain one's."""
 
     board: str
     endpoint: str
@@ -110,19 +111,19 @@ class FallbackPolicy:
         except GenerationNotFound:
             raise NotReady("a rebase is in progress; retry shortly") from None
 
-    async def read(
+    def read(
         self,
         mode: Mode,
         generation: str | None,
         fallbacks: Fallbacks,
         live: LiveRead,
-    ) -> Answer:
-        """The read from its generation when :meth:`pinned`, else ``live`` under
-        :meth:`guard`."""
+    ) -> Answer | Awaitable[Answer]:
+        """The read from its generation when :meth:`pinned` (answered at once, no
+        coroutine), else ``live`` under :meth:`guard` (to be awaited)."""
         pinned = self.pinned(fallbacks.board, mode, generation)
         if pinned is not None:
             return fallbacks.snapshot(pinned)
-        return await self.guard(fallbacks, live)
+        return self.guard(fallbacks, live)
 
     async def guard(self, fallbacks: Fallbacks, live: LiveRead) -> Answer:
         """``live()``, or its fallback when it cannot be exact or Redis is down."""

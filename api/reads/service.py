@@ -127,9 +127,9 @@ class ReadService:
             lambda g: self._top(board, limit, mode, g),
         )
 
-    async def _top(
+    def _top(
         self, board: str, limit: int, mode: Mode, generation: str | None
-    ) -> Answer:
+    ) -> Answer | Awaitable[Answer]:
         self.policy.check(board)
 
         def snapshot(gen: Generation) -> Answer:
@@ -143,7 +143,7 @@ class ReadService:
         fallbacks = Fallbacks(board, "top", snapshot, unavailable)
         # The histogram orders buckets, not players: a top list is always read
         # live; the cache's computation is guarded too (its fallback not cached).
-        return await self.policy.read(
+        return self.policy.read(
             mode,
             generation,
             fallbacks,
@@ -173,14 +173,14 @@ class ReadService:
             lambda g: self._rank(board, player_id, mode, g, viewer),
         )
 
-    async def _rank(
+    def _rank(
         self,
         board: str,
         player_id: str,
         mode: Mode,
         generation: str | None,
         viewer: str | None,
-    ) -> Answer:
+    ) -> Answer | Awaitable[Answer]:
         self.policy.check(board)
         own = is_own_read(viewer, player_id)
 
@@ -210,7 +210,7 @@ class ReadService:
 
         # Not exact live: the approximate rank (it needs no settled base).
         fallbacks = Fallbacks(board, "rank", snapshot, unavailable, approx)
-        return await self.policy.read(mode, generation, fallbacks, live)
+        return self.policy.read(mode, generation, fallbacks, live)
 
     async def approx_rank(
         self, board: str, player_id: str, mode: Mode, own: bool
@@ -237,7 +237,7 @@ class ReadService:
             lambda g: self._nearby(board, player_id, radius, mode, g, viewer),
         )
 
-    async def _nearby(
+    def _nearby(
         self,
         board: str,
         player_id: str,
@@ -245,7 +245,7 @@ class ReadService:
         mode: Mode,
         generation: str | None,
         viewer: str | None,
-    ) -> Answer:
+    ) -> Answer | Awaitable[Answer]:
         self.policy.check(board)
         own = is_own_read(viewer, player_id)
 
@@ -261,7 +261,7 @@ class ReadService:
             return nearby_body(board, mode, gen, segment, player_id, me, radius)
 
         fallbacks = Fallbacks(board, "nearby", snapshot, unavailable)
-        return await self.policy.read(
+        return self.policy.read(
             mode,
             generation,
             fallbacks,
