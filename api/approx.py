@@ -8,7 +8,7 @@ every partition's tree on each approximate read cost as much as the exact rank
 count per bucket, and keeps that :class:`Histogram` per board together with the
 stamp it is exact for: every partition's base generation and log position, the
 flags version and the dataset's epoch, the same stamp a cached live top list is
-checked against (:meth:`api.reads.ReadService._stamp`). Every change to a tree
+checked against (:meth:`speed.live.LiveReader.stamp`). Every change to a tree
 (an applied event, a flag, a rebase) moves one of those, so while the stamp a read
 sees equals the histogram's, the histogram is the current one and the read needs
 only the stamp and the player's total: one round trip, no histogram work in Redis.

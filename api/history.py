@@ -249,7 +249,7 @@ class HistoryService:
         self, board: str, player_id: str, limit: int, own: bool = False
     ) -> Answer:
         """``own``: the player's own read (its token): a generation it is shadowed
-        in lists it as if present, as its own rank read does (api/reads.py)."""
+        in lists it as if present, as its own rank read does (api/reads/)."""
         if not 1 <= limit <= 100:
             raise InvalidRequest("limit must be 1..100", field="limit")
         described = check_board(self.config(), board)

@@ -802,51 +802,70 @@ class LiveReader:
                     for row, m in enumerate(base.encoded_range(lo, hi), start=lo)
                     if row not in changed
                 ]
-                after_snap = [m for m in snap_rows if m > center]
-                before_snap = [m for m in snap_rows if m < center]
-                if (len(after_snap) < radius and hi < base.population) or (
-                    len(before_snap) < radius + 1 and lo > 0
-                ):
+                around = _window_around(
+                    snap_rows, replies, center, radius, lo > 0, hi < base.population
+                )
+                if around is None:
                     margin *= 4
                     continue
-                after = sorted(after_snap + [m for r in replies for m in r[4]])[:radius]
-                above_window = sorted(before_snap + [m for r in replies for m in r[5]])[
-                    -(radius + 1) :
-                ]
-                before = above_window[len(above_window) > radius :]
-                if radius == 0:
-                    before, after = [], []
-                window = [*before, center, *after]
-                first_position = position - len(before)
+                window, before, previous_entry = around
+                first_position = position - before
                 top_score = decode_entry(window[0], timed)[0]
                 # The entry just above the window (none: the window starts at the top).
                 previous = (
-                    decode_entry(above_window[0], timed)[0]
-                    if len(above_window) > radius
-                    else None
+                    None
+                    if previous_entry is None
+                    else decode_entry(previous_entry, timed)[0]
                 )
-                # Everything above the window's first score is outside the window: its
-                # rank needs one count, read with the same positions as the rest,
-                # unless no entry above the window ties with it.
-                first_rank = None
-                if unique or (
-                    top_score != score and (previous is None or previous != top_score)
-                ):
-                    first_rank = first_position
-                elif top_score != score:
-                    if guessed == top_score and guessed_counts:
-                        counted = self._counted_above(top_score, base, guessed_counts)
-                    else:
-                        counted = await self._count_above(board, top_score, base)
-                    if counted["asOf"] != me["asOf"]:
-                        top_guess = top_score
-                        break
-                    first_rank = counted["above"] + 1
-                else:
-                    first_rank = me["rank"]
+                first_rank = await self._first_rank(
+                    board,
+                    me,
+                    top_score,
+                    previous,
+                    first_position,
+                    unique,
+                    guessed if guessed_counts else None,
+                    guessed_counts,
+                )
+                if first_rank is None:
+                    top_guess = top_score
+                    break
                 entries = _ranked(window, first_position, first_rank, timed, unique)
                 return {**me, "entries": entries}
         raise NotExact("the board kept changing around the player")
+
+    async def _first_rank(
+        self,
+        board: str,
+        me: dict[str, Any],
+        top_score: int,
+        previous: int | None,
+        first_position: int,
+        unique: bool,
+        guessed: int | None,
+        guessed_counts: list[list[Any]],
+    ) -> int | None:
+        """The rank of a nearby window's first score ``top_score`` (``previous``:
+        the score just above the window, None at the top). Everything above it is
+        outside the window: its rank needs one count, read with the same positions
+        as the rest (``guessed_counts`` when read with the rank for ``guessed``),
+        unless no entry above the window ties with it. None when that count was
+        read at other positions than the player's rank (start over)."""
+        score = me["score"]
+        if unique or (
+            top_score != score and (previous is None or previous != top_score)
+        ):
+            return first_position
+        if top_score == score:
+            return int(me["rank"])
+        base: Base = me["base"]
+        if guessed == top_score:
+            counted = self._counted_above(top_score, base, guessed_counts)
+        else:
+            counted = await self._count_above(board, top_score, base)
+        if counted["asOf"] != me["asOf"]:
+            return None
+        return int(counted["above"]) + 1
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
         above = base.count_above(score)
@@ -986,6 +1005,37 @@ class LiveReader:
                 ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
             )
         return await run_commands(self.speed.client, script, commands)
+
+
+def _window_around(
+    snap_rows: list[bytes],
+    replies: list[list[Any]],
+    center: bytes,
+    radius: int,
+    rows_before: bool,
+    rows_after: bool,
+) -> tuple[list[bytes], int, bytes | None] | None:
+    """The nearby window around the player's entry ``center``: the base rows read
+    (``snap_rows``, unchanged players only) merged with the changed players the
+    ``live_window.lua`` replies return, as (window, entries before the player,
+    the entry just above the window or None at the top). None when the base rows
+    read are too few on a side that has more (``rows_before``/``rows_after``):
+    read a wider range."""
+    after_snap = [m for m in snap_rows if m > center]
+    before_snap = [m for m in snap_rows if m < center]
+    if (len(after_snap) < radius and rows_after) or (
+        len(before_snap) < radius + 1 and rows_before
+    ):
+        return None
+    after = sorted(after_snap + [m for r in replies for m in r[4]])[:radius]
+    above_window = sorted(before_snap + [m for r in replies for m in r[5]])[
+        -(radius + 1) :
+    ]
+    before = above_window[len(above_window) > radius :]
+    if radius == 0:
+        before, after = [], []
+    previous = above_window[0] if len(above_window) > radius else None
+    return [*before, center, *after], len(before), previous
 
 
 def _ranked(

@@ -1,0 +1,140 @@
+"""The one fallback policy: when a read is answered from a generation instead of
+the live layer, and from which.
+
+* **snapshot**: the read asks for it (``mode=snapshot``), pins a ``generation``, or
+  its board is closed and the latest generation holds its final state
+  (:meth:`FallbackPolicy.pinned`);
+* **not exact live** (a rebase in progress, ``NotExact``): the latest generation,
+  labelled snapshot (:meth:`FallbackPolicy.fallback`), unless the read names
+  another fallback (a player's rank: the approximate rank);
+* **Redis unreachable**: the latest generation with ``liveLayer: unavailable``
+  (:mod:`api.degraded`).
+
+Each read states its variants once (:class:`Fallbacks`); :meth:`FallbackPolicy.read`
+picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from api.degraded import REDIS_DOWN, degraded_snapshot
+from api.errors import GenerationNotFound, LiveUnavailable, NotReady
+from api.reads.answers import Answer, degraded, resolve
+from api.reads.labels import Mode, check_board, pin
+from conf.boards import BoardsConfig
+from serving.registry import Generation, GenerationRegistry
+from serving.segments import BoardSegment
+from speed.closed import final_boards
+from speed.live import NotExact
+
+LiveRead = Callable[[], Awaitable[Answer]]
+Guard = Callable[[LiveRead], Awaitable[Answer]]
+
+
+@dataclass(slots=True)
+class Fallbacks:
+    """How one read is answered without the live layer: ``snapshot`` reads a
+    generation; ``unavailable`` builds the body from the latest generation's board
+    when Redis is unreachable; ``not_exact`` answers when the live read cannot be
+    exact (None: ``snapshot`` of the latest generation). ``endpoint`` labels the
+    degraded read's metric. Not frozen: one is made per read, and a frozen
+    dataclass's ``__init__`` costs several times a plain one's."""
+
+    board: str
+    endpoint: str
+    snapshot: Callable[[Generation], Answer]
+    unavailable: Callable[[Generation, BoardSegment | None], dict[str, Any]]
+    not_exact: Callable[[], Answer | Awaitable[Answer]] | None = None
+
+
+def unavailable_player(player_id: str, generation: Generation) -> LiveUnavailable:
+    """A player read while Redis is unreachable, the player not in the generation."""
+    return LiveUnavailable(
+        f"the live layer is unavailable and player {player_id!r} is "
+        f"not in {generation.id}"
+    )
+
+
+class FallbackPolicy:
+    """Chooses the generation (or the live layer) for every read of one app."""
+
+    def __init__(self, config: BoardsConfig, registry: GenerationRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self._final: dict[str, frozenset[str]] = {}
+
+    def use_boards(self, config: BoardsConfig) -> None:
+        self.config = config
+        self._final.clear()
+
+    def check(self, board: str) -> dict[str, str]:
+        return check_board(self.config, board)
+
+    def final_in_latest(self, board: str) -> bool:
+        """True when the latest generation holds the board's final state: its
+        speed-layer keys are gone (speed/closed.py) and the generation answers."""
+        latest = self.registry.latest()
+        if latest is None:
+            return False
+        key = str(latest.directory)
+        final = self._final.get(key)
+        if final is None:
+            if len(self._final) > 16:
+                self._final.clear()
+            final = self._final[key] = frozenset(
+                final_boards(self.config, latest.manifest)
+            )
+        return board in final
+
+    def pinned(
+        self, board: str, mode: Mode, generation: str | None, closed: bool = True
+    ) -> Generation | None:
+        """The generation that answers (None: read live): asked for, pinned, or
+        (with ``closed``) the board is closed and final in the latest generation.
+        Friends reads pass ``closed=False``: they never looked at a closed board's
+        final state (kept as it was)."""
+        if (
+            mode == "snapshot"
+            or generation is not None
+            or (closed and self.final_in_latest(board))
+        ):
+            return pin(self.registry, generation)
+        return None
+
+    def fallback(self) -> Generation:
+        """When exactness is impossible live: the latest generation."""
+        try:
+            return pin(self.registry, None)
+        except GenerationNotFound:
+            raise NotReady("a rebase is in progress; retry shortly") from None
+
+    def read(
+        self,
+        mode: Mode,
+        generation: str | None,
+        fallbacks: Fallbacks,
+        live: LiveRead,
+    ) -> Answer | Awaitable[Answer]:
+        """The read from its generation when :meth:`pinned` (answered at once, no
+        coroutine), else ``live`` under :meth:`guard` (to be awaited)."""
+        pinned = self.pinned(fallbacks.board, mode, generation)
+        if pinned is not None:
+            return fallbacks.snapshot(pinned)
+        return self.guard(fallbacks, live)
+
+    async def guard(self, fallbacks: Fallbacks, live: LiveRead) -> Answer:
+        """``live()``, or its fallback when it cannot be exact or Redis is down."""
+        try:
+            return await live()
+        except NotExact:
+            if fallbacks.not_exact is not None:
+                return await resolve(fallbacks.not_exact())
+            return fallbacks.snapshot(self.fallback())
+        except REDIS_DOWN:
+            latest, segment = degraded_snapshot(
+                self.config, self.registry, fallbacks.board, fallbacks.endpoint
+            )
+            return degraded(fallbacks.unavailable(latest, segment))
