@@ -57,6 +57,7 @@ from api.metrics import READ_CACHE
 from conf.boards import BoardsConfig, board_order, describe_board
 from conf.rule_state import describe_replay_board
 from serving.awards import AwardVersion, read_version
+from serving.orientation import real_body
 from serving.ranking import Ranking, native_ranking, rank_of, rerank
 from serving.registry import (
     Generation,
@@ -646,6 +647,10 @@ class ReadService:
         profiles."""
         with version_rider(players) as rider:
             answer = read if isinstance(read, Answer) else await read
+        # Score out: answers are built from oriented scores (serving/orientation.py).
+        real = real_body(self.config, answer.body)
+        if real is not None:
+            answer = Answer(real, answer.headers, answer.players)
         version = self.profile_cache.take(rider, players)
         if not answer.players or (
             answer.headers is not None and LIVE_LAYER_HEADER in answer.headers
