@@ -395,8 +395,10 @@ class SpeedLayer:
                         index,
                         1 if feeds else 0,
                         scores[spec.rule] if feeds else 0,
+                        # Quarantine thresholds bound high points: not on
+                        # order: asc boards, where lower is better.
                         thresholds.get(spec.board, {}).get(event.region, 0)
-                        if feeds
+                        if feeds and spec.sign == 1
                         else 0,
                         best,
                         row,

@@ -160,3 +160,69 @@ def test_asc_and_best_boards_live(api: SignedClient) -> None:
             )
     assert listed["season:S4:global"]["order"] == "asc"
     check_reads(api, "live")
+
+
+def test_asc_and_best_boards_after_a_publish(
+    api: SignedClient, settings: Any, spark: Any
+) -> None:
+    """One Spark publish: the snapshot reads, the gold rows (real scores, ranked
+    with lower better on asc boards), the histogram, and live reads merged onto
+    the new generation after one more event."""
+    from jobs.publish import run_publish
+    from jobs.tables import GOLD_SNAPSHOTS
+
+    post_all(api)
+    generation = run_publish(settings, spark=spark, bucket_target=2)
+    api.client.app.state.generations.refresh(force=True)
+    check_reads(api, "snapshot")
+    gold = (
+        spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(f"generation = '{generation}'")
+        .collect()
+    )
+    for board in RULES:
+        rows = sorted(
+            (r["position"], r["rank"], r["player_id"], r["score"])
+            for r in gold
+            if r["board"] == board
+        )
+        want = [
+            (e["position"], e["rank"], e["playerId"], e["score"])
+            for e in slow_sort(board, "competition")
+        ]
+        assert rows == want, board
+    # The histogram counts real scores: every player in the bucket holding its score.
+    for board in RULES:
+        body = api.get(f"/v1/boards/{board}/histogram").json()
+        scores = totals(board)
+        assert body["maxScore"] == max(scores.values())
+        assert sum(b["count"] for b in body["buckets"]) == len(scores)
+        for bucket in body["buckets"]:
+            inside = [
+                s
+                for s in scores.values()
+                if bucket["lower"] <= s
+                and (bucket["upper"] is None or s < bucket["upper"])
+            ]
+            assert len(inside) == bucket["count"], (board, bucket)
+    # Live on top of the generation: one more match for P2.
+    EVENTS.append(("P2", "m3", 1, 1))
+    try:
+        post_all_new = EVENTS[-1:]
+        for player, match, revision, points in post_all_new:
+            reply = api.post(
+                "/v1/score-events",
+                event(
+                    eventId=f"{player}-{match}-{revision}",
+                    playerId=player,
+                    matchId=match,
+                    sourceRevision=revision,
+                    region=REGION[player],
+                    result={"points": points},
+                ),
+            )
+            assert reply.status_code == 200, reply.text
+        check_reads(api, "live")
+    finally:
+        EVENTS.pop()
