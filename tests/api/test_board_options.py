@@ -90,7 +90,9 @@ def slow_sort(board: str, ranking: str) -> list[dict[str, Any]]:
             rank = 1 + len({s for s in scores.values() if better(s, score)})
         else:
             rank = i + 1
-        out.append({"position": i + 1, "rank": rank, "playerId": player, "score": score})
+        out.append(
+            {"position": i + 1, "rank": rank, "playerId": player, "score": score}
+        )
     return out
 
 
@@ -169,10 +171,14 @@ def test_asc_and_best_boards_after_a_publish(
     with lower better on asc boards), the histogram, and live reads merged onto
     the new generation after one more event."""
     from jobs.publish import run_publish
+    from jobs.rebuild import run_rebuild
     from jobs.tables import GOLD_SNAPSHOTS
+    from speed.rebase import rebase_published
 
     post_all(api)
     generation = run_publish(settings, spark=spark, bucket_target=2)
+    # As `lb publish` does: the speed layer rebased onto the new generation.
+    assert set(rebase_published(settings, generation).partitions.values()) == {"ok"}
     api.client.app.state.generations.refresh(force=True)
     check_reads(api, "snapshot")
     gold = (
@@ -224,5 +230,8 @@ def test_asc_and_best_boards_after_a_publish(
             )
             assert reply.status_code == 200, reply.text
         check_reads(api, "live")
+        # The speed layer rebuilt from the generation and the logs is the same
+        # (oriented totals, best-of zsets, changed-sets, Fenwick trees).
+        assert run_rebuild(settings, spark=spark, dry_run=True).differences == []
     finally:
         EVENTS.pop()
