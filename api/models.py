@@ -106,6 +106,9 @@ class BoardOut(_Out):
     period: str
     scope: str
     aggregation: str
+    order: Literal["desc", "asc"] = Field(
+        default="desc", description="desc: higher scores are better; asc: lower"
+    )
     tieBreak: str
     rule: str
     state: Literal["open", "closing", "closed"]

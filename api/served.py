@@ -28,6 +28,7 @@ from api.errors import ApiError, error_body, store_error_reason
 from api.main import create_app
 from api.reads import Answer, ReadService
 from conf.settings import Settings
+from serving.orientation import real_body
 from serving.registry import Generation
 
 
@@ -83,7 +84,9 @@ class ServedReads:
             return error_body(exc.code, exc.detail, **exc.extra)
         except (RedisError, OSError) as exc:
             return error_body("unavailable", store_error_reason(exc))
-        body: dict[str, Any] = orjson.loads(answer.body)
+        # Score out, as ReadService.profiled does for HTTP answers.
+        raw = real_body(self._reads.config, answer.body) or answer.body
+        body: dict[str, Any] = orjson.loads(raw)
         return body
 
 

@@ -1,8 +1,19 @@
 """Boards: the YAML boards file validated into models, and which boards an event feeds.
 
 A board id is ``<window>:<period>:<scope>`` (API.md). Daily, ISO-weekly, monthly and
-all-time boards exist for ``global`` and each region, with ``aggregation: sum``;
-seasons come from the boards file.
+all-time boards exist for ``global`` and each region (``aggregation: sum``, ``order:
+desc`` unless the ``windows:`` block says otherwise); seasons come from the boards file.
+
+:func:`board_rules` is the one home of a board's scoring rules (aggregation, order,
+tie-break, rank, rule version): every layer asks it.
+
+Orientation: an ``order: asc`` board (lower is better) is kept internally under its
+*oriented* score, ``-score`` (``score`` on ``desc`` boards), so every sorted structure
+(Redis totals, changed-sets and Fenwick trees, generation segments, Spark orderings)
+ranks "higher is better" unchanged, and ``aggregation: max`` of oriented
+contributions is the best match under either order. :meth:`BoardRules.orient` turns
+a contribution into the oriented one (contribution in) and the same function turns
+an oriented score back into the real one (score out): negation is its own inverse.
 """
 
 from __future__ import annotations
@@ -17,7 +28,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from conf.periods import period_ids
 from conf.rules import RULE_VERSIONS
@@ -56,6 +74,41 @@ class Tier(BaseModel):
         return rank * 100 <= Fraction(str(self.top_percent)) * population
 
 
+Aggregation = Literal["sum", "max"]
+Order = Literal["desc", "asc"]
+
+
+def _aggregation_alias(value: object) -> object:
+    """``best`` is another name for ``max`` (the best single match)."""
+    return "max" if value == "best" else value
+
+
+class WindowOptions(BaseModel):
+    """Options of one rolling window (``windows: {daily: {aggregation: max}}``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    aggregation: Aggregation = "sum"
+    order: Order = "desc"
+
+    @field_validator("aggregation", mode="before")
+    @classmethod
+    def _alias(cls, value: object) -> object:
+        return _aggregation_alias(value)
+
+
+class Windows(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    daily: WindowOptions = WindowOptions()
+    weekly: WindowOptions = WindowOptions()
+    monthly: WindowOptions = WindowOptions()
+    alltime: WindowOptions = WindowOptions()
+
+    def of(self, window: str) -> WindowOptions:
+        return getattr(self, window)  # type: ignore[no-any-return]
+
+
 class Season(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -63,7 +116,9 @@ class Season(BaseModel):
     start: datetime
     end: datetime
     allowed_lateness: timedelta = Field(alias="allowedLateness", default=timedelta(0))
-    aggregation: Literal["sum", "max"] = "sum"
+    aggregation: Aggregation = "sum"
+    # desc: higher scores are better; asc: lower ones (e.g. a race time).
+    order: Order = "desc"
     # player_id: ties in display order by player id; first_achieved: by the time the
     # player reached the score (occurredAt of the event that set it), then player id.
     tie_break: Literal["player_id", "first_achieved"] = Field(
@@ -75,6 +130,11 @@ class Season(BaseModel):
     rule: str = "v1"
     # Award tiers, best first; a player gets the first tier that holds its rank.
     tiers: list[Tier] = Field(default_factory=list)
+
+    @field_validator("aggregation", mode="before")
+    @classmethod
+    def _alias(cls, value: object) -> object:
+        return _aggregation_alias(value)
 
     @model_validator(mode="after")
     def _check(self) -> Season:
@@ -116,6 +176,8 @@ class BoardsConfig(BaseModel):
     window_lateness: timedelta = Field(
         alias="windowLateness", default=DEFAULT_WINDOW_LATENESS
     )
+    # Aggregation and order of the daily, weekly, monthly and all-time boards.
+    windows: Windows = Windows()
 
     @model_validator(mode="after")
     def _check(self) -> BoardsConfig:
@@ -165,14 +227,77 @@ def load_boards(path: Path | None = None) -> BoardsConfig:
         ) from exc
 
 
+@dataclass(frozen=True, slots=True)
+class BoardRules:
+    """A board's scoring rules, from :func:`board_rules` (the one place that reads
+    them off the boards file)."""
+
+    aggregation: Aggregation = "sum"
+    order: Order = "desc"
+    tie_break: Literal["player_id", "first_achieved"] = "player_id"
+    rank: Literal["competition", "unique"] = "competition"
+    rule: str = "v1"
+
+    @property
+    def sign(self) -> int:
+        """1 on ``desc`` boards, -1 on ``asc`` ones: oriented = sign * score."""
+        return -1 if self.order == "asc" else 1
+
+    def orient(self, value: int) -> int:
+        """Contribution in, score out: the oriented value of a real one and the real
+        value of an oriented one (the same negation on ``asc`` boards)."""
+        return -value if self.order == "asc" else value
+
+    @property
+    def first_achieved(self) -> bool:
+        return self.tie_break == "first_achieved"
+
+    @property
+    def unique_rank(self) -> bool:
+        return self.rank == "unique"
+
+
+DEFAULT_RULES = BoardRules()
+
+
+def season_rules(season: Season) -> BoardRules:
+    return BoardRules(
+        season.aggregation, season.order, season.tie_break, season.rank, season.rule
+    )
+
+
+def window_rules(config: BoardsConfig, window: str) -> BoardRules:
+    options = config.windows.of(window)
+    return BoardRules(options.aggregation, options.order, rule=config.rule)
+
+
+def board_rules(config: BoardsConfig, board: str) -> BoardRules:
+    """The scoring rules of a board id: its season's (a replay's board
+    ``season:<S>@<R>:<scope>`` has season S's under rule R) or its rolling window's;
+    the defaults for an id that names no board."""
+    match = BOARD_ID.match(board)
+    if not match:
+        return DEFAULT_RULES
+    window, period = match["window"], match["period"]
+    if window == "season":
+        season_id, at, rule = period.partition("@")
+        season = config.season(season_id)
+        if season is None:
+            return DEFAULT_RULES
+        rules = season_rules(season)
+        if at:
+            rules = BoardRules(
+                rules.aggregation, rules.order, rules.tie_break, rules.rank, rule
+            )
+        return rules
+    return window_rules(config, window)
+
+
 def board_order(config: BoardsConfig, board: str) -> tuple[bool, bool]:
     """(first_achieved, unique_rank) of a board id; rolling windows are (False,
     False)."""
-    if board.startswith("season:"):
-        season = config.season(board.split(":")[1])
-        if season is not None:
-            return season.tie_break == "first_achieved", season.rank == "unique"
-    return False, False
+    rules = board_rules(config, board)
+    return rules.first_achieved, rules.unique_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +310,12 @@ class BoardSpec:
     cutoff_ms: int
     # Scoring rule version whose points this board takes (conf/rules.py).
     rule: str = "v1"
+    # "asc": lower is better; the board keeps oriented scores (BoardRules.orient).
+    order: str = "desc"
+
+    @property
+    def sign(self) -> int:
+        return -1 if self.order == "asc" else 1
 
 
 def to_ms(moment: datetime) -> int:
@@ -217,12 +348,20 @@ def boards_for_event(
                         season.aggregation,
                         to_ms(season.cutoff),
                         season.rule,
+                        season.order,
                     )
                 )
     for window, period, cutoff_ms in periods:
+        options = config.windows.of(window)
         for scope in (SCOPE_GLOBAL, region):
             specs.append(
-                BoardSpec(f"{window}:{period}:{scope}", "sum", cutoff_ms, config.rule)
+                BoardSpec(
+                    f"{window}:{period}:{scope}",
+                    options.aggregation,
+                    cutoff_ms,
+                    config.rule,
+                    options.order,
+                )
             )
     return specs
 
@@ -342,7 +481,8 @@ def valid_period(window: str, period: str) -> bool:
 
 
 def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
-    """Window, scope, aggregation, tie-break of a board id; None if it cannot exist."""
+    """Window, scope, aggregation, order, tie-break of a board id; None if it cannot
+    exist."""
     match = BOARD_ID.match(board)
     if not match:
         return None
@@ -358,6 +498,7 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
             "period": period,
             "scope": scope,
             "aggregation": season.aggregation,
+            "order": season.order,
             "tieBreak": season.tie_break,
             "rule": season.rule,
         }
@@ -367,7 +508,8 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
         "window": window,
         "period": period,
         "scope": scope,
-        "aggregation": "sum",
+        "aggregation": config.windows.of(window).aggregation,
+        "order": config.windows.of(window).order,
         "tieBreak": "player_id",
         "rule": config.rule,
     }

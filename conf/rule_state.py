@@ -106,6 +106,7 @@ def describe_replay_board(config: BoardsConfig, board: str) -> dict[str, str] | 
         "period": parts[1],
         "scope": parts[2],
         "aggregation": season.aggregation,
+        "order": season.order,
         "tieBreak": season.tie_break,
         "rule": rule,
     }

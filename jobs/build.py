@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -38,7 +38,7 @@ from jobs.incremental import (
 )
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.phase_clock import PhaseClock
-from jobs.rank import board_orders, transform_rank
+from jobs.rank import asc_boards, board_orders, transform_rank
 from jobs.recompute import (
     transform_achieved,
     transform_recompute,
@@ -82,6 +82,7 @@ class RecomputeInputs:
             window_lateness_ms=self.boards.window_lateness_ms,
             window_rule=self.boards.rule,
             registry=self.registry,
+            boards=self.boards,
         )
         return contributions
 
@@ -96,7 +97,10 @@ class RecomputeInputs:
     def rank(self, totals: DataFrame) -> DataFrame:
         unique = [b for b, (_, u) in board_orders(self.boards).items() if u]
         return transform_rank(
-            transform_public(totals, self.shadowed), self.partitions, unique
+            transform_public(totals, self.shadowed),
+            self.partitions,
+            unique,
+            asc_boards(self.boards),
         )
 
 
@@ -107,6 +111,7 @@ def load_silver(
     generation: str,
     clock: PhaseClock | None = None,
     achieved: DataFrame | None = None,
+    asc: Column | None = None,
 ) -> DataFrame:
     """Write silver contributions, then totals computed from the written table.
 
@@ -130,7 +135,7 @@ def load_silver(
         clock.lap("recompute_contributions")
     written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
     (
-        with_achieved(transform_totals(written.drop("generation")), achieved)
+        with_achieved(transform_totals(written.drop("generation"), asc), achieved)
         .withColumn("generation", F.lit(generation))
         .write.format("delta")
         .mode("overwrite")
@@ -228,7 +233,13 @@ def _recompute_full(
     if clock is not None:
         clock.lap("land")
     totals_now = load_silver(
-        spark, contributions, delta_dir, generation, clock, achieved
+        spark,
+        contributions,
+        delta_dir,
+        generation,
+        clock,
+        achieved,
+        asc_boards(inputs.boards),
     )
     load_gold_snapshot(inputs.rank(totals_now), delta_dir / GOLD_SNAPSHOTS, generation)
     if clock is not None:
@@ -288,7 +299,9 @@ def check_generation(
         partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
     )
     contributions, achieved = inputs.silver(inputs.events)
-    totals = with_achieved(transform_totals(contributions), achieved)
+    totals = with_achieved(
+        transform_totals(contributions, asc_boards(boards)), achieved
+    )
     fresh = inputs.rank(totals).select(*GOLD_COLUMNS).localCheckpoint(eager=True)
     gold = (
         spark.read.format("delta")

@@ -68,6 +68,7 @@ from jobs.incremental_pairs import (
     transform_touched_pairs,
 )
 from jobs.phase_clock import PhaseClock
+from jobs.rank import asc_boards
 from jobs.recompute import (
     NARROW,
     transform_achieved,
@@ -443,7 +444,11 @@ def recompute_incremental(
         max_scope = transform_scope_boards(scope.where(F.col("board").isin(best)))
         summed = summed.where(~F.col("board").isin(best)).unionByName(
             transform_scope_totals(
-                silver, fresh.where(F.col("board").isin(best)), pairs, max_scope
+                silver,
+                fresh.where(F.col("board").isin(best)),
+                pairs,
+                max_scope,
+                asc_boards(inputs.boards),
             )
         )
     totals = (

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from conf.boards import Season
@@ -103,7 +103,11 @@ def transform_in_scope(table: DataFrame, scope_boards: DataFrame) -> DataFrame:
 
 
 def transform_scope_totals(
-    silver: DataFrame, fresh: DataFrame, pairs: DataFrame, scope_boards: DataFrame
+    silver: DataFrame,
+    fresh: DataFrame,
+    pairs: DataFrame,
+    scope_boards: DataFrame,
+    asc: Column | None = None,
 ) -> DataFrame:
     """Totals of the (board, player) keys of ``scope_boards``
     (:func:`transform_scope_boards`): the other pairs' silver contribution rows
@@ -113,7 +117,7 @@ def transform_scope_totals(
         F.broadcast(pairs), PAIR, "left_anti"
     )
     columns = fresh.columns
-    return transform_totals(others.select(*columns).unionByName(fresh))
+    return transform_totals(others.select(*columns).unionByName(fresh), asc)
 
 
 def transform_sum_totals(

@@ -2,7 +2,10 @@
 
 No window ordered over a whole board (that funnels a board through one task):
 
-1. range-partition and sort by (board, score desc, achieved_ms asc, player asc) --
+1. range-partition and sort by (board, oriented score desc, achieved_ms asc, player
+   asc) -- the oriented score is ``-score`` on ``order: asc`` boards (lower is
+   better), ``score`` elsewhere (conf/boards.py BoardRules); the rows keep the real
+   ``score`` --
    a total order, since a player appears once per board; Spark compares strings by
    UTF-8 bytes; achieved_ms (when the player reached the score) is set on
    ``tieBreak: first_achieved`` boards only;
@@ -27,7 +30,37 @@ from conf.boards import BoardsConfig
 ROW_BITS = 33
 
 
-def transform_sorted_slices(totals: DataFrame, num_partitions: int) -> DataFrame:
+def asc_boards(boards: BoardsConfig, board: Column | None = None) -> Column:
+    """True for the board ids (``board``, default the ``board`` column) of ``order:
+    asc`` boards: asc seasons (and their replays' ``season:<S>@<R>:<scope>``) and
+    the rolling windows the ``windows:`` block makes asc. The one place the batch
+    layer reads the order off the boards file."""
+    board = F.col("board") if board is None else board
+    prefixes = [
+        p
+        for s in boards.seasons
+        if s.order == "asc"
+        for p in (f"season:{s.id}:", f"season:{s.id}@")
+    ] + [
+        f"{w}:"
+        for w in ("daily", "weekly", "monthly", "alltime")
+        if boards.windows.of(w).order == "asc"
+    ]
+    test = F.lit(False)
+    for prefix in prefixes:
+        test = test | board.startswith(prefix)
+    return test
+
+
+def oriented(score: Column, asc: Column) -> Column:
+    """The oriented score (higher is better on every board): ``-score`` where
+    ``asc``; the same expression turns an oriented score back."""
+    return F.when(asc, -score).otherwise(score)
+
+
+def transform_sorted_slices(
+    totals: DataFrame, num_partitions: int, asc: Column | None = None
+) -> DataFrame:
     """Totals range-partitioned and sorted by display order, with slice coordinates.
 
     Adds ``_part`` (Spark partition id) and ``_row`` (index inside that partition).
@@ -35,9 +68,10 @@ def transform_sorted_slices(totals: DataFrame, num_partitions: int) -> DataFrame
     the partitioning must be computed once and reused by both later steps.
     """
     # first_achieved boards order equal scores by achieved_ms (null elsewhere).
+    key = F.col("score") if asc is None else oriented(F.col("score"), asc)
     order = [
         F.col("board"),
-        F.col("score").desc(),
+        key.desc(),
         F.coalesce(F.col("achieved_ms"), F.lit(0)),
         F.col("player_id"),
     ]
@@ -90,12 +124,17 @@ def transform_ranks(positioned: DataFrame) -> DataFrame:
 
 
 def transform_rank(
-    totals: DataFrame, num_partitions: int = 4, unique_boards: Iterable[str] = ()
+    totals: DataFrame,
+    num_partitions: int = 4,
+    unique_boards: Iterable[str] = (),
+    asc: Column | None = None,
 ) -> DataFrame:
     """(board, position, rank, player_id, score) for every (board, player) total,
     plus ``achieved_ms`` when the totals have it (first_achieved). On
-    ``unique_boards`` (``rank: unique``) the rank is the position."""
-    sliced = transform_sorted_slices(totals, num_partitions)
+    ``unique_boards`` (``rank: unique``) the rank is the position. ``asc``
+    (:func:`asc_boards`) names the boards where a lower score is better; scores
+    stay real."""
+    sliced = transform_sorted_slices(totals, num_partitions, asc)
     ranked = transform_ranks(transform_positions(sliced))
     unique = sorted(unique_boards)
     rank = F.col("rank")

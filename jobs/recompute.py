@@ -28,9 +28,17 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import DEFAULT_WINDOW_LATENESS, SCOPE_GLOBAL, Season, to_ms
+from conf.boards import (
+    DEFAULT_WINDOW_LATENESS,
+    SCOPE_GLOBAL,
+    BoardsConfig,
+    Season,
+    Windows,
+    to_ms,
+)
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
 from conf.rules import RuleRegistry, default_registry
+from jobs.rank import asc_boards
 from jobs.rules import points_under
 
 MS_PER_DAY = 86_400_000
@@ -224,6 +232,7 @@ def board_columns(
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
+    windows: Windows | None = None,
 ) -> Column:
     """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
 
@@ -288,7 +297,8 @@ def board_columns(
     for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
             name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
-            items.append(_board(name, "sum", cutoff, window_rule))
+            aggregation = windows.of(window).aggregation if windows else "sum"
+            items.append(_board(name, aggregation, cutoff, window_rule))
     arrays.append(F.array(*items).cast(board_type))
     return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
 
@@ -298,11 +308,12 @@ def transform_event_boards(
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
+    windows: Windows | None = None,
 ) -> DataFrame:
     """Add ``boards``: every board the event feeds (needs occurred_at, region)."""
     occurred_ms = F.unix_millis(F.col("occurred_at"))
     boards = board_columns(
-        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+        occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule, windows
     )
     return events.withColumn("boards", boards)
 
@@ -332,6 +343,7 @@ def transform_contributions(
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
+    windows: Windows | None = None,
 ) -> DataFrame:
     """Contribution per (player, match, board) from events with ``accepted``.
 
@@ -373,7 +385,12 @@ def transform_contributions(
         # Derived here, on flat rows, where Spark compiles it: inside a lambda
         # (``transform`` over the gathered events) it was interpreted row by row.
         board_columns(
-            occurred_ms, F.col("region"), seasons, window_lateness_ms, window_rule
+            occurred_ms,
+            F.col("region"),
+            seasons,
+            window_lateness_ms,
+            window_rule,
+            windows,
         ).alias("boards"),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
@@ -536,8 +553,10 @@ def transform_contributions(
     ).where(F.col("points").isNotNull())
 
 
-def transform_totals(contributions: DataFrame) -> DataFrame:
-    """Total per (board, player): sum of contributions, or best non-removed one.
+def transform_totals(contributions: DataFrame, asc: Column | None = None) -> DataFrame:
+    """Total per (board, player): sum of contributions, or best non-removed one
+    (the highest; the lowest where ``asc``, jobs/rank.py ``asc_boards``). Totals
+    are real scores.
 
     A board has one aggregation, so grouping by it too names the same groups; it
     keeps every aggregation buffer fixed-width (``first`` of a string is not), which
@@ -548,6 +567,7 @@ def transform_totals(contributions: DataFrame) -> DataFrame:
         contributions.groupBy("board", "player_id", "aggregation")
         .agg(
             F.coalesce(F.max(kept), F.lit(0)).alias("_best"),
+            F.coalesce(F.min(kept), F.lit(0)).alias("_worst"),
             F.sum("points").alias("_sum"),
             F.count(F.lit(1)).alias("matches"),
         )
@@ -555,7 +575,12 @@ def transform_totals(contributions: DataFrame) -> DataFrame:
             "board",
             "player_id",
             "aggregation",
-            F.when(F.col("aggregation") == "max", F.col("_best"))
+            F.when(
+                F.col("aggregation") == "max",
+                F.col("_best")
+                if asc is None
+                else F.when(asc, F.col("_worst")).otherwise(F.col("_best")),
+            )
             .otherwise(F.col("_sum"))
             .cast("bigint")
             .alias("score"),
@@ -572,8 +597,11 @@ def transform_recompute(
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
+    boards: BoardsConfig | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(contributions, totals) of every board from bronze up to ``boundary``.
+    """(contributions, totals) of every board from bronze up to ``boundary``;
+    ``boards``: the boards file whose rolling windows' options (aggregation, order)
+    apply (None: sum, desc).
 
     One shuffle for the whole recompute: the narrow event rows are hash-partitioned
     by player once (``num_partitions``, default spark.sql.shuffle.partitions); the
@@ -597,9 +625,15 @@ def transform_recompute(
     events = transform_accepted(events)
     events = transform_held(events, released)
     contributions = transform_contributions(
-        events, seasons, window_lateness_ms, window_rule=window_rule, registry=registry
+        events,
+        seasons,
+        window_lateness_ms,
+        window_rule=window_rule,
+        registry=registry,
+        windows=None if boards is None else boards.windows,
     )
-    return contributions, transform_totals(contributions)
+    asc = None if boards is None else asc_boards(boards)
+    return contributions, transform_totals(contributions, asc)
 
 
 STATE = (
@@ -629,6 +663,7 @@ def transform_achieved(
     if not timed:
         return None
     prefixes = [f"season:{s.id}:" for s in timed]
+    asc_prefixes = [f"season:{s.id}:" for s in timed if s.order == "asc"]
     bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     events = transform_accepted(transform_first_acceptance(events)).where(
@@ -693,9 +728,17 @@ def transform_achieved(
         kept = F.transform(
             F.filter(F.map_values(vals), lambda v: ~v["removed"]), lambda v: v["points"]
         )
-        total = F.when(
-            b["aggregation"] == "max", F.coalesce(F.array_max(kept), F.lit(0))
-        ).otherwise(F.aggregate(kept, F.lit(0).cast("bigint"), lambda acc, v: acc + v))
+        # The best match: the highest, the lowest on order: asc seasons.
+        best = F.coalesce(F.array_max(kept), F.lit(0))
+        if asc_prefixes:
+            worst = F.coalesce(F.array_min(kept), F.lit(0))
+            is_asc = F.lit(False)
+            for prefix in asc_prefixes:
+                is_asc = is_asc | b["board"].startswith(prefix)
+            best = F.when(is_asc, worst).otherwise(best)
+        total = F.when(b["aggregation"] == "max", best).otherwise(
+            F.aggregate(kept, F.lit(0).cast("bigint"), lambda acc, v: acc + v)
+        )
         changed = applies & (~state["present"] | (total != state["total"]))
         return F.struct(
             vals.alias("vals"),

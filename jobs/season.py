@@ -32,13 +32,14 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, Season, load_boards
+from conf.boards import BoardsConfig, Season, board_rules, load_boards
 from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
@@ -154,17 +155,22 @@ def land_awards(settings: Settings, spark: SparkSession) -> int:
             .collect()
         }
     added = 0
+    boards = load_boards(settings.boards_file)
     for season_id in sorted(os.listdir(root)):
         for number in versions(settings.data_dir, season_id):
             if (season_id, number) in landed:
                 continue
             version = read_version(settings.data_dir, season_id, number)
             assert version is not None
-            added += _land_version(spark, path, version)
+            added += _land_version(spark, path, version, boards)
     return added
 
 
-def _land_version(spark: SparkSession, path: Path, version: AwardVersion) -> int:
+def _land_version(
+    spark: SparkSession, path: Path, version: AwardVersion, boards: BoardsConfig
+) -> int:
+    """Append one award version to ``gold_awards`` with real scores (the snapshot
+    holds oriented ones, conf/boards.py BoardRules)."""
     closed = datetime.fromisoformat(version.meta["closedAt"].replace("Z", "+00:00"))
     tables = []
     for board in sorted(version.meta["boards"]):
@@ -181,7 +187,9 @@ def _land_version(spark: SparkSession, path: Path, version: AwardVersion) -> int
                     "position": table.column("position"),
                     "rank": table.column("rank"),
                     "player_id": table.column("player_id"),
-                    "score": table.column("score"),
+                    "score": pc.multiply(
+                        table.column("score"), board_rules(boards, board).sign
+                    ),
                     "tier": table.column("tier"),
                     "generation": pa.array([version.generation] * n, pa.string()),
                     "hash": pa.array([version.hash] * n, pa.string()),

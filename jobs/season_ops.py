@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, Season, board_order, load_boards
 from conf.settings import Settings
+from jobs.rank import asc_boards
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.spark import get_spark
 from jobs.verify import ServedReads, extract_events, transform_offline_ranks
@@ -140,14 +141,20 @@ def verify_awards(
         boundary = {int(p): int(v) for p, v in (award.get("boundary") or {}).items()}
         lateness = config.window_lateness_ms
         _, totals = transform_recompute(
-            events, boundary, config.seasons, window_lateness_ms=lateness
+            events,
+            boundary,
+            config.seasons,
+            window_lateness_ms=lateness,
+            boards=config,
         )
         achieved = transform_achieved(events, boundary, config.seasons, lateness)
         if achieved is not None:
             totals = totals.join(achieved, ["board", "player_id"], "left")
         unique = [board] if board_order(config, board)[1] else []
         rows = (
-            transform_offline_ranks(totals.where(F.col("board") == board), unique)
+            transform_offline_ranks(
+                totals.where(F.col("board") == board), unique, asc_boards(config)
+            )
             .orderBy("position")
             .collect()
         )

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig
+from conf.boards import BoardsConfig, board_rules
 from conf.settings import Settings
 from jobs.incremental import MODE_INCREMENTAL, Build, Previous, build_path, link_board
 from jobs.land import BRONZE, bronze_path
 from jobs.phase_clock import PhaseClock
 from jobs.quarantine import extract_thresholds
-from jobs.rank import board_orders
+from jobs.rank import asc_boards, board_orders, oriented
 from jobs.retention import retain
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import hidden_from
@@ -91,6 +91,9 @@ def publish_segments(
     )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
+    # Segments hold oriented scores (conf/boards.py BoardRules), gold the real ones:
+    # in display order they descend on every board.
+    rows = rows.withColumn("score", oriented(F.col("score"), asc_boards(boards)))
     named, previous_files = _named_versions(settings, spark, boundary, base, only)
     target = settings.segments_dir / generation
     tmp = settings.segments_dir / f"{TMP_PREFIX}{generation}-{uuid.uuid4().hex}"
@@ -110,7 +113,14 @@ def publish_segments(
         )
         # Shadowed players: in silver, left out of this generation's gold.
         write_hidden(
-            _hidden_rows(settings, spark, generation, build, only), tmp, board_files
+            [
+                (board, player, board_rules(boards, board).orient(score))
+                for board, player, score in _hidden_rows(
+                    settings, spark, generation, build, only
+                )
+            ],
+            tmp,
+            board_files,
         )
         if base is not None:
             previous, checksums = base

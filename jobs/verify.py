@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -46,6 +46,7 @@ from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
 from jobs.land import bronze_path, table_exists, transform_records
+from jobs.rank import asc_boards
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.shadow import extract_shadowed, transform_public
 from jobs.spark import get_spark
@@ -150,22 +151,28 @@ def extract_events(spark: SparkSession, settings: Settings) -> DataFrame:
 
 
 def transform_offline_ranks(
-    totals: DataFrame, unique_boards: Iterable[str] = ()
+    totals: DataFrame, unique_boards: Iterable[str] = (), asc: Column | None = None
 ) -> DataFrame:
     """Display position and competition rank per board by a full window sort.
 
     ``achieved_ms`` (first_achieved boards, when present) orders equal scores before
-    the player id; on ``unique_boards`` (``rank: unique``) the rank is the position.
+    the player id; on ``unique_boards`` (``rank: unique``) the rank is the position;
+    where ``asc`` (jobs/rank.py ``asc_boards``) lower scores are better.
     """
+    better = (
+        F.col("score").desc()
+        if asc is None
+        else F.when(asc, -F.col("score")).otherwise(F.col("score")).desc()
+    )
     achieved = (
         F.coalesce(F.col("achieved_ms"), F.lit(0))
         if "achieved_ms" in totals.columns
         else F.lit(0)
     )
     order = Window.partitionBy("board").orderBy(
-        F.col("score").desc(), achieved.asc(), F.col("player_id").asc()
+        better, achieved.asc(), F.col("player_id").asc()
     )
-    by_score = Window.partitionBy("board").orderBy(F.col("score").desc())
+    by_score = Window.partitionBy("board").orderBy(better)
     whole = Window.partitionBy("board")
     position = F.row_number().over(order)
     rank = F.rank().over(by_score)
@@ -236,6 +243,7 @@ def compute_offline(
         window_lateness_ms=lateness,
         window_rule=config.rule,
         registry=registry,
+        boards=config,
     )
     totals = transform_public(totals, shadowed)
     achieved = transform_achieved(events, boundary, config.seasons, lateness)
@@ -248,7 +256,7 @@ def compute_offline(
         for scope in config.scopes
     ]
     ranked = transform_offline_ranks(
-        totals.where(F.col("board").isin(boards)), unique
+        totals.where(F.col("board").isin(boards)), unique, asc_boards(config)
     ).cache()
     try:
         populations = {

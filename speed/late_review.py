@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conf.boards import BoardsConfig, Season, boards_for_event
+from conf.boards import BoardsConfig, Season, boards_for_event, season_rules
 from serving.awards import (
     CONTRIBUTION_SCHEMA,
     AdjudicationInvalid,
@@ -101,8 +101,10 @@ def pending_late(
 # ------------------------------------------------------------------- adjudication
 
 
-def _totals(aggregation: str, values: list[tuple[int, bool]]) -> int:
-    kept = [points for points, removed in values if not removed]
+def _totals(aggregation: str, values: list[tuple[int, bool]], sign: int = 1) -> int:
+    """The oriented total (award snapshots hold oriented scores, conf/boards.py
+    BoardRules) of real contributions."""
+    kept = [sign * points for points, removed in values if not removed]
     if aggregation == "max":
         return max(kept, default=0)
     return sum(kept)
@@ -156,6 +158,7 @@ def adjudicate(
     rejected = [r for e in set(reject) for r in by_event[e]]
     prefix = f"season:{season.id}:"
     aggregation = season.aggregation
+    sign = season_rules(season).sign
 
     # The affected players' contributions of version N.
     players = {r["event"]["playerId"] for r in accepted}
@@ -189,7 +192,7 @@ def adjudicate(
             for (p, _m, b), (pts, rem, _pos) in state.items()
             if p == player and b == board
         ]
-        return _totals(aggregation, values)
+        return _totals(aggregation, values, sign)
 
     for record in accepted:
         event = record["event"]
@@ -225,7 +228,7 @@ def adjudicate(
     for (player, _match, board), (points, removed, _pos) in state.items():
         per_player[(board, player)].append((points, removed))
     for (board, player), values in per_player.items():
-        new_totals[board][player] = _totals(aggregation, values)
+        new_totals[board][player] = _totals(aggregation, values, sign)
 
     boards: dict[str, pa.Table] = {}
     changes: list[dict[str, Any]] = []
@@ -277,8 +280,9 @@ def adjudicate(
                     {
                         "board": board,
                         "playerId": player,
-                        "oldScore": before[0] if before else None,
-                        "newScore": score,
+                        # Real scores (the snapshot's are oriented).
+                        "oldScore": sign * before[0] if before else None,
+                        "newScore": sign * score,
                         "oldRank": before[1] if before else None,
                         "newRank": rank,
                         "oldTier": before[2] if before else None,

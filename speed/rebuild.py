@@ -40,7 +40,13 @@ import numpy as np
 import orjson
 import redis
 
-from conf.boards import BoardsConfig, board_order, boards_for_event, load_boards
+from conf.boards import (
+    BoardRules,
+    BoardsConfig,
+    board_rules,
+    boards_for_event,
+    load_boards,
+)
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import (
     RECORD_FIELDS,
@@ -174,28 +180,30 @@ class Folder:
         self.state = state
         self.rules = rules or default_registry()
         self.rescore = frozenset(rescore)
-        self._aggregation: dict[str, str] = {}
+        self._rules: dict[str, BoardRules] = {}
+
+    def rules_of(self, board: str) -> BoardRules:
+        found = self._rules.get(board)
+        if found is None:
+            found = self._rules[board] = board_rules(self.config, board)
+        return found
 
     def rule(self, board: str) -> str:
         """The scoring rule of a board (conf/rules.py)."""
-        if board.startswith("season:"):
-            season = self.config.season(board.split(":")[1])
-            if season is not None:
-                return season.rule
+        if board.startswith("season:") and self.config.season(board.split(":")[1]):
+            return self.rules_of(board).rule
         return self.config.rule
 
     def aggregation(self, board: str) -> str:
-        found = self._aggregation.get(board)
-        if found is None:
-            found = "sum"
-            if board.startswith("season:"):
-                season = self.config.season(board.split(":")[1])
-                found = season.aggregation if season else "sum"
-            self._aggregation[board] = found
-        return found
+        return self.rules_of(board).aggregation
+
+    def sign(self, board: str) -> int:
+        """Totals and best-of values are oriented (conf/boards.py BoardRules); the
+        log's results and contribution records hold real scores and points."""
+        return self.rules_of(board).sign
 
     def first_achieved(self, board: str) -> bool:
-        return board_order(self.config, board)[0]
+        return self.rules_of(board).first_achieved
 
     def rescored(self, board: str) -> bool:
         return board.startswith("season:") and board.split(":")[1] in self.rescore
@@ -230,7 +238,7 @@ class Folder:
         if points is None:
             matches.pop(match, None)
         else:
-            matches[match] = (points if fed else 0, not fed)
+            matches[match] = (self.sign(board) * points if fed else 0, not fed)
         before = state.totals[board].get(player)
         if not matches:
             state.totals[board].pop(player, None)
@@ -279,7 +287,7 @@ class Folder:
                 continue
             if self.rescored(board):
                 continue  # summed again below, under the season's rule now
-            total = int(item["total"])
+            total = self.sign(board) * int(item["total"])
             before = state.totals[board].get(player)
             state.totals[board][player] = (total, int(item["version"]))
             if self.first_achieved(board) and (before is None or before[0] != total):
@@ -344,7 +352,7 @@ class Folder:
             if self.aggregation(board) == "max":
                 best = state.best[(board, player)]
                 if board in feeds:
-                    best[event["matchId"]] = points
+                    best[event["matchId"]] = self.sign(board) * points
                 else:
                     best.pop(event["matchId"], None)
                 state.best_ms[(board, player)] = received

@@ -202,7 +202,8 @@ APPLY_EVENT = ScriptInterface(
         "record_expire_at",
     ),
     # The chunk's board table: one group per board any of its events references.
-    argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule"),
+    # sign: 1 on order "desc" boards, -1 on "asc" ones (oriented scores).
+    argv_group=("board", "aggregation", "first_achieved", "cutoff_ms", "rule", "sign"),
     records=(
         # After the board table, one argument per event: an EV record, then its
         # n_refs EV_BOARD records, packed into one string (a Lua table of ~100

@@ -17,7 +17,13 @@ import redis.asyncio as aioredis
 from prometheus_client import Histogram
 from redis.exceptions import NoScriptError
 
-from conf.boards import BoardsConfig, BoardSpec, board_cutoff_ms, boards_for_event
+from conf.boards import (
+    BoardsConfig,
+    BoardSpec,
+    board_cutoff_ms,
+    board_rules,
+    boards_for_event,
+)
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.registry import Generation
 from speed.baserows import base_entries
@@ -233,13 +239,14 @@ class SpeedLayer:
         return periods
 
     def _spec_for(self, board: str) -> BoardSpec:
-        aggregation = "sum"
-        rule = self.boards.rule
-        if board.startswith("season:"):
-            season = self.boards.season(board.split(":")[1])
-            aggregation = season.aggregation if season else "sum"
-            rule = season.rule if season else rule
-        return BoardSpec(board, aggregation, board_cutoff_ms(self.boards, board), rule)
+        rules = board_rules(self.boards, board)
+        return BoardSpec(
+            board,
+            rules.aggregation,
+            board_cutoff_ms(self.boards, board),
+            rules.rule,
+            rules.order,
+        )
 
     def _board_entry(self, partition: int, spec: BoardSpec) -> tuple[list[Any], ...]:
         """KEY_GROUP and ARG_GROUP of one board of a chunk's board table, plus the
@@ -264,6 +271,7 @@ class SpeedLayer:
                     1 if board in self._first_achieved else 0,
                     spec.cutoff_ms,
                     spec.rule,
+                    spec.sign,
                 ],
                 [keys.best(board, "")],
             )
@@ -387,8 +395,10 @@ class SpeedLayer:
                         index,
                         1 if feeds else 0,
                         scores[spec.rule] if feeds else 0,
+                        # Quarantine thresholds bound high points: not on
+                        # order: asc boards, where lower is better.
                         thresholds.get(spec.board, {}).get(event.region, 0)
-                        if feeds
+                        if feeds and spec.sign == 1
                         else 0,
                         best,
                         row,

@@ -32,6 +32,7 @@ from api.reads.snapshot import (
     top_body,
 )
 from conf.boards import BoardsConfig
+from serving.orientation import real_body
 from serving.ranking import Ranking
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
@@ -86,6 +87,10 @@ class ReadService:
         profiles."""
         with version_rider(players) as rider:
             answer = read if isinstance(read, Answer) else await read
+        # Score out: answers are built from oriented scores (serving/orientation.py).
+        real = real_body(self.config, answer.body)
+        if real is not None:
+            answer = Answer(real, answer.headers, answer.players)
         version = self.profile_cache.take(rider, players)
         if not answer.players or (
             answer.headers is not None and LIVE_LAYER_HEADER in answer.headers

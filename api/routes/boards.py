@@ -92,7 +92,8 @@ def _lifecycle(
 async def read_boards(
     config: BoardsDep, registry: GenerationsDep, settings: SettingsDep
 ) -> FastJSONResponse:
-    """Boards with window, scope, aggregation, tie-break, state, latest generation."""
+    """Boards with window, scope, aggregation, order, tie-break, state, latest
+    generation."""
     latest = registry.latest()
     names = set(latest.board_names()) if latest else set()
     names.update(season_cutoffs_ms(config))
@@ -108,6 +109,7 @@ async def read_boards(
                 "period": described["period"],
                 "scope": described["scope"],
                 "aggregation": described["aggregation"],
+                "order": described["order"],
                 "tieBreak": described["tieBreak"],
                 "rule": described["rule"],
                 **_lifecycle(config, settings.data_dir, name, described),

@@ -11,6 +11,8 @@ from api.deps import BoardsDep, GenerationsDep
 from api.errors import ErrorOut
 from api.reads import check_board, pin
 from api.routes.boards import GenerationQuery
+from conf.boards import board_rules
+from serving.orientation import real_buckets
 
 router = APIRouter(prefix="/v1/boards", tags=["boards"])
 
@@ -76,15 +78,17 @@ async def read_histogram(
     check_board(config, board)
     gen = pin(registry, generation)
     segment = gen.board(board)
+    sign = board_rules(config, board).sign
     buckets: list[BucketOut] = []
     if segment is not None:
         lowers = [int(v) for v in segment.bucket_lowers]
         counts = [int(v) for v in segment.bucket_counts]
         # A segment without a buckets file (the reader allows it) has no buckets.
-        uppers: list[int | None] = [*lowers[1:], None] if lowers else []
+        # Buckets are over oriented scores: real_buckets turns them into real ones.
+        top = int(segment.scores[0]) if segment.population else None
         buckets = [
             BucketOut(lower=lo, upper=up, count=n)
-            for lo, up, n in zip(lowers, uppers, counts, strict=True)
+            for lo, up, n in real_buckets(lowers, counts, top, sign)
         ]
     header = gen.header
     return HistogramOut(
@@ -92,6 +96,11 @@ async def read_histogram(
         generation=GenerationOut(**header),
         asOf=gen.boundary,
         population=segment.population if segment else 0,
-        maxScore=int(segment.scores[0]) if segment and segment.population else None,
+        # The highest real score: the best one on desc boards, the worst on asc.
+        maxScore=(
+            (int(segment.scores[0]) if sign == 1 else -int(segment.scores[-1]))
+            if segment and segment.population
+            else None
+        ),
         buckets=buckets,
     )

@@ -16,6 +16,7 @@ from api.history import HistoryService
 from api.history_models import DiffOut, HistoryOut
 from api.reads import is_own_read
 from api.responses import EncodedResponse
+from serving.orientation import real_body
 
 router = APIRouter(
     prefix="/v1/boards", tags=["history"], responses=READ_ERROR_RESPONSES
@@ -38,8 +39,10 @@ def read_history(
     first: score, rank, top percent, contributions since the previous entry and
     ``rankChange`` (who moved above or below)."""
     own = is_own_read(viewer_of(request, authorization), player_id)
-    answer = history_of(request).history(board, player_id, limit, own)
-    return EncodedResponse(answer.body, headers=answer.headers)
+    service = history_of(request)
+    answer = service.history(board, player_id, limit, own)
+    body = real_body(service.config(), answer.body) or answer.body
+    return EncodedResponse(body, headers=answer.headers)
 
 
 @router.get("/{board}/diff", response_model=DiffOut)
@@ -52,5 +55,7 @@ def read_diff(
 ) -> EncodedResponse:
     """Between two retained generations: the largest rank changes, the players
     who entered and left, and their counts; 410 for a generation no longer kept."""
-    answer = history_of(request).diff(board, from_generation, to_generation, limit)
-    return EncodedResponse(answer.body, headers=answer.headers)
+    service = history_of(request)
+    answer = service.diff(board, from_generation, to_generation, limit)
+    body = real_body(service.config(), answer.body) or answer.body
+    return EncodedResponse(body, headers=answer.headers)

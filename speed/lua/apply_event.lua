@@ -47,7 +47,7 @@
 -- events as of their acceptance, nowMs = their receivedAtMs; base_generation: the
 -- generation the base rows refer to), then the board table
 -- (ARG_GROUP per board: id, aggregation "sum" | "max", first_achieved 1/0, cutoffMs
--- (0 = never), rule version), then one argument per event, packed: an EV record
+-- (0 = never), rule version, sign: 1 on order "desc" boards, -1 on "asc" ones), then one argument per event, packed: an EV record
 -- (minGapMs: event time a new match needs since the player's previous one,
 -- maxPerHour: new matches per hour of event time, 0 = no bound; eventJson: the
 -- normalized event, embedded verbatim in the log record) followed by its n_refs
@@ -74,8 +74,8 @@ local ARG = {
   record_expire_at = 11,
 }
 local ARG_GROUP = {
-  start = 12, size = 5, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
-  rule = 4,
+  start = 12, size = 6, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
+  rule = 4, sign = 5,
 }
 local EV = {
   size = 14, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
@@ -131,6 +131,12 @@ for i = 1, n_boards do
     id = ARGV[a + ARG_GROUP.board], agg = ARGV[a + ARG_GROUP.aggregation],
     fa = ARGV[a + ARG_GROUP.first_achieved] == "1",
     cutoff = tonumber(ARGV[a + ARG_GROUP.cutoff_ms]), rule = ARGV[a + ARG_GROUP.rule],
+    -- Oriented scores (conf/boards.py BoardRules): the board's totals, changed-sets,
+    -- Fenwick trees and best-of zsets hold sign * score, so "higher is better" on
+    -- every board; contributions are oriented when applied, totals turned back to
+    -- real scores in results (sign * oriented). Contribution records keep the real
+    -- points.
+    sign = tonumber(ARGV[a + ARG_GROUP.sign]),
     totals = KEYS[k + KEY_GROUP.totals], chz = KEYS[k + KEY_GROUP.chz],
     chb = KEYS[k + KEY_GROUP.chb], fw = KEYS[k + KEY_GROUP.fw],
     bk = KEYS[k + KEY_GROUP.bk],
@@ -726,7 +732,9 @@ local function process(ev)
     for _, ref in ipairs(ev.refs) do
       local cur = ref.b.cur[player]
       if ref.feeds and cur then
-        items[#items + 1] = {board = ref.b.id, total = cur[1], version = cur[2]}
+        items[#items + 1] = {
+          board = ref.b.id, total = ref.b.sign * cur[1], version = cur[2],
+        }
         saved_as[#items] = ref.saved_as
       end
     end
@@ -747,7 +755,8 @@ local function process(ev)
         -- (d) past a season's end + allowedLateness: recorded, not applied.
         any_late = true
         items[#items + 1] = {
-          board = b.id, total = total or 0, version = version, status = "late-review",
+          board = b.id, total = b.sign * (total or 0), version = version,
+          status = "late-review",
         }
         saved_as[#items] = ref.saved_as
       elseif ref.feeds or old ~= nil then
@@ -758,14 +767,14 @@ local function process(ev)
         local old_total = total
         if b.agg == "max" then
           if ref.feeds then
-            redis.call("ZADD", ref.best, new, match_id)
+            redis.call("ZADD", ref.best, b.sign * new, match_id)
           else
             redis.call("ZREM", ref.best, match_id)
           end
           redis.call("EXPIRE", ref.best, retention)
           total = best_of(ref.best)
         else
-          total = (total or 0) + new - (old or 0)
+          total = (total or 0) + b.sign * (new - (old or 0))
         end
         version = version + 1
         -- first_achieved: when the service accepted the event (receivedAt, the log's
@@ -779,7 +788,7 @@ local function process(ev)
           rec.ub[b.id] = b.rule
         end
         any_applied = true
-        items[#items + 1] = {board = b.id, total = total, version = version}
+        items[#items + 1] = {board = b.id, total = b.sign * total, version = version}
         saved_as[#items] = ref.saved_as
       end
     end

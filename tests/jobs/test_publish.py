@@ -19,8 +19,9 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, assume, example, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
-from conf.boards import load_boards
+from conf.boards import board_rules, load_boards
 from conf.settings import Settings
 from jobs.land import bronze_path, load_bronze, run_land, transform_records
 from jobs.publish import run_publish
@@ -30,7 +31,7 @@ from jobs.retention import (
     protected_generations,
 )
 from jobs.segments import PublishAborted
-from jobs.tables import GOLD_MANIFEST, extract_published
+from jobs.tables import GOLD_MANIFEST, GOLD_SNAPSHOTS, extract_published
 from serving.segments import equi_depth_buckets
 from speed.events import ScoreEventIn, normalize
 from speed.partitions import Keys
@@ -53,9 +54,25 @@ seasons:
 """.replace("OPEN", OPEN_LATENESS)  # S4 and B5 stay open whatever the date
 
 
-def with_boards(settings: Settings, directory: Path) -> Settings:
+# Board options (issue 27) on top: A6 an asc best-of season (a race time), best-of
+# daily boards, asc weekly boards, asc best-of all-time boards.
+OPTIONS_YAML = (
+    BOARDS_YAML
+    + """  - {id: A6, start: "2026-11-01T00:00:00Z", end: "2026-12-01T00:00:00Z",
+     allowedLateness: "OPEN", aggregation: best, order: asc}
+windows:
+  daily: {aggregation: max}
+  weekly: {order: asc}
+  alltime: {order: asc, aggregation: max}
+""".replace("OPEN", OPEN_LATENESS)
+)
+
+
+def with_boards(
+    settings: Settings, directory: Path, text: str = BOARDS_YAML
+) -> Settings:
     path = directory / "boards.yaml"
-    path.write_text(BOARDS_YAML)
+    path.write_text(text)
     return settings.model_copy(update={"boards_file": path})
 
 
@@ -373,20 +390,42 @@ def check_snapshot_equals_offline_sort(
             rate_limit="off",
             dedupe_window=timedelta(days=OPEN_DAYS),
         )
-        settings = with_boards(base, Path(tmp))
+        settings = with_boards(base, Path(tmp), OPTIONS_YAML)
         ingest(settings, history)
         records = log_records(client, settings.partitions)
-        expected = oracle_totals(load_boards(settings.boards_file), records)
-        # The speed layer's own totals are the ground truth of the same events.
+        config = load_boards(settings.boards_file)
+        expected = oracle_totals(config, records)
+        # The speed layer's own totals are the ground truth of the same events
+        # (Redis and the segments hold oriented scores: -score on asc boards).
+        sign = {b: board_rules(config, b).sign for b in expected}
         for board, players in expected.items():
             live = {}
             for p in range(settings.partitions):
                 for player, value in client.hgetall(Keys(p).totals(board)).items():
-                    live[player.decode()] = int(value.split(b"|")[0])
+                    live[player.decode()] = sign[board] * int(value.split(b"|")[0])
             assert live == players, board
         generation = run_publish(settings, spark=spark)
         got = read_generation(settings, generation)["boards"]
-        assert got == {b: oracle_ranking(t) for b, t in expected.items()}
+        assert got == {
+            b: oracle_ranking({p: sign[b] * s for p, s in t.items()})
+            for b, t in expected.items()
+        }
+        # Gold rows: real scores, ranked lower first on asc boards.
+        gold = (
+            spark.read.format("delta")
+            .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+            .where(F.col("generation") == generation)
+            .collect()
+        )
+        assert {
+            b: sorted(
+                (r["position"], r["rank"], r["player_id"], r["score"])
+                for r in gold
+                if r["board"] == b
+            )
+            for b in expected
+        } == {b: oracle_ranking(t, sign[b] == -1) for b, t in expected.items()}
+        assert any(s == -1 for s in sign.values())
     client.close()
 
 

@@ -1,6 +1,8 @@
 """Property test: every live answer labelled exact equals a slow offline sort of the
 accepted events, across redeliveries, downward corrections, ties and publishes
-interleaved with writes; approximate answers stay within their error bound.
+interleaved with writes; approximate answers stay within their error bound. The
+boards include board options (issue 27): an ``order: asc`` weekly board and an asc
+best-of all-time board (tests/support/live.py OPTIONS_WINDOWS).
 
 Publishes here write the generation from the oracle (the Spark publisher is checked
 against the same kind of oracle in tests/jobs); what this test pins down is the speed
@@ -9,6 +11,7 @@ layer and the live merge, including the rebase onto each new generation.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,15 +21,30 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from api.segments import GenerationRegistry
+from conf.boards import board_rules
 from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
-from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
+from tests.support.live import (
+    ALL_BOARDS,
+    OPTIONS_RULES,
+    PLAYERS,
+    Oracle,
+    options_settings,
+    region,
+)
 from tests.support.segments import write_generation
 
 pytestmark = pytest.mark.integration
 
-BOARDS = ["season:S4:global", "season:S4:na", "alltime:all:eu"]
+# A desc sum season, an asc sum weekly board, an asc best-of all-time board.
+BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
+
+
+@pytest.fixture
+def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
+    """The tests' settings with the board options of OPTIONS_WINDOWS."""
+    return options_settings(redis_url, tmp_path)
 
 
 operation = st.one_of(
@@ -60,7 +78,14 @@ def publish(
         client.set(keys.landed, boundary[str(p)])
         client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
     segments_dir = api.client.app.state.settings.segments_dir
-    boards = {b: t for b, t in totals.items() if t}
+    # Generations hold oriented scores (conf/boards.py BoardRules): -score on asc
+    # boards, as the Spark publisher writes them.
+    config = api.client.app.state.reads.config
+    boards = {
+        b: {p: board_rules(config, b).orient(s) for p, s in t.items()}
+        for b, t in totals.items()
+        if t
+    }
     write_generation(
         segments_dir, number, boards, boundary, bucket_target=2, versions=versions
     )
@@ -169,7 +194,7 @@ def test_live_answers_equal_the_offline_sort(
 
     shutil.rmtree(settings.segments_dir, ignore_errors=True)
     api.client.app.state.generations.refresh(force=True)
-    oracle = Oracle()
+    oracle = Oracle(OPTIONS_RULES)
     generation = 0
     # The oracle's state after each event, with the log positions it corresponds to.
     history = [
@@ -228,7 +253,7 @@ def test_live_answers_equal_the_offline_sort(
 def test_rebasing_twice_is_stale_and_leaves_no_staged_keys(
     api: SignedClient, redis_client: redis.Redis, settings: Any
 ) -> None:
-    oracle = Oracle()
+    oracle = Oracle(OPTIONS_RULES)
     api.post("/v1/score-events", event(playerId="p0", region=region("p0")))
     oracle.apply("p0", "E77", "M91", 1, 30)
     state = (

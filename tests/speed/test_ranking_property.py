@@ -3,6 +3,9 @@ answer (top, player, nearby) equal a slow offline sort, across ties, downward
 corrections, publishes interleaved with writes, and shadowed players (hidden from
 the counts in the generation and in the changes).
 
+The boards include board options (issue 27): asc and best-of rolling windows
+(tests/support/live.py OPTIONS_WINDOWS), ranked lower first where asc.
+
 Publishes write the generation from the oracle, as tests/speed/test_live_property.py
 does; the dense live rank is the generation's distinct scores merged with the speed
 layer's changed players (speed/live.py ``above``).
@@ -11,6 +14,7 @@ layer's changed players (speed/live.py ``above``).
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +25,32 @@ from hypothesis import strategies as st
 
 from tests.conftest import SignedClient, event
 from tests.speed.test_live_property import positions, publish
-from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
+from tests.support.live import (
+    ALL_BOARDS,
+    OPTIONS_RULES,
+    PLAYERS,
+    Oracle,
+    options_settings,
+    region,
+)
 from tests.support.shadow import flag
 
 pytestmark = pytest.mark.integration
 
-BOARDS = ["season:S4:global", "alltime:all:eu"]
+
+@pytest.fixture
+def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
+    """The tests' settings with the board options of OPTIONS_WINDOWS."""
+    return options_settings(redis_url, tmp_path)
+
+# desc sum, asc best-of, asc sum, desc best-of.
+BOARDS = [
+    "season:S4:global",
+    "alltime:all:eu",
+    "weekly:2026-W47:na",
+    "daily:2026-11-20:global",
+]
+ORDER = {b: OPTIONS_RULES.get(b.split(":")[0], ("sum", "desc"))[1] for b in BOARDS}
 RANKINGS = ("competition", "dense", "ordinal")
 
 operation = st.one_of(
@@ -37,15 +61,19 @@ operation = st.one_of(
 )
 
 
-def expected(totals: dict[str, int], ranking: str) -> list[dict[str, Any]]:
-    """The offline sort: display order (score desc, id bytes) and each ranking."""
-    rows = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+def expected(
+    totals: dict[str, int], ranking: str, order: str = "desc"
+) -> list[dict[str, Any]]:
+    """The offline sort: display order (better score first: higher, lower under
+    ``asc``; then id bytes) and each ranking."""
+    sign = -1 if order == "asc" else 1
+    rows = sorted(totals.items(), key=lambda kv: (-sign * kv[1], kv[0].encode()))
     out = []
     for i, (player, score) in enumerate(rows):
         if ranking == "competition":
-            rank = 1 + sum(1 for s in totals.values() if s > score)
+            rank = 1 + sum(1 for s in totals.values() if sign * s > sign * score)
         elif ranking == "dense":
-            rank = 1 + len({s for s in totals.values() if s > score})
+            rank = 1 + len({s for s in totals.values() if sign * s > sign * score})
         else:
             rank = i + 1
         out.append(
@@ -57,7 +85,7 @@ def expected(totals: dict[str, int], ranking: str) -> list[dict[str, Any]]:
 def check(api: SignedClient, totals: dict[str, dict[str, int]], mode: str) -> None:
     for board in BOARDS:
         for ranking in RANKINGS:
-            want = expected(totals[board], ranking)
+            want = expected(totals[board], ranking, ORDER[board])
             params = {"ranking": ranking, "mode": mode}
             base = f"/v1/boards/{board}"
             top = api.get(f"{base}/top", params={**params, "limit": 50}).json()
@@ -92,7 +120,7 @@ def visible(oracle: Oracle, hidden: set[str]) -> dict[str, dict[str, int]]:
 
 
 @hsettings(
-    max_examples=20,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -138,7 +166,7 @@ def test_rankings_equal_the_offline_sort(
     redis_client.flushall()
     shutil.rmtree(settings.segments_dir, ignore_errors=True)
     api.client.app.state.generations.refresh(force=True)
-    oracle = Oracle()
+    oracle = Oracle(OPTIONS_RULES)
     history = [
         (
             positions(redis_client, settings.partitions),

@@ -98,12 +98,14 @@ def oracle_totals(config: BoardsConfig, records: Iterable[dict[str, Any]]) -> di
     """Replay logged records in position order the way apply_event.lua does.
 
     ``records``: dicts with partition, position, receivedAtMs and event (log JSON).
-    Returns {board: {player: total}}.
+    Returns {board: {player: total}}: real totals (a best-of board keeps the
+    highest contribution, the lowest on an ``order: asc`` board).
     """
     seen: set[tuple[str, str]] = set()
     revision: dict[tuple[str, str], int] = {}
     applied: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
     aggregation: dict[str, str] = {}
+    order: dict[str, str] = {}
     cutoff: dict[str, int] = {}
     ordered = sorted(records, key=lambda r: (r["partition"], r["position"]))
     for rec in ordered:
@@ -120,6 +122,7 @@ def oracle_totals(config: BoardsConfig, records: Iterable[dict[str, Any]]) -> di
         feeds = {s.board for s in specs}
         for s in specs:
             aggregation[s.board] = s.aggregation
+            order[s.board] = s.order
             cutoff[s.board] = s.cutoff_ms
         for board in feeds | set(applied[key]):
             late = cutoff[board] > 0 and rec["receivedAtMs"] > cutoff[board]
@@ -133,8 +136,9 @@ def oracle_totals(config: BoardsConfig, records: Iterable[dict[str, Any]]) -> di
     totals: dict[str, dict[str, int]] = {}
     for board, players in per_board.items():
         if aggregation[board] == "max":
+            best = min if order[board] == "asc" else max
             totals[board] = {
-                p: max([v for v in vs if v >= 0], default=0)
+                p: best([v for v in vs if v >= 0], default=0)
                 for p, vs in players.items()
             }
         else:
@@ -142,12 +146,18 @@ def oracle_totals(config: BoardsConfig, records: Iterable[dict[str, Any]]) -> di
     return totals
 
 
-def oracle_ranking(totals: dict[str, int]) -> list[tuple[int, int, str, int]]:
-    """(position, rank, player, score) by a slow full sort (UTF-8 byte order)."""
-    order = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode("utf-8")))
+def oracle_ranking(
+    totals: dict[str, int], asc: bool = False
+) -> list[tuple[int, int, str, int]]:
+    """(position, rank, player, score) by a slow full sort (UTF-8 byte order);
+    ``asc``: lower scores are better."""
+    sign = -1 if asc else 1
+    order = sorted(
+        totals.items(), key=lambda kv: (-sign * kv[1], kv[0].encode("utf-8"))
+    )
     out = []
     for i, (player, score) in enumerate(order):
-        rank = 1 + sum(1 for s in totals.values() if s > score)
+        rank = 1 + sum(1 for s in totals.values() if sign * s > sign * score)
         out.append((i + 1, rank, player, score))
     return out
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from conf.settings import Settings
+from tests.support.settings import OPEN_WINDOWS_BOARDS, base_settings
 
 PLAYERS = [f"p{i}" for i in range(7)] + ["Zed", "a-long-player-id"]
 
@@ -20,15 +24,41 @@ ALL_BOARDS = [
 ]
 
 
+# Board options (issue 27) the property tests add to the open-windows boards: a
+# best-of daily board, an asc weekly one and an asc best-of all-time one; per
+# window: (aggregation, order).
+OPTIONS_WINDOWS = (
+    "windows:\n"
+    "  daily: {aggregation: max}\n"
+    "  weekly: {order: asc}\n"
+    "  alltime: {order: asc, aggregation: best}\n"
+)
+OPTIONS_RULES = {
+    "daily": ("max", "desc"),
+    "weekly": ("sum", "asc"),
+    "alltime": ("max", "asc"),
+}
+
+
+def options_settings(redis_url: str, directory: Path) -> Settings:
+    """The tests' settings (base_settings) with the board options above."""
+    path = directory / "options.yaml"
+    path.write_text(OPEN_WINDOWS_BOARDS + OPTIONS_WINDOWS)
+    return base_settings(redis_url, directory, boards_file=path)
+
+
 def region(player: str) -> str:
     return "eu" if PLAYERS.index(player) % 2 == 0 else "na"
 
 
 class Oracle:
     """Totals from first principles: first acceptance per (player, eventId); a match's
-    contribution is its highest revision's points; totals sum contributions."""
+    contribution is its highest revision's points; totals sum contributions, or keep
+    the best one per ``rules`` (window -> (aggregation, order)): the highest, the
+    lowest under ``asc``, where display order is lower first too."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: dict[str, tuple[str, str]] | None = None) -> None:
+        self.rules = rules or {}
         self.events: set[tuple[str, str]] = set()
         self.revision: dict[tuple[str, str], int] = {}
         self.contribution: dict[tuple[str, str], int] = {}
@@ -58,20 +88,29 @@ class Oracle:
             out.setdefault(board, {})[player] = version
         return out
 
+    def rule(self, board: str) -> tuple[str, str]:
+        return self.rules.get(board.split(":", 1)[0], ("sum", "desc"))
+
     def totals(self, board: str) -> dict[str, int]:
         scope = board.rsplit(":", 1)[1]
+        aggregation, order = self.rule(board)
+        pick = min if order == "asc" else max
         out: dict[str, int] = {}
         for (player, _), points in self.contribution.items():
             if scope in ("global", region(player)):
-                out[player] = out.get(player, 0) + points
+                if aggregation == "max" and player in out:
+                    out[player] = pick(out[player], points)
+                else:
+                    out[player] = out.get(player, 0) + points
         return out
 
     def ordered(self, board: str) -> list[dict[str, Any]]:
         totals = self.totals(board)
-        rows = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+        sign = -1 if self.rule(board)[1] == "asc" else 1
+        rows = sorted(totals.items(), key=lambda kv: (-sign * kv[1], kv[0].encode()))
         entries = []
         for i, (player, score) in enumerate(rows):
-            rank = 1 + sum(1 for s in totals.values() if s > score)
+            rank = 1 + sum(1 for s in totals.values() if sign * s > sign * score)
             entries.append(
                 {"position": i + 1, "rank": rank, "playerId": player, "score": score}
             )

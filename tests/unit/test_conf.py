@@ -109,6 +109,7 @@ def test_describe_board() -> None:
         "period": "S4",
         "scope": "eu",
         "aggregation": "sum",
+        "order": "desc",
         "tieBreak": "player_id",
         "rule": "v1",
     }

@@ -127,6 +127,8 @@ export interface Board {
   period: string;
   scope: string;
   aggregation: string;
+  /** "desc": higher scores are better; "asc": lower ones */
+  order: "desc" | "asc";
   tieBreak: string;
   rule: string;
   state: "open" | "closing" | "closed";

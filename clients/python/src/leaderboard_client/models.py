@@ -320,7 +320,9 @@ class Board:
     closes_at: str | None
     next_reset: str | None
     latest_generation: str | None
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    # "desc": higher scores are better; "asc": lower ones.
+    order: str = "desc"
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Board:
@@ -335,5 +337,6 @@ class Board:
             closes_at=body.get("closesAt"),
             next_reset=body.get("nextReset"),
             latest_generation=body.get("latestGeneration"),
+            order=str(body.get("order", "desc")),
             raw=body,
         )
