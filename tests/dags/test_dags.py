@@ -240,18 +240,22 @@ def test_airflow_dags_test_season_close(
 
     from api.main import create_app
 
-    # A season closing a few seconds from now: its events are accepted before the
-    # close time, and the close runs after it.
+    # A season open while its events are accepted (a generous minute, for a loaded
+    # machine); once they are, its end is moved to the next whole second (still
+    # after every acceptance), and the close runs after that: no fixed wait.
     now = datetime.now(UTC).replace(microsecond=0)
-    close = now + timedelta(seconds=20)
     boards = tmp_path / "boards.yaml"
-    boards.write_text(
-        "regions: [eu, na]\n"
-        "seasons:\n"
-        f'  - {{id: SX, start: "{(now - timedelta(days=1)).isoformat()}", '
-        f'end: "{close.isoformat()}", allowedLateness: "PT0S", '
-        "tiers: [{name: champion, top: 1}, {name: top2, top: 2}]}\n"
-    )
+
+    def season_ending(close: datetime) -> None:
+        boards.write_text(
+            "regions: [eu, na]\n"
+            "seasons:\n"
+            f'  - {{id: SX, start: "{(now - timedelta(days=1)).isoformat()}", '
+            f'end: "{close.isoformat()}", allowedLateness: "PT0S", '
+            "tiers: [{name: champion, top: 1}, {name: top2, top: 2}]}\n"
+        )
+
+    season_ending(now + timedelta(seconds=60))
     settings = settings.model_copy(update={"boards_file": boards})
     occurred = (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
     with TestClient(create_app(settings)) as client:
@@ -267,8 +271,11 @@ def test_airflow_dags_test_season_close(
                 ),
             )
             assert reply.status_code == 200, reply.text
+            assert reply.json()["status"] == "accepted", reply.text
+    close = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    season_ending(close)
     while datetime.now(UTC) <= close:
-        time.sleep(0.5)
+        time.sleep(0.1)
 
     out = airflow.dags_test("season_close", settings, "-c", '{"season": "SX"}')
     assert "award snapshot of SX diverges" not in out

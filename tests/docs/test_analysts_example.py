@@ -75,9 +75,11 @@ def _run(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_example_reproduces_top100_of_an_older_generation(
+def test_example_reproduces_top100_of_an_older_generation_and_reports_a_difference(
     spark: SparkSession, settings: Settings, api: SignedClient, tmp_path: Path
 ) -> None:
+    """Then the check can fail: a tampered gold row is reported and exits 1 (on the
+    same two generations: one publish fewer than a test of its own)."""
     boards_file = tmp_path / "boards.yaml"
     boards_file.write_text(BOARDS_YAML)
     settings = settings.model_copy(update={"boards_file": boards_file})
@@ -150,34 +152,25 @@ def test_example_reproduces_top100_of_an_older_generation(
     ):
         assert line in done.stdout
 
-
-def test_example_reports_a_difference(
-    spark: SparkSession, settings: Settings, api: SignedClient, tmp_path: Path
-) -> None:
-    """The check can fail: a tampered gold row is reported and exits 1."""
-    example = _example()
-    for i in range(5):
-        _send(api, f"P{i:03d}", "M1", 10 * i)
-    generation = run_publish(settings, spark=spark)
-    board = "alltime:all:global"
-    ok: dict[str, Any] = example.check(settings.delta_dir, None, board, generation)
-    assert ok["matches_gold"] is True and ok["rows"] == 5
-    delta = settings.delta_dir
+    # The check can fail. gold changed after publication: time travel to the
+    # recorded version still reads the published rows...
+    ok: dict[str, Any] = example.check(delta_dir, None, BOARD, g2)
+    assert ok["matches_gold"] is True and ok["rows"] == 100
     spark.sql(
-        f"UPDATE delta.`{delta / 'gold_snapshots'}` SET score = score + 1 "
-        f"WHERE generation = '{generation}' AND board = '{board}' AND position = 1"
+        f"UPDATE delta.`{delta_dir / 'gold_snapshots'}` SET score = score + 1 "
+        f"WHERE generation = '{g2}' AND board = '{BOARD}' AND position = 1"
     )
-    # gold changed after publication: time travel to the recorded version still
-    # reads the published rows...
-    assert example.check(delta, None, board, generation)["matches_gold"] is True
+    assert example.check(delta_dir, None, BOARD, g2)["matches_gold"] is True
     # ...and a manifest pointing at the changed version is caught (exit 1).
     version = ok["tableVersions"]["gold_snapshots"]
+    assert version == v2["gold_snapshots"]
     spark.sql(
-        f"UPDATE delta.`{delta / 'gold_manifest'}` SET manifest_json = replace("
+        f"UPDATE delta.`{delta_dir / 'gold_manifest'}` SET manifest_json = replace("
         f"manifest_json, '\"gold_snapshots\": {version}', "
-        f"'\"gold_snapshots\": {version + 1}') WHERE generation = '{generation}'"
+        f"'\"gold_snapshots\": {version + 1}') WHERE generation = '{g2}'"
     )
-    done = _run("--board", board, data_dir=settings.data_dir)
+    done = _run("--board", BOARD, data_dir=settings.data_dir)
     assert done.returncode == 1, done.stdout + done.stderr
+    assert f"generation {g2}" in done.stdout
     assert "DIFFERS: our ranking = gold_snapshots" in done.stdout
     assert "skipped: our ranking = the API" in done.stdout

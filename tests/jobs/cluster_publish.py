@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# The driver is up before the workers' executors have registered with it.
+# The driver is up before the worker's executors have registered with it.
 EXECUTORS_TIMEOUT = 180
 
 
@@ -31,7 +31,8 @@ def main() -> None:
         driver_memory="1g",
         conf={
             "spark.executorEnv.PYTHONPATH": str(REPO),
-            "spark.executor.memory": "768m",
+            "spark.executor.memory": config["executor_memory"],
+            # One core each: the worker's cores go to that many executors.
             "spark.executor.cores": "1",
             # Blocks of a local checkpoint live on one executor: its tasks would
             # wait up to 3 s (the default) for that executor when the other is
@@ -50,11 +51,11 @@ def main() -> None:
         boards_file=Path(config["boards_file"]),
         rate_limit="off",
     )
-    # Wait for both workers' executors (plus the driver's block manager): a publish
-    # started before would run on whichever registered first.
+    # Wait for every executor (plus the driver's block manager): a publish started
+    # before would run on whichever registered first.
     status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus  # type: ignore[union-attr]
     deadline = time.monotonic() + EXECUTORS_TIMEOUT
-    while status().size() < 1 + config["workers"] and time.monotonic() < deadline:
+    while status().size() < 1 + config["executors"] and time.monotonic() < deadline:
         time.sleep(0.1)
     executors = status().size()
     generations = []

@@ -1,6 +1,7 @@
-"""The publish on a Spark standalone cluster (master + two workers on loopback, from
-the pyspark distribution) produces the same generations as local mode: the segment
-files are written by executors in other JVMs/processes, silver is merged there."""
+"""The publish on a Spark standalone cluster (a master and a worker with two
+executors on loopback, from the pyspark distribution) produces the same generations
+as local mode: the segment files are written by executors in other JVMs/processes,
+silver is merged there."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ from tests.support.incremental import (
     make_settings,
     manifest,
 )
-from tests.support.spark import WORKERS, Cluster
+from tests.support.spark import EXECUTOR_MEMORY, EXECUTORS, Cluster
 
-# Six JVMs (master, two workers, two executors, the driver) besides the tests' own
-# session: 576 s on the 2-core machine shared at load 12-16 (bench/RESULTS.md); in
-# `make test`, with a timeout for such a machine.
+# Five JVMs (master, worker, two executors, the driver) besides the tests' own
+# session; with a worker per executor (six JVMs) 576 s on the 2-core machine shared
+# at load 12-16 (bench/RESULTS.md); in `make test`, with a timeout for such a machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +70,8 @@ def test_cluster_publish_equals_local(
             "data_dir": str(remote.data_dir),
             "boards_file": str(remote.boards_file),
             "batches": batches,
-            "workers": WORKERS,
+            "executors": EXECUTORS,
+            "executor_memory": EXECUTOR_MEMORY,
         }
         # The cluster's driver runs in its own process; the local-mode reference
         # publishes run meanwhile in this one (the cluster's JVMs mostly wait on
@@ -102,8 +104,8 @@ def test_cluster_publish_equals_local(
         assert driver.returncode == 0, err_path.read_text(errors="replace")[-4000:]
         report = json.loads(out_path.read_text().strip().splitlines()[-1])
         assert report["generations"] == ["g1", "g2"]
-        # The driver's block manager and both workers' executors.
-        assert report["executors"] == 1 + WORKERS
+        # The driver's block manager and both executors.
+        assert report["executors"] == 1 + EXECUTORS
         assert manifest(remote, "g2")["build"]["mode"] == "incremental"
         for generation in ("g1", "g2"):
             ours, theirs = manifest(local, generation), manifest(remote, generation)

@@ -1,7 +1,7 @@
 """The tests' Spark: the one local SparkSession of a test session (the production
 JVM flags; C1-only JIT was measured slower, see start_spark), and a standalone
-cluster on loopback (one master and two workers, started from the pyspark
-distribution's ``bin/spark-class``)."""
+cluster on loopback (one master and one worker with two single-core executors,
+started from the pyspark distribution's ``bin/spark-class``)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,13 @@ def start_spark() -> SparkSession:
     )
 
 
-WORKERS = 2
+# One worker daemon hosting two executors (one core each): the publish still runs
+# in two executor JVMs besides the driver (shuffles cross JVMs, segment files are
+# written by both), one daemon JVM fewer than a worker per executor. Two workers
+# are the cluster demo's (`make cluster-demo`, tests/e2e/test_cluster_demo.py).
+WORKERS = 1
+EXECUTORS = 2
+EXECUTOR_MEMORY = "768m"
 
 
 @dataclass(frozen=True)
@@ -52,10 +58,13 @@ class Cluster:
 
 @contextmanager
 def start_cluster(root: Path) -> Iterator[Cluster]:
-    """A standalone master and ``WORKERS`` workers (jobs.spark_standalone) with
-    their scratch space under ``root``; the test fails if they do not start."""
+    """A standalone master and ``WORKERS`` worker (jobs.spark_standalone) offering
+    ``EXECUTORS`` cores and their memory, its scratch space under ``root``; the
+    test fails if they do not start."""
     try:
-        with standalone_cluster(root, workers=WORKERS) as cluster:
+        with standalone_cluster(
+            root, workers=WORKERS, cores=EXECUTORS, memory=f"{EXECUTORS}g"
+        ) as cluster:
             yield Cluster(cluster.master_url, cluster.env)
     except StandaloneFailed as exc:
         pytest.fail(str(exc))
