@@ -148,8 +148,8 @@ def api(settings: Settings) -> Iterator[SignedClient]:
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A Spark standalone cluster on loopback (a master and one worker with two executors), stopped
-    after the tests."""
+    """A Spark standalone cluster on loopback (a master and one worker with two
+    executors), stopped after the tests."""
     with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
 
