@@ -34,8 +34,10 @@ def real_scores(value: Any, sign: int) -> Any:
         return value
     if isinstance(value, dict):
         for key, item in value.items():
-            if key in SCORE_FIELDS and isinstance(item, int) and not isinstance(
-                item, bool
+            if (
+                key in SCORE_FIELDS
+                and isinstance(item, int)
+                and not isinstance(item, bool)
             ):
                 value[key] = -item
             elif key not in OPAQUE_FIELDS and isinstance(item, dict | list):
@@ -65,14 +67,14 @@ def real_buckets(
     out: list[tuple[int, int | None, int]] = []
     for i in range(len(lowers) - 1, -1, -1):
         up = uppers[i]
-        lower = -oriented_max if up is None and oriented_max is not None else (
-            -up + 1 if up is not None else -lowers[i]
+        lower = (
+            -oriented_max
+            if up is None and oriented_max is not None
+            else (-up + 1 if up is not None else -lowers[i])
         )
         upper = None if i == 0 else -lowers[i] + 1
         out.append((lower, upper, counts[i]))
     return out
-
-
 
 
 def has_asc_boards(config: BoardsConfig) -> bool:

@@ -43,6 +43,7 @@ def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
     """The tests' settings with the board options of OPTIONS_WINDOWS."""
     return options_settings(redis_url, tmp_path)
 
+
 # desc sum, asc best-of, asc sum, desc best-of.
 BOARDS = [
     "season:S4:global",
