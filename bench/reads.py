@@ -29,7 +29,7 @@ Measured (open loop at a fixed offered rate, latency from each request's schedul
 send time; aiohttp client on the same 2 cores):
 
 1. snapshot top?limit=100, rank, nearby?radius=5; closed-loop max rate of snapshot top;
-2. live rank, top?limit=100, nearby?radius=5;
+2. live rank, top?limit=100, nearby?radius=5; live rank and top-100 with ?ranking=dense;
 3. approximate rank (mode=approx);
 4. Redis bytes per changed player per board (chz + chb), fw/bk/tot bytes, and a full
    sorted set of the same board built in the same Redis for comparison;
@@ -333,6 +333,7 @@ class Truth:
         self.totals = totals
         self.asc = np.sort(totals)
         self.n = len(totals)
+        self.distinct = np.unique(totals)
 
     def rank(self, i: int) -> int:
         s = self.totals[i]
@@ -340,6 +341,21 @@ class Truth:
 
     def rank_of_score(self, s: int) -> int:
         return int(self.n - np.searchsorted(self.asc, s, side="right")) + 1
+
+    def dense_rank(self, i: int) -> int:
+        """Dense rank: 1 + distinct scores strictly higher (``?ranking=dense``)."""
+        return self.dense_rank_of_score(int(self.totals[i]))
+
+    def dense_rank_of_score(self, s: int) -> int:
+        above = len(self.distinct) - np.searchsorted(self.distinct, s, side="right")
+        return int(above) + 1
+
+    def top_dense(self, k: int) -> list[tuple[int, str, int]]:
+        """:meth:`top` with dense ranks (display order is the same)."""
+        return [
+            (self.dense_rank_of_score(score), player, score)
+            for _, player, score in self.top(k)
+        ]
 
     def top(self, k: int) -> list[tuple[int, str, int]]:
         """(rank, playerId, score) of the first k display positions."""
@@ -378,6 +394,14 @@ class Checker:
                 f"{basis} rank {player_id(i)}: basis {body.get('basis')} "
                 f"population {body.get('population')}"
             )
+
+    def dense_rank(self, body: dict[str, Any], i: int, truth: Truth) -> None:
+        """A live ``?ranking=dense`` player read against the offline sort."""
+        self.checked += 1
+        want = (int(truth.totals[i]), truth.dense_rank(i), "dense")
+        got = (body.get("score"), body.get("rank"), body.get("ranking"))
+        if got != want or body.get("basis") != "live":
+            self.fail(f"live dense rank {player_id(i)}: got {got}, want {want}")
 
     def top(
         self, body: dict[str, Any], want: list[tuple[int, str, int]], basis: str
@@ -910,6 +934,7 @@ async def measure(
     checker = Checker()
     want_top_gen = gen_truth.top(100)
     want_top_live = live_truth.top(100)
+    want_top_live_dense = live_truth.top_dense(100)
     b = BOARD
     api = f"{url}/v1/boards/{b}"
     changed_list = sorted(changed)
@@ -957,6 +982,20 @@ async def measure(
                 rnd(k)
             ),
             lambda body, i: checker.nearby(body, i, live_truth, "live", 5),
+        ),
+        # Ranking per query (issue 27): dense ranks of the live board merge the
+        # generation's distinct-score counts with the changes (live_dense.lua).
+        (
+            "live_rank_dense",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}?ranking=dense", i))(
+                rnd(k)
+            ),
+            lambda body, i: checker.dense_rank(body, i, live_truth),
+        ),
+        (
+            "live_top100_dense",
+            lambda k: (f"{api}/top?limit=100&ranking=dense", None),
+            lambda body, _: checker.top(body, want_top_live_dense, "live"),
         ),
         (
             "approx_rank",
@@ -1413,6 +1452,8 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("live_rank", 10),
         ("live_top100", 10),
         ("live_nearby5", 10),
+        ("live_rank_dense", 10),
+        ("live_top100_dense", 10),
         ("approx_rank", 5),
     ):
         if name in ph:
