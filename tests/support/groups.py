@@ -102,6 +102,9 @@ def groups_of(items: list[pytest.Item]) -> dict[str, str]:
     return found
 
 
+GROUPS_KEY = pytest.StashKey[dict[str, str]]()
+
+
 @pytest.hookimpl(trylast=True)  # after -m / -k deselected: the ids xdist sees
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
@@ -109,10 +112,48 @@ def pytest_collection_modifyitems(
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is None or GROUPS_DIR not in workerinput:
         return
+    groups = groups_of(items)
+    config.stash[GROUPS_KEY] = groups
     path = Path(workerinput[GROUPS_DIR]) / f"groups-{workerinput['workerid']}.json"
     partial = path.with_suffix(".part")
-    partial.write_text(json.dumps(groups_of(items)))
+    partial.write_text(json.dumps(groups))
     os.replace(partial, path)  # written before the worker reports its collection
+
+
+def _spark_running() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+SPARK_BEFORE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if GROUPS_KEY in item.config.stash:
+        item.stash[SPARK_BEFORE] = _spark_running()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Under xdist, a test outside the ``spark`` group that starts a SparkSession
+    in its worker (a job called in-process without the ``spark`` fixture) fails:
+    it would start a second JVM beside the Spark worker's. It needs the fixture
+    (or its module in ``SPARK_MODULES``)."""
+    result = yield
+    groups = item.config.stash.get(GROUPS_KEY, None)
+    if (
+        groups is not None
+        and groups.get(item.nodeid) != SPARK
+        and not item.stash.get(SPARK_BEFORE, True)
+        and _spark_running()
+    ):
+        raise AssertionError(
+            "this test started a SparkSession outside the spark xdist group: "
+            "request the `spark` fixture (tests/support/groups.py)"
+        )
+    return result
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -84,6 +84,18 @@ def test_plain():
 """,
 }
 
+# A job called in-process without the ``spark`` fixture (the SparkContext it
+# would leave behind, without starting a JVM here).
+STRAY = """
+from pyspark import SparkContext
+
+def test_starts_spark_itself():
+    SparkContext._active_spark_context = object()
+"""
+
+# Plugins the workers need not import (each takes seconds on a loaded machine).
+NO_PLUGINS = ("-p", "no:locust", "-p", "no:schemathesis", "-p", "no:anyio")
+
 
 def make_tests(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
@@ -125,8 +137,14 @@ def test_under_two_workers_the_spark_module_runs_on_one(
     pytester: pytest.Pytester,
 ) -> None:
     make_tests(pytester)
-    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v")
-    result.assert_outcomes(passed=14)
+    pytester.makepyfile(test_stray=STRAY)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "-v", *NO_PLUGINS
+    )
+    result.assert_outcomes(passed=14, failed=1)
+    # The test that started "Spark" without the fixture, outside the group.
+    result.stdout.fnmatch_lines(["*test_stray.py::test_starts_spark_itself*"])
+    assert "started a SparkSession outside the spark xdist group" in result.stdout.str()
     workers = {
         line.split()[0]
         for line in result.outlines
