@@ -3,9 +3,12 @@ test``): a pytest plugin, loaded by ``tests/conftest.py``.
 
 - ``spark``: every module with a test that uses the session's SparkSession or the
   standalone Spark cluster (the ``spark`` / ``spark_cluster`` fixtures, found in
-  each test's fixture closure), and the Airflow ``dags test`` module (its tasks
-  run Spark jobs). One worker holds the only in-process JVM; the whole module
-  goes, so its module-level set-up is not repeated on the other worker.
+  each test's fixture closure). One worker holds the only in-process JVM; the
+  whole module goes, so its module-level set-up is not repeated on the other
+  worker.
+- ``airflow``: the Airflow ``dags test`` module (one Airflow home, migrated
+  once; its tasks run Spark in their own processes), on whichever worker is
+  free: not behind the Spark worker's queue, which is the longest.
 - a session fixture that starts a stack (``client_stack``) keeps its users on
   one worker, which starts it once.
 - a module with a module-, class- or session-scoped fixture of its own runs on
@@ -34,9 +37,10 @@ import pytest
 
 SPARK = "spark"
 SPARK_FIXTURES = frozenset({"spark", "spark_cluster"})
-# Modules that run Spark without those fixtures: ``airflow dags test`` runs the
-# DAGs' Spark tasks in its own processes.
-SPARK_MODULES = frozenset({"tests/dags/test_dags.py"})
+# Modules that use the worker's SparkSession without those fixtures (none now).
+SPARK_MODULES: frozenset[str] = frozenset()
+# Modules that run in a group of their own, on one worker.
+MODULE_GROUPS = {"tests/dags/test_dags.py": "airflow"}
 # Session fixtures that start something slow: their users share one worker.
 PINNED_SESSION_FIXTURES = frozenset({"client_stack"})
 GROUPS_DIR = "lb_groups_dir"  # the workerinput key: where workers write groups
@@ -72,11 +76,14 @@ def spark_modules_of(items: list[pytest.Item]) -> set[str]:
 
 
 def group_of(item: pytest.Item, spark_modules: set[str]) -> str | None:
-    """The group of ``item``: ``spark``, an explicit xdist_group, a pinned
-    fixture's name, its module's path, or None (any worker)."""
+    """The group of ``item``: ``spark``, its module's own group, an explicit
+    xdist_group, a pinned fixture's name, its module's path, or None (any
+    worker)."""
     module = _module(item)
     if module in spark_modules:
         return SPARK
+    if module in MODULE_GROUPS:
+        return MODULE_GROUPS[module]
     marks = sorted(
         str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
         for mark in item.iter_markers("xdist_group")
