@@ -17,12 +17,9 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from api.segments import GenerationRegistry
-from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
-from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
-from tests.support.segments import write_generation
+from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, positions, publish, region
 
 pytestmark = pytest.mark.integration
 
@@ -40,36 +37,6 @@ operation = st.one_of(
 )
 
 
-def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
-    return {str(p): int(client.get(Keys(p).position) or 0) for p in range(partitions)}
-
-
-def publish(
-    api: SignedClient,
-    client: redis.Redis,
-    state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
-    number: int,
-    partitions: int,
-) -> None:
-    """What `lb publish` does, with the oracle's state at the boundary standing in
-    for Spark (versions too: the rebase then leaves the totals of players unchanged
-    since the boundary out of Redis)."""
-    boundary, totals, versions = state
-    for p in range(partitions):
-        keys = Keys(p)
-        client.set(keys.landed, boundary[str(p)])
-        client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
-    segments_dir = api.client.app.state.settings.segments_dir
-    boards = {b: t for b, t in totals.items() if t}
-    write_generation(
-        segments_dir, number, boards, boundary, bucket_target=2, versions=versions
-    )
-    registry: GenerationRegistry = api.client.app.state.generations
-    registry.refresh(force=True)
-    generation = registry.by_number(number)
-    assert generation is not None
-    report = rebase(client, generation, partitions)
-    assert set(report.partitions.values()) == {"ok"}
 
 
 def check(

@@ -20,8 +20,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.conftest import SignedClient, event
-from tests.speed.test_live_property import positions, publish
-from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, region
+from tests.support.live import ALL_BOARDS, PLAYERS, Oracle, positions, publish, region
 from tests.support.shadow import flag
 
 pytestmark = pytest.mark.integration

@@ -1,8 +1,18 @@
-"""A pure-Python oracle of the live boards (live property tests)."""
+"""A pure-Python oracle of the live boards (live property tests), and the publish
+those tests make from it (a generation written from the oracle's state, the
+rebase onto it)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import redis
+
+from api.segments import GenerationRegistry
+from speed.partitions import Keys
+from speed.rebase import rebase
+from tests.support.clients import SignedClient
+from tests.support.segments import write_generation
 
 PLAYERS = [f"p{i}" for i in range(7)] + ["Zed", "a-long-player-id"]
 
@@ -76,3 +86,35 @@ class Oracle:
                 {"position": i + 1, "rank": rank, "playerId": player, "score": score}
             )
         return entries
+
+
+def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
+    return {str(p): int(client.get(Keys(p).position) or 0) for p in range(partitions)}
+
+
+def publish(
+    api: SignedClient,
+    client: redis.Redis,
+    state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
+    number: int,
+    partitions: int,
+) -> None:
+    """What `lb publish` does, with the oracle's state at the boundary standing in
+    for Spark (versions too: the rebase then leaves the totals of players unchanged
+    since the boundary out of Redis)."""
+    boundary, totals, versions = state
+    for p in range(partitions):
+        keys = Keys(p)
+        client.set(keys.landed, boundary[str(p)])
+        client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
+    segments_dir = api.client.app.state.settings.segments_dir
+    boards = {b: t for b, t in totals.items() if t}
+    write_generation(
+        segments_dir, number, boards, boundary, bucket_target=2, versions=versions
+    )
+    registry: GenerationRegistry = api.client.app.state.generations
+    registry.refresh(force=True)
+    generation = registry.by_number(number)
+    assert generation is not None
+    report = rebase(client, generation, partitions)
+    assert set(report.partitions.values()) == {"ok"}
