@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 # As tests/conftest.py loads it (xdist workers do not get a ``-p`` plugin).
 CONFTEST = """
 import pytest
@@ -117,6 +115,7 @@ def groups(pytester: pytest.Pytester, *args: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.unit
 def test_spark_modules_stack_users_and_module_fixtures_are_grouped(
     pytester: pytest.Pytester,
 ) -> None:
@@ -133,6 +132,7 @@ def test_spark_modules_stack_users_and_module_fixtures_are_grouped(
     }
 
 
+@pytest.mark.integration  # starts a pytest with two xdist worker processes
 def test_under_two_workers_the_spark_module_runs_on_one(
     pytester: pytest.Pytester,
 ) -> None:
