@@ -14,6 +14,9 @@ JARS_STAMP := $(CACHE)/jars/.fetched
 AIRFLOW_VENV ?= .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
+# make test's workers: Spark's tests on one, the rest wherever one is free
+# (tests/support/groups.py); TEST_WORKERS= runs them in this one process.
+TEST_WORKERS ?= -n 2 --dist loadgroup
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -72,7 +75,7 @@ demo: setup ## run the main job (lb demo) on embedded defaults
 	$(VENV)/bin/lb demo
 
 test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
-	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest -m "$(if $(SLOW),not drills,not slow and not drills)" --durations=25 $(PYTEST_ARGS)
+	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest -m "$(if $(SLOW),not drills,not slow and not drills)" $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 drills: setup ## fault drills on real stacks: kill -9 of Redis and the API (healed), the Spark JVM per publish phase, a full disk, a stalled Redis (a few minutes)
 	$(VENV)/bin/pytest -m drills tests/drills $(PYTEST_ARGS)

@@ -24,6 +24,7 @@ from speed.connection import sync_client
 from speed.server import RedisServer
 from tests.support.client_stack import ClientStack
 from tests.support.clients import DEV_SECRET, SignedClient, event
+from tests.support.redis_servers import start_own
 from tests.support.settings import (
     BACKENDS,
     OPEN_DAYS,
@@ -35,7 +36,7 @@ from tests.support.settings import (
 )
 from tests.support.spark import Cluster, start_cluster, start_spark
 
-pytest_plugins = ["tests.support.markers", "pytester"]
+pytest_plugins = ["tests.support.markers", "tests.support.groups", "pytester"]
 
 __all__ = [  # re-exported for test modules written against tests.conftest
     "BACKENDS",
@@ -52,7 +53,10 @@ __all__ = [  # re-exported for test modules written against tests.conftest
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"), appendfsync="always").start()
+    server = start_own(
+        lambda path: RedisServer(path, appendfsync="always"),
+        tmp_path_factory.mktemp("redis"),
+    )
     yield server
     server.stop()
 
@@ -63,9 +67,10 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     speed layer on a cluster as well as on one server (``redis_backend``): its URL
     (``redis+cluster://...``), AOF with fsync always on every master like the
     single server. Started on first use, stopped at the end of the session."""
-    cluster = RedisClusterServer(
-        tmp_path_factory.mktemp("redis-cluster"), masters=3, appendfsync="always"
-    ).start()
+    cluster = start_own(
+        lambda path: RedisClusterServer(path, masters=3, appendfsync="always"),
+        tmp_path_factory.mktemp("redis-cluster"),
+    )
     yield cluster.url
     cluster.stop()
 

@@ -17,7 +17,7 @@ from api.http_protocol import HEADER_TIMEOUT_SECONDS, HeaderTimeoutProtocol
 from api.main import create_app
 from conf.settings import Settings
 from speed.server import free_port
-from tests.e2e.test_stack_hardening import lb, stack_env
+from tests.support.lb import lb, stack_env
 
 TIMEOUT = 1.0
 

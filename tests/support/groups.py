@@ -1,0 +1,202 @@
+"""Which tests share an xdist worker (``pytest -n 2 --dist loadgroup``, ``make
+test``): a pytest plugin, loaded by ``tests/conftest.py``.
+
+- ``spark``: every module with a test that uses the session's SparkSession or the
+  standalone Spark cluster (the ``spark`` / ``spark_cluster`` fixtures, found in
+  each test's fixture closure). One worker holds the only in-process JVM; the
+  whole module goes, so its module-level set-up is not repeated on the other
+  worker.
+- ``airflow``: the Airflow ``dags test`` module (one Airflow home, migrated
+  once; its tasks run Spark in their own processes), on whichever worker is
+  free: not behind the Spark worker's queue, which is the longest.
+- a session fixture that starts a stack (``client_stack``) keeps its users on
+  one worker, which starts it once.
+- a module with a module-, class- or session-scoped fixture of its own runs on
+  one worker (its fixture starts once).
+- an explicit ``@pytest.mark.xdist_group(name)`` joins group ``name``.
+- every other test runs wherever a worker is free (the Redis / API / stack
+  tests, which mostly wait on processes).
+
+Why not xdist's own ``loadgroup``: pytest-xdist 3.8 marks a group by appending
+``@name`` to ``item._nodeid``, which pytest 9.2 no longer reads (``nodeid`` comes
+from ``item._id``), so every test landed wherever a worker was free. Here the
+workers write the groups they computed at collection (one JSON file per worker
+in the controller's basetemp) and the controller's scheduler (xdist's
+``loadgroup`` scheduler with its scope taken from that file) reads them; node
+ids stay unchanged. Without xdist nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SPARK = "spark"
+SPARK_FIXTURES = frozenset({"spark", "spark_cluster"})
+# Modules that use the worker's SparkSession without those fixtures (none now).
+SPARK_MODULES: frozenset[str] = frozenset()
+# Modules that run in a group of their own, on one worker.
+MODULE_GROUPS = {"tests/dags/test_dags.py": "airflow"}
+# Session fixtures that start something slow: their users share one worker.
+PINNED_SESSION_FIXTURES = frozenset({"client_stack"})
+GROUPS_DIR = "lb_groups_dir"  # the workerinput key: where workers write groups
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def _own_scoped_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-, class- or session-scoped fixture defined
+    in its own module."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    module = _module(item)
+    for defs in info.name2fixturedefs.values():
+        fixturedef = defs[-1]
+        if fixturedef.scope in ("module", "class", "session") and str(
+            fixturedef.baseid
+        ).startswith(module):
+            return True
+    return False
+
+
+def spark_modules_of(items: list[pytest.Item]) -> set[str]:
+    """The modules (node-id paths) in the Spark group."""
+    found = set(SPARK_MODULES)
+    for item in items:
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            found.add(_module(item))
+    return found
+
+
+def group_of(item: pytest.Item, spark_modules: set[str]) -> str | None:
+    """The group of ``item``: ``spark``, its module's own group, an explicit
+    xdist_group, a pinned fixture's name, its module's path, or None (any
+    worker)."""
+    module = _module(item)
+    if module in spark_modules:
+        return SPARK
+    if module in MODULE_GROUPS:
+        return MODULE_GROUPS[module]
+    marks = sorted(
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    )
+    if marks:
+        return "_".join(marks)
+    pinned = sorted(PINNED_SESSION_FIXTURES & set(getattr(item, "fixturenames", ())))
+    if pinned:
+        return pinned[0]
+    if _own_scoped_fixture(item):
+        return module
+    return None
+
+
+def groups_of(items: list[pytest.Item]) -> dict[str, str]:
+    """Node id -> group of the grouped tests among ``items``."""
+    spark_modules = spark_modules_of(items)
+    found = {}
+    for item in items:
+        name = group_of(item, spark_modules)
+        if name is not None:
+            found[item.nodeid] = name
+    return found
+
+
+GROUPS_KEY = pytest.StashKey[dict[str, str]]()
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselected: the ids xdist sees
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or GROUPS_DIR not in workerinput:
+        return
+    groups = groups_of(items)
+    config.stash[GROUPS_KEY] = groups
+    path = Path(workerinput[GROUPS_DIR]) / f"groups-{workerinput['workerid']}.json"
+    partial = path.with_suffix(".part")
+    partial.write_text(json.dumps(groups))
+    os.replace(partial, path)  # written before the worker reports its collection
+
+
+def _spark_running() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+SPARK_BEFORE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if GROUPS_KEY in item.config.stash:
+        item.stash[SPARK_BEFORE] = _spark_running()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Under xdist, a test outside the ``spark`` group that starts a SparkSession
+    in its worker (a job called in-process without the ``spark`` fixture) fails:
+    it would start a second JVM beside the Spark worker's. It needs the fixture
+    (or its module in ``SPARK_MODULES``)."""
+    result = yield
+    groups = item.config.stash.get(GROUPS_KEY, None)
+    if (
+        groups is not None
+        and groups.get(item.nodeid) != SPARK
+        and not item.stash.get(SPARK_BEFORE, True)
+        and _spark_running()
+    ):
+        raise AssertionError(
+            "this test started a SparkSession outside the spark xdist group: "
+            "request the `spark` fixture (tests/support/groups.py)"
+        )
+    return result
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Controller: tell each worker where to write its groups."""
+    if node.config.getvalue("dist") == "loadgroup":
+        node.workerinput[GROUPS_DIR] = str(_groups_dir(node.config))
+
+
+def _groups_dir(config: pytest.Config) -> Path:
+    path = config._tmp_path_factory.getbasetemp() / "xdist-groups"  # type: ignore[attr-defined]
+    path.mkdir(exist_ok=True)
+    return Path(path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Controller: ``--dist loadgroup`` with the groups the workers computed."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    directory = _groups_dir(config)
+
+    class FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            # Called once every worker has reported its collection, so after
+            # every worker wrote its file (they are identical: xdist checks that
+            # the workers collected the same tests).
+            if self.groups is None:
+                self.groups = {}
+                for path in sorted(directory.glob("groups-*.json")):
+                    self.groups.update(json.loads(path.read_text()))
+            group = self.groups.get(nodeid)
+            return group if group is not None else super()._split_scope(nodeid)
+
+    return FileGroupScheduling(config, log)

@@ -1,0 +1,153 @@
+"""The xdist groups (tests/support/groups.py): every module with a Spark test runs
+on one worker as a whole, the users of a pinned session stack share one worker,
+a module with a module-scoped fixture of its own stays on one worker, an explicit
+``xdist_group`` mark is honoured, and the rest go wherever a worker is free; under
+``-n 2 --dist loadgroup`` the groups hold (pytest-xdist's own loadgroup does not
+with pytest 9.2: its ``@group`` node-id suffix is lost)."""
+
+from __future__ import annotations
+
+import pytest
+
+# As tests/conftest.py loads it (xdist workers do not get a ``-p`` plugin).
+CONFTEST = """
+import pytest
+
+pytest_plugins = ["tests.support.groups"]
+
+@pytest.fixture(scope="session")
+def spark():
+    return "jvm"
+
+@pytest.fixture
+def uses_spark(spark):
+    return spark
+
+@pytest.fixture(scope="session")
+def client_stack():
+    return "stack"
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    from tests.support.groups import groups_of
+
+    found = groups_of(items)
+    for item in items:
+        print("GROUP", item.nodeid, found.get(item.nodeid, "-"))
+"""
+
+MODULES = {
+    "test_jobs.py": """
+import pytest
+
+def test_direct(spark):
+    assert spark
+
+# More tests than workers: without the groups they would spread.
+@pytest.mark.parametrize("n", range(6))
+def test_many(spark, n):
+    assert spark
+
+def test_through_a_fixture(uses_spark):
+    assert uses_spark
+
+def test_plain_in_a_spark_module():
+    assert True
+""",
+    "test_api.py": """
+import pytest
+
+def test_plain():
+    assert True
+
+def test_client(client_stack):
+    assert client_stack
+
+@pytest.mark.xdist_group("mine")
+def test_marked():
+    assert True
+""",
+    "test_fuzz.py": """
+import pytest
+
+@pytest.fixture(scope="module")
+def served():
+    return 1
+
+def test_served(served):
+    assert served
+
+def test_plain():
+    assert True
+""",
+}
+
+# A job called in-process without the ``spark`` fixture (the SparkContext it
+# would leave behind, without starting a JVM here).
+STRAY = """
+from pyspark import SparkContext
+
+def test_starts_spark_itself():
+    SparkContext._active_spark_context = object()
+"""
+
+# Plugins the workers need not import (each takes seconds on a loaded machine).
+NO_PLUGINS = ("-p", "no:locust", "-p", "no:schemathesis", "-p", "no:anyio")
+
+
+def make_tests(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    for name, source in MODULES.items():
+        pytester.makepyfile(**{name.removesuffix(".py"): source})
+
+
+def groups(pytester: pytest.Pytester, *args: str) -> dict[str, str]:
+    make_tests(pytester)
+    result = pytester.runpytest(
+        "--collect-only", "-q", "-s", *args
+    )
+    found = {}
+    for line in result.outlines:
+        if line.startswith("GROUP "):
+            _, nodeid, group = line.split()
+            found[nodeid.split("@")[0]] = group
+    assert found, result.outlines
+    return found
+
+
+@pytest.mark.unit
+def test_spark_modules_stack_users_and_module_fixtures_are_grouped(
+    pytester: pytest.Pytester,
+) -> None:
+    assert groups(pytester) == {
+        "test_jobs.py::test_direct": "spark",
+        **{f"test_jobs.py::test_many[{n}]": "spark" for n in range(6)},
+        "test_jobs.py::test_through_a_fixture": "spark",
+        "test_jobs.py::test_plain_in_a_spark_module": "spark",
+        "test_api.py::test_plain": "-",
+        "test_api.py::test_client": "client_stack",
+        "test_api.py::test_marked": "mine",
+        "test_fuzz.py::test_served": "test_fuzz.py",
+        "test_fuzz.py::test_plain": "-",
+    }
+
+
+@pytest.mark.integration  # starts a pytest with two xdist worker processes
+def test_under_two_workers_the_spark_module_runs_on_one(
+    pytester: pytest.Pytester,
+) -> None:
+    make_tests(pytester)
+    pytester.makepyfile(test_stray=STRAY)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "-v", *NO_PLUGINS
+    )
+    result.assert_outcomes(passed=14, failed=1)
+    # The test that started "Spark" without the fixture, outside the group.
+    result.stdout.fnmatch_lines(["*test_stray.py::test_starts_spark_itself*"])
+    assert "started a SparkSession outside the spark xdist group" in result.stdout.str()
+    workers = {
+        line.split()[0]
+        for line in result.outlines
+        if "PASSED" in line and "test_jobs.py::" in line
+    }
+    assert len(workers) == 1 and workers <= {"[gw0]", "[gw1]"}, result.outlines
