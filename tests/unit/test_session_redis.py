@@ -43,9 +43,7 @@ def test_no_own_server_in_any_attempt_raises(tmp_path: Path) -> None:
     other = RedisServer(tmp_path / "other").start()
     try:
         with pytest.raises(RedisServerError):
-            start_own(
-                lambda path: RedisServer(path, port=other.port), tmp_path / "own"
-            )
+            start_own(lambda path: RedisServer(path, port=other.port), tmp_path / "own")
         assert answers_itself(other)
     finally:
         other.stop()

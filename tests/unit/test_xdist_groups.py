@@ -103,9 +103,7 @@ def make_tests(pytester: pytest.Pytester) -> None:
 
 def groups(pytester: pytest.Pytester, *args: str) -> dict[str, str]:
     make_tests(pytester)
-    result = pytester.runpytest(
-        "--collect-only", "-q", "-s", *args
-    )
+    result = pytester.runpytest("--collect-only", "-q", "-s", *args)
     found = {}
     for line in result.outlines:
         if line.startswith("GROUP "):
