@@ -7,7 +7,15 @@ with pytest 9.2: its ``@group`` node-id suffix is lost)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+# The repository root: the subprocess pytest imports ``tests.support.groups`` from
+# it (its own rootdir is a temporary directory, and a clean clone sets no
+# PYTHONPATH).
+ROOT = Path(__file__).resolve().parents[2]
 
 # As tests/conftest.py loads it (xdist workers do not get a ``-p`` plugin).
 CONFTEST = """
@@ -132,8 +140,12 @@ def test_spark_modules_stack_users_and_module_fixtures_are_grouped(
 
 @pytest.mark.integration  # starts a pytest with two xdist worker processes
 def test_under_two_workers_the_spark_module_runs_on_one(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    inherited = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), inherited]))
+    )
     make_tests(pytester)
     pytester.makepyfile(test_stray=STRAY)
     result = pytester.runpytest_subprocess(
