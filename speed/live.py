@@ -828,10 +828,10 @@ class LiveReader:
             members = reply[2]
             live = empty
             if members:
-                keys = np.frombuffer(
+                encoded = np.frombuffer(
                     b"".join(bytes(m)[:8] for m in members), dtype=">u8"
                 )
-                live = SCORE_OFFSET - keys.astype(np.int64)
+                live = SCORE_OFFSET - encoded.astype(np.int64)
             removed = empty
             bitmap = reply[3]
             if bitmap and segment is not None and rows is not None:
