@@ -10,6 +10,14 @@ into the exact state as of the position vector returned as ``asOf``.
 The snapshot is the partition's *base* generation (the one its changed-sets are
 relative to); while a rebase is half done the partitions disagree, exactness is not
 possible, and the answer comes from the histogram, labelled so.
+
+Exact dense rank of s: 1 + distinct live scores above s = the base's distinct scores
+above s, less the base values no player holds any more, plus the live values the
+base does not hold. Whether a value is still held is a question about every
+partition at once (two partitions can hold the same value), so it cannot be kept
+per partition by the owner transaction; the API decodes each partition's
+changed-set once per log position (:class:`DenseChanges`) and a dense read is the
+stamp plus a few bisections while the partitions stay put; no write-path cost.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serving.segments import BoardSegment, _StringColumn
@@ -28,6 +28,8 @@ def segment_of(scores: list[int]) -> BoardSegment:
     )
 
 
+# No deadline: a loaded machine must not fail it (CI runs at load 5+).
+@settings(deadline=None)
 @given(
     base=st.lists(st.integers(-3, 3), max_size=12),
     data=st.data(),
