@@ -339,6 +339,8 @@ class BoardSegment:
     unique_rank: bool = False
     # Per row: distinct scores among rows [0, row] (filled on first use).
     _distinct: np.ndarray | None = None
+    # The scores ascending (filled on first use): vectorized counts per value.
+    _ascending: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
@@ -419,6 +421,13 @@ class BoardSegment:
             changes[1:] = scores[1:] != scores[:-1]
             self._distinct = np.cumsum(changes)
         return int(self._distinct[at - 1])
+
+    def ascending_scores(self) -> np.ndarray:
+        """The scores in ascending order (a copy made once): for counting many
+        values at a time with ``np.searchsorted``."""
+        if self._ascending is None:
+            self._ascending = np.ascontiguousarray(self.scores[::-1], dtype=np.int64)
+        return self._ascending
 
     def rank_of_score(self, score: int) -> int:
         """Competition rank of a score: 1 + players strictly above it."""
