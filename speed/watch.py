@@ -19,7 +19,8 @@ read still holds:
 Otherwise the reader reads again, as it would without a watch. The protocol is a
 plain :class:`asyncio.Protocol` so that an arriving byte moves the epoch in the
 transport's own read callback, before any task of the event loop runs; it speaks
-just enough RESP (through hiredis) for AUTH, SELECT and SUBSCRIBE.
+just enough RESP (through hiredis) for AUTH and SUBSCRIBE (Pub/Sub channels
+are not per database).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
@@ -47,29 +48,36 @@ RETRY_S = 0.5
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where to subscribe: host, port and the credentials of the Redis URL."""
+    """Where to subscribe: host and port, or a unix socket's path (``port`` 0),
+    and the credentials of the Redis URL."""
 
     host: str
     port: int
     username: str | None = None
     password: str | None = None
-    db: int = 0
     tls: bool = False
 
 
 def endpoint_of(url: str) -> Endpoint | None:
-    """The endpoint of a ``redis://`` or ``rediss://`` URL; None for anything
-    else (a unix socket: readers then read on every request, as without a watch)."""
+    """The endpoint of a ``redis://``, ``rediss://`` or ``unix://`` URL (the
+    forms redis-py reads; a unix URL's credentials in ``?password=``); None for
+    anything else (readers then read on every request, as without a watch)."""
     parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.scheme == "unix" and parts.path:
+        return Endpoint(
+            parts.path,
+            0,
+            query.get("username", [None])[0],
+            query.get("password", [None])[0],
+        )
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:
         return None
-    db = parts.path.lstrip("/")
     return Endpoint(
         host=parts.hostname,
         port=parts.port or 6379,
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
-        db=int(db) if db.isdigit() else 0,
         tls=parts.scheme == "rediss",
     )
 
@@ -158,12 +166,17 @@ class ChangeWatch:
                 endpoint = await where()
                 if endpoint is None:
                     return
-                _, protocol = await loop.create_connection(
-                    lambda: _Subscriber(self),
-                    endpoint.host,
-                    endpoint.port,
-                    ssl=ssl.create_default_context() if endpoint.tls else None,
-                )
+                if endpoint.port == 0:
+                    _, protocol = await loop.create_unix_connection(
+                        lambda: _Subscriber(self), endpoint.host
+                    )
+                else:
+                    _, protocol = await loop.create_connection(
+                        lambda: _Subscriber(self),
+                        endpoint.host,
+                        endpoint.port,
+                        ssl=ssl.create_default_context() if endpoint.tls else None,
+                    )
                 self._send(endpoint)
                 await protocol.lost
             except Exception as exc:  # noqa: BLE001 - retried; reads read meanwhile
@@ -175,8 +188,6 @@ class ChangeWatch:
         if endpoint.password is not None:
             user = () if endpoint.username is None else (endpoint.username,)
             commands.append(("AUTH", *user, endpoint.password))
-        if endpoint.db:
-            commands.append(("SELECT", endpoint.db))
         commands.append(("SUBSCRIBE", self.channel))
         assert self._transport is not None
         self._transport.write(b"".join(hiredis.pack_command(c) for c in commands))
