@@ -14,7 +14,10 @@ write anywhere drops them all. A read that makes no round trip of its own (a
 snapshot read) trusts the kept version while the channel's watch
 (:mod:`speed.watch`) says nothing was published since it was read: a snapshot
 top-100 then costs no Redis at all (one GET + HMGET per read took its closed-loop
-rate from ~10,000 to ~3,100 req/s, bench/RESULTS.md "Reads").
+rate from ~10,000 to ~3,100 req/s, bench/RESULTS.md "Reads"). The profiles' count
+rides along with the version: while no profile is set, nothing is looked up (a
+live nearby read's neighbours, unknown before its read, would cost a second round
+trip).
 
 A profile carries no visibility of its own: the read service attaches profiles only
 to the entries an answer already holds, so a shadowed player's profile is exactly as
@@ -128,7 +131,7 @@ def version_rider(players: tuple[str, ...] = ()) -> Iterator[Rider]:
     """A :class:`Rider` reading the profiles' version (and the profiles of
     ``players``, known before the read), in :data:`RIDER` for the block: a read in
     it brings them back with its own round trip."""
-    commands: list[tuple[Any, ...]] = [("GET", VERSION_KEY)]
+    commands: list[tuple[Any, ...]] = [("GET", VERSION_KEY), ("HLEN", PROFILES_KEY)]
     if players:
         commands.append(("HMGET", PROFILES_KEY, *players))
     rider = Rider(tuple(commands))
@@ -173,6 +176,8 @@ class ProfileCache:
         self.size = size
         self.watch = watch or ChangeWatch(CHANNEL)
         self.version: int | None = None
+        # No profile is set at ``version``: no player needs looking up.
+        self.empty = False
         # The watch's mark taken before the kept version was last read.
         self._mark: tuple[int, float] | None = None
         self._entries: OrderedDict[str, dict[str, str] | None] = OrderedDict()
@@ -190,10 +195,12 @@ class ProfileCache:
         version: int,
         values: dict[str, dict[str, str] | None],
         mark: tuple[int, float] | None,
+        count: int,
     ) -> None:
         if version != self.version:
             self._entries.clear()
             self.version = version
+        self.empty = count == 0
         self._mark = mark
         self._entries.update(values)
         while len(self._entries) > self.size:
@@ -211,7 +218,7 @@ class ProfileCache:
         if not rider.read or rider.replies is None:
             return None
         version = _version(rider.replies[0])
-        values = rider.replies[1] if players else ()
+        values = rider.replies[2] if players else ()
         self._keep(
             version,
             {
@@ -219,6 +226,7 @@ class ProfileCache:
                 for p, v in zip(players, values, strict=True)
             },
             mark,
+            int(rider.replies[1]),
         )
         return version
 
@@ -234,11 +242,18 @@ class ProfileCache:
         if version is None and self.watch.unchanged_since(self._mark):
             version = self.version
         if version is not None and version == self.version:
+            if self.empty:
+                return {}
             missing = [p for p in players if p not in self._entries]
         if missing:
             mark = self.watch.mark()
-            raw_version, values = await send_commands(
-                client, [("GET", VERSION_KEY), ("HMGET", PROFILES_KEY, *missing)]
+            raw_version, count, values = await send_commands(
+                client,
+                [
+                    ("GET", VERSION_KEY),
+                    ("HLEN", PROFILES_KEY),
+                    ("HMGET", PROFILES_KEY, *missing),
+                ],
             )
             if isinstance(values, Exception):
                 raise values
@@ -251,7 +266,7 @@ class ProfileCache:
                 # Changed since the rider read it: the kept ones may be stale.
                 self._entries.clear()
                 return await self.profiles(client, players, now)
-            self._keep(now, read, mark)
+            self._keep(now, read, mark, int(count))
         else:
             read = {}
         found: dict[str, dict[str, str]] = {}

@@ -45,6 +45,11 @@ def test_a_write_elsewhere_ends_the_trust_at_once(tmp_path: Path) -> None:
         server.stop()
 
 
+async def calls(client: object, command: str) -> int:
+    stats = await client.info("commandstats")  # type: ignore[attr-defined]
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 async def _write_elsewhere(url: str) -> None:
     reader, writer = async_client(url), async_client(url)
     cache = ProfileCache()
@@ -53,6 +58,11 @@ async def _write_elsewhere(url: str) -> None:
         await until(lambda: cache.watch.subscribed)
         assert await cache.profiles(reader, ["P1"]) == {}
         assert cache.watch.unchanged_since(cache._mark)
+        # No profile set at all: players never seen need no lookup either.
+        hmgets = await calls(reader, "hmget")
+        assert await cache.profiles(reader, ["P2", "P3"], cache.version) == {}
+        assert await cache.profiles(reader, ["P4"]) == {}
+        assert await calls(reader, "hmget") == hmgets
         await write_profile(writer, "P1", {"displayName": "Ana"})
         # The message left Redis in the same reply flush as the writer's reply.
         assert not cache.watch.unchanged_since(cache._mark)
