@@ -90,9 +90,7 @@ def segment_writer(
             for board in sorted(pc.unique(table.column("board")).to_pylist()):
                 segment, side = files.get(board, (None, None))
                 meta = layering[3].get(board) if layering is not None else None
-                known.append(
-                    previous_versions(Path(where), board, segment, side, meta)
-                )
+                known.append(previous_versions(Path(where), board, segment, side, meta))
         versions, side = assign_versions(rows, pa.concat_tables(known))
         rows = rows.select(SEGMENT_COLUMNS).append_column("version", versions)
         sides: dict[str, list[str]] = {}

@@ -373,9 +373,7 @@ class LayeredSegment(BoardSegment):
             ).astype(np.int64)
         else:
             rows = [base.row_of(p) for p in removed]
-            self._removed = np.array(
-                sorted(r for r in rows if r is not None), np.int64
-            )
+            self._removed = np.array(sorted(r for r in rows if r is not None), np.int64)
         # Kept base rows before each removed one (non-decreasing): the k-th kept
         # base row is k + searchsorted(_kept_before, k, "right").
         self._kept_before = self._removed - np.arange(len(self._removed))
@@ -390,8 +388,10 @@ class LayeredSegment(BoardSegment):
             before[j] = bisect.bisect_left(
                 range(int(lo[j]), int(hi[j])),
                 key,
-                key=lambda i: base._order_key(i) if timed else (
-                    key[0], 0, base.players.bytes_at(i)
+                key=lambda i: (
+                    base._order_key(i)
+                    if timed
+                    else (key[0], 0, base.players.bytes_at(i))
                 ),
             ) + int(lo[j])
         self._d_before = before.astype(np.int64)
@@ -432,9 +432,7 @@ class LayeredSegment(BoardSegment):
     def _merged_players(self) -> pa.Array:
         base = _string_array(self.base.players).cast(pa.string())
         combined = pa.concat_arrays([base, pa.array(self._d_players, pa.string())])
-        is_delta, source = self._sources(
-            np.arange(self._population, dtype=np.int64)
-        )
+        is_delta, source = self._sources(np.arange(self._population, dtype=np.int64))
         take = np.where(is_delta, source + self.base.population, source)
         return canonical_array(combined.take(pa.array(take, pa.int64())))
 

@@ -185,17 +185,25 @@ def test_load_board_reads_a_chain_from_the_manifest_entry(tmp_path: Path) -> Non
     (the base and earlier layers hard-linked into it)."""
     rows = {p: (p, s, 0, 1) for p, s in (("a", 5), ("b", 3), ("c", 3), ("d", 1))}
     base = write_full(tmp_path, rows, False, False, 2)
-    meta = board_entry(BOARD, base.population, {
-        f"{BOARD}.arrow": "x", f"{BOARD}.index.arrow": "x",
-        f"{BOARD}.buckets.arrow": "x",
-    })
+    meta = board_entry(
+        BOARD,
+        base.population,
+        {
+            f"{BOARD}.arrow": "x",
+            f"{BOARD}.index.arrow": "x",
+            f"{BOARD}.buckets.arrow": "x",
+        },
+    )
     first = write_board_layer(tmp_path, BOARD, "g2", [("b", 9, None, 2)], ["d"])
     second = write_board_layer(tmp_path, BOARD, "g3", [("e", 3, None, 3)], [])
     meta |= {"base": "g1", "layers": [first, second]}
     segment = load_board(tmp_path, BOARD, meta)
     assert isinstance(segment, LayeredSegment)
     assert [(e["playerId"], e["rank"]) for e in segment.entries(0, 10)] == [
-        ("b", 1), ("a", 2), ("c", 3), ("e", 3),
+        ("b", 1),
+        ("a", 2),
+        ("c", 3),
+        ("e", 3),
     ]
     assert segment.row_of("d") is None
     assert segment.layer_rows == 2
