@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from prometheus_client import Counter, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi.telemetry import TelemetryConfig
 
 from api.direct import add_first
 from api.errors import install_error_handlers
 from api.history import HistoryService
-from api.metrics import GcPauseTimer, observe_read
+from api.metrics import GcPauseTimer
+from api.middleware import ApiMiddleware
 from api.models import with_body_schemas
-from api.readers import ReaderGate
 from api.reads import ReadService
 from api.responses import FastJSONResponse
 from api.routes import (
@@ -35,7 +33,6 @@ from api.routes import (
     web,
 )
 from api.routes import boards as boards_routes
-from api.rule_reload import RuleReloadMiddleware
 from api.tokens import TokenVerifier
 from conf.boards import load_boards
 from conf.rule_state import RuleStateWatcher
@@ -51,9 +48,18 @@ from speed.readers import ReadLimiter
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
-REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
-LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
 log = logging.getLogger("leaderboard.api")
+# FastAPI's native OpenTelemetry, documented as FastAPI(telemetry={...}), is on by
+# default: each request asks the three global OpenTelemetry providers (an
+# os.environ lookup each) whether one is configured, and traces, meters and logs
+# the request once one is. The service's metrics are Prometheus (api/metrics.py).
+NO_TELEMETRY: TelemetryConfig = {
+    "tracing": False,
+    "metrics": False,
+    "logs": False,
+    "operation_spans": False,
+    "auto_configure": False,
+}
 
 
 def warn_about_dev_key(settings: Settings) -> bool:
@@ -71,36 +77,6 @@ def warn_about_dev_key(settings: Settings) -> bool:
         LOCAL_DEV_KEYS,
     )
     return True
-
-
-class ObserveMiddleware:
-    """Request counts and latency per route template, as plain ASGI (Starlette's
-    BaseHTTPMiddleware cost about a third of the API's CPU per request)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def observe_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observe_send)
-        finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            elapsed = time.perf_counter() - started
-            REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(elapsed)
-            observe_read(path, scope.get("query_string", b""), elapsed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -177,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         default_response_class=FastJSONResponse,
+        telemetry=NO_TELEMETRY,
     )
     app.state.settings = settings
     app.state.rule_watcher = rule_watcher
@@ -197,10 +174,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    # Innermost: the gate of every read, in front of the router (direct routes too).
-    app.add_middleware(ReaderGate, enabled=settings.read_auth == "token")
-    app.add_middleware(RuleReloadMiddleware)
-    app.add_middleware(ObserveMiddleware)
+    # One middleware in front of the router (api/middleware.py): metrics, rule
+    # reload and, with LB_READ_AUTH=token, the gate of every read.
+    app.add_middleware(ApiMiddleware, gate_reads=settings.read_auth == "token")
     # The hot reads and the writes: the app's own routes, first (api/direct.py).
     add_first(app, boards_routes.router, score_events.router)
     app.include_router(health.router)

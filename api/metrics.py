@@ -60,6 +60,8 @@ EVENTS = Counter(
 EVENTS_REJECTED = Counter(
     "lb_events_rejected_total", "Score events refused, by error code", ["error"]
 )
+REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
+LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
 RANK_LATENCY = Histogram(
     "lb_rank_request_seconds",
     "Read latency by endpoint and mode (live, snapshot, approx)",
@@ -164,23 +166,68 @@ def record_rejected(error: str, count: int = 1) -> None:
     EVENTS_REJECTED.labels(error).inc(count)
 
 
-def observe_read(route_path: str, query_string: bytes, seconds: float) -> None:
-    """Latency of a ranked read, labelled with its mode (from the query)."""
-    endpoint = READ_ENDPOINTS.get(route_path)
-    if endpoint is None:
-        return
-    mode = "live"
+READ_MODES = frozenset(("live", "snapshot", "approx"))
+
+
+def read_mode(endpoint: str, query_string: bytes) -> str:
+    """The mode label of a ranked read: ``snapshot`` for entries pages and for any
+    ``generation``, else the first ``mode`` (``live`` without one, ``invalid`` for
+    another value), as ``parse_qs`` reads the query: blank values do not count. A
+    plain query (no escape, no ``+``) is scanned without decoding it."""
     if endpoint == "entries":
-        mode = "snapshot"
-    elif query_string:
+        return "snapshot"
+    if not query_string:
+        return "live"
+    if b"%" in query_string or b"+" in query_string:
         query = parse_qs(query_string.decode("latin-1"))
         if "generation" in query:
-            mode = "snapshot"
-        else:
-            mode = query.get("mode", ["live"])[0]
-            if mode not in ("live", "snapshot", "approx"):
-                mode = "invalid"
-    RANK_LATENCY.labels(endpoint, mode).observe(seconds)
+            return "snapshot"
+        mode = query.get("mode", ["live"])[0]
+    else:
+        found: bytes | None = None
+        for pair in query_string.split(b"&"):
+            name, _, value = pair.partition(b"=")
+            if not value:
+                continue  # parse_qs drops a blank value, and a name alone
+            if name == b"generation":
+                return "snapshot"
+            if name == b"mode" and found is None:
+                found = value
+        mode = "live" if found is None else found.decode("latin-1")
+    return mode if mode in READ_MODES else "invalid"
+
+
+class RequestSeries:
+    """The per-request series (:data:`REQUESTS`, :data:`LATENCY`,
+    :data:`RANK_LATENCY`), each label set's child looked up once: ``labels()``
+    converts, checks and locks on every call, a few microseconds per request.
+    Label sets are bounded: route templates (or ``unmatched``), statuses, modes."""
+
+    def __init__(self) -> None:
+        self._requests: dict[tuple[str, int], Any] = {}
+        self._latency: dict[str, Any] = {}
+        self._reads: dict[tuple[str, str], Any] = {}
+
+    def observe(
+        self, route_path: str, status: int, query_string: bytes, seconds: float
+    ) -> None:
+        requests = self._requests.get((route_path, status))
+        if requests is None:
+            requests = REQUESTS.labels(route_path, str(status))
+            self._requests[route_path, status] = requests
+        requests.inc()
+        latency = self._latency.get(route_path)
+        if latency is None:
+            latency = self._latency[route_path] = LATENCY.labels(route_path)
+        latency.observe(seconds)
+        endpoint = READ_ENDPOINTS.get(route_path)
+        if endpoint is None:
+            return
+        key = (endpoint, read_mode(endpoint, query_string))
+        read = self._reads.get(key)
+        if read is None:
+            read = self._reads[key] = RANK_LATENCY.labels(*key)
+        read.observe(seconds)
 
 
 class StateCollector:

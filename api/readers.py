@@ -9,18 +9,21 @@ subject's bucket (:mod:`speed.readers`) per read: 429 ``rate_limited`` with
 ``Retry-After`` when it is empty. ``/healthz``, ``/readyz``, ``/metrics``, the page and
 its assets are outside these paths and stay open.
 
-:class:`ReaderGate` is plain ASGI in front of the router, so it holds for every read
-path alike -- the direct routes (api/direct.py), FastAPI's own, and paths no route
-matches (no answer tells an unauthenticated client which boards exist). It only
-refuses: what it lets through is dispatched as before. The bearer it verified is
-left in the request's state (:func:`bearer_of`), so a route does not verify it again.
+:func:`refusal` is asked by the API's one middleware (api/middleware.py) in front of
+the router, so it holds for every read path alike -- the direct routes
+(api/direct.py), FastAPI's own, and paths no route matches (no answer tells an
+unauthenticated client which boards exist). It only refuses: what it lets through is
+dispatched as before. The bearer it verified is left in the request's state
+(:func:`bearer_of`), so a route does not verify it again. With open reads it is not
+asked at all.
 """
 
 from __future__ import annotations
 
 import logging
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Scope
 
 from api.degraded import REDIS_DOWN
 from api.errors import ApiError, TooManyRequests, Unauthorized, error_body
@@ -53,43 +56,29 @@ def bearer_of(scope: Scope) -> Bearer | None:
     return state.get(STATE_KEY) if state else None
 
 
-class ReaderGate:
-    """Refuses reads without a valid token (LB_READ_AUTH=token) and reads over the
-    subject's rate limit (LB_READ_RATE_LIMIT); see the module docstring.
+async def refusal(scope: Scope) -> Response | None:
+    """The answer refusing this read (401 or 429), or None when it may go ahead:
+    then the verified bearer is in the request's state (:func:`bearer_of`).
 
-    Reads the app's ``state.token_verifier`` and ``state.read_limiter`` (None: no
-    limit), set up in api/main.py.
+    For a read (:func:`is_read`) when ``LB_READ_AUTH=token``; reads the app's
+    ``state.token_verifier`` and ``state.read_limiter`` (None: no limit), set up in
+    api/main.py.
     """
-
-    def __init__(self, app: ASGIApp, enabled: bool) -> None:
-        self.app = app
-        self.enabled = enabled
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            not self.enabled
-            or scope["type"] != "http"
-            or not is_read(scope["method"], scope["path"])
-        ):
-            await self.app(scope, receive, send)
-            return
-        state = scope["app"].state
-        try:
-            bearer = state.token_verifier.verify(_authorization(scope))
-            limiter = getattr(state, "read_limiter", None)
-            if limiter is not None:
-                await _spend(limiter, bearer)
-        except ApiError as exc:
-            READS_REFUSED.labels(exc.code).inc()
-            headers = dict(exc.headers)
-            if isinstance(exc, Unauthorized):
-                headers["WWW-Authenticate"] = "Bearer"
-            body = error_body(exc.code, exc.detail)
-            response = FastJSONResponse(body, status_code=exc.status, headers=headers)
-            await response(scope, receive, send)
-            return
-        scope.setdefault("state", {})[STATE_KEY] = bearer
-        await self.app(scope, receive, send)
+    state = scope["app"].state
+    try:
+        bearer = state.token_verifier.verify(_authorization(scope))
+        limiter = getattr(state, "read_limiter", None)
+        if limiter is not None:
+            await _spend(limiter, bearer)
+    except ApiError as exc:
+        READS_REFUSED.labels(exc.code).inc()
+        headers = dict(exc.headers)
+        if isinstance(exc, Unauthorized):
+            headers["WWW-Authenticate"] = "Bearer"
+        body = error_body(exc.code, exc.detail)
+        return FastJSONResponse(body, status_code=exc.status, headers=headers)
+    scope.setdefault("state", {})[STATE_KEY] = bearer
+    return None
 
 
 def _authorization(scope: Scope) -> str | None:

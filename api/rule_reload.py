@@ -1,7 +1,7 @@
 """Scoring-rule promotions reach a running API without a restart.
 
 ``lb replay --promote`` rewrites ``$LB_DATA_DIR/rules/state.json`` while the API
-serves. Before each request this middleware asks the app's
+serves. Before each request the API's middleware (api/middleware.py) asks the app's
 :class:`conf.rule_state.RuleStateWatcher` whether the state changed (at most one
 ``stat`` per interval) and, if so, hands the new effective boards to everything
 that scores or describes boards: the speed layer (the rule of each board in the
@@ -12,8 +12,6 @@ has its own watcher, so every worker switches within one interval.
 from __future__ import annotations
 
 from typing import Any
-
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conf.boards import BoardsConfig
 
@@ -29,14 +27,9 @@ def apply_boards(state: Any, boards: BoardsConfig) -> None:
         reads.use_boards(boards)
 
 
-class RuleReloadMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            state = scope["app"].state
-            changed = state.rule_watcher.poll()
-            if changed is not None:
-                apply_boards(state, changed)
-        await self.app(scope, receive, send)
+def reload_rules(state: Any) -> None:
+    """Apply the effective boards if the rule state changed (``state`` is
+    ``app.state``); asked before each request by api/middleware.py."""
+    changed = state.rule_watcher.poll()
+    if changed is not None:
+        apply_boards(state, changed)

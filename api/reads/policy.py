@@ -24,13 +24,17 @@ from api.degraded import REDIS_DOWN, degraded_snapshot
 from api.errors import GenerationNotFound, LiveUnavailable, NotReady
 from api.reads.answers import Answer, degraded, resolve
 from api.reads.labels import Mode, check_board, pin
-from conf.boards import BoardsConfig
+from conf.boards import BoardsConfig, board_order
+from serving.orientation import has_asc_boards
+from serving.ranking import Ranking, native_ranking
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.closed import final_boards
 from speed.live import NotExact
 
 LiveRead = Callable[[], Awaitable[Answer]]
+# Boards remembered per config (valid ids only; ids come from URLs, so bounded).
+MEMO_BOARDS = 4096
 Guard = Callable[[LiveRead], Awaitable[Answer]]
 
 
@@ -62,16 +66,40 @@ class FallbackPolicy:
     """Chooses the generation (or the live layer) for every read of one app."""
 
     def __init__(self, config: BoardsConfig, registry: GenerationRegistry) -> None:
-        self.config = config
         self.registry = registry
         self._final: dict[str, frozenset[str]] = {}
+        # Per board, what its id and the boards config say, worked out once per
+        # config: a read asks several times, and each time parsed the id again.
+        self._described: dict[str, dict[str, str]] = {}
+        self._native: dict[str, Ranking] = {}
+        self.use_boards(config)
 
     def use_boards(self, config: BoardsConfig) -> None:
         self.config = config
+        self.has_asc_boards = has_asc_boards(config)
         self._final.clear()
+        self._described.clear()
+        self._native.clear()
 
     def check(self, board: str) -> dict[str, str]:
-        return check_board(self.config, board)
+        """The board's description; BoardNotFound for a board that cannot exist."""
+        described = self._described.get(board)
+        if described is None:
+            described = check_board(self.config, board)
+            if len(self._described) >= MEMO_BOARDS:
+                self._described.clear()
+            self._described[board] = described
+        return described
+
+    def native_ranking(self, board: str) -> Ranking:
+        """The board's own ranking (API.md "Ranking per query")."""
+        native = self._native.get(board)
+        if native is None:
+            native = native_ranking(board_order(self.config, board)[1])
+            if len(self._native) >= MEMO_BOARDS:
+                self._native.clear()
+            self._native[board] = native
+        return native
 
     def final_in_latest(self, board: str) -> bool:
         """True when the latest generation holds the board's final state: its

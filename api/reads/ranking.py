@@ -17,8 +17,7 @@ from api.errors import InvalidRequest, NotReady
 from api.reads.answers import Answer, echo_ranking, resolve
 from api.reads.labels import Mode, pin, top_percent
 from api.reads.policy import FallbackPolicy
-from conf.boards import board_order
-from serving.ranking import Ranking, native_ranking, rank_of, rerank
+from serving.ranking import Ranking, rank_of, rerank
 from speed.live import ATTEMPTS, LiveReader, NotExact
 
 
@@ -48,7 +47,7 @@ class Ranker:
         ``ATTEMPTS`` the latest generation answers, labelled snapshot."""
         self.policy.check(board)
         if native is None:
-            native = native_ranking(board_order(self.policy.config, board)[1])
+            native = self.policy.native_ranking(board)
         if mode == "approx":
             if ranking not in (None, "competition"):
                 raise InvalidRequest(

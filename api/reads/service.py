@@ -89,9 +89,10 @@ class ReadService:
         with version_rider(players) as rider:
             answer = read if isinstance(read, Answer) else await read
         # Score out: answers are built from oriented scores (serving/orientation.py).
-        real = real_body(self.config, answer.body)
-        if real is not None:
-            answer = Answer(real, answer.headers, answer.players)
+        if self.policy.has_asc_boards:
+            real = real_body(self.config, answer.body)
+            if real is not None:
+                answer = Answer(real, answer.headers, answer.players)
         version = self.profile_cache.take(rider, players, mark)
         if not answer.players or (
             answer.headers is not None and LIVE_LAYER_HEADER in answer.headers
