@@ -36,7 +36,6 @@ from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
 from speed.connection import is_cluster, send_commands
-from speed.flags import FLAGS_VERSION_KEY
 from speed.partitions import (
     EPOCH_KEY,
     SCORE_OFFSET,
@@ -1017,16 +1016,13 @@ class LiveReader:
     # ------------------------------------- what cached answers depend on; approx
 
     def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
-        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
-        partition (a call's keys must share a slot there)."""
+        """On a cluster: the epoch and ``live_stamp.lua`` once per partition (a
+        call's keys must share a slot there)."""
         if self._stamp_commands is None:
             script = self._stamp_script
-            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+            self._stamp_commands = [("GET", EPOCH_KEY)]
             for p in range(self.partitions):
-                keys = LIVE_STAMP.keys_of(
-                    {},
-                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
-                )
+                keys = LIVE_STAMP.keys_of({}, [_stamp_keys(Keys(p))])
                 self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
         return self._stamp_commands
 
@@ -1034,7 +1030,8 @@ class LiveReader:
         self, fields: list[tuple[str, str]] | None = None
     ) -> tuple[tuple[int, ...], list[Any]]:
         """What a live answer depends on, in one round trip: every partition's base
-        generation and log position, the flags version, and the dataset's epoch (a
+        generation and log position, the flags version (the sum of the partitions'
+        counters, moved by ``flag_player.lua`` itself), and the dataset's epoch (a
         random number kept in Redis: a flushed or replaced dataset whose positions
         restart cannot match an answer cached from the old one). As (bases...,
         positions..., flags, epoch), with the values of the hash ``fields``
@@ -1050,16 +1047,15 @@ class LiveReader:
             ]
             replies = await run_commands(client, self._stamp_script, commands)
             n = len(commands) - len(fields)
-            flat = [v for reply in replies[2:n] for v in reply]
-            head, values = replies[:2], replies[n:]
+            triples = [v for reply in replies[1:n] for v in reply]
+            flat = [v for i, v in enumerate(triples) if i % 3 != 2]
+            flags_total = sum(int(v or 0) for v in triples[2::3])
+            head, values = [flags_total, replies[0]], replies[n:]
         else:
             if self._read_stamp_keys is None:
                 self._read_stamp_keys = READ_STAMP.keys_of(
-                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
-                    [
-                        {"base": Keys(p).base_generation, "position": Keys(p).position}
-                        for p in range(partitions)
-                    ],
+                    {"epoch": EPOCH_KEY},
+                    [_stamp_keys(Keys(p)) for p in range(partitions)],
                 )
             keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
             args = READ_STAMP.args_of(
@@ -1087,14 +1083,11 @@ class LiveReader:
         return [(owner.totals(board), player_id), (owner.flags, player_id)]
 
     async def histogram_tables(self, board: str) -> list[Any]:
-        """The flags version, the epoch (read first, as :meth:`stamp` orders them),
-        then every partition's ``approx_table.lua`` reply for the board: one round
-        trip."""
+        """The flags version (summed over the partitions' replies, each read with
+        its tree), the epoch (read first, as :meth:`stamp` orders it), then every
+        partition's ``approx_table.lua`` reply for the board: one round trip."""
         script = self._approx_table
-        commands: list[tuple[Any, ...]] = [
-            ("GET", FLAGS_VERSION_KEY),
-            ("GET", EPOCH_KEY),
-        ]
+        commands: list[tuple[Any, ...]] = [("GET", EPOCH_KEY)]
         for p in range(self.partitions):
             keys = Keys(p)
             script_keys = APPROX_TABLE.keys_of(
@@ -1102,10 +1095,13 @@ class LiveReader:
                     "fw": keys.fenwick(board),
                     "base": keys.base_generation,
                     "position": keys.position,
+                    "flags_version": keys.flags_version,
                 }
             )
             commands.append(("EVALSHA", script.sha, len(script_keys), *script_keys))
-        return await run_commands(self.speed.client, script, commands)
+        replies = await run_commands(self.speed.client, script, commands)
+        tables = replies[1:]
+        return [sum(_int(t[3]) for t in tables), replies[0], *tables]
 
     async def approx_counts(
         self, board: str, player_id: str, args: list[Any]
@@ -1133,6 +1129,15 @@ class LiveReader:
                 ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
             )
         return await run_commands(self.speed.client, script, commands)
+
+
+def _stamp_keys(keys: Keys) -> dict[str, str]:
+    """A partition's keys in ``live_stamp.lua`` / ``read_stamp.lua``."""
+    return {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "flags_version": keys.flags_version,
+    }
 
 
 def _window_around(
