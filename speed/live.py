@@ -237,6 +237,74 @@ def merge_dense(segment: BoardSegment | None, parts: list[DensePart]) -> DenseCo
     return DenseCounts(removed, live, gone, added)
 
 
+def _replaced(values: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The ascending multiset ``values`` less ``old`` (each of its values held
+    there as often) plus ``new``: O(len(values)) copying, no sort of it."""
+    if len(old):
+        old = np.sort(old)
+        # The k-th repeat of a value in ``old`` takes the k-th copy in ``values``.
+        repeat = np.arange(len(old)) - np.searchsorted(old, old, side="left")
+        values = np.delete(values, np.searchsorted(values, old, side="left") + repeat)
+    if len(new):
+        new = np.sort(new)
+        values = np.insert(values, np.searchsorted(values, new, side="left"), new)
+    return values
+
+
+def _difference(
+    old: np.ndarray, new: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(values ``old`` holds more often than ``new``, and the reverse), with their
+    excess repeats: the multiset change from ``old`` to ``new`` (a write changes a
+    few players of a partition, so both are small however large the parts)."""
+    v_old, c_old = np.unique(old, return_counts=True)
+    v_new, c_new = np.unique(new, return_counts=True)
+    every = np.union1d(v_old, v_new)
+    delta = np.zeros(len(every), np.int64)
+    delta[np.searchsorted(every, v_new)] += c_new
+    delta[np.searchsorted(every, v_old)] -= c_old
+    return np.repeat(every[delta < 0], -delta[delta < 0]), np.repeat(
+        every[delta > 0], delta[delta > 0]
+    )
+
+
+def update_dense(
+    segment: BoardSegment | None,
+    counts: DenseCounts,
+    old: DensePart,
+    new: DensePart,
+) -> DenseCounts:
+    """``counts`` (merged from parts that held ``old``) with ``old`` replaced by
+    ``new``: equal to :func:`merge_dense` of the new parts (the same arrays), at
+    the cost of the two parts' difference and a copy of the arrays instead of a
+    sort of them: only the values whose count changed can enter or leave ``gone``
+    and ``added``."""
+    left_removed, joined_removed = _difference(old.removed, new.removed)
+    left_live, joined_live = _difference(old.live, new.live)
+    removed = _replaced(counts.removed, left_removed, joined_removed)
+    live = _replaced(counts.live, left_live, joined_live)
+    named = np.unique(
+        np.concatenate([left_removed, joined_removed, left_live, joined_live])
+    )
+    if segment is None or segment.population == 0:
+        held = np.zeros(len(named), np.int64)
+    else:
+        held = segment_multiplicity(segment, named)
+    in_removed = np.searchsorted(removed, named, side="right") - np.searchsorted(
+        removed, named, side="left"
+    )
+    in_live = np.searchsorted(live, named, side="right") - np.searchsorted(
+        live, named, side="left"
+    )
+    now_gone = named[(in_removed > 0) & (in_removed == held) & (in_live == 0)]
+    now_added = named[(in_live > 0) & (held == 0)]
+    gone = _replaced(counts.gone, counts.gone[np.isin(counts.gone, named)], now_gone)
+    added = _replaced(
+        counts.added, counts.added[np.isin(counts.added, named)], now_added
+    )
+    return DenseCounts(removed, live, gone, added)
+
+
 def segment_multiplicity(segment: BoardSegment, values: np.ndarray) -> np.ndarray:
     """How many base rows hold each of ``values`` (vectorized count_with)."""
     ascending = segment.ascending_scores()
@@ -256,6 +324,8 @@ class DenseChanges:
         self.key = key
         self.parts: list[DensePart | None] = [None] * partitions
         self.merged: tuple[tuple[int, ...], DenseCounts] | None = None
+        # The parts ``merged`` was made of (replaced ones are updated into it).
+        self._merged_parts: list[DensePart] = []
 
     def stale(self, positions: list[int]) -> list[int]:
         """Partitions whose part is missing or read at another position."""
@@ -268,12 +338,28 @@ class DenseChanges:
     def counts(
         self, segment: BoardSegment | None
     ) -> tuple[tuple[int, ...], DenseCounts]:
-        """(the parts' positions, their merged counts), merged once per positions."""
+        """(the parts' positions, their merged counts), merged once per positions:
+        after a write or a few, only the parts read again are replaced in the
+        merged counts (:func:`update_dense`); merged whole when most moved."""
         parts = [part for part in self.parts if part is not None]
         assert len(parts) == len(self.parts)
         positions = tuple(part.position for part in parts)
-        if self.merged is None or self.merged[0] != positions:
+        if self.merged is None:
             self.merged = (positions, merge_dense(segment, parts))
+        elif self.merged[0] != positions:
+            replaced = [
+                (old, new)
+                for old, new in zip(self._merged_parts, parts, strict=True)
+                if old is not new
+            ]
+            if 2 * len(replaced) > len(parts):
+                counts = merge_dense(segment, parts)
+            else:
+                counts = self.merged[1]
+                for old, new in replaced:
+                    counts = update_dense(segment, counts, old, new)
+            self.merged = (positions, counts)
+        self._merged_parts = parts
         return self.merged
 
 
