@@ -251,9 +251,7 @@ def _replaced(values: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarra
     return values
 
 
-def _difference(
-    old: np.ndarray, new: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _difference(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values ``old`` holds more often than ``new``, and the reverse), with their
     excess repeats: the multiset change from ``old`` to ``new`` (a write changes a
     few players of a partition, so both are small however large the parts)."""
