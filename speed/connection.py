@@ -12,8 +12,9 @@ Every key of a partition carries the partition's hash tag ``{pN}``
 few keys outside partitions each live in one slot of their own: the audit stream
 ``lb:{audit}:log``, a season's late-review queue ``lb:{late}:<season>``, the
 profiles ``lb:{profiles}`` (and their version ``lb:{profiles}:v``), and the read
-caches' counters ``lb-reads:epoch`` and ``lb-reads:flags-version``; no command or
-script names two of them together, nor one of them with a partition's keys.
+caches' epoch ``lb-reads:epoch`` (their flags version is per partition,
+``lb:{pN}:flags:v``, moved by ``flag_player.lua``); no command or script names two
+of them together, nor one of them with a partition's keys.
 
 The cluster clients (``redis.cluster.RedisCluster`` and its asyncio twin) are not
 subclasses of ``redis.Redis``, but offer the same command methods, pipelines

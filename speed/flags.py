@@ -18,8 +18,6 @@ from speed.store import SpeedLayer
 
 ATTEMPTS = 5
 SHADOW = "shadow"
-# Bumped after every flag change: cached live answers depend on it (api/reads.py).
-FLAGS_VERSION_KEY = "lb-reads:flags-version"
 
 
 class FlagRetry(RuntimeError):
@@ -90,7 +88,15 @@ async def set_flag(
                     boards.add(board)
         ordered = sorted(boards)
         script_keys = FLAG_PLAYER.keys_of(
-            {"flags": keys.flags, "base": keys.base_generation},
+            # The partition's flags version moves in the same script (cached live
+            # answers depend on it, speed/live.py ``stamp``): no read between two
+            # commands can see the new flag under the old version, and a reply
+            # lost after the script leaves no cached answer current.
+            {
+                "flags": keys.flags,
+                "base": keys.base_generation,
+                "flags_version": keys.flags_version,
+            },
             [
                 {
                     "totals": keys.totals(board),
@@ -132,8 +138,6 @@ async def set_flag(
         if kind == "retry":
             continue
         touched = int(payload) if kind == "ok" else 0
-        if kind == "ok":
-            await speed.client.incr(FLAGS_VERSION_KEY)
         return {
             "playerId": player_id,
             "flag": SHADOW if action == "shadow" else None,

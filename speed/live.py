@@ -36,7 +36,6 @@ from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
 from speed.connection import is_cluster, send_commands
-from speed.flags import FLAGS_VERSION_KEY
 from speed.partitions import (
     EPOCH_KEY,
     SCORE_OFFSET,
@@ -238,6 +237,72 @@ def merge_dense(segment: BoardSegment | None, parts: list[DensePart]) -> DenseCo
     return DenseCounts(removed, live, gone, added)
 
 
+def _replaced(values: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The ascending multiset ``values`` less ``old`` (each of its values held
+    there as often) plus ``new``: O(len(values)) copying, no sort of it."""
+    if len(old):
+        old = np.sort(old)
+        # The k-th repeat of a value in ``old`` takes the k-th copy in ``values``.
+        repeat = np.arange(len(old)) - np.searchsorted(old, old, side="left")
+        values = np.delete(values, np.searchsorted(values, old, side="left") + repeat)
+    if len(new):
+        new = np.sort(new)
+        values = np.insert(values, np.searchsorted(values, new, side="left"), new)
+    return values
+
+
+def _difference(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values ``old`` holds more often than ``new``, and the reverse), with their
+    excess repeats: the multiset change from ``old`` to ``new`` (a write changes a
+    few players of a partition, so both are small however large the parts)."""
+    v_old, c_old = np.unique(old, return_counts=True)
+    v_new, c_new = np.unique(new, return_counts=True)
+    every = np.union1d(v_old, v_new)
+    delta = np.zeros(len(every), np.int64)
+    delta[np.searchsorted(every, v_new)] += c_new
+    delta[np.searchsorted(every, v_old)] -= c_old
+    return np.repeat(every[delta < 0], -delta[delta < 0]), np.repeat(
+        every[delta > 0], delta[delta > 0]
+    )
+
+
+def update_dense(
+    segment: BoardSegment | None,
+    counts: DenseCounts,
+    old: DensePart,
+    new: DensePart,
+) -> DenseCounts:
+    """``counts`` (merged from parts that held ``old``) with ``old`` replaced by
+    ``new``: equal to :func:`merge_dense` of the new parts (the same arrays), at
+    the cost of the two parts' difference and a copy of the arrays instead of a
+    sort of them: only the values whose count changed can enter or leave ``gone``
+    and ``added``."""
+    left_removed, joined_removed = _difference(old.removed, new.removed)
+    left_live, joined_live = _difference(old.live, new.live)
+    removed = _replaced(counts.removed, left_removed, joined_removed)
+    live = _replaced(counts.live, left_live, joined_live)
+    named = np.unique(
+        np.concatenate([left_removed, joined_removed, left_live, joined_live])
+    )
+    if segment is None or segment.population == 0:
+        held = np.zeros(len(named), np.int64)
+    else:
+        held = segment_multiplicity(segment, named)
+    in_removed = np.searchsorted(removed, named, side="right") - np.searchsorted(
+        removed, named, side="left"
+    )
+    in_live = np.searchsorted(live, named, side="right") - np.searchsorted(
+        live, named, side="left"
+    )
+    now_gone = named[(in_removed > 0) & (in_removed == held) & (in_live == 0)]
+    now_added = named[(in_live > 0) & (held == 0)]
+    gone = _replaced(counts.gone, counts.gone[np.isin(counts.gone, named)], now_gone)
+    added = _replaced(
+        counts.added, counts.added[np.isin(counts.added, named)], now_added
+    )
+    return DenseCounts(removed, live, gone, added)
+
+
 def segment_multiplicity(segment: BoardSegment, values: np.ndarray) -> np.ndarray:
     """How many base rows hold each of ``values`` (vectorized count_with)."""
     ascending = segment.ascending_scores()
@@ -257,6 +322,8 @@ class DenseChanges:
         self.key = key
         self.parts: list[DensePart | None] = [None] * partitions
         self.merged: tuple[tuple[int, ...], DenseCounts] | None = None
+        # The parts ``merged`` was made of (replaced ones are updated into it).
+        self._merged_parts: list[DensePart] = []
 
     def stale(self, positions: list[int]) -> list[int]:
         """Partitions whose part is missing or read at another position."""
@@ -269,12 +336,28 @@ class DenseChanges:
     def counts(
         self, segment: BoardSegment | None
     ) -> tuple[tuple[int, ...], DenseCounts]:
-        """(the parts' positions, their merged counts), merged once per positions."""
+        """(the parts' positions, their merged counts), merged once per positions:
+        after a write or a few, only the parts read again are replaced in the
+        merged counts (:func:`update_dense`); merged whole when most moved."""
         parts = [part for part in self.parts if part is not None]
         assert len(parts) == len(self.parts)
         positions = tuple(part.position for part in parts)
-        if self.merged is None or self.merged[0] != positions:
+        if self.merged is None:
             self.merged = (positions, merge_dense(segment, parts))
+        elif self.merged[0] != positions:
+            replaced = [
+                (old, new)
+                for old, new in zip(self._merged_parts, parts, strict=True)
+                if old is not new
+            ]
+            if 2 * len(replaced) > len(parts):
+                counts = merge_dense(segment, parts)
+            else:
+                counts = self.merged[1]
+                for old, new in replaced:
+                    counts = update_dense(segment, counts, old, new)
+            self.merged = (positions, counts)
+        self._merged_parts = parts
         return self.merged
 
 
@@ -1017,16 +1100,13 @@ class LiveReader:
     # ------------------------------------- what cached answers depend on; approx
 
     def _stamp_commands_of(self) -> list[tuple[Any, ...]]:
-        """On a cluster: the flags version, the epoch and ``live_stamp.lua`` once per
-        partition (a call's keys must share a slot there)."""
+        """On a cluster: the epoch and ``live_stamp.lua`` once per partition (a
+        call's keys must share a slot there)."""
         if self._stamp_commands is None:
             script = self._stamp_script
-            self._stamp_commands = [("GET", FLAGS_VERSION_KEY), ("GET", EPOCH_KEY)]
+            self._stamp_commands = [("GET", EPOCH_KEY)]
             for p in range(self.partitions):
-                keys = LIVE_STAMP.keys_of(
-                    {},
-                    [{"base": Keys(p).base_generation, "position": Keys(p).position}],
-                )
+                keys = LIVE_STAMP.keys_of({}, [_stamp_keys(Keys(p))])
                 self._stamp_commands.append(("EVALSHA", script.sha, len(keys), *keys))
         return self._stamp_commands
 
@@ -1034,7 +1114,8 @@ class LiveReader:
         self, fields: list[tuple[str, str]] | None = None
     ) -> tuple[tuple[int, ...], list[Any]]:
         """What a live answer depends on, in one round trip: every partition's base
-        generation and log position, the flags version, and the dataset's epoch (a
+        generation and log position, the flags version (the sum of the partitions'
+        counters, moved by ``flag_player.lua`` itself), and the dataset's epoch (a
         random number kept in Redis: a flushed or replaced dataset whose positions
         restart cannot match an answer cached from the old one). As (bases...,
         positions..., flags, epoch), with the values of the hash ``fields``
@@ -1050,16 +1131,15 @@ class LiveReader:
             ]
             replies = await run_commands(client, self._stamp_script, commands)
             n = len(commands) - len(fields)
-            flat = [v for reply in replies[2:n] for v in reply]
-            head, values = replies[:2], replies[n:]
+            triples = [v for reply in replies[1:n] for v in reply]
+            flat = [v for i, v in enumerate(triples) if i % 3 != 2]
+            flags_total = sum(int(v or 0) for v in triples[2::3])
+            head, values = [flags_total, replies[0]], replies[n:]
         else:
             if self._read_stamp_keys is None:
                 self._read_stamp_keys = READ_STAMP.keys_of(
-                    {"flags": FLAGS_VERSION_KEY, "epoch": EPOCH_KEY},
-                    [
-                        {"base": Keys(p).base_generation, "position": Keys(p).position}
-                        for p in range(partitions)
-                    ],
+                    {"epoch": EPOCH_KEY},
+                    [_stamp_keys(Keys(p)) for p in range(partitions)],
                 )
             keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
             args = READ_STAMP.args_of(
@@ -1087,14 +1167,11 @@ class LiveReader:
         return [(owner.totals(board), player_id), (owner.flags, player_id)]
 
     async def histogram_tables(self, board: str) -> list[Any]:
-        """The flags version, the epoch (read first, as :meth:`stamp` orders them),
-        then every partition's ``approx_table.lua`` reply for the board: one round
-        trip."""
+        """The flags version (summed over the partitions' replies, each read with
+        its tree), the epoch (read first, as :meth:`stamp` orders it), then every
+        partition's ``approx_table.lua`` reply for the board: one round trip."""
         script = self._approx_table
-        commands: list[tuple[Any, ...]] = [
-            ("GET", FLAGS_VERSION_KEY),
-            ("GET", EPOCH_KEY),
-        ]
+        commands: list[tuple[Any, ...]] = [("GET", EPOCH_KEY)]
         for p in range(self.partitions):
             keys = Keys(p)
             script_keys = APPROX_TABLE.keys_of(
@@ -1102,10 +1179,13 @@ class LiveReader:
                     "fw": keys.fenwick(board),
                     "base": keys.base_generation,
                     "position": keys.position,
+                    "flags_version": keys.flags_version,
                 }
             )
             commands.append(("EVALSHA", script.sha, len(script_keys), *script_keys))
-        return await run_commands(self.speed.client, script, commands)
+        replies = await run_commands(self.speed.client, script, commands)
+        tables = replies[1:]
+        return [sum(_int(t[3]) for t in tables), replies[0], *tables]
 
     async def approx_counts(
         self, board: str, player_id: str, args: list[Any]
@@ -1133,6 +1213,15 @@ class LiveReader:
                 ("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
             )
         return await run_commands(self.speed.client, script, commands)
+
+
+def _stamp_keys(keys: Keys) -> dict[str, str]:
+    """A partition's keys in ``live_stamp.lua`` / ``read_stamp.lua``."""
+    return {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "flags_version": keys.flags_version,
+    }
 
 
 def _window_around(

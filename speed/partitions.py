@@ -100,6 +100,14 @@ class Keys:
         """Hash playerId -> flag ("shadow") of the partition's flagged players."""
         return f"{self.base}:flags"
 
+    @property
+    def flags_version(self) -> str:
+        """Counter of the partition's flag changes, moved by ``flag_player.lua`` in
+        the same script as the flag: the read caches' stamp holds the sum over the
+        partitions (each only grows, so the sum is unchanged only while every one
+        is). Kept, like the flags, by a rebuild (not state derived from the log)."""
+        return f"{self.base}:flags:v"
+
     def friends(self, player_id: str) -> str:
         """Set of the player's friends' ids (replaced whole by PUT .../friends)."""
         return f"{self.base}:fr:{player_id}"

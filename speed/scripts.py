@@ -293,13 +293,14 @@ APPROX_RANK = ScriptInterface(
 
 APPROX_TABLE = ScriptInterface(
     name="approx_table",
-    keys=("fw", "base", "position"),
-    fields=("base_generation", "position", "tree"),
+    keys=("fw", "base", "position", "flags_version"),
+    fields=("base_generation", "position", "tree", "flags_version"),
 )
 
 FLAG_PLAYER = ScriptInterface(
     name="flag_player",
-    keys=("flags", "base"),
+    # flags_version: moved by the script itself (the read caches' stamp).
+    keys=("flags", "base", "flags_version"),
     key_group=("totals", "chz", "chb", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
     # base_version: the pair's version in the base ("" when not in it or none): a
@@ -345,15 +346,15 @@ LIVE_DENSE = ScriptInterface(
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
     # One group per partition; the reply repeats the fields per group, flattened.
-    key_group=("base", "position"),
-    fields=("base_generation", "position"),
+    key_group=("base", "position", "flags_version"),
+    fields=("base_generation", "position", "flags_version"),
 )
 
 READ_STAMP = ScriptInterface(
     name="read_stamp",
     # One server only: names keys of many slots (api/reads.py _stamp).
-    keys=("flags", "epoch"),
-    key_group=("base", "position"),
+    keys=("epoch",),
+    key_group=("base", "position", "flags_version"),
     argv=("partitions",),
     # Hash fields, each read from one hash named after the groups in KEYS.
     argv_rest="fields",

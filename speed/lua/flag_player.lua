@@ -2,7 +2,9 @@
 -- atomically (shadow removal: hidden from every public answer, scores kept).
 --
 -- KEYS[1] flags hash (playerId -> "shadow")   KEYS[2] base hash (g = base generation)
--- then per board (5 keys each, from KEYS[3]): totals, chz, chb, fw, bk
+-- KEYS[3] the partition's flags version (moved here, in the same script as the flag:
+--         a read's stamp can never pair the new flag state with the old version)
+-- then per board (5 keys each, from KEYS[4]): totals, chz, chb, fw, bk
 -- ARGV: playerId, action ("shadow" | "restore"), expected base generation number,
 --       nBoards, then per board: boardId, the player's score in the base generation
 --       ("" when not in it), when it reached that score (first_achieved boards; ""),
@@ -15,8 +17,8 @@
 -- player at its current total: chz gets enc(total), the bit stays, Fenwick gains it.
 -- Returns {"ok", boards touched} | {"noop", ""} | {"retry", "base moved"}
 -- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {flags = 1, base = 2}
-local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
+local KEY = {flags = 1, base = 2, flags_version = 3}
+local KEY_GROUP = {start = 4, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
 local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
 local ARG_GROUP = {
   start = 5, size = 5, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
@@ -126,4 +128,5 @@ if action == "shadow" then
 else
   redis.call("HDEL", KEYS[KEY.flags], player)
 end
+redis.call("INCR", KEYS[KEY.flags_version])
 return {"ok", tostring(touched)}

@@ -334,3 +334,39 @@ def test_an_award_cursor_with_an_unknown_field_is_refused() -> None:
     assert decode_award_cursor(cursor, BOARD)["o"] == 2
     with pytest.raises(InvalidRequest):
         decode_award_cursor(_padded(cursor, pad="x" * 50), BOARD)
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_a_flag_moves_the_stamp_in_its_own_script(
+    api: SignedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flags version moves inside flag_player.lua, not in a command after it:
+    no read in between (nor a connection lost in between) can keep an answer
+    computed before the flag current. Here every command the flag request sends
+    after its script fails, as if the API had lost Redis right after the script:
+    the shadow is committed, so the cached top list must not be served again."""
+    seed(api, SEED)
+    reads = reads_of(api)
+    assert top(api).json()["entries"] == expected_top(SEED)  # cached now
+    client_type = type(api.client.app.state.speed.client)
+
+    async def lost(*_: Any, **__: Any) -> Any:
+        raise redis.exceptions.ConnectionError("lost after the script")
+
+    with monkeypatch.context() as patched:
+        # Every write the flag route could send after its script (the old version
+        # bump, the audit record).
+        for name in ("incr", "xadd"):
+            patched.setattr(client_type, name, lost)
+        reply = flag(api, "P4", "shadow")
+        assert reply.status_code in (200, 503), reply.text
+    computed = reads.tops.computed
+    assert top(api).json()["entries"] == expected_top(
+        {p: s for p, s in SEED.items() if p != "P4"}
+    )
+    assert reads.tops.computed == computed + 1
+    # A retried flag is a no-op, and the answer stays the one without P4.
+    assert flag(api, "P4", "shadow").json()["changed"] is False
+    assert top(api).json()["entries"] == expected_top(
+        {p: s for p, s in SEED.items() if p != "P4"}
+    )

@@ -46,7 +46,9 @@ OCCURRED = [
 LATE_MS = to_ms(ts("2026-12-09T00:00:00Z"))
 
 
-def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def log_lines(
+    history: list[dict[str, Any]], boards_yaml: str = BOARDS_YAML
+) -> list[dict[str, Any]]:
     """Log records (the speed layer's JSON) for a generated history.
 
     Every record's result names the boards of its event with the pair's next
@@ -54,7 +56,7 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     released records too: a pair can then be named by the log without a total on
     that board (a correction that moved the match, a held record), which the
     incremental build must carry over like the full derivation does."""
-    config = BoardsConfig.model_validate(yaml.safe_load(BOARDS_YAML))
+    config = BoardsConfig.model_validate(yaml.safe_load(boards_yaml))
     versions: dict[tuple[str, str], int] = defaultdict(int)
     positions: dict[int, int] = defaultdict(int)
     ids: dict[str, list[str]] = defaultdict(list)
@@ -82,7 +84,7 @@ def log_lines(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "partition": partition,
                 "position": positions[partition],
-                "receivedAtMs": LATE_MS if h["late"] else NOW_MS,
+                "receivedAtMs": h.get("received", LATE_MS if h["late"] else NOW_MS),
                 "status": status,
                 "event": {
                     "eventId": event_id,
@@ -118,10 +120,12 @@ def manifest(settings: Settings, generation: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def make_settings(root: Path, redis_server: RedisServer) -> Settings:
+def make_settings(
+    root: Path, redis_server: RedisServer, boards_yaml: str = BOARDS_YAML
+) -> Settings:
     root.mkdir(parents=True, exist_ok=True)
     boards = root / "boards.yaml"
-    boards.write_text(BOARDS_YAML)
+    boards.write_text(boards_yaml)
     return Settings(
         redis_url=redis_server.url,
         data_dir=root / "lb",

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serving.segments import BoardSegment, _StringColumn
-from speed.live import DenseCounts, DensePart, merge_dense
+from speed.live import (
+    DenseChanges,
+    DenseCounts,
+    DensePart,
+    merge_dense,
+    update_dense,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +86,52 @@ def test_no_base_counts_every_live_value() -> None:
     counts = merge_dense(None, [part])
     assert DenseCounts.above(counts.added, 0) == 2
     assert DenseCounts.above(counts.live, 4) == 2
+
+
+def _part(data: st.DataObject, base: list[int], position: int) -> DensePart:
+    """A partition's changes: some base scores removed, some live scores."""
+    removed = data.draw(st.lists(st.sampled_from(base), max_size=4)) if base else []
+    live = data.draw(st.lists(st.integers(-4, 4), max_size=4))
+    return DensePart(
+        position, np.asarray(removed, np.int64), np.asarray(live, np.int64)
+    )
+
+
+def _same(a: DenseCounts, b: DenseCounts) -> None:
+    for name in ("removed", "live", "gone", "added"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@settings(deadline=None)
+@given(
+    base=st.lists(st.integers(-3, 3), max_size=12),
+    data=st.data(),
+    partitions=st.integers(1, 4),
+    no_base=st.booleans(),
+)
+def test_replacing_parts_equals_merging_them_whole(
+    base: list[int], data: st.DataObject, partitions: int, no_base: bool
+) -> None:
+    """update_dense (one part replaced in merged counts) gives exactly the arrays
+    merge_dense gives for the new parts, step after step; so does DenseChanges."""
+    segment = None if no_base else segment_of(base)
+    values = [] if no_base else base
+    parts = [_part(data, values, 0) for _ in range(partitions)]
+    counts = merge_dense(segment, parts)
+    changes = DenseChanges((1, 0, 1), partitions)
+    changes.parts = list(parts)
+    changes.counts(segment)
+    for step in range(1, data.draw(st.integers(1, 6)) + 1):
+        moved = data.draw(
+            st.sets(st.integers(0, partitions - 1), min_size=1, max_size=partitions)
+        )
+        for p in sorted(moved):
+            new = _part(data, values, step)
+            counts = update_dense(segment, counts, parts[p], new)
+            parts[p] = new
+            changes.parts[p] = new
+        whole = merge_dense(segment, parts)
+        _same(counts, whole)
+        positions, kept = changes.counts(segment)
+        assert positions == tuple(part.position for part in parts)
+        _same(kept, whole)
