@@ -46,6 +46,7 @@ from speed.baserows import registry_lookup
 from speed.connection import async_client
 from speed.friends import FriendsReader
 from speed.live import LiveReader
+from speed.profiles import watch_endpoint
 from speed.readers import ReadLimiter
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
@@ -116,8 +117,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Short timeouts: a dead or stalled Redis turns into degraded reads (the
         # latest generation, api/degraded.py) and 503 writes within about a
         # second or two, instead of redis-py's 5 s defaults.
+        redis_url = resolve_redis_url(settings)
         client = async_client(
-            resolve_redis_url(settings),
+            redis_url,
             max_connections=256,
             socket_connect_timeout=settings.redis_connect_timeout,
             socket_timeout=settings.redis_timeout,
@@ -153,6 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.data_dir,
             settings.live_cache_ms,
         )
+        app.state.reads.profile_cache.watch.start(watch_endpoint(redis_url, client))
         app.state.speed.thresholds = lambda: quarantine_thresholds(
             app.state.generations
         )
@@ -166,6 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             gc_timer.remove()
+            await app.state.reads.profile_cache.watch.stop()
             await client.aclose()
 
     app = FastAPI(

@@ -223,15 +223,19 @@ def publish_spark() -> dict[str, Any]:
     return publish
 
 
-def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
-    """Publish generation g1 straight from the bench's own totals, in the serving
+def publish_direct(
+    redis_url: str, points: np.ndarray, number: int = 1, versions: bool = True
+) -> dict[str, Any]:
+    """Publish generation g<number> straight from the bench's own totals, in the serving
     format (``serving.segments.write_segments`` + ``build_manifest``: the files the
     Spark publisher writes for the same rows), then rebase as `lb publish` does.
 
     For read measurements only: the read path maps the same files either way, and
     this takes seconds where the Spark publish of 1 M players takes minutes. The
     boards are the ones the bulk load fed (found from the speed layer's keys);
-    every player had one event, so a board's total is the player's points."""
+    every player had one event, so a board's total is the player's points (g2,
+    for the history and diff reads: the live totals, without the version column,
+    ``versions=False``: the pairs' versions then differ)."""
     import pyarrow as pa
 
     from conf.boards import board_order, load_boards
@@ -265,20 +269,20 @@ def publish_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
         names.append(np.full(len(rows), board, dtype=object))
         players.append(ids[rows])
         scores.append(points[rows])
-    version = boundary_version(client, settings.partitions, sorted(boards), n)
     rows_total = sum(len(b) for b in names)
-    table = pa.table(
-        {
-            "board": pa.array(np.concatenate(names), pa.string()),
-            "player_id": pa.array(np.concatenate(players), pa.string()),
-            "score": pa.array(np.concatenate(scores), pa.int64()),
-            # As the production writer (jobs/versions.py): each pair's version at
-            # the boundary, so the rebase drops the totals of unchanged players
-            # (issue 11, only deltas in Redis) and the memory line is issue 11's.
-            "version": pa.array(np.full(rows_total, version), pa.int64()),
-        }
-    )
-    generation = generation_id(1)
+    columns = {
+        "board": pa.array(np.concatenate(names), pa.string()),
+        "player_id": pa.array(np.concatenate(players), pa.string()),
+        "score": pa.array(np.concatenate(scores), pa.int64()),
+    }
+    if versions:
+        version = boundary_version(client, settings.partitions, sorted(boards), n)
+        # As the production writer (jobs/versions.py): each pair's version at
+        # the boundary, so the rebase drops the totals of unchanged players
+        # (issue 11, only deltas in Redis) and the memory line is issue 11's.
+        columns["version"] = pa.array(np.full(rows_total, version), pa.int64())
+    table = pa.table(columns)
+    generation = generation_id(number)
     directory = settings.segments_dir / generation
     directory.mkdir(parents=True)
     orders = {b: board_order(config, b) for b in boards}
@@ -402,6 +406,52 @@ class Checker:
         got = (body.get("score"), body.get("rank"), body.get("ranking"))
         if got != want or body.get("basis") != "live":
             self.fail(f"live dense rank {player_id(i)}: got {got}, want {want}")
+
+    def history(
+        self,
+        body: dict[str, Any],
+        i: int,
+        gens: tuple[str, str],
+        truths: tuple[Truth, Truth],
+    ) -> None:
+        """A player's history over g1 and g2 (API.md "Why a rank changed"): newest
+        first, each generation's score and rank, and the step's rankChange with
+        exact newlyAbove / noLongerAbove counts from the two offline sorts."""
+        self.checked += 1
+        old, new = truths
+        entries = body.get("entries") or []
+        got = [
+            (e["generation"]["id"], e["score"], e["rank"], e["population"])
+            for e in entries
+        ]
+        want = [
+            (gens[1], int(new.totals[i]), new.rank(i), new.n),
+            (gens[0], int(old.totals[i]), old.rank(i), old.n),
+        ]
+        if got != want or body.get("playerId") != player_id(i):
+            self.fail(f"history {player_id(i)}: got {got}, want {want}")
+            return
+        above_new = new.totals > new.totals[i]
+        above_old = old.totals > old.totals[i]
+        change = {
+            "from": old.rank(i),
+            "to": new.rank(i),
+            "ownScoreChange": int(new.totals[i] - old.totals[i]),
+            "newlyAbove": int(np.count_nonzero(above_new & ~above_old)),
+            "noLongerAbove": int(np.count_nonzero(above_old & ~above_new)),
+        }
+        if entries[0].get("rankChange") != change or entries[1].get("rankChange"):
+            self.fail(
+                f"history {player_id(i)}: rankChange {entries[0].get('rankChange')}, "
+                f"want {change}"
+            )
+
+    def diff(self, body: dict[str, Any], want: dict[str, Any]) -> None:
+        """The diff of g1 and g2 against the offline sorts (movers, counts)."""
+        self.checked += 1
+        got = {k: body.get(k) for k in want}
+        if got != want:
+            self.fail(f"diff: got counts {got.get('counts')}, want {want['counts']}")
 
     def top(
         self, body: dict[str, Any], want: list[tuple[int, str, int]], basis: str
@@ -1186,6 +1236,122 @@ async def measure(
     }
 
 
+def diff_truth(old: Truth, new: Truth, limit: int) -> dict[str, Any]:
+    """What ``/diff?from=g1&to=g2&limit=`` must answer: the same players on both
+    (none entered or left), movers by largest rank change, then playerId."""
+    ranks = [
+        (t.n - np.searchsorted(t.asc, t.totals, side="right") + 1).astype(np.int64)
+        for t in (old, new)
+    ]
+    moved = np.flatnonzero(ranks[0] != ranks[1])
+    change = np.abs(ranks[0][moved] - ranks[1][moved])
+    order = moved[np.lexsort((moved, -change))][:limit]
+    return {
+        "movers": [
+            {
+                "playerId": player_id(int(i)),
+                "fromRank": int(ranks[0][i]),
+                "toRank": int(ranks[1][i]),
+                "fromScore": int(old.totals[i]),
+                "toScore": int(new.totals[i]),
+            }
+            for i in order
+        ],
+        "entered": [],
+        "left": [],
+        "counts": {"movers": len(moved), "entered": 0, "left": 0},
+    }
+
+
+async def history_phases(
+    url: str,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    redis_url: str,
+    truths: tuple[Truth, Truth],
+    checker: Checker,
+) -> dict[str, Any]:
+    """Publish g2 from the live totals (``truths``: g1's and the live ones), then
+    the open-loop history and diff reads, each answer checked
+    (``Checker.history``, ``Checker.diff``). Run after everything else: the live
+    board then merges g2 with no changes (and g2 keeps every total in Redis)."""
+    import aiohttp
+
+    gen_truth, live_truth = truths
+    rng = random.Random(args.seed + 11)
+    print("  publish g2 (direct, the live totals) for history and diff ...")
+    g2 = await asyncio.to_thread(publish_direct, redis_url, live_truth.totals, 2, False)
+    print(f"    {g2}", flush=True)
+    await asyncio.sleep(1.0)  # the API notices the generation within 0.5 s
+    gens = ("g1", g2["generation"])
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
+    ) as session:
+        return await _history_loops(
+            session, url, args, pids, gens, truths, rng, checker
+        )
+
+
+async def _history_loops(
+    session: Any,
+    url: str,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    gens: tuple[str, str],
+    truths: tuple[Truth, Truth],
+    rng: random.Random,
+    checker: Checker,
+) -> dict[str, Any]:
+    gen_truth, live_truth = truths
+    api = f"{url}/v1/boards/{BOARD}"
+    want_diff = diff_truth(gen_truth, live_truth, 20)
+    n = gen_truth.n
+    specs = [
+        (
+            "history",
+            lambda k: (lambda i: (f"{api}/players/{player_id(i)}/history", i))(
+                rng.randrange(n)
+            ),
+            lambda body, i: checker.history(body, i, gens, (gen_truth, live_truth)),
+        ),
+        (
+            "diff",
+            lambda k: (f"{api}/diff?from={gens[0]}&to={gens[1]}&limit=20", None),
+            lambda body, _: checker.diff(body, want_diff),
+        ),
+    ]
+    phases: dict[str, Any] = {}
+    for name, url_of, check in specs:
+        if args.only and name not in args.only.split(","):
+            continue
+
+        # Warm-up, as the other phases (every worker: the diff is computed once
+        # per worker and generation pair, the history service opens the
+        # generations).
+        async def warm(target: str) -> None:
+            async with session.get(target) as reply:
+                await reply.read()
+
+        for _ in range(3):
+            await asyncio.gather(*(warm(url_of(k)[0]) for k in range(args.connections)))
+        print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
+        meter = CpuMeter(pids)
+        before = loadavg()
+        result = await open_loop(session, url_of, args.rate, args.seconds, check)
+        result["cpu"] = meter.stop(result["ok"])
+        result.pop("t0_monotonic", None)
+        result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+        phases[name] = result
+        print(
+            f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
+            f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
+            f"{result['errors']}",
+            flush=True,
+        )
+    return phases
+
+
 async def raw_zrevrange(
     redis_url: str, key: str, connections: int, seconds: float
 ) -> dict[str, Any]:
@@ -1377,7 +1543,14 @@ def run(
         report.update(
             runner.run(
                 measure(
-                    url, args, pids, gen_truth, live_truth, set(changed_idx), stamp, r
+                    url,
+                    args,
+                    pids,
+                    gen_truth,
+                    live_truth,
+                    set(changed_idx),
+                    stamp,
+                    r,
                 )
             )
         )
@@ -1407,6 +1580,22 @@ def run(
             "aof_enabled",
         )
     }
+    # 7. Why a rank changed (API.md): history and diff need a second generation;
+    # they run last (after the memory report, which g2 would change).
+    only = args.only.split(",") if args.only else ["history", "diff"]
+    if "history" in only or "diff" in only:
+        checker = Checker()
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            report["phases"].update(
+                runner.run(
+                    history_phases(
+                        url, args, pids, redis_url, (gen_truth, live_truth), checker
+                    )
+                )
+            )
+        verification = report["verification"]
+        verification["checked"] += checker.checked
+        verification["bad"] += checker.bad
     report["load_after"] = {"loadavg": loadavg(), "top": top_processes()}
     r.close()
 
@@ -1454,6 +1643,8 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("live_nearby5", 10),
         ("live_rank_dense", 10),
         ("live_top100_dense", 10),
+        ("history", 10),
+        ("diff", 10),
         ("approx_rank", 5),
     ):
         if name in ph:

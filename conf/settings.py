@@ -68,6 +68,13 @@ class Settings(BaseSettings):
     # one game-server key carries a whole fleet's matches.
     key_rate_limit: str = "off"
     retained_generations: int = Field(default=3, ge=1)
+    # Layered generations (serving/layers.py): an incremental publish writes a
+    # touched board's changed rows as a layer over its parent until the chain's
+    # layer rows would pass this fraction of the base's rows or the chain this many
+    # layers; then it compacts (writes a full base). 0 layers: off (every touched
+    # board is written in full).
+    layers_max_fraction: float = Field(default=0.25, gt=0)
+    layers_max_chain: int = Field(default=0, ge=0)
     # Redis AOF fsync policy for the local server `lb up` starts.
     appendfsync: str = "always"
     # Dedupe and contribution records live this long; 120 days covers a season

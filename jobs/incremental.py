@@ -85,6 +85,7 @@ from jobs.tables import (
     load_gold_snapshot,
 )
 from jobs.versions import transform_versions
+from serving.layers import chain_files
 
 if TYPE_CHECKING:
     from jobs.build import RecomputeInputs
@@ -336,7 +337,8 @@ def link_board(
     """Hard-link one untouched board's files from the previous generation; returns
     its manifest entry (with the per-file checksums)."""
     meta = dict(previous.manifest["boards"][board])
-    names = [meta[k] for k in ("file", "index", "buckets", "hidden") if k in meta]
+    # A layered board's base and layers too (serving/layers.py).
+    names = [*chain_files(meta), *([meta["hidden"]] if "hidden" in meta else [])]
     sums = {}
     for name in names:
         os.link(previous.directory / name, directory / name)

@@ -55,7 +55,7 @@ from serving.awards import (
     versions,
     write_version,
 )
-from serving.files import read_arrow
+from serving.layers import compacted, load_board
 from serving.registry import GenerationRegistry
 from speed.audit import record_audit_sync
 from speed.closed import drop_closed_windows
@@ -358,16 +358,12 @@ def close_season(
                 meta = generation.manifest.get("boards", {}).get(board)
                 if meta is None:
                     continue
-                path = generation.directory / meta["file"]
-                segment = read_arrow(path)
-                tables[board] = rank_board(
-                    segment.column("player_id").combine_chunks(),
-                    segment.column("score").combine_chunks(),
-                    season,
-                    segment.column("achieved_ms").combine_chunks()
-                    if "achieved_ms" in segment.column_names
-                    else None,
+                # The merged board (a layered one's base with its layers):
+                # award snapshots are full.
+                players, scores, achieved, _ = compacted(
+                    load_board(generation.directory, board, meta)
                 )
+                tables[board] = rank_board(players, scores, season, achieved)
             clock.lap("rank award boards")
             contributions = _contributions(spark, settings, generation_id, season)
             clock.lap("read silver contributions")

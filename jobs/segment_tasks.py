@@ -45,6 +45,7 @@ def segment_writer(
     orders: Mapping[str, tuple[bool, bool]],
     umask: int,
     previous: tuple[str, Mapping[str, tuple[str | None, str | None]]] | None = None,
+    layering: tuple[str, float, int, Mapping[str, dict[str, Any]]] | None = None,
 ) -> Any:
     """The ``mapInArrow`` function: Arrow batches of gold rows, named versions and
     board markers in, (board, manifest entry, side file) out. A closure over plain
@@ -54,13 +55,19 @@ def segment_writer(
     ``previous``: the previous generation's directory and board -> (segment file,
     versions side file) when the named versions are only the log's delta; each
     task reads its boards' files (memory-mapped) and takes the larger version
-    (jobs/versions.py)."""
+    (jobs/versions.py).
+
+    ``layering``: (generation, max fraction, max chain, board -> the previous
+    generation's manifest entry with its files' checksums): a board the previous
+    generation has gets one more layer over it instead of a full segment, unless
+    it is due a compaction (serving/layers.py)."""
     orders = dict(orders)
     if previous is not None:
         previous = (previous[0], dict(previous[1]))
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from jobs.versions import KNOWN_SCHEMA, assign_versions, previous_versions
+        from serving.layers import write_layer_over
         from serving.segments import write_segments, write_versions
 
         received = list(batches)
@@ -82,13 +89,44 @@ def segment_writer(
             where, files = previous
             for board in sorted(pc.unique(table.column("board")).to_pylist()):
                 segment, side = files.get(board, (None, None))
-                known.append(previous_versions(Path(where), board, segment, side))
+                meta = layering[3].get(board) if layering is not None else None
+                known.append(previous_versions(Path(where), board, segment, side, meta))
         versions, side = assign_versions(rows, pa.concat_tables(known))
         rows = rows.select(SEGMENT_COLUMNS).append_column("version", versions)
         sides: dict[str, list[str]] = {}
         before = os.umask(umask)
         try:
+            layered: dict[str, dict[str, Any]] = {}
+            if layering is not None and previous is not None:
+                generation, fraction, chain, metas = layering
+                for board in sorted(pc.unique(rows.column("board")).to_pylist()):
+                    if board not in metas:
+                        continue
+                    part = rows.filter(pc.equal(rows.column("board"), board))
+                    columns = ["player_id", "score", "version"]
+                    if orders.get(board, (False, False))[0]:
+                        columns.insert(2, "achieved_ms")
+                    entry = write_layer_over(
+                        Path(directory),
+                        Path(previous[0]),
+                        metas[board],
+                        metas[board]["checksums"],
+                        board,
+                        generation,
+                        part.select(columns),
+                        fraction,
+                        chain,
+                    )
+                    if entry is not None:
+                        layered[board] = entry
+                if layered:
+                    rows = rows.filter(
+                        pc.invert(
+                            pc.is_in(rows.column("board"), pa.array(sorted(layered)))
+                        )
+                    )
             entries = write_segments(rows, Path(directory), bucket_target, orders)
+            entries.update(layered)
             offset = 0
             for item in pc.value_counts(side.column("board")).to_pylist():
                 part = side.slice(offset, item["counts"])
@@ -132,6 +170,7 @@ def write_segments_distributed(
     umask: int = 0o027,
     previous: tuple[Path, Mapping[str, tuple[str | None, str | None]]] | None = None,
     visit: Iterable[str] = (),
+    layering: tuple[str, float, int, Mapping[str, dict[str, Any]]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
     """Write every board of ``gold`` (one generation's rows) into ``directory`` from
     the executors, each row with its pair's version, and each board's versions side
@@ -162,7 +201,14 @@ def write_segments_distributed(
     written = (
         items.repartition(tasks, F.col("board"))
         .mapInArrow(
-            segment_writer(str(directory), bucket_target, orders or {}, umask, where),
+            segment_writer(
+                str(directory),
+                bucket_target,
+                orders or {},
+                umask,
+                where,
+                None if layering is None else (*layering[:3], dict(layering[3])),
+            ),
             ENTRY_SCHEMA,
         )
         .collect()

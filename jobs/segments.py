@@ -44,6 +44,7 @@ from jobs.tables import (
 )
 from jobs.versions import named_versions
 from serving.files import TMP_PREFIX, atomic_write_text, fsync_dir
+from serving.layers import chain_files
 from serving.manifest import MANIFEST_FILE, build_manifest
 from serving.segments import write_hidden
 
@@ -110,6 +111,7 @@ def publish_segments(
             umask=JOB_UMASK,
             previous=previous_files,
             visit=only or (),
+            layering=_layering(settings, generation, base, only),
         )
         # Shadowed players: in silver, left out of this generation's gold.
         write_hidden(
@@ -218,6 +220,35 @@ def _segment_base(
     boundary = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
     previous = Previous(build.base, boundary, manifest, directory)
     return previous, dict(row["checksums"])
+
+
+def _layering(
+    settings: Settings,
+    generation: str,
+    base: tuple[Previous, dict[str, str]] | None,
+    only: list[str] | None,
+) -> tuple[str, float, int, dict[str, dict[str, Any]]] | None:
+    """What the segment writer needs to write the rewritten boards as layers over
+    the previous generation's (serving/layers.py); None when layering is off or
+    the segments are written in full."""
+    if base is None or only is None or settings.layers_max_chain < 1:
+        return None
+    previous, checksums = base
+    boards = previous.manifest.get("boards", {})
+    metas = {
+        board: {
+            **boards[board],
+            "checksums": {n: checksums[n] for n in chain_files(boards[board])},
+        }
+        for board in only
+        if board in boards
+    }
+    return (
+        generation,
+        settings.layers_max_fraction,
+        settings.layers_max_chain,
+        metas,
+    )
 
 
 def _hidden_rows(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,7 @@ from pyspark.sql import functions as F
 from jobs.land import table_exists
 from jobs.recompute import transform_between_boundaries, transform_within_boundary
 from serving.files import read_arrow
+from serving.layers import compacted, is_layered, load_board
 from serving.segments import read_versions
 
 # Only what the version needs from a log record (bronze ``raw`` is the record).
@@ -92,12 +94,23 @@ def named_versions(
 
 
 def previous_versions(
-    directory: Path, board: str, segment: str | None, side: str | None
+    directory: Path,
+    board: str,
+    segment: str | None,
+    side: str | None,
+    meta: Mapping[str, Any] | None = None,
 ) -> pa.Table:
     """(board, player_id, version) of one board in a previous generation: its
-    segment's rows (those with a version: 0 means never named) and its side file."""
+    segment's rows (those with a version: 0 means never named) and its side file.
+    ``meta``: the board's manifest entry; a layered board's rows are its base
+    merged with its layers (serving/layers.py)."""
     parts = [KNOWN_SCHEMA.empty_table()]
-    if segment is not None:
+    if meta is not None and is_layered(meta):
+        players, _, _, versions = compacted(load_board(directory, board, dict(meta)))
+        if versions is not None and len(players):
+            rows = pa.table({"player_id": players, "version": versions})
+            parts.append(_with_board(board, rows))
+    elif segment is not None:
         table = read_arrow(directory / segment)
         if "version" in table.column_names and table.num_rows:
             parts.append(_with_board(board, table))

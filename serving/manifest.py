@@ -31,6 +31,9 @@ BOARD_KEYS = (
     "tieBreak",
     "rank",
     "hidden",
+    "base",
+    "basePopulation",
+    "layers",
 )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serving.layers import load_board
 from serving.manifest import (
     MANIFEST_FILE,
     generation_id,
@@ -62,7 +63,7 @@ class Generation:
             return None
         with self._lock:
             if board not in self._boards:
-                self._boards[board] = BoardSegment.load(self.directory, board, meta)
+                self._boards[board] = load_board(self.directory, board, meta)
             return self._boards[board]
 
 

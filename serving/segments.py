@@ -289,6 +289,13 @@ def read_versions(path: Path) -> pa.Table:
 # ------------------------------------------------------------------------- reader
 
 
+def optional_numpy(table: pa.Table, name: str) -> np.ndarray | None:
+    """A column of a segment or layer file as numpy, None when the board has none
+    (``achieved_ms`` on boards without ``first_achieved`` ties, ``version`` in
+    files written before versions)."""
+    return table.column(name).to_numpy() if name in table.column_names else None
+
+
 class _StringColumn:
     """Zero-copy access to the UTF-8 bytes of one Arrow string column."""
 
@@ -339,6 +346,8 @@ class BoardSegment:
     unique_rank: bool = False
     # Per row: distinct scores among rows [0, row] (filled on first use).
     _distinct: np.ndarray | None = None
+    # The scores ascending (filled on first use): vectorized counts per value.
+    _ascending: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, board: str, meta: dict[str, Any]) -> BoardSegment:
@@ -349,12 +358,8 @@ class BoardSegment:
             players=_StringColumn(table.column("player_id")),
             scores=table.column("score").to_numpy(),
             index=index.column("row").to_numpy(),
-            achieved=table.column("achieved_ms").to_numpy()
-            if "achieved_ms" in table.column_names
-            else None,
-            versions=table.column("version").to_numpy()
-            if "version" in table.column_names
-            else None,
+            achieved=optional_numpy(table, "achieved_ms"),
+            versions=optional_numpy(table, "version"),
             unique_rank=meta.get("rank") == "unique",
         )
         if meta.get("hidden"):
@@ -419,6 +424,13 @@ class BoardSegment:
             changes[1:] = scores[1:] != scores[:-1]
             self._distinct = np.cumsum(changes)
         return int(self._distinct[at - 1])
+
+    def ascending_scores(self) -> np.ndarray:
+        """The scores in ascending order (a copy made once): for counting many
+        values at a time with ``np.searchsorted``."""
+        if self._ascending is None:
+            self._ascending = np.ascontiguousarray(self.scores[::-1], dtype=np.int64)
+        return self._ascending
 
     def rank_of_score(self, score: int) -> int:
         """Competition rank of a score: 1 + players strictly above it."""

@@ -10,12 +10,20 @@ into the exact state as of the position vector returned as ``asOf``.
 The snapshot is the partition's *base* generation (the one its changed-sets are
 relative to); while a rebase is half done the partitions disagree, exactness is not
 possible, and the answer comes from the histogram, labelled so.
+
+Exact dense rank of s: 1 + distinct live scores above s = the base's distinct scores
+above s, less the base values no player holds any more, plus the live values the
+base does not hold. Whether a value is still held is a question about every
+partition at once (two partitions can hold the same value), so it cannot be kept
+per partition by the owner transaction; the API decodes each partition's
+changed-set once per log position (:class:`DenseChanges`) and a dense read is the
+stamp plus a few bisections while the partitions stay put; no write-path cost.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +183,101 @@ class RowCounts:
         return (self.table[block] + since).tolist()  # type: ignore[no-any-return]
 
 
+# Boards whose decoded changed-sets a LiveReader keeps for dense ranks.
+DENSE_BOARDS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DensePart:
+    """One partition's changed-set of a board as of ``position``, decoded: the
+    (oriented) scores of its changed base rows and its changed players' live
+    scores, unsorted."""
+
+    position: int
+    removed: np.ndarray
+    live: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class DenseCounts:
+    """The changes of every partition merged into sorted value arrays, so that what
+    a dense or competition rank needs above a score is a few bisections:
+
+    * ``removed``, ``live``: the changed base rows' scores and the changed players'
+      live scores (ascending, with repeats);
+    * ``gone``: base values no player holds any more (every base holder changed,
+      no changed player at it); ``added``: live values the base does not hold.
+
+    Distinct live scores above s = the base's - gone above s + added above s.
+    """
+
+    removed: np.ndarray
+    live: np.ndarray
+    gone: np.ndarray
+    added: np.ndarray
+
+    @staticmethod
+    def above(values: np.ndarray, score: int) -> int:
+        """Values of an ascending array strictly above ``score``."""
+        return int(len(values) - np.searchsorted(values, score, side="right"))
+
+
+def merge_dense(segment: BoardSegment | None, parts: list[DensePart]) -> DenseCounts:
+    """:class:`DenseCounts` of the partitions' changes against base ``segment``."""
+    empty = np.zeros(0, np.int64)
+    removed = np.sort(np.concatenate([empty, *(p.removed for p in parts)]))
+    live = np.sort(np.concatenate([empty, *(p.live for p in parts)]))
+    values, counts = np.unique(removed, return_counts=True)
+    distinct_live = np.unique(live)
+    if segment is None or segment.population == 0:
+        return DenseCounts(removed, live, empty, distinct_live)
+    held_before = segment_multiplicity(segment, values)
+    emptied = values[counts == held_before]
+    gone = emptied[~np.isin(emptied, distinct_live)]
+    added = distinct_live[segment_multiplicity(segment, distinct_live) == 0]
+    return DenseCounts(removed, live, gone, added)
+
+
+def segment_multiplicity(segment: BoardSegment, values: np.ndarray) -> np.ndarray:
+    """How many base rows hold each of ``values`` (vectorized count_with)."""
+    ascending = segment.ascending_scores()
+    return np.searchsorted(ascending, values, side="right") - np.searchsorted(
+        ascending, values, side="left"
+    )
+
+
+class DenseChanges:
+    """A board's changed-sets, decoded per partition (:class:`DensePart`) for one
+    base generation, flags version and epoch (``key``), and merged
+    (:class:`DenseCounts`) for the positions they were read at. A part is read
+    again only when its partition's log position moved; a shadow or restore (the
+    flags version), a rebase or a rebuild (the epoch) drops them all."""
+
+    def __init__(self, key: tuple[int, int, int], partitions: int) -> None:
+        self.key = key
+        self.parts: list[DensePart | None] = [None] * partitions
+        self.merged: tuple[tuple[int, ...], DenseCounts] | None = None
+
+    def stale(self, positions: list[int]) -> list[int]:
+        """Partitions whose part is missing or read at another position."""
+        return [
+            p
+            for p, part in enumerate(self.parts)
+            if part is None or part.position != positions[p]
+        ]
+
+    def counts(
+        self, segment: BoardSegment | None
+    ) -> tuple[tuple[int, ...], DenseCounts]:
+        """(the parts' positions, their merged counts), merged once per positions."""
+        parts = [part for part in self.parts if part is not None]
+        assert len(parts) == len(self.parts)
+        positions = tuple(part.position for part in parts)
+        if self.merged is None or self.merged[0] != positions:
+            self.merged = (positions, merge_dense(segment, parts))
+        return self.merged
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """What ``live_window.lua`` reads on every partition: up to ``forward_limit``
@@ -239,29 +342,6 @@ def _total(raw: bytes | None) -> int | None:
     return int(raw.split(b"|", 1)[0])
 
 
-def _above_counts(
-    segment: BoardSegment | None,
-    score: int,
-    rows_above: int,
-    removed: list[int],
-    live: list[int],
-) -> dict[str, int]:
-    """Players and distinct scores above ``score`` from the base segment's
-    (``rows_above`` rows), the base scores of changed players' rows above it
-    (``removed``) and the changed players' live totals above it (``live``)."""
-
-    def held(value: int) -> int:
-        return segment.count_with(value) if segment is not None else 0
-
-    gone = {v for v, n in Counter(removed).items() if n == held(v)}
-    appear = {v for v in set(live) if v in gone or held(v) == 0}
-    distinct = segment.distinct_above(score) if segment is not None else 0
-    return {
-        "above": rows_above - len(removed) + len(live),
-        "distinct": distinct - len(gone) + len(appear),
-    }
-
-
 def segment_standing(
     segment: BoardSegment | None, player_id: str
 ) -> tuple[int, int | None] | None:
@@ -305,6 +385,8 @@ class LiveReader:
         self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
             OrderedDict()
         )
+        # Per board: its changed-sets decoded for dense ranks (see above()).
+        self._dense: OrderedDict[str, DenseChanges] = OrderedDict()
 
     @property
     def partitions(self) -> int:
@@ -679,48 +761,94 @@ class LiveReader:
 
     async def above(self, board: str, score: int) -> dict[str, Any]:
         """Players and distinct scores strictly above ``score`` in the live state,
-        exactly as of ``asOf`` (one round trip of ``live_dense.lua``, a second
-        after a rebase): the base generation's, less the changed players' base
-        rows above the score (a value is gone only when no remaining base player
-        has it), plus the changed players' live totals above it."""
-        assumed, base = await self._assumed_base(board)
+        exactly as of ``asOf``: the base generation's, less the changed players'
+        base rows above the score (a value is gone only when no player holds it
+        any more), plus the changed players' live totals above it.
+
+        One round trip (the stamp) and a few bisections while the board's
+        partitions stay where the last dense read found them: the changed-sets
+        are decoded per partition once per log position (:class:`DenseChanges`);
+        a partition that moved is read again whole (``live_dense.lua``, a second
+        round trip for the partitions that moved)."""
+        parts = self.partitions
         for _ in range(ATTEMPTS):
-            rows_above = base.count_above(score)
-            counts = base.row_counts(self.partitions)
-            local = counts.before(rows_above) if counts else [0] * self.partitions
-            encoded = encode_score(score)
-            sha = self._dense_script.sha
-            commands: list[tuple[Any, ...]] = []
-            for p in range(self.partitions):
-                keys = _changed_keys(Keys(p), board)
-                commands.append(("EVALSHA", sha, len(keys), *keys, encoded, local[p]))
-            replies = await run_commands(
-                self.speed.client, self._dense_script, commands
-            )
-            seen = [_int(r[0]) for r in replies]
-            if seen != assumed:
-                base = self._base(seen, board)
-                assumed = self._last_bases = seen
-                continue
+            stamp, _ = await self.stamp()
+            bases = [int(b) for b in stamp[:parts]]
+            positions = [int(x) for x in stamp[parts : 2 * parts]]
+            base = self._base(bases, board)
+            self._last_bases = bases
+            key = (bases[0], int(stamp[-2]), int(stamp[-1]))
+            changes = self._dense_changes(board, key, parts)
+            stale = changes.stale(positions)
+            if stale:
+                decoded = await self._dense_parts(board, base, stale)
+                if decoded is None:
+                    continue  # rebased since the stamp
+                for p, part in zip(stale, decoded, strict=True):
+                    changes.parts[p] = part
+            as_of, counts = changes.counts(base.segment)
             segment = base.segment
-            removed: list[int] = []
-            rows = base.partition_rows(self.partitions)
-            if segment is not None and rows is not None:
-                for p, reply in enumerate(replies):
-                    if reply[3]:
-                        local_rows = np.asarray([_int(r) for r in reply[3]])
-                        removed += segment.scores[rows.rows[p][local_rows]].tolist()
-            live = [
-                SCORE_OFFSET - int.from_bytes(bytes(m)[:8], "big")
-                for reply in replies
-                for m in reply[2]
-            ]
+            distinct = segment.distinct_above(score) if segment is not None else 0
             return {
-                **_above_counts(segment, score, rows_above, removed, live),
-                "asOf": _as_of(replies),
+                "above": base.count_above(score)
+                - counts.above(counts.removed, score)
+                + counts.above(counts.live, score),
+                "distinct": distinct
+                - counts.above(counts.gone, score)
+                + counts.above(counts.added, score),
+                "asOf": {str(p): x for p, x in enumerate(as_of)},
                 "generation": base.generation.id if base.generation else None,
             }
         raise NotExact("a rebase is in progress")
+
+    def _dense_changes(
+        self, board: str, key: tuple[int, int, int], partitions: int
+    ) -> DenseChanges:
+        """The board's :class:`DenseChanges` for ``key`` (base generation, flags
+        version, epoch): kept while the key holds, a fresh one otherwise."""
+        dense = self._dense
+        changes = dense.get(board)
+        if changes is None or changes.key != key:
+            changes = dense[board] = DenseChanges(key, partitions)
+        dense.move_to_end(board)
+        while len(dense) > DENSE_BOARDS:
+            dense.popitem(last=False)
+        return changes
+
+    async def _dense_parts(
+        self, board: str, base: Base, partitions: list[int]
+    ) -> list[DensePart] | None:
+        """The changed-sets of ``partitions``, read whole (one round trip) and
+        decoded against ``base``; None when a partition was rebased since."""
+        sha = self._dense_script.sha
+        commands: list[tuple[Any, ...]] = []
+        for p in partitions:
+            keys = _changed_keys(Keys(p), board)
+            commands.append(("EVALSHA", sha, len(keys), *keys))
+        replies = await run_commands(self.speed.client, self._dense_script, commands)
+        if not _based_on(replies, base):
+            return None
+        segment = base.segment
+        rows = base.partition_rows(self.partitions)
+        out: list[DensePart] = []
+        empty = np.zeros(0, np.int64)
+        for p, reply in zip(partitions, replies, strict=True):
+            members = reply[2]
+            live = empty
+            if members:
+                encoded = np.frombuffer(
+                    b"".join(bytes(m)[:8] for m in members), dtype=">u8"
+                )
+                live = SCORE_OFFSET - encoded.astype(np.int64)
+            removed = empty
+            bitmap = reply[3]
+            if bitmap and segment is not None and rows is not None:
+                own = rows.rows[p]
+                bits = np.unpackbits(np.frombuffer(bytes(bitmap), dtype=np.uint8))
+                local = np.flatnonzero(bits[: len(own)])
+                removed = segment.scores[own[local]].astype(np.int64)
+            out.append(DensePart(_int(reply[1]), removed, live))
+        return out
 
     async def _bases(self) -> list[int]:
         pipe = self.speed.client.pipeline(transaction=False)

@@ -339,9 +339,7 @@ LIVE_COUNTS = ScriptInterface(
 LIVE_DENSE = ScriptInterface(
     name="live_dense",
     keys=("base", "position", "chz", "chb"),
-    # chb_above: the partition's base rows above the score (a local count).
-    argv=("above", "chb_above"),
-    fields=("base_generation", "position", "chz_above", "chb_rows_above"),
+    fields=("base_generation", "position", "chz_members", "chb_bitmap"),
 )
 
 LIVE_STAMP = ScriptInterface(

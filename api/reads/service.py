@@ -85,13 +85,14 @@ class ReadService:
         others one HMGET (speed/profiles.py); ``players`` known before the read
         (the player of a player read) ride along too. Redis unreachable: no
         profiles."""
+        mark = self.profile_cache.mark()
         with version_rider(players) as rider:
             answer = read if isinstance(read, Answer) else await read
         # Score out: answers are built from oriented scores (serving/orientation.py).
         real = real_body(self.config, answer.body)
         if real is not None:
             answer = Answer(real, answer.headers, answer.players)
-        version = self.profile_cache.take(rider, players)
+        version = self.profile_cache.take(rider, players, mark)
         if not answer.players or (
             answer.headers is not None and LIVE_LAYER_HEADER in answer.headers
         ):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from api.deps import LiveDep, SettingsDep
+from api.deps import LiveDep, ReadsDep, SettingsDep
 from api.errors import WRITE_ERROR_RESPONSES, InvalidRequest
 from api.models import ProfileIn, ProfileOut, json_body
 from api.responses import FastJSONResponse
@@ -26,7 +26,11 @@ router = APIRouter(prefix="/v1", tags=["profiles"])
     openapi_extra=json_body(ProfileIn),
 )
 async def replace_profile(
-    player_id: str, request: Request, settings: SettingsDep, live: LiveDep
+    player_id: str,
+    request: Request,
+    settings: SettingsDep,
+    live: LiveDep,
+    reads: ReadsDep,
 ) -> FastJSONResponse:
     """Replace the player's profile (signed by a game server); an absent or null
     field is unset."""
@@ -37,4 +41,6 @@ async def replace_profile(
     except ProfileInvalid as exc:
         raise InvalidRequest(str(exc), field=exc.field) from None
     await write_profile(live.speed.client, player_id, profile)
+    # This process's readers see it now; the others on the watch's message.
+    reads.profile_cache.changed()
     return FastJSONResponse({"playerId": player_id, **profile})

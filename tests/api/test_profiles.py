@@ -3,12 +3,14 @@ ranked entries of every read (absent when unset), hidden with a shadowed player.
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from typing import Any
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from redis.cluster import RedisCluster
 
 from api.main import create_app
 from api.tokens import issue_player_token
@@ -178,3 +180,65 @@ def test_another_worker_sees_a_profile_change_at_once(
         assert me["displayName"] == "Dee"
         assert put_profile(api, "P4", {"displayName": "Dee2"}).status_code == 200
         assert named(other.get(top).json()["entries"]) == {"P4": ("Dee2", None)}
+
+
+def servers(client: redis.Redis) -> list[redis.Redis]:
+    """The client of each server: the one, or every node of a cluster."""
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_nodes()]
+    return [client]
+
+
+def commands_read(client: redis.Redis) -> int:
+    """How many GET and HMGET calls the servers have answered (the profiles' read)."""
+    total = 0
+    for server in servers(client):
+        stats = server.info("commandstats")
+        total += sum(
+            int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("get", "hmget")
+        )
+    return total
+
+
+def wait_subscribed(app: Any) -> None:
+    watch = app.state.reads.profile_cache.watch
+    deadline = time.monotonic() + 30
+    while not watch.subscribed:
+        assert time.monotonic() < deadline, "the profiles' watch never subscribed"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_snapshot_reads_trust_kept_profiles_until_a_write_anywhere(
+    api: SignedClient, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A snapshot read makes no round trip for profiles it has seen while the
+    watch saw no write; a write through another worker, or the watch's connection
+    lost, makes the next read current at once."""
+    seed(api, SEED)
+    assert put_profile(api, "P1", {"displayName": "Ana"}).status_code == 200
+    publish(api, settings, redis_client)
+    top = f"/v1/boards/{BOARD}/top"
+    with TestClient(create_app(settings)) as other:
+        wait_subscribed(other.app)
+        first = other.get(top, params={"mode": "snapshot"}).json()
+        assert first["basis"] == "snapshot"
+        assert named(first["entries"]) == {"P1": ("Ana", None)}
+        before = commands_read(redis_client)
+        for _ in range(20):
+            again = other.get(top, params={"mode": "snapshot"}).json()
+            assert named(again["entries"]) == {"P1": ("Ana", None)}
+        assert commands_read(redis_client) == before
+        assert put_profile(api, "P1", {"displayName": "Ana2"}).status_code == 200
+        now = other.get(top, params={"mode": "snapshot"}).json()
+        assert named(now["entries"]) == {"P1": ("Ana2", None)}
+        # The watch's connection gone: the next reads read, whatever the timing.
+        for server in servers(redis_client):
+            server.client_kill_filter(_type="pubsub")
+        assert put_profile(api, "P1", {"displayName": "Ana3"}).status_code == 200
+        now = other.get(top, params={"mode": "snapshot"}).json()
+        assert named(now["entries"]) == {"P1": ("Ana3", None)}
+        wait_subscribed(other.app)
+        assert put_profile(api, "P1", {"country": "SE"}).status_code == 200
+        now = other.get(top, params={"mode": "snapshot"}).json()
+        assert named(now["entries"]) == {"P1": (None, "SE")}

@@ -1,6 +1,7 @@
 """Property test: every live answer labelled exact equals a slow offline sort of the
 accepted events, across redeliveries, downward corrections, ties and publishes
-interleaved with writes; approximate answers stay within their error bound. The
+interleaved with writes, shadowed players and held (quarantined) events; dense ranks
+(``?ranking=dense``) too; approximate answers stay within their error bound. The
 boards include board options (issue 27): an ``order: asc`` weekly board and an asc
 best-of all-time board (tests/support/live.py OPTIONS_WINDOWS).
 
@@ -34,11 +35,16 @@ from tests.support.live import (
     region,
 )
 from tests.support.segments import write_generation
+from tests.support.shadow import flag
 
 pytestmark = pytest.mark.integration
 
 # A desc sum season, an asc sum weekly board, an asc best-of all-time board.
 BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
+# Every event feeds the season board: above these points it is held once a
+# generation names the threshold (the manifest's quarantine map).
+HOLD_ABOVE = 4
+QUARANTINE = {"season:S4:global": {"eu": HOLD_ABOVE, "na": HOLD_ABOVE}}
 
 
 @pytest.fixture
@@ -55,6 +61,8 @@ operation = st.one_of(
     # landing and the rebase, as they do in production.
     st.tuples(st.just("publish"), st.integers(0, 3)),
     st.tuples(st.just("check"), st.integers(1, 12), st.integers(0, 3)),
+    # Shadow the player, or restore it when shadowed: hidden from every count.
+    st.tuples(st.just("shadow"), st.sampled_from(PLAYERS)),
 )
 
 
@@ -68,10 +76,11 @@ def publish(
     state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
     number: int,
     partitions: int,
+    quarantine: dict[str, dict[str, int]] | None = None,
 ) -> None:
     """What `lb publish` does, with the oracle's state at the boundary standing in
     for Spark (versions too: the rebase then leaves the totals of players unchanged
-    since the boundary out of Redis)."""
+    since the boundary out of Redis); ``quarantine``: the generation's thresholds."""
     boundary, totals, versions = state
     for p in range(partitions):
         keys = Keys(p)
@@ -87,7 +96,13 @@ def publish(
         if t
     }
     write_generation(
-        segments_dir, number, boards, boundary, bucket_target=2, versions=versions
+        segments_dir,
+        number,
+        boards,
+        boundary,
+        bucket_target=2,
+        versions=versions,
+        quarantine=quarantine,
     )
     registry: GenerationRegistry = api.client.app.state.generations
     registry.refresh(force=True)
@@ -104,10 +119,12 @@ def check(
     limit: int,
     radius: int,
     partitions: int,
+    hidden: frozenset[str] = frozenset(),
 ) -> None:
     now = positions(client, partitions)
     for board in BOARDS:
-        expected = oracle.ordered(board)
+        expected = oracle.ordered(board, hidden)
+        dense = oracle.dense(board, hidden)
         top = api.get(f"/v1/boards/{board}/top", params={"limit": limit}).json()
         assert (top["exactness"], top["basis"], top["errorBound"]) == (
             "exact",
@@ -132,11 +149,34 @@ def check(
                 want["position"],
             ), (board, player)
             assert body["population"] == len(expected)
+            # Dense: the generation's distinct scores merged with the changes
+            # (speed/live.py above), cached per partition and log position.
+            mine = api.get(
+                f"/v1/boards/{board}/players/{player}", params={"ranking": "dense"}
+            ).json()
+            assert (mine["basis"], mine["exactness"], mine["ranking"]) == (
+                "live",
+                "exact",
+                "dense",
+            )
+            assert (mine["score"], mine["rank"], mine["position"]) == (
+                want["score"],
+                dense[player],
+                want["position"],
+            ), (board, player, "dense")
             near = api.get(
                 f"/v1/boards/{board}/players/{player}/nearby", params={"radius": radius}
             ).json()
             i = want["position"] - 1
             assert near["entries"] == expected[max(0, i - radius) : i + radius + 1]
+            near_dense = api.get(
+                f"/v1/boards/{board}/players/{player}/nearby",
+                params={"radius": radius, "ranking": "dense"},
+            ).json()
+            assert [(e["playerId"], e["rank"]) for e in near_dense["entries"]] == [
+                (e["playerId"], dense[e["playerId"]])
+                for e in expected[max(0, i - radius) : i + radius + 1]
+            ], (board, player, "dense nearby")
             approx = api.get(
                 f"/v1/boards/{board}/players/{player}", params={"mode": "approx"}
             ).json()
@@ -181,6 +221,27 @@ def check(
     ],
     points_seed=5,
 )
+# Dense reads cached per partition and position: a value added (p3's 4), then a
+# shadow (no position moves, the flags version does), a base value gone (p0's 1,
+# shadowed), a held event (p4's 5 points), a correction, a restore.
+@example(
+    ops=[
+        ("event", "p0", 0, 1),
+        ("event", "p1", 0, 1),
+        ("event", "p2", 1, 1),
+        ("publish", 0),
+        ("event", "p3", 0, 1),
+        ("check", 5, 1),
+        ("shadow", "p3"),
+        ("check", 5, 1),
+        ("shadow", "p0"),
+        ("event", "p4", 2, 1),
+        ("check", 5, 1),
+        ("event", "p1", 0, 2),
+        ("shadow", "p3"),
+    ],
+    points_seed=1,
+)
 def test_live_answers_equal_the_offline_sort(
     api: SignedClient,
     redis_client: redis.Redis,
@@ -205,6 +266,7 @@ def test_live_answers_equal_the_offline_sort(
         )
     ]
     published = 0
+    hidden: set[str] = set()
     for op in [*ops, ("check", 5, 2)]:
         if op[0] == "event":
             _, player, match, revision = op
@@ -227,7 +289,16 @@ def test_live_answers_equal_the_offline_sort(
             )
             reply = api.post("/v1/score-events", payload)
             assert reply.status_code == 200, reply.text
-            if oracle.apply(player, event_id, f"m{match}", revision, points):
+            # Once a generation names the threshold, 5 points on the season
+            # board are held (quarantined): nothing changes until a release.
+            held = generation > 0 and points > HOLD_ABOVE
+            fresh = (player, event_id) not in oracle.events and revision > (
+                oracle.revision.get((player, f"m{match}"), 0)
+            )
+            assert (reply.json()["status"] == "quarantined") == (held and fresh), (
+                reply.text
+            )
+            if oracle.apply(player, event_id, f"m{match}", revision, points, held):
                 # Versions count on across generations, with or without state.
                 assert {
                     (item["board"], item["version"]) for item in reply.json()["boards"]
@@ -243,10 +314,28 @@ def test_live_answers_equal_the_offline_sort(
             generation += 1
             published = max(published, len(history) - 1 - op[1])
             publish(
-                api, redis_client, history[published], generation, settings.partitions
+                api,
+                redis_client,
+                history[published],
+                generation,
+                settings.partitions,
+                QUARANTINE,
             )
+        elif op[0] == "shadow":
+            player = op[1]
+            action = "restore" if player in hidden else "shadow"
+            assert flag(api, player, action).status_code == 200
+            hidden ^= {player}
         else:
-            check(api, redis_client, oracle, op[1], op[2], settings.partitions)
+            check(
+                api,
+                redis_client,
+                oracle,
+                op[1],
+                op[2],
+                settings.partitions,
+                frozenset(hidden),
+            )
 
 
 @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)

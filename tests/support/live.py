@@ -66,15 +66,25 @@ class Oracle:
         self.version: dict[tuple[str, str], int] = {}
 
     def apply(
-        self, player: str, event_id: str, match: str, revision: int, points: int
+        self,
+        player: str,
+        event_id: str,
+        match: str,
+        revision: int,
+        points: int,
+        held: bool = False,
     ) -> bool:
-        """Whether the event changes the player's boards."""
+        """Whether the event changes the player's boards. A ``held`` event (points
+        above a quarantine threshold) takes the match's revision and changes
+        nothing (it waits for an admin's release)."""
         if (player, event_id) in self.events:
             return False
         self.events.add((player, event_id))
         if revision <= self.revision.get((player, match), 0):
             return False
         self.revision[(player, match)] = revision
+        if held:
+            return False
         self.contribution[(player, match)] = points
         for board in ALL_BOARDS:
             if board.rsplit(":", 1)[1] in ("global", region(player)):
@@ -104,8 +114,12 @@ class Oracle:
                     out[player] = out.get(player, 0) + points
         return out
 
-    def ordered(self, board: str) -> list[dict[str, Any]]:
-        totals = self.totals(board)
+    def ordered(
+        self, board: str, hidden: frozenset[str] = frozenset()
+    ) -> list[dict[str, Any]]:
+        """The board in display order with competition ranks, ``hidden`` (shadowed)
+        players left out."""
+        totals = {p: s for p, s in self.totals(board).items() if p not in hidden}
         sign = -1 if self.rule(board)[1] == "asc" else 1
         rows = sorted(totals.items(), key=lambda kv: (-sign * kv[1], kv[0].encode()))
         entries = []
@@ -115,3 +129,13 @@ class Oracle:
                 {"position": i + 1, "rank": rank, "playerId": player, "score": score}
             )
         return entries
+
+    def dense(self, board: str, hidden: frozenset[str] = frozenset()) -> dict[str, int]:
+        """Each visible player's dense rank: 1 + distinct better scores (higher;
+        lower under ``asc``) among the players not ``hidden``."""
+        totals = {p: s for p, s in self.totals(board).items() if p not in hidden}
+        sign = -1 if self.rule(board)[1] == "asc" else 1
+        return {
+            player: 1 + len({s for s in totals.values() if sign * s > sign * score})
+            for player, score in totals.items()
+        }

@@ -38,11 +38,14 @@ def write_generation(
     bucket_target: int | None = None,
     achieved: dict[str, dict[str, int]] | None = None,
     versions: dict[str, dict[str, int]] | None = None,
+    quarantine: dict[str, dict[str, int]] | None = None,
 ) -> str:
     """``achieved``: per first_achieved board, when each player reached its score;
     those boards are ordered by (score desc, achieved, player) and carry the column.
     ``versions``: per board, each player's version at the boundary (the ``version``
-    column; a board not named has none, as segments written before it)."""
+    column; a board not named has none, as segments written before it).
+    ``quarantine``: the manifest's thresholds, board -> cohort -> points above
+    which the speed layer holds an event (none when not given)."""
     gen = f"g{number}"
     directory = segments_dir / gen
     directory.mkdir(parents=True)
@@ -98,5 +101,7 @@ def write_generation(
         "complete": True,
         "boards": meta,
     }
+    if quarantine:
+        manifest["quarantine"] = quarantine
     (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
     return gen

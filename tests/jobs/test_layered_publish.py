@@ -1,0 +1,154 @@
+"""Layered generations from real incremental publishes (Spark + Delta): each
+touched board gets a layer over its parent until the chain is due a compaction,
+and every generation's reads equal its gold rows (a full ranking); the last, with
+layered and compacted boards, equals a full recompute of the same boundary.
+
+Marked slow (five Spark publishes, 630 s on a loaded machine): layering is off by
+default (LB_LAYERS_MAX_CHAIN=0), so `make test` keeps only the reader's property
+test (tests/serving/test_layered.py); `make test SLOW=1` runs this one."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.publish import run_publish
+from jobs.tables import GOLD_SNAPSHOTS
+from serving.layers import LayeredSegment, load_board
+from speed.server import RedisServer
+from tests.support.incremental import (
+    OCCURRED,
+    append_bronze,
+    log_lines,
+    make_settings,
+    manifest,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def _rec(
+    player: str,
+    match: int,
+    points: int,
+    *,
+    revision: int = 1,
+    at: int = 2,
+    region: str = "eu",
+    kind: int = 0,
+) -> dict[str, Any]:
+    return {
+        "player": player,
+        "match": match,
+        "revision": revision,
+        "points": points,
+        "occurred": OCCURRED[at],
+        "region": region,
+        "late": False,
+        "kind": kind,
+    }
+
+
+# Four batches: one full publish, then three incremental ones.
+BATCHES = [
+    [
+        _rec("a", 0, 5),
+        _rec("b", 0, 3, region="na"),
+        _rec("c", 0, 4),
+        _rec("Zed", 0, 2, at=1, region="na"),
+        _rec("b", 1, 1, at=3),
+    ],
+    [_rec("a", 1, 2), _rec("b", 0, 1, revision=2, region="na")],
+    [_rec("c", 1, 3, at=1), _rec("Zed", 0, 2, at=1, region="na", kind=1)],
+    [_rec("a", 2, 4), _rec("c", 2, 1, at=3, region="na"), _rec("b", 2, 5, kind=2)],
+]
+
+
+def board_reads(directory: Path, board: str, meta: dict[str, Any]) -> dict[str, Any]:
+    segment = load_board(directory, board, meta)
+    n = segment.population
+    return {
+        "entries": [
+            (e["position"], e["rank"], e["playerId"], e["score"])
+            for e in segment.entries(0, n)
+        ],
+        "rows": {p: segment.row_of(p) for p in ("a", "b", "c", "Zed", "x")},
+        "versions": None
+        if segment.versions is None
+        else np.asarray(segment.versions).tolist(),
+        "dense": [segment.distinct_above(s) for s in range(-1, 12)],
+        "layered": isinstance(segment, LayeredSegment),
+        "hidden": dict(segment.hidden),
+    }
+
+
+def gold_entries(spark: SparkSession, delta_dir: Path, generation: str) -> dict:
+    rows = (
+        spark.read.format("delta")
+        .load(str(delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == generation)
+        .collect()
+    )
+    out: dict[str, list] = {}
+    for r in sorted(rows, key=lambda r: (r["board"], r["position"])):
+        out.setdefault(r["board"], []).append(
+            (r["position"], r["rank"], r["player_id"], r["score"])
+        )
+    return out
+
+
+def test_layered_chain_compacts_and_equals_a_full_recompute(
+    spark: SparkSession, redis_server: RedisServer
+) -> None:
+    lines = log_lines([r for batch in BATCHES for r in batch])
+    with tempfile.TemporaryDirectory(prefix="layered-") as tmp:
+        settings = make_settings(Path(tmp), redis_server).model_copy(
+            update={"layers_max_chain": 2, "layers_max_fraction": 10.0}
+        )
+        start = 0
+        chains: list[dict[str, int]] = []
+        for number, batch in enumerate(BATCHES, start=1):
+            append_bronze(spark, settings, lines[start : start + len(batch)])
+            start += len(batch)
+            generation = f"g{number}"
+            assert run_publish(settings, spark=spark, land=False, bucket_target=2) == (
+                generation
+            )
+            boards = manifest(settings, generation)["boards"]
+            chains.append({b: len(m.get("layers", ())) for b, m in boards.items()})
+            gold = gold_entries(spark, settings.delta_dir, generation)
+            directory = settings.segments_dir / generation
+            for board, meta in boards.items():
+                reads = board_reads(directory, board, meta)
+                # Every read of the merged board is the full ranking's.
+                assert reads["entries"] == gold.get(board, []), (generation, board)
+        assert max(chains[1].values()) == 1  # g2: layers over g1's full bases
+        assert max(chains[2].values()) == 2  # g3: chains of two
+        # g4: a board touched in g2, g3 and g4 is compacted (chain limit 2).
+        compacted = [
+            b for b, n in chains[3].items() if chains[2].get(b) == 2 and n == 0
+        ]
+        assert compacted, chains
+        assert any(n > 0 for n in chains[3].values()), chains[3]
+        # A full recompute of g4's boundary: the same reads, versions and sides.
+        assert (
+            run_publish(settings, spark=spark, land=False, bucket_target=2, full=True)
+            == "g5"
+        )
+        m4, m5 = manifest(settings, "g4"), manifest(settings, "g5")
+        assert sorted(m4["boards"]) == sorted(m5["boards"])
+        assert m4["versions"] == m5["versions"]
+        for board in m4["boards"]:
+            left = board_reads(settings.segments_dir / "g4", board, m4["boards"][board])
+            right = board_reads(
+                settings.segments_dir / "g5", board, m5["boards"][board]
+            )
+            assert right["layered"] is False
+            left.pop("layered"), right.pop("layered")
+            assert left == right, board
