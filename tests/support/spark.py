@@ -25,8 +25,10 @@ SHUFFLE_PARTITIONS = 1
 SUBPROCESS_ENV = {"LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS)}
 
 
-def start_spark() -> SparkSession:
-    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS).
+def start_spark(warehouse: Path) -> SparkSession:
+    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS), its
+    SQL warehouse in ``warehouse`` (the tests use paths, not catalog tables: the
+    default ``./spark-warehouse`` would land in whatever the working directory is).
 
     Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
     slower, not faster (two runs started together at load ~24: 17 tests in
@@ -39,6 +41,7 @@ def start_spark() -> SparkSession:
         shuffle_partitions=SHUFFLE_PARTITIONS,
         driver_memory="2g",
         conf={
+            "spark.sql.warehouse.dir": str(warehouse),
             # Delta's VACUUM lists the table in this many tasks (Spark's default
             # 10000, nearly all empty): 236 / 114 s per VACUUM of a two-file table
             # against 15 / 9 s with 2 (tests/jobs/test_hygiene.py runs two; A/B in
