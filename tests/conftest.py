@@ -121,11 +121,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture(autouse=True)
 def shared_state_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """The state that the tests of one worker share (tests/support/isolation.py):
-    a test that uses the session's SparkSession finds it running; a test that
-    leaves the working directory or an ``LB_*`` variable changed fails, and the
-    change is undone so that the tests after it are not redirected."""
+    a test that uses the session's SparkSession finds it running and its Py4J
+    connection in step (repaired after a test that timed out inside a call); a
+    test that leaves the working directory or an ``LB_*`` variable changed fails,
+    and the change is undone so that the tests after it are not redirected."""
     if "spark" in request.fixturenames:
-        check_spark_running(request.node.nodeid)
+        check_spark_running(request.getfixturevalue("spark"), request.node.nodeid)
     before = SharedState.capture()
     yield
     ran(request.node.nodeid)
