@@ -14,7 +14,8 @@ JARS_STAMP := $(CACHE)/jars/.fetched
 AIRFLOW_VENV ?= .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 PYTEST_ARGS ?=
-# make test's workers: Spark's tests on one, the rest wherever one is free
+# make test's workers: each runs one of two Spark groups (a JVM each, the Spark
+# modules spread by their measured seconds), then the rest wherever one is free
 # (tests/support/groups.py); TEST_WORKERS= runs them in this one process.
 TEST_WORKERS ?= -n 2 --dist loadgroup
 

@@ -24,6 +24,7 @@ from speed.connection import sync_client
 from speed.server import RedisServer
 from tests.support.client_stack import ClientStack
 from tests.support.clients import DEV_SECRET, SignedClient, event
+from tests.support.isolation import SharedState, check_spark_running, ran
 from tests.support.redis_servers import start_own
 from tests.support.settings import (
     BACKENDS,
@@ -99,12 +100,14 @@ def replicated_cluster(tmp_path: Path) -> Iterator[RedisClusterServer]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The one SparkSession (with Delta) of the test session, shared by every test
     needing Spark, and by the jobs they call in-process (``get_spark`` returns the
-    active session)."""
+    active session). Its warehouse is a directory of its own (not ``./spark-warehouse``
+    of whatever the working directory is); ``shared_state_guard`` checks before
+    every test that the session is still running."""
     try:
-        session = start_spark()
+        session = start_spark(tmp_path_factory.mktemp("spark-warehouse"))
     except JarsMissing as exc:
         pytest.fail(str(exc))
     yield session
@@ -113,6 +116,23 @@ def spark() -> Iterator[SparkSession]:
     # that raises here would replace the run's summary with this traceback.
     with contextlib.suppress(Py4JError):
         session.stop()
+
+
+@pytest.fixture(autouse=True)
+def shared_state_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The state that the tests of one worker share (tests/support/isolation.py):
+    a test that uses the session's SparkSession finds it running and its Py4J
+    connection in step (repaired after a test that timed out inside a call); a
+    test that leaves the working directory or an ``LB_*`` variable changed fails,
+    and the change is undone so that the tests after it are not redirected."""
+    if "spark" in request.fixturenames:
+        check_spark_running(request.getfixturevalue("spark"), request.node.nodeid)
+    before = SharedState.capture()
+    yield
+    ran(request.node.nodeid)
+    left = before.restore()
+    if left:
+        pytest.fail(f"{request.node.nodeid} left shared state changed: {left}")
 
 
 @pytest.fixture

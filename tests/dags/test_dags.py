@@ -25,6 +25,7 @@ import redis
 from api.segments import GenerationRegistry
 from conf.settings import Settings
 from tests.conftest import SignedClient, event
+from tests.support.spark import SUBPROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -66,6 +67,7 @@ class Airflow:
             ),
             # The tasks' Spark shares the machine with the tests' own session.
             "LB_SPARK_DRIVER_MEMORY": "1g",
+            **SUBPROCESS_ENV,
         }
 
     def run(

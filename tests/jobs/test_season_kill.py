@@ -31,6 +31,7 @@ from serving.awards import read_version, season_dir, write_version
 from speed.partitions import Keys
 from tests.conftest import SignedClient
 from tests.support.season import post, season_settings, wait_until
+from tests.support.spark import SUBPROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +94,7 @@ def lb_close(cfg: Settings) -> subprocess.Popen[str]:
         "LB_REDIS_URL": cfg.redis_url or "",
         "LB_PARTITIONS": str(cfg.partitions),
         "LB_BOARDS_FILE": str(cfg.boards_file),
+        **SUBPROCESS_ENV,
     }
     return subprocess.Popen(
         [sys.executable, "-m", "cli.main", "season", "close", "S9"],

@@ -1,14 +1,18 @@
 """Which tests share an xdist worker (``pytest -n 2 --dist loadgroup``, ``make
 test``): a pytest plugin, loaded by ``tests/conftest.py``.
 
-- ``spark``: every module with a test that uses the session's SparkSession or the
-  standalone Spark cluster (the ``spark`` / ``spark_cluster`` fixtures, found in
-  each test's fixture closure). One worker holds the only in-process JVM; the
-  whole module goes, so its module-level set-up is not repeated on the other
-  worker.
+- ``spark`` / ``spark-2``: every module with a test that uses the session's
+  SparkSession or the standalone Spark cluster (the ``spark`` / ``spark_cluster``
+  fixtures, found in each test's fixture closure) is in one of the Spark groups,
+  as many as there are workers (at most ``MAX_SPARK_GROUPS``). Each group runs on
+  one worker, which holds that group's only in-process JVM; a whole module goes
+  to one group, so its module-level set-up is not repeated. The modules are
+  spread by their measured serial seconds (``SPARK_SECONDS``; longest first,
+  each to the lighter group), so that both workers finish their Spark at about
+  the same time, and the scheduler hands each worker a Spark group first.
 - ``airflow``: the Airflow ``dags test`` module (one Airflow home, migrated
   once; its tasks run Spark in their own processes), on whichever worker is
-  free: not behind the Spark worker's queue, which is the longest.
+  free next.
 - a session fixture that starts a stack (``client_stack``) keeps its users on
   one worker, which starts it once.
 - a module with a module-, class- or session-scoped fixture of its own runs on
@@ -36,11 +40,35 @@ from typing import Any
 import pytest
 
 SPARK = "spark"
+# The Spark groups: one per worker, at most this many (a JVM each).
+MAX_SPARK_GROUPS = 2
 SPARK_FIXTURES = frozenset({"spark", "spark_cluster"})
 # Modules that use the worker's SparkSession without those fixtures (none now).
 SPARK_MODULES: frozenset[str] = frozenset()
 # Modules that run in a group of their own, on one worker.
 MODULE_GROUPS = {"tests/dags/test_dags.py": "airflow"}
+# Serial seconds of the Spark modules (their tests' setup + call + teardown in a
+# `make test` run, the slow ones summed), to spread them over the Spark groups; a
+# module not listed counts DEFAULT_TEST_SECONDS per test. Only the balance
+# depends on them: a stale figure makes one worker finish later, nothing fails.
+SPARK_SECONDS: dict[str, float] = {
+    "tests/jobs/test_incremental.py": 502,
+    "tests/jobs/test_cluster_publish.py": 201,
+    "tests/jobs/test_season.py": 155,
+    "tests/jobs/test_season_kill.py": 140,
+    "tests/docs/test_analysts_example.py": 102,
+    "tests/api/test_board_options.py": 85,
+    "tests/jobs/test_quarantine.py": 71,
+    "tests/jobs/test_replay.py": 59,
+    "tests/jobs/test_verify.py": 57,
+    "tests/cli/test_spark_quiet.py": 52,
+    "tests/jobs/test_retention.py": 46,
+    "tests/jobs/test_publish_steps.py": 40,
+}
+DEFAULT_TEST_SECONDS = 10.0
+# Groups handed out first after the Spark groups (the longest ones; longest first
+# leaves the shortest tail).
+EARLY_GROUPS = ("airflow", "client_stack")
 # Session fixtures that start something slow: their users share one worker.
 PINNED_SESSION_FIXTURES = frozenset({"client_stack"})
 GROUPS_DIR = "lb_groups_dir"  # the workerinput key: where workers write groups
@@ -66,8 +94,17 @@ def _own_scoped_fixture(item: pytest.Item) -> bool:
     return False
 
 
+def spark_group_names(count: int) -> list[str]:
+    """``spark``, ``spark-2``, ...: ``count`` Spark groups (at least one)."""
+    return [SPARK] + [f"{SPARK}-{i}" for i in range(2, max(count, 1) + 1)]
+
+
+def is_spark_group(name: str | None) -> bool:
+    return name is not None and (name == SPARK or name.startswith(f"{SPARK}-"))
+
+
 def spark_modules_of(items: list[pytest.Item]) -> set[str]:
-    """The modules (node-id paths) in the Spark group."""
+    """The modules (node-id paths) in a Spark group."""
     found = set(SPARK_MODULES)
     for item in items:
         if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -75,13 +112,39 @@ def spark_modules_of(items: list[pytest.Item]) -> set[str]:
     return found
 
 
-def group_of(item: pytest.Item, spark_modules: set[str]) -> str | None:
-    """The group of ``item``: ``spark``, its module's own group, an explicit
-    xdist_group, a pinned fixture's name, its module's path, or None (any
+def spread_spark_modules(
+    items: list[pytest.Item], spark_modules: set[str], count: int
+) -> dict[str, str]:
+    """Module -> Spark group: the longest module first (``SPARK_SECONDS``, else
+    ``DEFAULT_TEST_SECONDS`` per test), each to the group with the fewest seconds
+    so far (the first of equals). The same items give the same groups on every
+    worker."""
+    tests: dict[str, int] = {}
+    for item in items:
+        module = _module(item)
+        if module in spark_modules:
+            tests[module] = tests.get(module, 0) + 1
+    seconds = {
+        module: SPARK_SECONDS.get(module, DEFAULT_TEST_SECONDS * tests.get(module, 1))
+        for module in spark_modules
+    }
+    names = spark_group_names(count)
+    load = dict.fromkeys(names, 0.0)
+    found = {}
+    for module in sorted(seconds, key=lambda m: (-seconds[m], m)):
+        name = min(names, key=lambda n: (load[n], names.index(n)))
+        found[module] = name
+        load[name] += seconds[module]
+    return found
+
+
+def group_of(item: pytest.Item, spark_modules: dict[str, str]) -> str | None:
+    """The group of ``item``: its module's Spark group, its module's own group, an
+    explicit xdist_group, a pinned fixture's name, its module's path, or None (any
     worker)."""
     module = _module(item)
     if module in spark_modules:
-        return SPARK
+        return spark_modules[module]
     if module in MODULE_GROUPS:
         return MODULE_GROUPS[module]
     marks = sorted(
@@ -98,9 +161,10 @@ def group_of(item: pytest.Item, spark_modules: set[str]) -> str | None:
     return None
 
 
-def groups_of(items: list[pytest.Item]) -> dict[str, str]:
-    """Node id -> group of the grouped tests among ``items``."""
-    spark_modules = spark_modules_of(items)
+def groups_of(items: list[pytest.Item], spark_groups: int = 1) -> dict[str, str]:
+    """Node id -> group of the grouped tests among ``items``, the Spark modules
+    spread over ``spark_groups`` groups."""
+    spark_modules = spread_spark_modules(items, spark_modules_of(items), spark_groups)
     found = {}
     for item in items:
         name = group_of(item, spark_modules)
@@ -119,7 +183,8 @@ def pytest_collection_modifyitems(
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is None or GROUPS_DIR not in workerinput:
         return
-    groups = groups_of(items)
+    workers = int(workerinput.get("workercount", 1))
+    groups = groups_of(items, min(workers, MAX_SPARK_GROUPS))
     config.stash[GROUPS_KEY] = groups
     path = Path(workerinput[GROUPS_DIR]) / f"groups-{workerinput['workerid']}.json"
     partial = path.with_suffix(".part")
@@ -144,20 +209,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Under xdist, a test outside the ``spark`` group that starts a SparkSession
-    in its worker (a job called in-process without the ``spark`` fixture) fails:
-    it would start a second JVM beside the Spark worker's. It needs the fixture
-    (or its module in ``SPARK_MODULES``)."""
+    """Under xdist, a test outside the Spark groups that starts a SparkSession in
+    its worker (a job called in-process without the ``spark`` fixture) fails: it
+    would start a JVM on a worker that may hold a Spark group's already. It needs
+    the fixture (or its module in ``SPARK_MODULES``)."""
     result = yield
     groups = item.config.stash.get(GROUPS_KEY, None)
     if (
         groups is not None
-        and groups.get(item.nodeid) != SPARK
+        and not is_spark_group(groups.get(item.nodeid))
         and not item.stash.get(SPARK_BEFORE, True)
         and _spark_running()
     ):
         raise AssertionError(
-            "this test started a SparkSession outside the spark xdist group: "
+            "this test started a SparkSession outside the spark xdist groups: "
             "request the `spark` fixture (tests/support/groups.py)"
         )
     return result
@@ -187,6 +252,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
         groups: dict[str, str] | None = None
+        ordered = False
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # Before the first unit goes out: the Spark groups first (each worker
+            # is handed one: a worker takes its next unit only when at most two of
+            # its tests are left, so two groups of many tests cannot both go to
+            # one), then the longest other groups, then xdist's order.
+            if not self.ordered:
+                self.ordered = True
+                first = sorted(s for s in self.workqueue if is_spark_group(s))
+                first += [s for s in EARLY_GROUPS if s in self.workqueue]
+                for scope in reversed(first):
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
         def _split_scope(self, nodeid: str) -> str:
             # Called once every worker has reported its collection, so after

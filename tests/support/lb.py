@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.support.settings import open_windows_env
+from tests.support.spark import SUBPROCESS_ENV
 
 LB_TIMEOUT = 120.0
 
@@ -30,21 +31,24 @@ def lb(
 
 def lb_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """This process's environment without any ``LB_*`` setting, data under
-    ``tmp_path/lb``, plus ``extra``."""
+    ``tmp_path/lb``, the tests' Spark settings (``SUBPROCESS_ENV``), plus
+    ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LB_")}
     env["LB_DATA_DIR"] = str(tmp_path / "lb")
+    env.update(SUBPROCESS_ENV)
     env.update(extra)
     return env
 
 
 def stack_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """Environment of an ``lb up`` stack in ``data_dir``: no rate limit, windows
-    open for events dated November 2026, its own Redis (no ``LB_REDIS_URL``)."""
+    open for events dated November 2026, its own Redis (no ``LB_REDIS_URL``), the
+    tests' Spark settings (``SUBPROCESS_ENV``)."""
     env = dict(
         os.environ,
         LB_DATA_DIR=str(data_dir),
         LB_RATE_LIMIT="off",
-        **extra,
+        **{**SUBPROCESS_ENV, **extra},
     )
     env |= open_windows_env(data_dir.parent / "conf")  # events dated November 2026
     env.pop("LB_REDIS_URL", None)

@@ -16,9 +16,19 @@ from pyspark.sql import SparkSession
 from jobs.spark import get_spark
 from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 
+# The tests' data is tiny: a publish's time is per-job / per-task overhead, not
+# data. One shuffle partition (production: 4) took the publish chain of
+# tests/jobs/test_cluster_publish.py's history (full, incremental, full: ~310 Spark
+# jobs) from 215.6 to 166.1 s in one JVM, one after the other (load 8-10). The
+# same setting for the tests' `lb` subprocesses: SUBPROCESS_ENV.
+SHUFFLE_PARTITIONS = 1
+SUBPROCESS_ENV = {"LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS)}
 
-def start_spark() -> SparkSession:
-    """The test session's SparkSession (local[2], Delta, four shuffle partitions).
+
+def start_spark(warehouse: Path) -> SparkSession:
+    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS), its
+    SQL warehouse in ``warehouse`` (the tests use paths, not catalog tables: the
+    default ``./spark-warehouse`` would land in whatever the working directory is).
 
     Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
     slower, not faster (two runs started together at load ~24: 17 tests in
@@ -28,9 +38,10 @@ def start_spark() -> SparkSession:
     """
     return get_spark(
         "leaderboard-tests",
-        shuffle_partitions=4,
+        shuffle_partitions=SHUFFLE_PARTITIONS,
         driver_memory="2g",
         conf={
+            "spark.sql.warehouse.dir": str(warehouse),
             # Delta's VACUUM lists the table in this many tasks (Spark's default
             # 10000, nearly all empty): 236 / 114 s per VACUUM of a two-file table
             # against 15 / 9 s with 2 (tests/jobs/test_hygiene.py runs two; A/B in

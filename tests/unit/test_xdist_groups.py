@@ -1,9 +1,10 @@
 """The xdist groups (tests/support/groups.py): every module with a Spark test runs
-on one worker as a whole, the users of a pinned session stack share one worker,
-a module with a module-scoped fixture of its own stays on one worker, an explicit
-``xdist_group`` mark is honoured, and the rest go wherever a worker is free; under
-``-n 2 --dist loadgroup`` the groups hold (pytest-xdist's own loadgroup does not
-with pytest 9.2: its ``@group`` node-id suffix is lost)."""
+on one worker as a whole (the Spark modules spread over one Spark group per
+worker, each group on a worker of its own), the users of a pinned session stack
+share one worker, a module with a module-scoped fixture of its own stays on one
+worker, an explicit ``xdist_group`` mark is honoured, and the rest go wherever a
+worker is free; under ``-n 2 --dist loadgroup`` the groups hold (pytest-xdist's
+own loadgroup does not with pytest 9.2: its ``@group`` node-id suffix is lost)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ def client_stack():
 def pytest_collection_modifyitems(items):
     from tests.support.groups import groups_of
 
-    found = groups_of(items)
+    one, two = groups_of(items), groups_of(items, 2)
     for item in items:
-        print("GROUP", item.nodeid, found.get(item.nodeid, "-"))
+        nodeid = item.nodeid
+        print("GROUP", nodeid, one.get(nodeid, "-"), two.get(nodeid, "-"))
 """
 
 MODULES = {
@@ -61,6 +63,14 @@ def test_through_a_fixture(uses_spark):
 
 def test_plain_in_a_spark_module():
     assert True
+""",
+    # A second Spark module, shorter (fewer tests): the other Spark group's.
+    "test_jobs_too.py": """
+import pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_other(spark, n):
+    assert spark
 """,
     "test_api.py": """
 import pytest
@@ -109,32 +119,72 @@ def make_tests(pytester: pytest.Pytester) -> None:
         pytester.makepyfile(**{name.removesuffix(".py"): source})
 
 
-def groups(pytester: pytest.Pytester, *args: str) -> dict[str, str]:
+def groups(pytester: pytest.Pytester, *args: str) -> dict[str, tuple[str, str]]:
+    """Node id -> (its group with one Spark group, with two)."""
     make_tests(pytester)
     result = pytester.runpytest("--collect-only", "-q", "-s", *args)
     found = {}
     for line in result.outlines:
         if line.startswith("GROUP "):
-            _, nodeid, group = line.split()
-            found[nodeid.split("@")[0]] = group
+            _, nodeid, one, two = line.split()
+            found[nodeid.split("@")[0]] = (one, two)
     assert found, result.outlines
     return found
+
+
+OTHERS = {
+    "test_api.py::test_plain": "-",
+    "test_api.py::test_client": "client_stack",
+    "test_api.py::test_marked": "mine",
+    "test_fuzz.py::test_served": "test_fuzz.py",
+    "test_fuzz.py::test_plain": "-",
+}
 
 
 @pytest.mark.unit
 def test_spark_modules_stack_users_and_module_fixtures_are_grouped(
     pytester: pytest.Pytester,
 ) -> None:
-    assert groups(pytester) == {
-        "test_jobs.py::test_direct": "spark",
-        **{f"test_jobs.py::test_many[{n}]": "spark" for n in range(6)},
-        "test_jobs.py::test_through_a_fixture": "spark",
-        "test_jobs.py::test_plain_in_a_spark_module": "spark",
-        "test_api.py::test_plain": "-",
-        "test_api.py::test_client": "client_stack",
-        "test_api.py::test_marked": "mine",
-        "test_fuzz.py::test_served": "test_fuzz.py",
-        "test_fuzz.py::test_plain": "-",
+    found = groups(pytester)
+    first = {
+        "test_jobs.py::test_direct",
+        *(f"test_jobs.py::test_many[{n}]" for n in range(6)),
+        "test_jobs.py::test_through_a_fixture",
+        "test_jobs.py::test_plain_in_a_spark_module",
+    }
+    second = {f"test_jobs_too.py::test_other[{n}]" for n in range(4)}
+    assert found == {
+        **dict.fromkeys(first, ("spark", "spark")),
+        # With two groups the shorter module (4 tests against 9) gets the second.
+        **dict.fromkeys(second, ("spark", "spark-2")),
+        **{nodeid: (group, group) for nodeid, group in OTHERS.items()},
+    }
+
+
+@pytest.mark.unit
+def test_spark_modules_spread_by_their_seconds() -> None:
+    from tests.support import groups
+
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    listed = sorted(groups.SPARK_SECONDS, key=lambda m: -groups.SPARK_SECONDS[m])
+    longest, second = listed[0], listed[1]
+    modules = (longest, second, "tests/x.py")
+    items = [Item(f"{m}::test_{i}") for m in modules for i in range(3)]
+    spread = groups.spread_spark_modules(
+        items,  # type: ignore[arg-type]
+        set(modules),
+        2,
+    )
+    # Longest first to "spark", the next to the lighter "spark-2", and the
+    # unlisted module (3 tests x DEFAULT_TEST_SECONDS) to the lighter of the two.
+    assert spread[longest] == "spark" and spread[second] == "spark-2"
+    assert spread["tests/x.py"] == "spark-2"
+    assert groups.spread_spark_modules(items, {longest, second}, 1) == {  # type: ignore[arg-type]
+        longest: "spark",
+        second: "spark",
     }
 
 
@@ -151,13 +201,19 @@ def test_under_two_workers_the_spark_module_runs_on_one(
     result = pytester.runpytest_subprocess(
         "-n", "2", "--dist", "loadgroup", "-v", *NO_PLUGINS
     )
-    result.assert_outcomes(passed=14, failed=1)
-    # The test that started "Spark" without the fixture, outside the group.
+    result.assert_outcomes(passed=18, failed=1)
+    # The test that started "Spark" without the fixture, outside the groups.
     result.stdout.fnmatch_lines(["*test_stray.py::test_starts_spark_itself*"])
     assert "started a SparkSession outside the spark xdist group" in result.stdout.str()
-    workers = {
-        line.split()[0]
-        for line in result.outlines
-        if "PASSED" in line and "test_jobs.py::" in line
-    }
-    assert len(workers) == 1 and workers <= {"[gw0]", "[gw1]"}, result.outlines
+
+    def workers(module: str) -> set[str]:
+        return {
+            line.split()[0]
+            for line in result.outlines
+            if "PASSED" in line and f"{module}::" in line
+        }
+
+    # Each Spark module on one worker, the two Spark groups on different ones.
+    ours, theirs = workers("test_jobs.py"), workers("test_jobs_too.py")
+    assert len(ours) == 1 and len(theirs) == 1, result.outlines
+    assert ours | theirs == {"[gw0]", "[gw1]"}, result.outlines
