@@ -2,7 +2,8 @@
 accepted events, across redeliveries, downward corrections, ties and publishes
 interleaved with writes; approximate answers stay within their error bound. The
 boards include board options (issue 27): an ``order: asc`` weekly board and an asc
-best-of all-time board (tests/support/live.py OPTIONS_WINDOWS).
+best-of all-time board (tests/support/live.py OPTIONS_WINDOWS), in two games with the
+same board and player ids (issue 26: neither ever sees the other's events).
 
 Publishes here write the generation from the oracle (the Spark publisher is checked
 against the same kind of oracle in tests/jobs); what this test pins down is the speed
@@ -21,16 +22,17 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from api.segments import GenerationRegistry
-from conf.boards import board_rules
+from conf.boards import board_rules, qualify
 from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
 from tests.support.live import (
     ALL_BOARDS,
+    GAMES,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
-    options_settings,
+    games_settings,
     region,
 )
 from tests.support.segments import write_generation
@@ -43,13 +45,18 @@ BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
 
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
-    """The tests' settings with the board options of OPTIONS_WINDOWS."""
-    return options_settings(redis_url, tmp_path)
+    """The tests' settings with the board options of OPTIONS_WINDOWS, per game."""
+    return games_settings(redis_url, tmp_path)
 
 
 operation = st.one_of(
+    # ("event", player, match, revision[, game]): the game default without one.
     st.tuples(
-        st.just("event"), st.sampled_from(PLAYERS), st.integers(0, 3), st.integers(1, 3)
+        st.just("event"),
+        st.sampled_from(PLAYERS),
+        st.integers(0, 3),
+        st.integers(1, 3),
+        st.sampled_from(GAMES),
     ),
     # A publish whose boundary lags the newest events by 0..3: those arrive between
     # landing and the rebase, as they do in production.
@@ -97,10 +104,40 @@ def publish(
     assert set(report.partitions.values()) == {"ok"}
 
 
+def snapshot_of(
+    client: redis.Redis, oracles: dict[str, Oracle], partitions: int
+) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """(positions, totals, versions) of every game's boards, by internal board id."""
+    totals = {
+        qualify(g, b): oracle.totals(b)
+        for g, oracle in oracles.items()
+        for b in ALL_BOARDS
+    }
+    versions = {
+        qualify(g, b): v
+        for g, oracle in oracles.items()
+        for b, v in oracle.versions().items()
+    }
+    return positions(client, partitions), totals, versions
+
+
 def check(
     api: SignedClient,
     client: redis.Redis,
+    oracles: dict[str, Oracle],
+    limit: int,
+    radius: int,
+    partitions: int,
+) -> None:
+    for game, oracle in oracles.items():
+        check_game(api, client, oracle, f"/v1/games/{game}", limit, radius, partitions)
+
+
+def check_game(
+    api: SignedClient,
+    client: redis.Redis,
     oracle: Oracle,
+    prefix: str,
     limit: int,
     radius: int,
     partitions: int,
@@ -108,7 +145,7 @@ def check(
     now = positions(client, partitions)
     for board in BOARDS:
         expected = oracle.ordered(board)
-        top = api.get(f"/v1/boards/{board}/top", params={"limit": limit}).json()
+        top = api.get(f"{prefix}/boards/{board}/top", params={"limit": limit}).json()
         assert (top["exactness"], top["basis"], top["errorBound"]) == (
             "exact",
             "live",
@@ -119,7 +156,7 @@ def check(
         assert top["entries"] == expected[:limit]
         by_player = {e["playerId"]: e for e in expected}
         for player in PLAYERS:
-            reply = api.get(f"/v1/boards/{board}/players/{player}")
+            reply = api.get(f"{prefix}/boards/{board}/players/{player}")
             if player not in by_player:
                 assert reply.status_code == 404
                 continue
@@ -133,12 +170,13 @@ def check(
             ), (board, player)
             assert body["population"] == len(expected)
             near = api.get(
-                f"/v1/boards/{board}/players/{player}/nearby", params={"radius": radius}
+                f"{prefix}/boards/{board}/players/{player}/nearby",
+                params={"radius": radius},
             ).json()
             i = want["position"] - 1
             assert near["entries"] == expected[max(0, i - radius) : i + radius + 1]
             approx = api.get(
-                f"/v1/boards/{board}/players/{player}", params={"mode": "approx"}
+                f"{prefix}/boards/{board}/players/{player}", params={"mode": "approx"}
             ).json()
             assert approx["exactness"] == "approximate"
             assert approx["basis"] == "histogram"
@@ -194,20 +232,16 @@ def test_live_answers_equal_the_offline_sort(
 
     shutil.rmtree(settings.segments_dir, ignore_errors=True)
     api.client.app.state.generations.refresh(force=True)
-    oracle = Oracle(OPTIONS_RULES)
+    oracles = {game: Oracle(OPTIONS_RULES) for game in GAMES}
     generation = 0
-    # The oracle's state after each event, with the log positions it corresponds to.
-    history = [
-        (
-            positions(redis_client, settings.partitions),
-            {b: oracle.totals(b) for b in ALL_BOARDS},
-            oracle.versions(),
-        )
-    ]
+    # The oracles' state after each event, with the log positions it corresponds to.
+    history = [snapshot_of(redis_client, oracles, settings.partitions)]
     published = 0
     for op in [*ops, ("check", 5, 2)]:
         if op[0] == "event":
-            _, player, match, revision = op
+            _, player, match, revision = op[:4]
+            game = op[4] if len(op) > 4 else "default"
+            oracle = oracles[game]
             # Content is a function of (player, match, revision): resending one is a
             # redelivery, a higher revision a correction (often downward), and small
             # point values make ties common.
@@ -225,20 +259,14 @@ def test_live_answers_equal_the_offline_sort(
                 kind="correction" if revision > 1 else "result",
                 reason="fix" if revision > 1 else None,
             )
-            reply = api.post("/v1/score-events", payload)
+            reply = api.post(f"/v1/games/{game}/score-events", payload)
             assert reply.status_code == 200, reply.text
             if oracle.apply(player, event_id, f"m{match}", revision, points):
                 # Versions count on across generations, with or without state.
                 assert {
                     (item["board"], item["version"]) for item in reply.json()["boards"]
                 } == {(b, v) for (b, p), v in oracle.version.items() if p == player}
-            history.append(
-                (
-                    positions(redis_client, settings.partitions),
-                    {b: oracle.totals(b) for b in ALL_BOARDS},
-                    oracle.versions(),
-                )
-            )
+            history.append(snapshot_of(redis_client, oracles, settings.partitions))
         elif op[0] == "publish":
             generation += 1
             published = max(published, len(history) - 1 - op[1])
@@ -246,7 +274,7 @@ def test_live_answers_equal_the_offline_sort(
                 api, redis_client, history[published], generation, settings.partitions
             )
         else:
-            check(api, redis_client, oracle, op[1], op[2], settings.partitions)
+            check(api, redis_client, oracles, op[1], op[2], settings.partitions)
 
 
 @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
