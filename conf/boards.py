@@ -439,14 +439,14 @@ def boards_for_event(
         found = config.game(game)
         if found is None:
             return []
-        specs = boards_for_event(found, occurred_at, region)
+        own = boards_for_event(found, occurred_at, region)
         if game == DEFAULT_GAME:
-            return specs
+            return own
         return [
             BoardSpec(
                 qualify(game, b.board), b.aggregation, b.cutoff_ms, b.rule, b.order
             )
-            for b in specs
+            for b in own
         ]
     moment = occurred_at.astimezone(UTC)
     lateness_ms = config.window_lateness_ms

@@ -719,7 +719,7 @@ def transform_achieved(
     boundary: Mapping[int, int],
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
-    boards: BoardsConfig | None = None,
+    config: BoardsConfig | None = None,
 ) -> DataFrame | None:
     """(board, player_id, achieved_ms) on ``tieBreak: first_achieved`` boards.
 
@@ -735,8 +735,8 @@ def transform_achieved(
     # (game, season) of every season; a boards file with games: each game's own.
     games = (
         [(DEFAULT_GAME, s) for s in seasons]
-        if boards is None or not boards.games
-        else [(g, s) for g, own in boards.each_game() for s in own.seasons]
+        if config is None or not config.games
+        else [(g, s) for g, own in config.each_game() for s in own.seasons]
     )
     timed = [(g, s) for g, s in games if s.tie_break == "first_achieved"]
     if not timed:
@@ -759,7 +759,7 @@ def transform_achieved(
             window_lateness_ms,
             "v1",
             None,
-            boards,
+            config,
         ),
         lambda b: F.exists(
             F.array(*[F.lit(p) for p in prefixes]), lambda p: b["board"].startswith(p)
