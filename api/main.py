@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.direct import add_first
 from api.errors import install_error_handlers
+from api.games import GamePaths
 from api.history import HistoryService
 from api.metrics import GcPauseTimer, observe_read
 from api.models import with_body_schemas
@@ -197,7 +198,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    # Innermost: the gate of every read, in front of the router (direct routes too).
+    # Innermost: the game-scoped paths onto the game default's (api/games.py).
+    app.add_middleware(GamePaths)
+    # Then the gate of every read, in front of the router (direct routes too).
     app.add_middleware(ReaderGate, enabled=settings.read_auth == "token")
     app.add_middleware(RuleReloadMiddleware)
     app.add_middleware(ObserveMiddleware)

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api.operations import SEASON_STATES, OpsState, collect_state
+from conf.boards import split_board
 from conf.settings import Settings
 from conf.stack_state import read_stack_state, restart_counts
 from speed.connection import sync_client
@@ -235,10 +236,11 @@ class StateCollector:
         changed = GaugeMetricFamily(
             "lb_changed_players",
             "Players changed since the base generation, per board",
-            labels=["board"],
+            labels=["board", "game"],
         )
         for board, count in s.changed_players.items():
-            changed.add_metric([board], count)
+            game, bare = split_board(board)
+            changed.add_metric([bare, game], count)
         yield changed
         divergence = GaugeMetricFamily(
             "lb_verify_divergences", "Divergences found by the last lb verify"

@@ -82,6 +82,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
+    game_column,
     load_gold_snapshot,
 )
 from jobs.versions import transform_versions
@@ -304,6 +305,8 @@ def load_replace(
 
     target = DeltaTable.forPath(spark, str(path))
     columns = list(target.toDF().columns)
+    if "game" in columns and "game" not in fresh.columns:
+        fresh = fresh.withColumn("game", game_column(F.col("board")))
     if not replaced.isEmpty():
         with _conf(spark, {MATERIALIZE_SOURCE: "none"}):
             (

@@ -39,7 +39,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, Season, board_rules, load_boards
+from conf.boards import (
+    BoardsConfig,
+    Season,
+    board_rules,
+    game_of_board,
+    load_boards,
+    resolve_season,
+    season_board_prefix,
+)
 from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
@@ -122,9 +130,12 @@ def cli_actor() -> str:
 
 
 def _season(config: BoardsConfig, season_id: str) -> Season:
-    season = config.season(season_id)
+    """The season of an internal season id (``<game>~S4`` for another game's,
+    :func:`conf.boards.resolve_season`)."""
+    season = resolve_season(config, season_id)
     if season is None:
-        known = ", ".join(s.id for s in config.seasons) or "none"
+        own, _ = game_of_board(config, season_id)
+        known = ", ".join(s.id for s in (own or config).seasons) or "none"
         raise SeasonError(
             f"no season {season_id!r} in the boards file (known: {known})"
         )
@@ -239,7 +250,7 @@ def _contributions(
     frame = (
         spark.read.format("delta")
         .load(str(path))
-        .where(F.col("board").startswith(f"season:{season.id}:"))
+        .where(F.col("board").startswith(season_board_prefix(season.id)))
     )
     seen = {r[0] for r in frame.select("generation").distinct().collect()}
     if seen - {generation}:

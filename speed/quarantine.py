@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from conf.boards import DEFAULT_GAME
 from speed.events import NormalizedEvent, ScoreEventIn, parse_rfc3339
 from speed.partitions import Keys
 from speed.store import Outcome, SpeedLayer
@@ -101,7 +102,11 @@ def event_of(record: dict[str, Any]) -> NormalizedEvent:
             "reason": body["reason"],
         }
     )
-    normalized = NormalizedEvent(event, parse_rfc3339(body["occurredAt"]))
+    normalized = NormalizedEvent(
+        event,
+        parse_rfc3339(body["occurredAt"]),
+        game=body.get("game") or DEFAULT_GAME,
+    )
     normalized.scores = {str(k): int(v) for k, v in body.get("scores", {}).items()}
     return normalized
 

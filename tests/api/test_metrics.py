@@ -133,7 +133,8 @@ def test_metrics_show_every_operational_series(
         value(text, f'lb_generation_lag_positions{{partition="{p}"}}') for p in range(4)
     )
     assert lag == 4
-    assert value(text, f'lb_changed_players{{board="{BOARD}"}}') == 3  # p, q, r
+    changed = f'lb_changed_players{{board="{BOARD}",game="default"}}'
+    assert value(text, changed) == 3  # p, q, r
     assert value(text, "lb_verify_divergences") == 2
     assert value(text, 'lb_season_state{season="S3",state="closing"}') == 1
     assert value(text, 'lb_season_state{season="S4",state="open"}') == 1

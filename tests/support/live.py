@@ -47,6 +47,21 @@ def options_settings(redis_url: str, directory: Path) -> Settings:
     return base_settings(redis_url, directory, boards_file=path)
 
 
+# Two games with the same boards and players (API.md "Games", issue 26).
+GAMES = ("default", "arena")
+
+
+def games_settings(redis_url: str, directory: Path) -> Settings:
+    """options_settings with the same boards for each of GAMES."""
+    body = "".join(
+        "    " + line + "\n"
+        for line in (OPEN_WINDOWS_BOARDS + OPTIONS_WINDOWS).splitlines()
+    )
+    path = directory / "games.yaml"
+    path.write_text("games:\n" + "".join(f"  - id: {g}\n{body}" for g in GAMES))
+    return base_settings(redis_url, directory, boards_file=path)
+
+
 def region(player: str) -> str:
     return "eu" if PLAYERS.index(player) % 2 == 0 else "na"
 
