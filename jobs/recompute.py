@@ -742,9 +742,7 @@ def transform_achieved(
     if not timed:
         return None
     prefixes = [qualify(g, f"season:{s.id}:") for g, s in timed]
-    asc_prefixes = [
-        qualify(g, f"season:{s.id}:") for g, s in timed if s.order == "asc"
-    ]
+    asc_prefixes = [qualify(g, f"season:{s.id}:") for g, s in timed if s.order == "asc"]
     bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     events = transform_accepted(transform_first_acceptance(events)).where(

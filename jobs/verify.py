@@ -397,9 +397,7 @@ def run_verify(
         [qualify(game, board)]
         if board
         else sorted(
-            name
-            for name in generation.board_names()
-            if split_board(name)[0] == game
+            name for name in generation.board_names() if split_board(name)[0] == game
         )
     )
     result.boards = boards

@@ -329,9 +329,7 @@ class Folder:
         occurred = parse_rfc3339(event["occurredAt"])
         feeds = {
             spec.board: self.points(spec.rule, event)
-            for spec in boards_for_event(
-                self.config, occurred, event["region"], game
-            )
+            for spec in boards_for_event(self.config, occurred, event["region"], game)
         }
         any_applied = False
         for item in items:

@@ -79,8 +79,7 @@ async def read_signed_body(request: Request, settings: Settings) -> bytes:
     allowed = settings.key_games.get(request.state.key_id)
     if allowed is not None and game_of(request.scope) not in allowed:
         raise ForbiddenGame(
-            f"key {request.state.key_id!r} may write only "
-            + ", ".join(sorted(allowed))
+            f"key {request.state.key_id!r} may write only " + ", ".join(sorted(allowed))
         )
     return body
 
