@@ -59,6 +59,7 @@ from serving.segments import (
     BoardSegment,
     _StringColumn,
     canonical_array,
+    optional_numpy,
 )
 
 REPLACED_SCHEMA = pa.schema([("player_id", pa.string())])
@@ -150,12 +151,8 @@ class Layer:
         return cls(
             players=table.column("player_id").to_pylist(),
             scores=table.column("score").to_numpy(),
-            achieved=table.column("achieved_ms").to_numpy()
-            if "achieved_ms" in table.column_names
-            else None,
-            versions=table.column("version").to_numpy()
-            if "version" in table.column_names
-            else None,
+            achieved=optional_numpy(table, "achieved_ms"),
+            versions=optional_numpy(table, "version"),
             replaced=gone.column("player_id").to_pylist(),
         )
 

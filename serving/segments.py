@@ -289,6 +289,13 @@ def read_versions(path: Path) -> pa.Table:
 # ------------------------------------------------------------------------- reader
 
 
+def optional_numpy(table: pa.Table, name: str) -> np.ndarray | None:
+    """A column of a segment or layer file as numpy, None when the board has none
+    (``achieved_ms`` on boards without ``first_achieved`` ties, ``version`` in
+    files written before versions)."""
+    return table.column(name).to_numpy() if name in table.column_names else None
+
+
 class _StringColumn:
     """Zero-copy access to the UTF-8 bytes of one Arrow string column."""
 
@@ -351,12 +358,8 @@ class BoardSegment:
             players=_StringColumn(table.column("player_id")),
             scores=table.column("score").to_numpy(),
             index=index.column("row").to_numpy(),
-            achieved=table.column("achieved_ms").to_numpy()
-            if "achieved_ms" in table.column_names
-            else None,
-            versions=table.column("version").to_numpy()
-            if "version" in table.column_names
-            else None,
+            achieved=optional_numpy(table, "achieved_ms"),
+            versions=optional_numpy(table, "version"),
             unique_rank=meta.get("rank") == "unique",
         )
         if meta.get("hidden"):
