@@ -394,6 +394,7 @@ class SpeedLayer:
                         dedupe_field,
                         contribution_field,
                         record_context(periods, event.region).encode(),
+                        Keys.held_field(identity, event.eventId).encode(),
                     )
                 ),
             ]

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from api.security import sign
 from api.segments import GenerationRegistry
 from conf.boards import board_rules, qualify
 from speed.partitions import Keys
@@ -37,7 +38,7 @@ from tests.support.live import (
     region,
 )
 from tests.support.segments import write_generation
-from tests.support.shadow import flag
+from tests.support.shadow import admin, flag
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +47,10 @@ BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
 # Every event feeds the season board: above these points it is held once a
 # generation names the threshold (the manifest's quarantine map).
 HOLD_ABOVE = 4
-# In the game default only: quarantine records are still keyed by (player, eventId)
-# across games (the two games here send the same ids), issue 26's open part.
-QUARANTINE = {"season:S4:global": {"eu": HOLD_ABOVE, "na": HOLD_ABOVE}}
+# In both games, which send the same ids: held events are per game (issue 26).
+QUARANTINE = {
+    qualify(g, "season:S4:global"): {"eu": HOLD_ABOVE, "na": HOLD_ABOVE} for g in GAMES
+}
 
 
 @pytest.fixture
@@ -72,7 +74,46 @@ operation = st.one_of(
     st.tuples(st.just("check"), st.integers(1, 12), st.integers(0, 3)),
     # Shadow the player, or restore it when shadowed: hidden from every count.
     st.tuples(st.just("shadow"), st.sampled_from(PLAYERS)),
+    # The game's held events are exactly its own; release its oldest one, if any.
+    st.tuples(st.just("release"), st.sampled_from(GAMES)),
 )
+
+
+def release_oldest(
+    api: SignedClient,
+    oracle: Oracle,
+    game: str,
+    pending: dict[tuple[str, str], tuple[str, int, int]],
+) -> bool:
+    """Check the game's quarantine list against ``pending`` ((player, eventId) ->
+    (match, revision, points) of its held events), then release the oldest one (if
+    any): whether anything was released."""
+    signed = admin(api)
+    headers = {"X-Key-Id": "admin", "X-Signature": sign(signed.secret, b"")}
+    reply = api.client.get(
+        "/v1/admin/quarantine", params={"game": game}, headers=headers
+    )
+    assert reply.status_code == 200, reply.text
+    listed = reply.json()["events"]
+    assert {e["game"] for e in listed} <= {game}, listed
+    assert {(e["playerId"], e["eventId"]) for e in listed} == set(pending), listed
+    if not listed:
+        return False
+    player, event_id = listed[0]["playerId"], listed[0]["eventId"]
+    match, revision, points = pending.pop((player, event_id))
+    applies = oracle.release(player, event_id, match, revision, points)
+    decided = signed.post(
+        f"/v1/admin/quarantine/{event_id}?game={game}",
+        {"action": "release", "reason": "checked", "playerId": player},
+    )
+    assert decided.status_code == 200, decided.text
+    result = decided.json()["result"]
+    assert result["status"] == ("accepted" if applies else "superseded"), result
+    if applies:
+        assert {(item["board"], item["version"]) for item in result["boards"]} == {
+            (b, v) for (b, p), v in oracle.version.items() if p == player
+        }
+    return True
 
 
 def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
@@ -288,6 +329,22 @@ def check_game(
     ],
     points_seed=1,
 )
+# The same ids held in both games (p0's 5 points in m1): each game lists its own,
+# and releasing one game's leaves the other's held.
+@example(
+    ops=[
+        ("event", "p0", 0, 1, "default"),
+        ("event", "p0", 0, 1, "arena"),
+        ("publish", 0),
+        ("event", "p0", 1, 2, "default"),
+        ("event", "p0", 1, 2, "arena"),
+        ("release", "arena"),
+        ("check", 5, 1),
+        ("release", "arena"),
+        ("event", "p0", 1, 2, "default"),
+    ],
+    points_seed=1,
+)
 def test_live_answers_equal_the_offline_sort(
     api: SignedClient,
     redis_client: redis.Redis,
@@ -307,7 +364,11 @@ def test_live_answers_equal_the_offline_sort(
     history = [snapshot_of(redis_client, oracles, settings.partitions)]
     published = 0
     hidden: set[str] = set()
-    for op in [*ops, ("check", 5, 2)]:
+    # Per game: its held events, (player, eventId) -> (match, revision, points).
+    pending: dict[str, dict[tuple[str, str], tuple[str, int, int]]] = {
+        game: {} for game in GAMES
+    }
+    for op in [*ops, *(("release", g) for g in GAMES), ("check", 5, 2)]:
         if op[0] == "event":
             _, player, match, revision = op[:4]
             game = op[4] if len(op) > 4 else "default"
@@ -333,13 +394,15 @@ def test_live_answers_equal_the_offline_sort(
             assert reply.status_code == 200, reply.text
             # Once a generation names the threshold, 5 points on the season
             # board are held (quarantined): nothing changes until a release.
-            held = game == "default" and generation > 0 and points > HOLD_ABOVE
+            held = generation > 0 and points > HOLD_ABOVE
             fresh = (player, event_id) not in oracle.events and revision > (
                 oracle.revision.get((player, f"m{match}"), 0)
             )
             assert (reply.json()["status"] == "quarantined") == (held and fresh), (
                 reply.text
             )
+            if held and fresh:
+                pending[game][(player, event_id)] = (f"m{match}", revision, points)
             if oracle.apply(player, event_id, f"m{match}", revision, points, held):
                 # Versions count on across generations, with or without state.
                 assert {
@@ -357,6 +420,11 @@ def test_live_answers_equal_the_offline_sort(
                 settings.partitions,
                 QUARANTINE,
             )
+        elif op[0] == "release":
+            game = op[1]
+            if release_oldest(api, oracles[game], game, pending[game]):
+                # A release is a log record (status "released") at a new position.
+                history.append(snapshot_of(redis_client, oracles, settings.partitions))
         elif op[0] == "shadow":
             player = op[1]
             action = "restore" if player in hidden else "shadow"
