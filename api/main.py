@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.direct import add_first
 from api.errors import install_error_handlers
-from api.games import GamePaths
+from api.games import GamePaths, document_games, game_of
 from api.history import HistoryService
 from api.metrics import GcPauseTimer, observe_read
 from api.models import with_body_schemas
@@ -52,8 +52,14 @@ from speed.readers import ReadLimiter
 from speed.server import resolve_redis_url
 from speed.store import SpeedLayer
 
-REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
-LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
+# ``game``: the game a request addressed (API.md "Games"; ``default`` on the
+# unprefixed paths): /v1/games/{g}/boards/... is routed as /v1/boards/{board}/...
+REQUESTS = Counter(
+    "lb_http_requests_total", "HTTP requests", ["route", "status", "game"]
+)
+LATENCY = Histogram(
+    "lb_http_request_seconds", "HTTP request latency", ["route", "game"]
+)
 log = logging.getLogger("leaderboard.api")
 
 
@@ -99,8 +105,10 @@ class ObserveMiddleware:
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
             elapsed = time.perf_counter() - started
-            REQUESTS.labels(path, str(status)).inc()
-            LATENCY.labels(path).observe(elapsed)
+            # GamePaths (inside) names the game in the scope it routed.
+            game = game_of(scope)
+            REQUESTS.labels(path, str(status), game).inc()
+            LATENCY.labels(path, game).observe(elapsed)
             observe_read(path, scope.get("query_string", b""), elapsed)
 
 
@@ -219,7 +227,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_body_schemas(FastAPI.openapi(app))
+            app.openapi_schema = document_games(with_body_schemas(FastAPI.openapi(app)))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -258,12 +258,14 @@ class StateCollector:
         seasons = GaugeMetricFamily(
             "lb_season_state",
             "Season finalization state: 1 for the season's current state",
-            labels=["season", "state"],
+            labels=["season", "state", "game"],
         )
         for season in s.seasons:
+            # Internal season ids (``arena~S4``): the season as its game names it.
+            game, bare = split_board(season["season"])
             for state in SEASON_STATES:
                 seasons.add_metric(
-                    [season["season"], state], 1 if season["state"] == state else 0
+                    [bare, state, game], 1 if season["state"] == state else 0
                 )
         yield seasons
 
