@@ -109,3 +109,83 @@ class GamePaths:
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: Any) -> None:
     body = error_body(exc.code, exc.detail)
     await FastJSONResponse(body, status_code=exc.status)(scope, receive, send)
+
+
+GAME_PARAMETER = {
+    "name": "gameId",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[a-z0-9-]{1,32}$", "title": "Gameid"},
+    "description": 'A game the boards file lists ("default" without games:)',
+}
+GAMES_SCHEMA = {
+    "title": "GamesOut",
+    "type": "object",
+    "required": ["games"],
+    "properties": {
+        "games": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["game", "regions", "seasons"],
+                "properties": {
+                    "game": {"type": "string"},
+                    "regions": {"type": "array", "items": {"type": "string"}},
+                    "seasons": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        }
+    },
+}
+GAME_NOT_FOUND = {
+    "description": "game_not_found: the boards file lists no such game",
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}
+    },
+}
+
+
+def document_games(document: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI ``document`` with the game-scoped paths :class:`GamePaths` maps
+    (plain ASGI, so FastAPI does not see them): ``GET /v1/games`` and, for every
+    ``/v1/boards...`` and ``/v1/score-events...`` operation, its copy under
+    ``/v1/games/{gameId}`` with the game's path parameter and 404
+    ``game_not_found``."""
+    paths: dict[str, Any] = document.setdefault("paths", {})
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault("GamesOut", GAMES_SCHEMA)
+    scoped: dict[str, Any] = {}
+    for path, item in paths.items():
+        if not (path.startswith("/v1/boards") or path.startswith("/v1/score-events")):
+            continue
+        copied: dict[str, Any] = {}
+        for method, operation in item.items():
+            op = dict(operation)
+            op["parameters"] = [GAME_PARAMETER, *operation.get("parameters", [])]
+            op["responses"] = dict(operation.get("responses", {}))
+            if "ErrorOut" in schemas:
+                op["responses"].setdefault("404", GAME_NOT_FOUND)
+            if "operationId" in op:
+                op["operationId"] = f"{op['operationId']}_game"
+            op["summary"] = f"{operation.get('summary', '')} (game-scoped)".strip()
+            copied[method] = op
+        scoped[GAMES_PREFIX + "/{gameId}" + path[len("/v1") :]] = copied
+    paths[GAMES_PREFIX] = {
+        "get": {
+            "summary": "The games this deployment serves",
+            "operationId": "list_games",
+            "tags": ["boards"],
+            "responses": {
+                "200": {
+                    "description": "Each game with its regions and seasons",
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/GamesOut"}
+                        }
+                    },
+                }
+            },
+        }
+    }
+    paths.update(scoped)
+    return document
