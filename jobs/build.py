@@ -199,9 +199,7 @@ def recompute_generation(
     fp = fingerprint(boards, seasons, points, bucket_target, quarantine)
     shadowed = extract_shadowed(settings) if read_flags else set()
     previous: Previous | None = None
-    # A boards file with games: full builds only (the incremental pairs are not
-    # game-aware yet; issue 26).
-    if not full and not boards.games:
+    if not full:
         published = extract_published(spark, delta_dir / GOLD_MANIFEST)
         last = published[-1] if published else None
         previous, why = previous_state(
