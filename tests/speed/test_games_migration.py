@@ -62,10 +62,11 @@ def test_pre_games_speed_data_keeps_working_as_default(
     big = event(eventId="E2", playerId="P2", matchId="M2", result={"points": 9})
 
     # Before games: one accepted event, one held.
-    with TestClient(create_app(single)) as client:
+    app = create_app(single)
+    with TestClient(app) as client:
         api = SignedClient(client)
         # The generation the thresholds are in becomes the partitions' base.
-        registry = client.app.state.generations
+        registry = app.state.generations
         registry.refresh(force=True)
         generation = registry.by_number(1)
         assert generation is not None
