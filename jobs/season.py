@@ -47,6 +47,7 @@ from conf.boards import (
     load_boards,
     resolve_season,
     season_board_prefix,
+    split_board,
 )
 from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
@@ -88,6 +89,9 @@ AWARDS_ROW_SCHEMA = T.StructType(
         T.StructField("generation", T.StringType(), False),
         T.StructField("hash", T.StringType(), False),
         T.StructField("closed_at", T.TimestampType(), False),
+        # The season's game (API.md "Games"; season and board are internal ids,
+        # ``arena~S4``). Rows landed before games have none: the game default's.
+        T.StructField("game", T.StringType(), True),
     ]
 )
 
@@ -183,6 +187,7 @@ def _land_version(
     """Append one award version to ``gold_awards`` with real scores (the snapshot
     holds oriented ones, conf/boards.py BoardRules)."""
     closed = datetime.fromisoformat(version.meta["closedAt"].replace("Z", "+00:00"))
+    game = split_board(version.season)[0]
     tables = []
     for board in sorted(version.meta["boards"]):
         table = version.board(board)
@@ -205,6 +210,7 @@ def _land_version(
                     "generation": pa.array([version.generation] * n, pa.string()),
                     "hash": pa.array([version.hash] * n, pa.string()),
                     "closed_at": pa.array([closed] * n, pa.timestamp("us", tz="UTC")),
+                    "game": pa.array([game] * n, pa.string()),
                 }
             )
         )
@@ -218,6 +224,8 @@ def _land_version(
             frame.write.format("delta")
             .mode("append")
             .partitionBy("season")
+            # A table landed before games gains the ``game`` column.
+            .option("mergeSchema", "true")
             .option("txnAppId", f"awards-{version.season}")
             .option("txnVersion", version.version)
             .save(str(path))

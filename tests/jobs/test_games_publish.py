@@ -128,6 +128,13 @@ def test_two_games_stay_apart_through_publish_verify_rebuild_and_close(
             ("P1", 50, "champion"),
             ("P2", 40, None),
         ]
+        # gold_awards: the rows of arena's season, with their game.
+        landed = spark.read.format("delta").load(str(base.delta_dir / "gold_awards"))
+        rows = landed.collect()
+        assert {(r["game"], r["season"]) for r in rows} == {("arena", "arena~S9")}
+        assert {
+            (r["player_id"], r["score"]) for r in rows if r["board"] == f"arena~{BOARD}"
+        } == {("P1", 50), ("P2", 40)}
         # The game default's season S9 is not closed.
         missing = api.get(f"/v1/boards/{BOARD}/awards")
         assert missing.status_code == 404, missing.text
