@@ -68,6 +68,14 @@ class BoardNotFound(ApiError):
     status, code = 404, "board_not_found"
 
 
+class GameNotFound(ApiError):
+    status, code = 404, "game_not_found"
+
+
+class ForbiddenGame(ApiError):
+    status, code = 403, "forbidden_game"
+
+
 class PlayerNotFound(ApiError):
     status, code = 404, "player_not_found"
 

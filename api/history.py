@@ -32,7 +32,7 @@ import orjson
 
 from api.errors import InvalidRequest, PlayerNotFound
 from api.reads import Answer, check_board, encode, pin, top_percent
-from conf.boards import BoardsConfig
+from conf.boards import BoardsConfig, board_label
 from serving.awards import read_version, versions
 from serving.history import (
     AwardStandings,
@@ -64,7 +64,7 @@ class Contribution:
 
 
 def labels(board: str) -> dict[str, Any]:
-    return {"board": board, "exactness": "exact", "basis": "snapshot"}
+    return {**board_label(board), "exactness": "exact", "basis": "snapshot"}
 
 
 class HistoryService:

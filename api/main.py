@@ -13,6 +13,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from api.direct import add_first
 from api.errors import install_error_handlers
+from api.games import GamePaths, document_games
 from api.history import HistoryService
 from api.metrics import GcPauseTimer
 from api.middleware import ApiMiddleware
@@ -174,6 +175,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
+    # Innermost: the game-scoped paths onto the game default's (api/games.py).
+    app.add_middleware(GamePaths)
     # One middleware in front of the router (api/middleware.py): metrics, rule
     # reload and, with LB_READ_AUTH=token, the gate of every read.
     app.add_middleware(ApiMiddleware, gate_reads=settings.read_auth == "token")
@@ -192,7 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_body_schemas(FastAPI.openapi(app))
+            app.openapi_schema = document_games(with_body_schemas(FastAPI.openapi(app)))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api.operations import SEASON_STATES, OpsState, collect_state
+from conf.boards import split_board
 from conf.settings import Settings
 from conf.stack_state import read_stack_state, restart_counts
 from speed.connection import sync_client
@@ -60,8 +61,14 @@ EVENTS = Counter(
 EVENTS_REJECTED = Counter(
     "lb_events_rejected_total", "Score events refused, by error code", ["error"]
 )
-REQUESTS = Counter("lb_http_requests_total", "HTTP requests", ["route", "status"])
-LATENCY = Histogram("lb_http_request_seconds", "HTTP request latency", ["route"])
+# ``game``: the game a request addressed (API.md "Games"; ``default`` on the
+# unprefixed paths): /v1/games/{g}/boards/... is routed as /v1/boards/{board}/...
+REQUESTS = Counter(
+    "lb_http_requests_total", "HTTP requests", ["route", "status", "game"]
+)
+LATENCY = Histogram(
+    "lb_http_request_seconds", "HTTP request latency", ["route", "game"]
+)
 RANK_LATENCY = Histogram(
     "lb_rank_request_seconds",
     "Read latency by endpoint and mode (live, snapshot, approx)",
@@ -201,24 +208,31 @@ class RequestSeries:
     """The per-request series (:data:`REQUESTS`, :data:`LATENCY`,
     :data:`RANK_LATENCY`), each label set's child looked up once: ``labels()``
     converts, checks and locks on every call, a few microseconds per request.
-    Label sets are bounded: route templates (or ``unmatched``), statuses, modes."""
+    Label sets are bounded: route templates (or ``unmatched``), statuses, modes and
+    the boards file's games."""
 
     def __init__(self) -> None:
-        self._requests: dict[tuple[str, int], Any] = {}
-        self._latency: dict[str, Any] = {}
+        self._requests: dict[tuple[str, int, str], Any] = {}
+        self._latency: dict[tuple[str, str], Any] = {}
         self._reads: dict[tuple[str, str], Any] = {}
 
     def observe(
-        self, route_path: str, status: int, query_string: bytes, seconds: float
+        self,
+        route_path: str,
+        status: int,
+        query_string: bytes,
+        seconds: float,
+        game: str = "default",
     ) -> None:
-        requests = self._requests.get((route_path, status))
+        requests = self._requests.get((route_path, status, game))
         if requests is None:
-            requests = REQUESTS.labels(route_path, str(status))
-            self._requests[route_path, status] = requests
+            requests = REQUESTS.labels(route_path, str(status), game)
+            self._requests[route_path, status, game] = requests
         requests.inc()
-        latency = self._latency.get(route_path)
+        latency = self._latency.get((route_path, game))
         if latency is None:
-            latency = self._latency[route_path] = LATENCY.labels(route_path)
+            latency = LATENCY.labels(route_path, game)
+            self._latency[route_path, game] = latency
         latency.observe(seconds)
         endpoint = READ_ENDPOINTS.get(route_path)
         if endpoint is None:
@@ -282,10 +296,11 @@ class StateCollector:
         changed = GaugeMetricFamily(
             "lb_changed_players",
             "Players changed since the base generation, per board",
-            labels=["board"],
+            labels=["board", "game"],
         )
         for board, count in s.changed_players.items():
-            changed.add_metric([board], count)
+            game, bare = split_board(board)
+            changed.add_metric([bare, game], count)
         yield changed
         divergence = GaugeMetricFamily(
             "lb_verify_divergences", "Divergences found by the last lb verify"
@@ -303,12 +318,14 @@ class StateCollector:
         seasons = GaugeMetricFamily(
             "lb_season_state",
             "Season finalization state: 1 for the season's current state",
-            labels=["season", "state"],
+            labels=["season", "state", "game"],
         )
         for season in s.seasons:
+            # Internal season ids (``arena~S4``): the season as its game names it.
+            game, bare = split_board(season["season"])
             for state in SEASON_STATES:
                 seasons.add_metric(
-                    [season["season"], state], 1 if season["state"] == state else 0
+                    [bare, state, game], 1 if season["state"] == state else 0
                 )
         yield seasons
 

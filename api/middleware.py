@@ -3,9 +3,9 @@ router, so every request still goes through the router and its dependencies.
 
 Per HTTP request, in this order (each was a middleware of its own):
 
-1. the request count and latency per route template, and a ranked read's latency
-   by mode (:class:`api.metrics.RequestSeries`), whatever the answer, a refusal of
-   step 3 or an exception included (500);
+1. the request count and latency per route template and game, and a ranked read's
+   latency by mode (:class:`api.metrics.RequestSeries`), whatever the answer, a
+   refusal of step 3 or an exception included (500);
 2. a scoring-rule promotion applied if the rule state changed
    (:func:`api.rule_reload.reload_rules`);
 3. with ``LB_READ_AUTH=token`` only, the gate of the reads
@@ -23,6 +23,7 @@ from time import perf_counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.games import game_of
 from api.metrics import RequestSeries
 from api.readers import is_read, refusal
 from api.rule_reload import reload_rules
@@ -63,4 +64,6 @@ class ApiMiddleware:
                 status,
                 scope.get("query_string", b""),
                 perf_counter() - started,
+                # GamePaths (inside) names the game in the scope it routed.
+                game_of(scope),
             )

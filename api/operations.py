@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from conf.boards import BoardsConfig
+from conf.boards import BoardsConfig, game_seasons, qualify, resolve_season
 from conf.settings import Settings
 from serving.awards import versions
 from serving.registry import GenerationRegistry
@@ -71,7 +71,10 @@ def season_states(
 ) -> list[dict[str, Any]]:
     """open until the cutoff (end + allowedLateness), then closing until closed."""
     out = []
-    for season in config.seasons:
+    # Another game's season is named by its internal id (<game>~S4).
+    for season in (
+        resolve_season(config, qualify(g, s.id)) or s for g, s in game_seasons(config)
+    ):
         if season.id in closed:
             state = "closed"
         elif now >= season.cutoff:
@@ -87,7 +90,11 @@ def season_states(
 def closed_seasons(settings: Settings, config: BoardsConfig) -> set[str]:
     """Seasons with an award snapshot (version 1 or later), read from the award
     files (:mod:`serving.awards`)."""
-    return {s.id for s in config.seasons if versions(settings.data_dir, s.id)}
+    return {
+        qualify(g, s.id)
+        for g, s in game_seasons(config)
+        if versions(settings.data_dir, qualify(g, s.id))
+    }
 
 
 def collect_state(

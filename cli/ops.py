@@ -53,7 +53,12 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     # the API) and read without HTTP.
     with served_reads(settings) as served:
         result = run_verify(
-            settings, served, board=args.board, sample=args.sample, seed=args.seed
+            settings,
+            served,
+            board=args.board,
+            sample=args.sample,
+            seed=args.seed,
+            game=args.game,
         )
     for line in describe(result):
         print(line)
@@ -138,6 +143,11 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument("--board", help="only this board (default: every board)")
+    p.add_argument(
+        "--game",
+        default="default",
+        help="the game whose boards are compared (API.md Games; default: default)",
+    )
     p.add_argument(
         "--sample", type=int, default=100, help="players sampled per board (100)"
     )

@@ -23,6 +23,14 @@ def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.publish_lock import publish_lock
     from jobs.replay import ReplayError, run_replay
 
+    if args.game != "default":
+        # Replays' namespaces (conf/rule_state.py) are the game default's only.
+        print(
+            f"lb replay: --game {args.game}: replaying a season of a game other "
+            "than default is not supported yet",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     jar_paths()
     check_redis(settings)
     from cli.quiet import quiet_spark
@@ -65,6 +73,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--season", required=True, help="season id, e.g. S4")
     p.add_argument("--rule", required=True, help="scoring rule version, e.g. v2")
+    p.add_argument(
+        "--game", default="default", help="the season's game (only default so far)"
+    )
     p.add_argument(
         "--k", type=int, default=10, help="report players moving more than K ranks"
     )

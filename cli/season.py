@@ -13,11 +13,26 @@ def _ids(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
+def season_of(args: argparse.Namespace) -> str:
+    """The internal season id of ``<seasonId> --game G`` (conf.boards.qualify)."""
+    from conf.boards import qualify
+
+    return qualify(args.game, args.season)
+
+
+def add_game(parser: Any) -> None:
+    parser.add_argument(
+        "--game",
+        default="default",
+        help="the game whose season it is (API.md Games; default: default)",
+    )
+
+
 def _cmd_close(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.season import SeasonError, close_season
 
     try:
-        snapshot = close_season(settings, args.season)
+        snapshot = close_season(settings, season_of(args))
     except SeasonError as exc:
         print(f"lb season close: {exc}", file=sys.stderr)
         return 1
@@ -37,7 +52,7 @@ def _cmd_adjudicate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         snapshot = adjudicate_season(
             settings,
-            args.season,
+            season_of(args),
             _ids(args.accept),
             _ids(args.reject),
             args.reason,
@@ -85,6 +100,7 @@ def register(subparsers: Any) -> None:
         epilog="examples:\n  lb season close S4",
     )
     close.add_argument("season")
+    add_game(close)
     close.set_defaults(func=_cmd_close)
     adjudicate = sub.add_parser(
         "adjudicate",
@@ -100,6 +116,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     adjudicate.add_argument("season")
+    add_game(adjudicate)
     adjudicate.add_argument("--accept", default="", help="event ids, comma separated")
     adjudicate.add_argument("--reject", default="", help="event ids, comma separated")
     adjudicate.add_argument("--reason", required=True)

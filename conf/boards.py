@@ -41,6 +41,15 @@ from conf.periods import period_ids
 from conf.rules import RULE_VERSIONS
 
 SCOPE_GLOBAL = "global"
+# API.md "Games": a boards file without ``games:`` is the one game ``default``.
+DEFAULT_GAME = "default"
+GAME_ID_PATTERN = r"^[a-z0-9-]{1,32}$"
+GAME_ID = re.compile(GAME_ID_PATTERN)
+# Internal board ids of a game other than ``default`` are ``<game>~<board>``: ``~`` is
+# in no game id and no board id (ID_PATTERN, periods), and safe in Redis keys, file
+# names, URLs and Delta partition values. The game ``default`` keeps the bare ids, so
+# data written before games existed is the game ``default``'s unchanged.
+GAME_SEP = "~"
 DEFAULT_WINDOW_LATENESS = timedelta(hours=1)
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 KNOWN_RULES = set(RULE_VERSIONS)
@@ -165,6 +174,9 @@ class Season(BaseModel):
 
 
 class BoardsConfig(BaseModel):
+    """One game's boards (a boards file without ``games:``, or one item of it); the
+    root of a file with ``games:`` holds only ``games`` (:meth:`game` gives each)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     regions: list[str] = Field(default_factory=list)
@@ -178,9 +190,23 @@ class BoardsConfig(BaseModel):
     )
     # Aggregation and order of the daily, weekly, monthly and all-time boards.
     windows: Windows = Windows()
+    # API.md "Games": each item is one game's section (``id`` plus the keys above).
+    games: list[GameBoards] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> BoardsConfig:
+        if self.games:
+            if "id" in type(self).model_fields:  # an item of games: (GameBoards)
+                raise ValueError("a game cannot list games")
+            others = self.model_fields_set - {"games"}
+            if others:
+                raise ValueError(
+                    "with games:, every key goes under its game's item; found "
+                    + ", ".join(sorted(others))
+                )
+            ids = [g.id for g in self.games]
+            if len(set(ids)) != len(ids):
+                raise ValueError("game ids must be distinct")
         for region in self.regions:
             if not re.match(ID_PATTERN, region) or region == SCOPE_GLOBAL:
                 raise ValueError(f"invalid region {region!r}")
@@ -205,6 +231,86 @@ class BoardsConfig(BaseModel):
 
     def season(self, season_id: str) -> Season | None:
         return next((s for s in self.seasons if s.id == season_id), None)
+
+    @property
+    def game_ids(self) -> list[str]:
+        """The games served, in file order (``[default]`` without ``games:``)."""
+        return [g.id for g in self.games] if self.games else [DEFAULT_GAME]
+
+    def game(self, game_id: str) -> BoardsConfig | None:
+        """One game's boards; None for a game the file does not list."""
+        if not self.games:
+            return self if game_id == DEFAULT_GAME else None
+        return next((g for g in self.games if g.id == game_id), None)
+
+    def each_game(self) -> list[tuple[str, BoardsConfig]]:
+        """(game id, its boards) of every game served."""
+        if not self.games:
+            return [(DEFAULT_GAME, self)]
+        return [(g.id, g) for g in self.games]
+
+
+class GameBoards(BoardsConfig):
+    """One item of ``games:``: a game id and that game's boards keys."""
+
+    id: str = Field(pattern=GAME_ID_PATTERN)
+
+
+BoardsConfig.model_rebuild()
+
+
+def qualify(game: str, board: str) -> str:
+    """The internal id of ``game``'s board ``board`` (bare for the game default)."""
+    return board if game == DEFAULT_GAME else f"{game}{GAME_SEP}{board}"
+
+
+def split_board(board: str) -> tuple[str, str]:
+    """(game, board as the game's users name it) of an internal board id."""
+    if GAME_SEP not in board:
+        return DEFAULT_GAME, board
+    game, _, bare = board.partition(GAME_SEP)
+    return game, bare
+
+
+def board_label(board: str) -> dict[str, str]:
+    """How an answer names an internal board id: the board as its game's clients
+    name it, and ``game`` for a game other than ``default``."""
+    if GAME_SEP not in board:
+        return {"board": board}
+    game, bare = split_board(board)
+    return {"board": bare, "game": game}
+
+
+def game_of_board(config: BoardsConfig, board: str) -> tuple[BoardsConfig | None, str]:
+    """The boards of an internal board id's game (None: no such game) and the bare
+    id."""
+    if GAME_SEP not in board and not config.games:
+        return config, board
+    game, bare = split_board(board)
+    return config.game(game), bare
+
+
+def resolve_season(config: BoardsConfig, season_id: str) -> Season | None:
+    """The season of an internal season id: ``S4`` of the game default, or
+    ``<game>~S4`` (:func:`qualify`) of another game, then with that id (what names
+    its award snapshots and late-review queue)."""
+    boards, bare = game_of_board(config, season_id)
+    season = boards.season(bare) if boards is not None else None
+    if season is None or bare == season_id:
+        return season
+    return season.model_copy(update={"id": season_id})
+
+
+def season_board_prefix(season_id: str) -> str:
+    """``season:<S>:`` of an internal season id, within its game (``arena~S4`` ->
+    ``arena~season:S4:``)."""
+    game, bare = split_board(season_id)
+    return qualify(game, f"season:{bare}:")
+
+
+def game_seasons(config: BoardsConfig) -> list[tuple[str, Season]]:
+    """(game, season) of every game's seasons."""
+    return [(g, s) for g, boards in config.each_game() for s in boards.seasons]
 
 
 def load_boards(path: Path | None = None) -> BoardsConfig:
@@ -275,9 +381,11 @@ def board_rules(config: BoardsConfig, board: str) -> BoardRules:
     """The scoring rules of a board id: its season's (a replay's board
     ``season:<S>@<R>:<scope>`` has season S's under rule R) or its rolling window's;
     the defaults for an id that names no board."""
+    game, board = game_of_board(config, board)
     match = BOARD_ID.match(board)
-    if not match:
+    if not match or game is None:
         return DEFAULT_RULES
+    config = game
     window, period = match["window"], match["period"]
     if window == "season":
         season_id, at, rule = period.partition("@")
@@ -323,9 +431,23 @@ def to_ms(moment: datetime) -> int:
 
 
 def boards_for_event(
-    config: BoardsConfig, occurred_at: datetime, region: str
+    config: BoardsConfig, occurred_at: datetime, region: str, game: str = DEFAULT_GAME
 ) -> list[BoardSpec]:
-    """Every board whose window holds ``occurred_at`` and whose scope matches."""
+    """Every board of ``game`` whose window holds ``occurred_at`` and whose scope
+    matches (internal ids, :func:`qualify`)."""
+    if config.games or game != DEFAULT_GAME:
+        found = config.game(game)
+        if found is None:
+            return []
+        own = boards_for_event(found, occurred_at, region)
+        if game == DEFAULT_GAME:
+            return own
+        return [
+            BoardSpec(
+                qualify(game, b.board), b.aggregation, b.cutoff_ms, b.rule, b.order
+            )
+            for b in own
+        ]
     moment = occurred_at.astimezone(UTC)
     lateness_ms = config.window_lateness_ms
     day = moment.date()
@@ -415,9 +537,11 @@ def period_start(window: str, period: str) -> date:
 def board_closes_at(config: BoardsConfig, board: str) -> datetime | None:
     """When a board closes (season: end + allowedLateness; rolling window: period end
     + windowLateness); None for all-time boards and unknown ids."""
+    game, board = game_of_board(config, board)
     match = BOARD_ID.match(board)
-    if not match:
+    if not match or game is None:
         return None
+    config = game
     window, period = match["window"], match["period"]
     if window == "alltime":
         return None
@@ -437,6 +561,10 @@ def board_closes_at(config: BoardsConfig, board: str) -> datetime | None:
 def board_cutoff_ms(config: BoardsConfig, board: str) -> int:
     """:func:`board_closes_at` in epoch ms, 0 when the board never closes; the same
     cutoff :func:`boards_for_event` gives the board."""
+    game, board = game_of_board(config, board)
+    if game is None:
+        return 0
+    config = game
     match = BOARD_ID.match(board)
     if match and match["window"] in ("daily", "weekly", "monthly"):
         try:
@@ -483,9 +611,11 @@ def valid_period(window: str, period: str) -> bool:
 def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
     """Window, scope, aggregation, order, tie-break of a board id; None if it cannot
     exist."""
+    game, board = game_of_board(config, board)
     match = BOARD_ID.match(board)
-    if not match:
+    if not match or game is None:
         return None
+    config = game
     window, period, scope = match["window"], match["period"], match["scope"]
     if scope not in config.scopes:
         return None
@@ -516,9 +646,11 @@ def describe_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
 
 
 def season_cutoffs_ms(config: BoardsConfig) -> dict[str, int]:
-    """Board id -> processing-time cutoff (epoch ms) for every season board."""
+    """Board id -> processing-time cutoff (epoch ms) for every season board of
+    every game (internal ids)."""
     return {
-        f"season:{s.id}:{scope}": to_ms(s.cutoff)
-        for s in config.seasons
-        for scope in config.scopes
+        qualify(game, f"season:{s.id}:{scope}"): to_ms(s.cutoff)
+        for game, boards in config.each_game()
+        for s in boards.seasons
+        for scope in boards.scopes
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +38,19 @@ def default_api_workers() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, min(64, cores))
+
+
+# API.md "Games": ``keyId:secret@arena+duel`` may write only the games it names.
+_KEY_GAMES = re.compile(r"@([a-z0-9-]{1,32}(?:\+[a-z0-9-]{1,32})*)$")
+
+
+def split_key_games(secret: str) -> tuple[str, frozenset[str] | None]:
+    """(secret, the games it may write or None for every game) of an LB_HMAC_KEYS
+    entry's secret part."""
+    match = _KEY_GAMES.search(secret)
+    if match is None or match.start() == 0:
+        return secret, None
+    return secret[: match.start()], frozenset(match[1].split("+"))
 
 
 def _parse_keys(value: str, variable: str) -> dict[str, bytes]:
@@ -264,10 +278,23 @@ class Settings(BaseSettings):
         keys = {}
         for item in self.hmac_keys.split(","):
             key_id, _, secret = item.strip().partition(":")
-            keys[key_id] = secret.encode()
+            keys[key_id] = split_key_games(secret)[0].encode()
         if self.production and self.hmac_keys == LOCAL_DEV_KEYS:
             raise ValueError("the local dev HMAC key is refused outside local use")
         return keys
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def key_games(self) -> dict[str, frozenset[str]]:
+        """Key id -> the games it may write, for the LB_HMAC_KEYS entries that name
+        games (``keyId:secret@arena+duel``); a key not here may write every game."""
+        games = {}
+        for item in self.hmac_keys.split(","):
+            key_id, _, secret = item.strip().partition(":")
+            named = split_key_games(secret)[1]
+            if named is not None:
+                games[key_id] = named
+        return games
 
     @property
     def player_token_secret(self) -> bytes:

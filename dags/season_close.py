@@ -3,7 +3,7 @@
 
 One run per season of the boards file, at its close time (`end + allowedLateness`).
 A run for another moment (or a manual run) names the season in its conf:
-`{"season": "S4"}`.
+`{"season": "S4"}`, and `"game"` for a game other than default (API.md "Games").
 
 1. **season**: which season this run closes;
 2. **wait_complete**: a sensor, until the close time has passed and every partition
@@ -28,10 +28,10 @@ from dags._common import DEFAULT_ARGS, START, TAGS, settings
 
 def _close_times() -> Any:
     """A run at each season's close time, from the boards file."""
-    from conf.boards import load_boards
+    from conf.boards import game_seasons, load_boards
 
     boards = load_boards(settings().boards_file)
-    cutoffs = sorted({season.cutoff for season in boards.seasons})
+    cutoffs = sorted({season.cutoff for _, season in game_seasons(boards)})
     if not cutoffs:
         return None
     return EventsTimetable(
@@ -59,7 +59,13 @@ def season_close() -> None:
         # A manual run (`airflow dags trigger`) has no logical date in Airflow 3:
         # its conf names the season.
         logical_date = context.get("logical_date")
-        return season_for_run(settings(), conf.get("season"), logical_date)
+        requested = conf.get("season")
+        if requested and conf.get("game"):
+            # Another game's season: its internal id (conf.boards.qualify).
+            from conf.boards import qualify
+
+            requested = qualify(str(conf["game"]), str(requested))
+        return season_for_run(settings(), requested, logical_date)
 
     @task.sensor(poke_interval=60, timeout=6 * 3600, mode="reschedule")
     def wait_complete(season_id: str) -> PokeReturnValue:

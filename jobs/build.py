@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, Season, load_boards
+from conf.boards import GAME_SEP, BoardsConfig, Season, load_boards
 from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
@@ -55,6 +55,7 @@ from jobs.tables import (
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
     extract_published,
+    game_column,
     load_gold_snapshot,
 )
 
@@ -90,7 +91,11 @@ class RecomputeInputs:
         """(contributions, first-achieved times) of ``events`` up to the boundary."""
         contributions = self.contributions(events)
         achieved = transform_achieved(
-            events, self.boundary, self.boards.seasons, self.boards.window_lateness_ms
+            events,
+            self.boundary,
+            self.boards.seasons,
+            self.boards.window_lateness_ms,
+            self.boards,
         )
         return contributions, achieved
 
@@ -122,6 +127,9 @@ def load_silver(
     """
     (
         contributions.withColumn("generation", F.lit(generation))
+        .withColumn("game", game_column(F.col("board")))
+        # The match as its game sent it (with_game qualified it for the recompute).
+        .withColumn("match_id", F.substring_index(F.col("match_id"), GAME_SEP, -1))
         .write.format("delta")
         .mode("overwrite")
         # Extend the schema in place (a new column), never replace it: the column
@@ -135,8 +143,11 @@ def load_silver(
         clock.lap("recompute_contributions")
     written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
     (
-        with_achieved(transform_totals(written.drop("generation"), asc), achieved)
+        with_achieved(
+            transform_totals(written.drop("generation", "game"), asc), achieved
+        )
         .withColumn("generation", F.lit(generation))
+        .withColumn("game", game_column(F.col("board")))
         .write.format("delta")
         .mode("overwrite")
         # Extend the schema in place (a new column), never replace it: the column

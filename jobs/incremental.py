@@ -53,7 +53,7 @@ import pyarrow.ipc as ipc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, Season
+from conf.boards import DEFAULT_GAME, GAME_SEP, BoardsConfig, Season
 from conf.settings import Settings
 from jobs.incremental_pairs import (
     ON_SCOPE,
@@ -75,6 +75,7 @@ from jobs.recompute import (
     transform_between_boundaries,
     transform_within_boundary,
     with_achieved,
+    with_game,
 )
 from jobs.table_versions import table_versions
 from jobs.tables import (
@@ -82,6 +83,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
+    game_column,
     load_gold_snapshot,
 )
 from jobs.versions import transform_versions
@@ -271,6 +273,23 @@ def key_condition(keys: Iterable[str]) -> str:
     return " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
 
 
+def replaced_pairs(earlier: DataFrame, silver: DataFrame) -> tuple[DataFrame, str]:
+    """(replaced rows, merge condition) of the pairs ``earlier`` in
+    silver_contributions: there a match is as its game sent it, with its ``game``
+    column (a table without one predates games: one game, its ids as they are)."""
+    if "game" not in silver.columns:
+        return earlier, key_condition(PAIR)
+    qualified = F.col("match_id").contains(GAME_SEP)
+    keys = earlier.select(
+        "player_id",
+        F.substring_index(F.col("match_id"), GAME_SEP, -1).alias("match_id"),
+        F.when(qualified, F.substring_index(F.col("match_id"), GAME_SEP, 1))
+        .otherwise(F.lit(DEFAULT_GAME))
+        .alias("game"),
+    )
+    return keys, key_condition((*PAIR, "game"))
+
+
 def load_replace(
     spark: SparkSession,
     path: Path,
@@ -304,6 +323,8 @@ def load_replace(
 
     target = DeltaTable.forPath(spark, str(path))
     columns = list(target.toDF().columns)
+    if "game" in columns and "game" not in fresh.columns:
+        fresh = fresh.withColumn("game", game_column(F.col("board")))
     if not replaced.isEmpty():
         with _conf(spark, {MATERIALIZE_SOURCE: "none"}):
             (
@@ -389,7 +410,11 @@ def recompute_incremental(
         clock.lap("recompute_contributions")
     contributions_path = delta_dir / SILVER_CONTRIBUTIONS
     totals_path = delta_dir / SILVER_TOTALS
-    silver = spark.read.format("delta").load(str(contributions_path))
+    # Silver holds each match as its game sent it, with its game: qualified again
+    # (``<game>~<matchId>``, jobs/recompute.py with_game) like the recompute's
+    # events, so a (player, match) pair is one game's (issue 26).
+    stored = spark.read.format("delta").load(str(contributions_path))
+    silver = with_game(stored)
     # The pairs' old rows (what the totals lose; the contributions merge replaces
     # them): only pairs with records before the delta have any, and when none
     # does silver_contributions is not scanned at all.
@@ -421,7 +446,7 @@ def recompute_incremental(
         .localCheckpoint(eager=True)  # read before the table it reads is merged
     )
     achieved = None
-    players = timed_players(scope, inputs.boards.seasons)
+    players = timed_players(scope, inputs.boards)
     if players is not None:
         # The first-achieved fold needs each such player's whole history.
         achieved = transform_achieved(
@@ -429,6 +454,7 @@ def recompute_incremental(
             inputs.boundary,
             inputs.boards.seasons,
             inputs.boards.window_lateness_ms,
+            inputs.boards,
         )
     # sum totals from the old ones and the pairs' changes; only max boards (the
     # best contribution may be the one replaced) read the other pairs' rows.
@@ -491,7 +517,15 @@ def recompute_incremental(
     # Every silver row of a touched pair is in ``old`` and every old total of the
     # scope in ``before``: replacing exactly those with the re-derived rows is the
     # merge (jobs/incremental.py load_replace).
-    load_replace(spark, contributions_path, contributions, earlier, key_condition(PAIR))
+    load_replace(
+        spark,
+        contributions_path,
+        # The match as its game sent it, as the full build writes it (load_silver).
+        contributions.withColumn(
+            "match_id", F.substring_index(F.col("match_id"), GAME_SEP, -1)
+        ),
+        *replaced_pairs(earlier, stored),
+    )
     if clock is not None:
         clock.lap("merge_contributions")
     load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE)

@@ -28,12 +28,12 @@ touched players on such boards only (:func:`timed_players`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from conf.boards import Season
+from conf.boards import BoardsConfig, qualify
 from jobs.recompute import transform_totals, transform_within_boundary
 
 PAIR = ["player_id", "match_id"]
@@ -162,10 +162,15 @@ def transform_sum_totals(
     )
 
 
-def timed_players(scope: DataFrame, seasons: Iterable[Season]) -> DataFrame | None:
-    """Players of the ``scope`` keys on a ``first_achieved`` season's boards (None
-    when no season breaks ties by first achievement)."""
-    prefixes = [f"season:{s.id}:" for s in seasons if s.tie_break == "first_achieved"]
+def timed_players(scope: DataFrame, boards: BoardsConfig) -> DataFrame | None:
+    """Players of the ``scope`` keys on a ``first_achieved`` season's boards, in
+    every game (None when no season breaks ties by first achievement)."""
+    prefixes = [
+        qualify(game, f"season:{s.id}:")
+        for game, own in boards.each_game()
+        for s in own.seasons
+        if s.tie_break == "first_achieved"
+    ]
     if not prefixes:
         return None
     on_timed = F.lit(False)

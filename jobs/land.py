@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from conf.boards import DEFAULT_GAME
 from conf.settings import Settings
 from speed.connection import sync_client
 from speed.late_review import late_review_key, queue_late_records
@@ -60,6 +61,8 @@ RECORD_SCHEMA = T.StructType(
                     T.StructField("kind", T.StringType()),
                     T.StructField("reason", T.StringType()),
                     T.StructField("scores", T.MapType(T.StringType(), T.LongType())),
+                    # Logged only for a game other than default (API.md "Games").
+                    T.StructField("game", T.StringType()),
                 ]
             ),
         ),
@@ -176,6 +179,7 @@ def transform_records(raw: DataFrame) -> DataFrame:
         F.col("r.event.kind").alias("kind"),
         F.col("r.event.reason").alias("reason"),
         F.col("r.event.scores").alias("scores"),
+        F.coalesce(F.col("r.event.game"), F.lit(DEFAULT_GAME)).alias("game"),
         "raw",
     )
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig
+from conf.boards import BoardsConfig, qualify
 
 ROW_BITS = 33
 
@@ -37,14 +37,16 @@ def asc_boards(boards: BoardsConfig, board: Column | None = None) -> Column:
     layer reads the order off the boards file."""
     board = F.col("board") if board is None else board
     prefixes = [
-        p
-        for s in boards.seasons
+        qualify(game, p)
+        for game, own in boards.each_game()
+        for s in own.seasons
         if s.order == "asc"
         for p in (f"season:{s.id}:", f"season:{s.id}@")
     ] + [
-        f"{w}:"
+        qualify(game, f"{w}:")
+        for game, own in boards.each_game()
         for w in ("daily", "weekly", "monthly", "alltime")
-        if boards.windows.of(w).order == "asc"
+        if own.windows.of(w).order == "asc"
     ]
     test = F.lit(False)
     for prefix in prefixes:
@@ -156,8 +158,12 @@ def board_orders(boards: BoardsConfig) -> dict[str, tuple[bool, bool]]:
     """Season boards ranked other than by (score, player id): board ->
     (first_achieved tie-break, unique ranks)."""
     return {
-        f"season:{s.id}:{scope}": (s.tie_break == "first_achieved", s.rank == "unique")
-        for s in boards.seasons
-        for scope in boards.scopes
+        qualify(game, f"season:{s.id}:{scope}"): (
+            s.tie_break == "first_achieved",
+            s.rank == "unique",
+        )
+        for game, own in boards.each_game()
+        for s in own.seasons
+        for scope in own.scopes
         if s.tie_break == "first_achieved" or s.rank == "unique"
     }

@@ -29,11 +29,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from conf.boards import (
+    DEFAULT_GAME,
     DEFAULT_WINDOW_LATENESS,
+    GAME_SEP,
     SCOPE_GLOBAL,
     BoardsConfig,
     Season,
     Windows,
+    qualify,
     to_ms,
 )
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
@@ -182,10 +185,34 @@ def _board(
 
 
 def with_record_columns(events: DataFrame) -> DataFrame:
-    """Bronze with every match-record column (null where the table predates it)."""
+    """Bronze with every match-record column (null where the table predates it)
+    and its game (:func:`with_game`)."""
     for name, kind in RECORD_COLUMNS.items():
         if name not in events.columns:
             events = events.withColumn(name, F.lit(None).cast(kind))
+    return with_game(events)
+
+
+def with_game(events: DataFrame) -> DataFrame:
+    """``game`` (``default`` where the table predates games, API.md "Games"), and
+    the eventId and matchId of another game's events as ``<game>~<id>``: every
+    (player, event) and (player, match) key of the recompute is then within one
+    game (the same ids in two games are two events), as in the speed layer's
+    records (NormalizedEvent.identity). ``~`` is in no id, so this is idempotent."""
+    if "game" not in events.columns:
+        return events.withColumn("game", F.lit(DEFAULT_GAME))
+    game = F.col("game")
+    other = game != F.lit(DEFAULT_GAME)
+    for name in ("event_id", "match_id"):
+        if name in events.columns:
+            column = F.col(name)
+            events = events.withColumn(
+                name,
+                F.when(
+                    other & ~column.contains(GAME_SEP),
+                    F.concat(game, F.lit(GAME_SEP), column),
+                ).otherwise(column),
+            )
     return events
 
 
@@ -233,8 +260,10 @@ def board_columns(
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
     window_rule: str = "v1",
     windows: Windows | None = None,
+    prefix: str = "",
 ) -> Column:
-    """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event.
+    """Array of (board, aggregation, cutoff_ms) an event feeds, as boards_for_event;
+    ``prefix``: of a game's internal board ids (``arena~``, conf.boards.qualify).
 
     Computed from epoch milliseconds with date arithmetic only, so the answer does
     not depend on the session time zone. A rolling window's cutoff is its period's
@@ -284,7 +313,7 @@ def board_columns(
         )
         items = []
         for scope in (F.lit(SCOPE_GLOBAL), region):
-            name = F.concat(F.lit(f"season:{season.id}:"), scope)
+            name = F.concat(F.lit(f"{prefix}season:{season.id}:"), scope)
             items.append(
                 _board(name, season.aggregation, to_ms(season.cutoff), season.rule)
             )
@@ -296,11 +325,49 @@ def board_columns(
     items = []
     for window, period, cutoff in periods:
         for scope in (F.lit(SCOPE_GLOBAL), region):
-            name = F.concat(F.lit(f"{window}:"), period, F.lit(":"), scope)
+            name = F.concat(F.lit(f"{prefix}{window}:"), period, F.lit(":"), scope)
             aggregation = windows.of(window).aggregation if windows else "sum"
             items.append(_board(name, aggregation, cutoff, window_rule))
     arrays.append(F.array(*items).cast(board_type))
     return F.concat(*arrays) if len(arrays) > 1 else arrays[0]
+
+
+def game_board_columns(
+    occurred_ms: Column,
+    region: Column,
+    seasons: Iterable[Season],
+    window_lateness_ms: int,
+    window_rule: str,
+    windows: Windows | None,
+    boards: BoardsConfig | None,
+) -> Column:
+    """:func:`board_columns` of each event's own game (the ``game`` column) when
+    ``boards`` lists games; else exactly :func:`board_columns` (``seasons``: the
+    game default's, with its replays' namespace seasons)."""
+    if boards is None or not boards.games:
+        return board_columns(
+            occurred_ms, region, seasons, window_lateness_ms, window_rule, windows
+        )
+    seasons = list(seasons)
+    chosen: Column | None = None
+    for game, own in boards.each_game():
+        own_seasons = [*own.seasons]
+        if game == DEFAULT_GAME:
+            known = {s.id for s in own_seasons}
+            own_seasons += [s for s in seasons if s.id not in known]
+        array = board_columns(
+            occurred_ms,
+            region,
+            own_seasons,
+            own.window_lateness_ms,
+            own.rule,
+            own.windows,
+            qualify(game, ""),
+        )
+        test = F.col("game") == F.lit(game)
+        chosen = F.when(test, array) if chosen is None else chosen.when(test, array)
+    assert chosen is not None
+    return chosen.otherwise(F.array().cast(BOARDS_TYPE))
 
 
 def transform_event_boards(
@@ -333,6 +400,7 @@ NARROW = [
     "points",
     "occurred_at",
     "region",
+    "game",
     *RECORD_COLUMNS,
 ]
 
@@ -344,8 +412,10 @@ def transform_contributions(
     window_rule: str = "v1",
     registry: RuleRegistry | None = None,
     windows: Windows | None = None,
+    boards: BoardsConfig | None = None,
 ) -> DataFrame:
-    """Contribution per (player, match, board) from events with ``accepted``.
+    """Contribution per (player, match, board) from events with ``accepted``
+    (``boards``: a boards file with games derives each event's game's boards).
 
     Columns: partition, player_id, match_id, board, aggregation, points, removed,
     position (the record that set the value), source_revision, rule (the scoring
@@ -384,13 +454,14 @@ def transform_contributions(
         ).alias("record"),
         # Derived here, on flat rows, where Spark compiles it: inside a lambda
         # (``transform`` over the gathered events) it was interpreted row by row.
-        board_columns(
+        game_board_columns(
             occurred_ms,
             F.col("region"),
             seasons,
             window_lateness_ms,
             window_rule,
             windows,
+            boards,
         ).alias("boards"),
     )
     # A window, not groupBy: it reuses the (player, match, position) sort of
@@ -631,6 +702,7 @@ def transform_recompute(
         window_rule=window_rule,
         registry=registry,
         windows=None if boards is None else boards.windows,
+        boards=boards,
     )
     asc = None if boards is None else asc_boards(boards)
     return contributions, transform_totals(contributions, asc)
@@ -647,6 +719,7 @@ def transform_achieved(
     boundary: Mapping[int, int],
     seasons: Iterable[Season],
     window_lateness_ms: int = DEFAULT_LATENESS_MS,
+    config: BoardsConfig | None = None,
 ) -> DataFrame | None:
     """(board, player_id, achieved_ms) on ``tieBreak: first_achieved`` boards.
 
@@ -659,11 +732,17 @@ def transform_achieved(
     breaks ties by first achievement.
     """
     seasons = list(seasons)
-    timed = [s for s in seasons if s.tie_break == "first_achieved"]
+    # (game, season) of every season; a boards file with games: each game's own.
+    games = (
+        [(DEFAULT_GAME, s) for s in seasons]
+        if config is None or not config.games
+        else [(g, s) for g, own in config.each_game() for s in own.seasons]
+    )
+    timed = [(g, s) for g, s in games if s.tie_break == "first_achieved"]
     if not timed:
         return None
-    prefixes = [f"season:{s.id}:" for s in timed]
-    asc_prefixes = [f"season:{s.id}:" for s in timed if s.order == "asc"]
+    prefixes = [qualify(g, f"season:{s.id}:") for g, s in timed]
+    asc_prefixes = [qualify(g, f"season:{s.id}:") for g, s in timed if s.order == "asc"]
     bronze = with_record_columns(bronze)
     events = transform_within_boundary(bronze, boundary).select(*NARROW)
     events = transform_accepted(transform_first_acceptance(events)).where(
@@ -671,7 +750,15 @@ def transform_achieved(
     )
     occurred_ms = F.unix_millis(F.col("occurred_at"))
     boards = F.filter(
-        board_columns(occurred_ms, F.col("region"), seasons, window_lateness_ms),
+        game_board_columns(
+            occurred_ms,
+            F.col("region"),
+            seasons,
+            window_lateness_ms,
+            "v1",
+            None,
+            config,
+        ),
         lambda b: F.exists(
             F.array(*[F.lit(p) for p in prefixes]), lambda p: b["board"].startswith(p)
         ),

@@ -39,7 +39,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, Season, board_rules, load_boards
+from conf.boards import (
+    BoardsConfig,
+    Season,
+    board_rules,
+    game_of_board,
+    load_boards,
+    resolve_season,
+    season_board_prefix,
+    split_board,
+)
 from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
@@ -80,6 +89,9 @@ AWARDS_ROW_SCHEMA = T.StructType(
         T.StructField("generation", T.StringType(), False),
         T.StructField("hash", T.StringType(), False),
         T.StructField("closed_at", T.TimestampType(), False),
+        # The season's game (API.md "Games"; season and board are internal ids,
+        # ``arena~S4``). Rows landed before games have none: the game default's.
+        T.StructField("game", T.StringType(), True),
     ]
 )
 
@@ -122,9 +134,12 @@ def cli_actor() -> str:
 
 
 def _season(config: BoardsConfig, season_id: str) -> Season:
-    season = config.season(season_id)
+    """The season of an internal season id (``<game>~S4`` for another game's,
+    :func:`conf.boards.resolve_season`)."""
+    season = resolve_season(config, season_id)
     if season is None:
-        known = ", ".join(s.id for s in config.seasons) or "none"
+        own, _ = game_of_board(config, season_id)
+        known = ", ".join(s.id for s in (own or config).seasons) or "none"
         raise SeasonError(
             f"no season {season_id!r} in the boards file (known: {known})"
         )
@@ -172,6 +187,7 @@ def _land_version(
     """Append one award version to ``gold_awards`` with real scores (the snapshot
     holds oriented ones, conf/boards.py BoardRules)."""
     closed = datetime.fromisoformat(version.meta["closedAt"].replace("Z", "+00:00"))
+    game = split_board(version.season)[0]
     tables = []
     for board in sorted(version.meta["boards"]):
         table = version.board(board)
@@ -194,6 +210,7 @@ def _land_version(
                     "generation": pa.array([version.generation] * n, pa.string()),
                     "hash": pa.array([version.hash] * n, pa.string()),
                     "closed_at": pa.array([closed] * n, pa.timestamp("us", tz="UTC")),
+                    "game": pa.array([game] * n, pa.string()),
                 }
             )
         )
@@ -207,6 +224,8 @@ def _land_version(
             frame.write.format("delta")
             .mode("append")
             .partitionBy("season")
+            # A table landed before games gains the ``game`` column.
+            .option("mergeSchema", "true")
             .option("txnAppId", f"awards-{version.season}")
             .option("txnVersion", version.version)
             .save(str(path))
@@ -239,7 +258,7 @@ def _contributions(
     frame = (
         spark.read.format("delta")
         .load(str(path))
-        .where(F.col("board").startswith(f"season:{season.id}:"))
+        .where(F.col("board").startswith(season_board_prefix(season.id)))
     )
     seen = {r[0] for r in frame.select("generation").distinct().collect()}
     if seen - {generation}:

@@ -18,12 +18,21 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, Season, board_order, load_boards
+from conf.boards import (
+    BoardsConfig,
+    Season,
+    board_order,
+    game_seasons,
+    load_boards,
+    qualify,
+    resolve_season,
+)
 from conf.settings import Settings
 from jobs.rank import asc_boards
 from jobs.recompute import transform_achieved, transform_recompute
 from jobs.spark import get_spark
 from jobs.verify import ServedReads, extract_events, transform_offline_ranks
+from serving.awards import season_boards
 from speed.connection import sync_client
 from speed.partitions import Keys
 from speed.server import resolve_redis_url
@@ -36,7 +45,8 @@ class SeasonUnknown(ValueError):
 
 
 def _season(config: BoardsConfig, season_id: str) -> Season:
-    season = config.season(season_id)
+    """The season of an internal season id (``<game>~S4`` for another game's)."""
+    season = resolve_season(config, season_id)
     if season is None:
         raise SeasonUnknown(f"no season {season_id!r} in the boards file")
     return season
@@ -45,15 +55,17 @@ def _season(config: BoardsConfig, season_id: str) -> Season:
 def season_for_run(
     settings: Settings, requested: str | None, logical_date: datetime | None
 ) -> str:
-    """The season named in the run's conf, else the one closing at the run's date."""
+    """The season named in the run's conf (``{"season": "S4", "game": "arena"}``),
+    else the one closing at the run's date: its internal id (``<game>~S4`` for a
+    game other than default), which the run's tasks carry."""
     config = load_boards(settings.boards_file)
     if requested:
         return _season(config, requested).id
     if logical_date is not None:
         moment = logical_date.astimezone(UTC)
-        for season in config.seasons:
+        for game, season in game_seasons(config):
             if abs(season.cutoff - moment) < timedelta(seconds=1):
-                return season.id
+                return qualify(game, season.id)
     raise SeasonUnknown(
         f"no season closes at {logical_date}; pass {{'season': '<id>'}} in the conf"
     )
@@ -129,7 +141,7 @@ def verify_awards(
         spark = get_spark("verify-awards")
     config = load_boards(settings.boards_file)
     season = _season(config, season_id)
-    boards = [f"season:{season.id}:{scope}" for scope in config.scopes]
+    boards = season_boards(config, season)
     divergences: list[str] = []
     checked = 0
     awards = {board: _read_awards(served_reads, board) for board in boards}
@@ -147,7 +159,9 @@ def verify_awards(
             window_lateness_ms=lateness,
             boards=config,
         )
-        achieved = transform_achieved(events, boundary, config.seasons, lateness)
+        achieved = transform_achieved(
+            events, boundary, config.seasons, lateness, config
+        )
         if achieved is not None:
             totals = totals.join(achieved, ["board", "player_id"], "left")
         unique = [board] if board_order(config, board)[1] else []

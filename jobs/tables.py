@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from conf.boards import DEFAULT_GAME, GAME_SEP
 from jobs.land import table_exists
 
 SILVER_CONTRIBUTIONS = "silver_contributions"
@@ -74,6 +75,14 @@ def load_manifest_row(
     )
 
 
+def game_column(board: Column) -> Column:
+    """The game of an internal board id column (conf.boards.split_board): what the
+    ``game`` column of the silver and gold tables holds."""
+    return F.when(
+        board.contains(GAME_SEP), F.substring_index(board, GAME_SEP, 1)
+    ).otherwise(F.lit(DEFAULT_GAME))
+
+
 def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
     (
         ranked.withColumn("generation", F.lit(generation))
@@ -87,6 +96,7 @@ def load_gold_snapshot(ranked: DataFrame, path: Path, generation: str) -> None:
             (F.col("achieved_ms") if "achieved_ms" in ranked.columns else F.lit(None))
             .cast("bigint")
             .alias("achieved_ms"),
+            game_column(F.col("board")).alias("game"),
         )
         .write.format("delta")
         .mode("overwrite")

@@ -41,7 +41,15 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import BoardsConfig, Season, load_boards
+from conf.boards import (
+    DEFAULT_GAME,
+    BoardsConfig,
+    Season,
+    load_boards,
+    qualify,
+    resolve_season,
+    split_board,
+)
 from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
@@ -200,9 +208,10 @@ class Offline:
 
 def tier_positions(config: BoardsConfig, board: str, population: int) -> set[int]:
     """Last position inside and first outside each award tier of a season board."""
-    if not board.startswith("season:") or population == 0:
+    game, bare = split_board(board)
+    if not bare.startswith("season:") or population == 0:
         return set()
-    season = config.season(board.split(":")[1])
+    season = resolve_season(config, qualify(game, bare.split(":")[1]))
     tiers = getattr(season, "tiers", None) or []
     positions: set[int] = set()
     for tier in tiers:
@@ -246,14 +255,15 @@ def compute_offline(
         boards=config,
     )
     totals = transform_public(totals, shadowed)
-    achieved = transform_achieved(events, boundary, config.seasons, lateness)
+    achieved = transform_achieved(events, boundary, config.seasons, lateness, config)
     if achieved is not None:
         totals = totals.join(achieved, ["board", "player_id"], "left")
     unique = [
-        f"season:{s.id}:{scope}"
-        for s in config.seasons
+        qualify(game, f"season:{s.id}:{scope}")
+        for game, own in config.each_game()
+        for s in own.seasons
         if s.rank == "unique"
-        for scope in config.scopes
+        for scope in own.scopes
     ]
     ranked = transform_offline_ranks(
         totals.where(F.col("board").isin(boards)), unique, asc_boards(config)
@@ -363,8 +373,10 @@ def run_verify(
     board: str | None = None,
     sample: int = 100,
     seed: int | None = None,
+    game: str = DEFAULT_GAME,
 ) -> VerifyResult:
-    """Compare served snapshot and live answers with the offline computation."""
+    """Compare served snapshot and live answers with the offline computation, on
+    the boards of ``game`` (``board``: one of them, as the game names it)."""
     if spark is None:
         spark = get_spark("verify")
     # Promoted seasons score under their new rule, as the publisher computes them.
@@ -381,7 +393,13 @@ def run_verify(
         result.notes.append("no generation published: nothing to verify")
         return _finish(spark, settings, result)
     result.generation = generation.id
-    boards = [board] if board else sorted(generation.board_names())
+    boards = (
+        [qualify(game, board)]
+        if board
+        else sorted(
+            name for name in generation.board_names() if split_board(name)[0] == game
+        )
+    )
     result.boards = boards
     events = extract_events(spark, settings)
 

@@ -45,7 +45,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conf.boards import BoardsConfig, Season
+from conf.boards import BoardsConfig, Season, game_of_board, season_board_prefix
 from serving.files import fsync_dir, read_arrow, write_arrow
 from serving.manifest import rfc3339 as rfc3339
 
@@ -98,7 +98,10 @@ def season_dir(data_dir: Path, season_id: str) -> Path:
 
 
 def season_boards(config: BoardsConfig, season: Season) -> list[str]:
-    return [f"season:{season.id}:{scope}" for scope in config.scopes]
+    """The boards of a season (its id internal: ``<game>~S4`` for another game's)."""
+    boards, _ = game_of_board(config, season.id)
+    prefix = season_board_prefix(season.id)
+    return [f"{prefix}{scope}" for scope in (boards or config).scopes]
 
 
 # ------------------------------------------------------------------------- reading

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from conf.boards import BoardsConfig, board_rules
+from conf.boards import DEFAULT_GAME, BoardsConfig, board_rules, qualify
 
 WINDOWS = ("daily", "weekly", "monthly", "alltime")
 
@@ -78,8 +78,10 @@ def real_buckets(
 
 
 def has_asc_boards(config: BoardsConfig) -> bool:
-    return any(s.order == "asc" for s in config.seasons) or any(
-        config.windows.of(w).order == "asc" for w in WINDOWS
+    return any(
+        any(s.order == "asc" for s in boards.seasons)
+        or any(boards.windows.of(w).order == "asc" for w in WINDOWS)
+        for _, boards in config.each_game()
     )
 
 
@@ -92,6 +94,10 @@ def real_body(config: BoardsConfig, body: bytes) -> bytes | None:
     board = decoded.get("board") if isinstance(decoded, dict) else None
     if not isinstance(board, str):
         return None
+    # Another game's answer names its board bare, with its game (board_label).
+    game = decoded.get("game", DEFAULT_GAME)
+    if isinstance(game, str):
+        board = qualify(game, board)
     sign = board_rules(config, board).sign
     if sign == 1:
         return None

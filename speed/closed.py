@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from conf.boards import BoardsConfig, board_closes_at
+from conf.boards import BoardsConfig, board_closes_at, split_board
 from conf.settings import Settings
 from serving.registry import GenerationRegistry
 from speed.connection import sync_client
@@ -89,7 +89,7 @@ def drop_board_keys(
         seasons = tuple(
             f"{KEY_PREFIX}:{tag(partition)}:mx:{b}:"
             for b in live
-            if b.startswith("season:")
+            if split_board(b)[1].startswith("season:")
         )
         if seasons:
             names += [
@@ -97,7 +97,9 @@ def drop_board_keys(
                 for name in (
                     k.decode()
                     for k in client.scan_iter(
-                        match=f"{KEY_PREFIX}:{tag(partition)}:mx:season:*", count=1000
+                        # *season: also matches another game's (arena~season:).
+                        match=f"{KEY_PREFIX}:{tag(partition)}:mx:*season:*",
+                        count=1000,
                     )
                 )
                 if name.startswith(seasons)

@@ -20,7 +20,7 @@ from pydantic import (
     ValidationError,
 )
 
-from conf.boards import BoardsConfig
+from conf.boards import DEFAULT_GAME, GAME_SEP, BoardsConfig
 from conf.rules import RuleInputError, RuleRegistry
 from conf.settings import Settings
 from speed.scoring import score_event
@@ -176,15 +176,30 @@ class NormalizedEvent:
         "limits",
         "record",
         "key_id",
+        "game",
+        "identity",
     )
 
     def __init__(
-        self, event: ScoreEventIn, occurred_at: datetime, occurred_text: str = ""
+        self,
+        event: ScoreEventIn,
+        occurred_at: datetime,
+        occurred_text: str = "",
+        game: str = DEFAULT_GAME,
     ) -> None:
         """``occurred_text``: the wire's occurredAt (:func:`canonical_time` reuses
-        it when it already is the canonical form)."""
+        it when it already is the canonical form). ``game``: the game the event was
+        sent for (API.md "Games")."""
         self.event = event
         self.occurred_at = occurred_at
+        self.game = game
+        # Whose dedupe, match and rate-limit records these are: the player, within
+        # its game (the same ids in two games are two players, two events).
+        self.identity = (
+            event.playerId
+            if game == DEFAULT_GAME
+            else f"{game}{GAME_SEP}{event.playerId}"
+        )
         # The signing key (X-Key-Id) that sent it, for the per-key rate limit.
         self.key_id = ""
         body = {
@@ -209,6 +224,10 @@ class NormalizedEvent:
         for name, value in self.record.items():
             if name != "points" and value is not None:
                 body[name] = value
+        # The game only when not default: an event of the game default keeps the
+        # fingerprint and log record it had before games existed.
+        if game != DEFAULT_GAME:
+            body["game"] = game
         self.body = body
         self.canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         self.fingerprint = hashlib.blake2b(self.canonical, digest_size=12).hexdigest()
@@ -257,6 +276,7 @@ def normalize(
     now: datetime,
     max_future: timedelta,
     dedupe_window: timedelta | None = None,
+    game: str = DEFAULT_GAME,
 ) -> NormalizedEvent:
     """Check what the schema cannot (id alphabet, clock); normalize ids to NFC and
     occurredAt to UTC. The record's bounds belong to the scoring rules
@@ -287,7 +307,7 @@ def normalize(
     if occurred_at < oldest:
         # Its dedupe record may be gone: accepting it could count it twice.
         raise TooOld("occurredAt", f"older than the dedupe window ({dedupe_window})")
-    return NormalizedEvent(event, occurred_at, event.occurredAt)
+    return NormalizedEvent(event, occurred_at, event.occurredAt, game)
 
 
 def validate_event(
@@ -296,8 +316,10 @@ def validate_event(
     boards: BoardsConfig,
     now: datetime,
     rules: RuleRegistry,
+    game: str = DEFAULT_GAME,
 ) -> NormalizedEvent:
-    """Schema, semantic and scoring-rule checks of one wire event, then its scores.
+    """Schema, semantic and scoring-rule checks of one wire event for ``game`` (a
+    game ``boards`` serves), then its scores.
 
     :raises TooOld: occurredAt is older than the dedupe window.
     :raises EventInvalid: anything else wrong with the event; ``field`` names it
@@ -314,14 +336,18 @@ def validate_event(
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "body"
         raise EventInvalid(field, first["msg"]) from None
+    own = boards.game(game) if boards.games or game != DEFAULT_GAME else boards
+    if own is None:
+        raise EventInvalid("game", f"unknown game {game!r}")
     normalized = normalize(
         event,
-        regions=boards.regions,
+        regions=own.regions,
         now=now,
         max_future=timedelta(seconds=settings.max_future_seconds),
         dedupe_window=settings.dedupe_window,
+        game=game,
     )
     try:
-        return score_event(normalized, boards, rules)
+        return score_event(normalized, own, rules)
     except RuleInputError as exc:
         raise EventInvalid(exc.field, exc.message) from None

@@ -20,7 +20,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conf.boards import BoardsConfig, Season, boards_for_event, season_rules
+from conf.boards import (
+    BoardsConfig,
+    Season,
+    boards_for_event,
+    qualify,
+    season_board_prefix,
+    season_rules,
+    split_board,
+)
 from serving.awards import (
     CONTRIBUTION_SCHEMA,
     AdjudicationInvalid,
@@ -39,7 +47,7 @@ from speed.events import parse_rfc3339
 
 def late_boards(record: Mapping[str, Any], season_id: str) -> list[str]:
     """Season boards on which a log record was held as ``late-review``."""
-    prefix = f"season:{season_id}:"
+    prefix = season_board_prefix(season_id)
     status = record.get("status")
     boards = (record.get("result") or {}).get("boards") or []
     return [
@@ -55,9 +63,10 @@ def late_seasons(record: Mapping[str, Any]) -> set[str]:
     status = record.get("status")
     seasons = set()
     for item in (record.get("result") or {}).get("boards") or []:
-        board = str(item.get("board", ""))
+        # Another game's season is queued under its qualified id (arena~S4).
+        game, board = split_board(str(item.get("board", "")))
         if board.startswith("season:") and item.get("status", status) == "late-review":
-            seasons.add(board.split(":")[1])
+            seasons.add(qualify(game, board.split(":")[1]))
     return seasons
 
 
@@ -156,7 +165,8 @@ def adjudicate(
         key=lambda r: (int(r["partition"]), int(r["position"])),
     )
     rejected = [r for e in set(reject) for r in by_event[e]]
-    prefix = f"season:{season.id}:"
+    prefix = season_board_prefix(season.id)
+    game = split_board(season.id)[0]
     aggregation = season.aggregation
     sign = season_rules(season).sign
 
@@ -200,7 +210,7 @@ def adjudicate(
         feeds = {
             s.board
             for s in boards_for_event(
-                config, parse_rfc3339(event["occurredAt"]), event["region"]
+                config, parse_rfc3339(event["occurredAt"]), event["region"], game
             )
             if s.board.startswith(prefix)
         }

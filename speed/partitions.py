@@ -88,12 +88,15 @@ class Keys:
 
     @property
     def quarantine(self) -> str:
-        """Hash "<len(playerId)>:<playerId><eventId>" -> log record of a held event."""
+        """Hash "<len(identity)>:<identity><eventId>" -> log record of a held event."""
         return f"{self.base}:qr"
 
     @staticmethod
-    def held_field(player_id: str, event_id: str) -> str:
-        return f"{len(player_id)}:{player_id}{event_id}"
+    def held_field(identity: str, event_id: str) -> str:
+        """``identity``: the player within its game (NormalizedEvent.identity): the
+        playerId in the game default (the fields written before games), else
+        ``<game>~<playerId>``, so the same ids held in two games are two events."""
+        return f"{len(identity)}:{identity}{event_id}"
 
     @property
     def flags(self) -> str:

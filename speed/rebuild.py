@@ -41,11 +41,14 @@ import orjson
 import redis
 
 from conf.boards import (
+    DEFAULT_GAME,
+    GAME_SEP,
     BoardRules,
     BoardsConfig,
     board_rules,
     boards_for_event,
     load_boards,
+    qualify,
 )
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import (
@@ -190,6 +193,8 @@ class Folder:
 
     def rule(self, board: str) -> str:
         """The scoring rule of a board (conf/rules.py)."""
+        if GAME_SEP in board:
+            return self.rules_of(board).rule  # another game's board: its rules
         if board.startswith("season:") and self.config.season(board.split(":")[1]):
             return self.rules_of(board).rule
         return self.config.rule
@@ -269,9 +274,13 @@ class Folder:
         result = record["result"]
         status = record["status"]
         player = event["playerId"]
+        game = event.get("game") or DEFAULT_GAME
+        # Dedupe, match and recent records are the player's within its game
+        # (speed/events.py NormalizedEvent.identity); totals are per (board, player).
+        who = player if game == DEFAULT_GAME else qualify(game, player)
         received = int(record["receivedAtMs"])
         periods = event_periods(parse_rfc3339(event["occurredAt"]))
-        state.dedupe[(player, event["eventId"])] = (
+        state.dedupe[(who, event["eventId"])] = (
             dedupe_value(
                 fingerprint(event),
                 compact_result(result, periods, event.get("region", "")),
@@ -295,7 +304,7 @@ class Folder:
                 state.achieved[board][player] = received
             if position > state.boundary:
                 state.changed[board].add(player)
-        match = (player, event["matchId"])
+        match = (who, event["matchId"])
         state.contribution_ms[match] = received
         # apply_event.lua rewrites the record, short against this event's periods.
         state.contribution_ctx[match] = (
@@ -320,7 +329,7 @@ class Folder:
         occurred = parse_rfc3339(event["occurredAt"])
         feeds = {
             spec.board: self.points(spec.rule, event)
-            for spec in boards_for_event(self.config, occurred, event["region"])
+            for spec in boards_for_event(self.config, occurred, event["region"], game)
         }
         any_applied = False
         for item in items:
@@ -365,12 +374,12 @@ class Folder:
         # the rules in use have bounds that need it (a release is not a new match).
         if is_new_match and any_applied and any(self.rules.limits(scores)):
             occurred_ms = int(occurred.timestamp() * 1000)
-            recent = state.recent[player]
+            recent = state.recent[who]
             recent[event["matchId"]] = occurred_ms
             oldest = occurred_ms - RECENT_SPAN_MS
             for old in [m for m, t in recent.items() if t < oldest]:
                 del recent[old]
-            state.recent_ms[player] = received
+            state.recent_ms[who] = received
 
 
 # ------------------------------------------------------------ structures of a state

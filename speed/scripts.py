@@ -229,6 +229,9 @@ APPLY_EVENT = ScriptInterface(
                 # "<day>|<week>|<region>" of the event: what the board names of its
                 # contribution record are short against (speed/records.py).
                 "context:bytes",
+                # The event's field in the partition's quarantine hash, per game
+                # (speed/partitions.py Keys.held_field).
+                "held_field:bytes",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the

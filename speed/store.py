@@ -18,11 +18,13 @@ from prometheus_client import Histogram
 from redis.exceptions import NoScriptError
 
 from conf.boards import (
+    DEFAULT_GAME,
     BoardsConfig,
     BoardSpec,
     board_cutoff_ms,
     board_rules,
     boards_for_event,
+    qualify,
 )
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.registry import Generation
@@ -195,36 +197,48 @@ class SpeedLayer:
         # boards_for_event depends only on the UTC date, the region and which seasons
         # hold the moment; a batch repeats few of those, so compute each once.
         self._boards_cache: dict[
-            tuple[date, str, tuple[bool, ...]], list[BoardSpec]
+            tuple[date, str, tuple[bool, ...], str], list[BoardSpec]
         ] = {}
-        self._season_bounds = [(s.start, s.end) for s in boards.seasons]
+        self._season_bounds = {
+            game: [(s.start, s.end) for s in own.seasons]
+            for game, own in boards.each_game()
+        }
         # Key names and constant script arguments per (partition, board).
         self._board_cache: dict[tuple[int, str], tuple[list[Any], ...]] = {}
         # first_achieved boards get the event's time with their aggregation.
         self._first_achieved = {
-            f"season:{s.id}:{scope}"
-            for s in boards.seasons
+            qualify(game, f"season:{s.id}:{scope}")
+            for game, own in boards.each_game()
+            for s in own.seasons
             if s.tie_break == "first_achieved"
-            for scope in boards.scopes
+            for scope in own.scopes
         }
 
     def keys(self, partition: int) -> Keys:
         return Keys(partition)
 
-    def _boards_for(self, occurred_at: datetime, region: str) -> list[BoardSpec]:
+    def _boards_for(
+        self, occurred_at: datetime, region: str, game: str = DEFAULT_GAME
+    ) -> list[BoardSpec]:
         moment = occurred_at
         if moment.tzinfo is not UTC:
             moment = moment.astimezone(UTC)
         key = (
             moment.date(),
             region,
-            tuple([start <= moment < end for start, end in self._season_bounds]),
+            tuple(
+                [
+                    start <= moment < end
+                    for start, end in self._season_bounds.get(game, ())
+                ]
+            ),
+            game,
         )
         specs = self._boards_cache.get(key)
         if specs is None:
             if len(self._boards_cache) > 4096:
                 self._boards_cache.clear()
-            specs = boards_for_event(self.boards, moment, region)
+            specs = boards_for_event(self.boards, moment, region, game)
             self._boards_cache[key] = specs
         return specs
 
@@ -348,13 +362,15 @@ class SpeedLayer:
             event = normalized.event
             player = event.playerId
             occurred_ms = int(normalized.occurred_at.timestamp() * 1000)
-            bucket, dedupe_field = identity_hash(player, event.eventId)
-            match_bucket, contribution_field = identity_hash(player, event.matchId)
+            # Records of the player within its game (NormalizedEvent.identity).
+            identity = normalized.identity
+            bucket, dedupe_field = identity_hash(identity, event.eventId)
+            match_bucket, contribution_field = identity_hash(identity, event.matchId)
             event_keys += [
                 *(keys.dedupe_bucket(s, bucket) for s in slices),
                 *(keys.contribution_bucket(s, match_bucket) for s in slices),
-                keys.rate(player),
-                keys.recent_matches(player),
+                keys.rate(identity),
+                keys.recent_matches(identity),
             ]
             first_key = key_at
             key_at += 2 * LOOKBACK_SLICES + 2
@@ -378,6 +394,7 @@ class SpeedLayer:
                         dedupe_field,
                         contribution_field,
                         record_context(periods, event.region).encode(),
+                        Keys.held_field(identity, event.eventId).encode(),
                     )
                 ),
             ]
@@ -536,14 +553,15 @@ class SpeedLayer:
         """
         for e in events:
             if not e.scores:
-                score_event(e, self.boards, self.rules)
+                own = self.boards.game(e.game) if self.boards.games else self.boards
+                score_event(e, own or self.boards, self.rules)
         self._thresholds_now = self.thresholds() if release_at_ms is None else {}
         mode = "apply" if release_at_ms is None else "release"
         calls = [
             _Call(
                 e,
                 partition_of(e.event.playerId, self.partitions),
-                self._boards_for(e.occurred_at, e.event.region),
+                self._boards_for(e.occurred_at, e.event.region, e.game),
                 mode=mode,
             )
             for e in events

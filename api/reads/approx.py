@@ -17,6 +17,7 @@ from typing import Any
 from api.approx import Histogram, Stamp, TreeSizeError
 from api.metrics import READ_CACHE
 from api.reads.labels import Mode, top_percent
+from conf.boards import board_label
 from serving.registry import Generation, GenerationRegistry
 from speed.live import LiveReader, NotExact, PlayerMissing
 from speed.partitions import partition_of
@@ -126,7 +127,7 @@ class ApproxReads:
             error = counts.same
         latest = self.registry.latest()
         return {
-            "board": board,
+            **board_label(board),
             "mode": mode,
             "exactness": "approximate",
             "basis": "histogram",

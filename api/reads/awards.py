@@ -15,7 +15,7 @@ from api.reads.answers import Answer, encode
 from api.reads.caches import SnapshotCache
 from api.reads.cursors import award_cursor, decode_award_cursor
 from api.reads.policy import FallbackPolicy
-from conf.boards import describe_board
+from conf.boards import board_label, describe_board, qualify, split_board
 from serving.awards import AwardVersion, read_version
 
 
@@ -84,7 +84,10 @@ class AwardPages:
                     "cursor belongs to another version", field="cursor"
                 )
             version = data["v"]
-        found = read_version(self.data_dir, season_id, version)
+        # A game's season's awards live under its qualified id (arena~S4).
+        found = read_version(
+            self.data_dir, qualify(split_board(board)[0], season_id), version
+        )
         if found is None:
             what = f"version {version} of " if version is not None else ""
             raise AwardsNotFound(f"no {what}award snapshot for season {season_id}")
@@ -101,7 +104,7 @@ class AwardPages:
         last = entries[-1]["position"] if entries else None
         meta = found.meta
         return {
-            "board": board,
+            **board_label(board),
             "season": season_id,
             "version": found.version,
             "generation": meta["generation"],

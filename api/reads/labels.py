@@ -9,7 +9,7 @@ from api.errors import (
     GenerationExpired,
     GenerationNotFound,
 )
-from conf.boards import BoardsConfig, describe_board
+from conf.boards import BoardsConfig, board_label, describe_board
 from conf.rule_state import describe_replay_board
 from serving.registry import (
     Generation,
@@ -59,7 +59,7 @@ def snapshot_header(
 ) -> dict[str, Any]:
     """Labels of a snapshot answer: exactly generation ``g``, as of its boundary."""
     return {
-        "board": board,
+        **board_label(board),
         "mode": mode,
         "exactness": "exact",
         "basis": "snapshot",
@@ -75,7 +75,7 @@ def live_header(
 ) -> dict[str, Any]:
     """Labels of a live answer: base generation merged with every event up to asOf."""
     return {
-        "board": board,
+        **board_label(board),
         "mode": mode,
         "exactness": "exact",
         "basis": "live",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -13,13 +13,14 @@ from api.deps import AdminDep, BoardsDep, SettingsDep, SpeedDep
 from api.errors import (
     ADMIN_ERROR_RESPONSES,
     AdjudicationClash,
+    GameNotFound,
     InvalidRequest,
     SeasonNotClosed,
     SeasonNotFound,
 )
 from api.models import AdjudicationOut, LateReviewOut, json_body
 from api.responses import FastJSONResponse
-from conf.boards import BoardsConfig, Season
+from conf.boards import DEFAULT_GAME, BoardsConfig, Season, qualify, resolve_season
 from conf.settings import Settings
 from serving.awards import (
     AdjudicationConflict,
@@ -44,8 +45,15 @@ class AdjudicationIn(BaseModel):
     reason: str = Field(min_length=1, max_length=1024)
 
 
-def _season(config: BoardsConfig, season_id: str) -> Season:
-    season = config.season(season_id)
+# API.md "Games": an admin path names no game; ``?game=`` picks another game's season.
+GameQuery = Annotated[str, Query(max_length=32)]
+
+
+def _season(config: BoardsConfig, season_id: str, game: str = DEFAULT_GAME) -> Season:
+    """The season, by its internal id (``<game>~S4`` for another game's)."""
+    if config.game(game) is None:
+        raise GameNotFound(f"no game {game!r}")
+    season = resolve_season(config, qualify(game, season_id))
     if season is None:
         raise SeasonNotFound(f"no season {season_id!r}")
     return season
@@ -73,10 +81,11 @@ async def read_late_review(
     settings: SettingsDep,
     config: BoardsDep,
     speed: SpeedDep,
+    game: GameQuery = DEFAULT_GAME,
 ) -> FastJSONResponse:
     """Events held after the season's cutoff and not adjudicated yet."""
-    _season(config, season_id)
-    records = await _late_records(speed, settings, season_id)
+    season = _season(config, season_id, game)
+    records = await _late_records(speed, settings, season.id)
     return FastJSONResponse({"events": [late_item(r) for r in records]})
 
 
@@ -92,9 +101,10 @@ async def create_adjudication(
     settings: SettingsDep,
     config: BoardsDep,
     speed: SpeedDep,
+    game: GameQuery = DEFAULT_GAME,
 ) -> FastJSONResponse:
     """Accept or reject late events: award version N + 1 with its changes."""
-    season = _season(config, season_id)
+    season = _season(config, season_id, game)
     try:
         body = AdjudicationIn.model_validate(orjson.loads(admin.body or b"{}"))
     except (ValidationError, orjson.JSONDecodeError) as exc:
@@ -135,7 +145,7 @@ async def create_adjudication(
     )
     return FastJSONResponse(
         {
-            "season": season.id,
+            "season": season_id,
             "version": version.version,
             "hash": version.hash,
             "changes": changes,

@@ -24,16 +24,20 @@ from api.deps import (
 )
 from api.direct import DirectRoute
 from api.errors import READ_ERROR_RESPONSES
+from api.games import game_of
 from api.models import BoardsOut, EntriesOut, NearbyOut, RankOut, TopOut
 from api.reads import Answer, ReadService
 from api.responses import EncodedResponse, FastJSONResponse
 from conf.boards import (
     BoardsConfig,
     board_closes_at,
+    board_label,
     describe_board,
     period_end,
     period_start,
+    qualify,
     season_cutoffs_ms,
+    split_board,
 )
 from serving.awards import rfc3339, versions
 from serving.ranking import Ranking
@@ -75,7 +79,9 @@ def _lifecycle(
     if closes is None or now <= closes:
         state = "open"
     elif window == "season":
-        state = "closed" if versions(settings_dir, described["period"]) else "closing"
+        # A game's seasons' awards live under their qualified ids (arena~S4).
+        season = qualify(split_board(name)[0], described["period"])
+        state = "closed" if versions(settings_dir, season) else "closing"
     else:
         state = "closed"
     info: dict[str, Any] = {
@@ -90,21 +96,27 @@ def _lifecycle(
 
 @router.get("", response_model=BoardsOut)
 async def read_boards(
-    config: BoardsDep, registry: GenerationsDep, settings: SettingsDep
+    request: Request,
+    config: BoardsDep,
+    registry: GenerationsDep,
+    settings: SettingsDep,
 ) -> FastJSONResponse:
     """Boards with window, scope, aggregation, order, tie-break, state, latest
-    generation."""
+    generation (of the game the path names, api/games.py)."""
+    game = game_of(request.scope)
     latest = registry.latest()
     names = set(latest.board_names()) if latest else set()
     names.update(season_cutoffs_ms(config))
     boards = []
     for name in sorted(names):
+        if split_board(name)[0] != game:
+            continue
         described = describe_board(config, name)
         if described is None:
             continue
         boards.append(
             {
-                "board": name,
+                **board_label(name),
                 "window": described["window"],
                 "period": described["period"],
                 "scope": described["scope"],

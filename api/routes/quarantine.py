@@ -1,23 +1,34 @@
-"""Admin: quarantine review (GET /v1/admin/quarantine, POST .../{eventId}), audited."""
+"""Admin: quarantine review (GET /v1/admin/quarantine, POST .../{eventId}), audited.
+
+Per game (API.md "Games"): the list names each held event's game (``?game=``
+lists one game's); a decision is about the game ``?game=`` names (default
+``default``), so the same ids held in two games are two events."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.deps import AdminDep, SpeedDep
-from api.errors import ADMIN_ERROR_RESPONSES, ApiError, InvalidRequest
+from api.deps import AdminDep, BoardsDep, SpeedDep
+from api.errors import ADMIN_ERROR_RESPONSES, ApiError, GameNotFound, InvalidRequest
 from api.models import DecisionOut, HeldEventsOut, json_body
 from api.responses import FastJSONResponse
-from api.routes.score_events import _parse_json
+from api.routes.score_events import _parse_json, shown
+from conf.boards import DEFAULT_GAME, BoardsConfig
 from speed.audit import record_audit
 from speed.quarantine import HeldAmbiguous, HeldNotFound, find_held, list_held
 from speed.quarantine import reject as reject_held
 from speed.quarantine import release as release_held
 
 router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
+
+
+def _known(config: BoardsConfig, game: str) -> str:
+    if config.game(game) is None:
+        raise GameNotFound(f"no game {game!r}")
+    return game
 
 
 class EventNotHeld(ApiError):
@@ -47,9 +58,16 @@ def _decision(raw: Any) -> DecisionIn:
 
 
 @router.get("", response_model=HeldEventsOut, responses=ADMIN_ERROR_RESPONSES)
-async def read_quarantine(admin: AdminDep, speed: SpeedDep) -> FastJSONResponse:
-    """Events held as quarantined, oldest first."""
-    return FastJSONResponse({"events": await list_held(speed)})
+async def read_quarantine(
+    admin: AdminDep,
+    speed: SpeedDep,
+    config: BoardsDep,
+    game: Annotated[str | None, Query(max_length=32)] = None,
+) -> FastJSONResponse:
+    """Events held as quarantined (of every game, or of ``game``), oldest first."""
+    if game is not None:
+        _known(config, game)
+    return FastJSONResponse({"events": await list_held(speed, game)})
 
 
 @router.post(
@@ -59,12 +77,18 @@ async def read_quarantine(admin: AdminDep, speed: SpeedDep) -> FastJSONResponse:
     openapi_extra=json_body(DecisionIn),
 )
 async def decide_quarantine(
-    event_id: str, admin: AdminDep, speed: SpeedDep
+    event_id: str,
+    admin: AdminDep,
+    speed: SpeedDep,
+    config: BoardsDep,
+    game: Annotated[str, Query(max_length=32)] = DEFAULT_GAME,
 ) -> FastJSONResponse:
-    """Release a held event (applied once, as of its acceptance) or reject it."""
+    """Release a held event of ``game`` (applied once, as of its acceptance) or
+    reject it."""
     body = _decision(_parse_json(admin.body))
+    _known(config, game)
     try:
-        record = await find_held(speed, event_id, body.playerId)
+        record = await find_held(speed, event_id, body.playerId, game)
     except HeldNotFound as exc:
         raise EventNotHeld(str(exc)) from None
     except HeldAmbiguous as exc:
@@ -74,7 +98,8 @@ async def decide_quarantine(
         outcome = await release_held(speed, record)
         if outcome.body is None:
             raise EventNotHeld(str(outcome.error))
-        result = outcome.body
+        # Its boards named as the game's clients name them (as a write's answer).
+        result = shown(outcome.body, game)
         status = result["status"]
     else:
         if not await reject_held(speed, record):
@@ -91,6 +116,7 @@ async def decide_quarantine(
         body.reason,
         {
             "playerId": player,
+            "game": game,
             "outcome": status,
             "position": record["position"],
             "partition": record["partition"],

@@ -21,16 +21,18 @@ from api.errors import (
     WRITE_ERROR_RESPONSES,
     Conflict,
     EventTooOld,
+    ForbiddenGame,
     ImplausibleEvent,
     InvalidRequest,
     TooManyRequests,
     error_body,
 )
+from api.games import game_of
 from api.metrics import record_outcomes, record_rejected
 from api.models import BatchIn, BatchResultOut, EventResultOut, json_body
 from api.responses import FastJSONResponse
 from api.security import verify
-from conf.boards import BoardsConfig
+from conf.boards import DEFAULT_GAME, BoardsConfig, split_board
 from conf.rules import Implausible, RuleRegistry
 from conf.settings import Settings
 from speed.audit import append_audit, audit_entry
@@ -63,7 +65,8 @@ def _implausible(exc: Implausible) -> ImplausibleEvent:
 
 
 async def read_signed_body(request: Request, settings: Settings) -> bytes:
-    """The raw body, at most ``max_body_bytes``, after checking its signature."""
+    """The raw body, at most ``max_body_bytes``, after checking its signature and
+    that its key may write the game the path names (403 ``forbidden_game``)."""
     body = await read_body_limited(request, settings.max_body_bytes)
     # Who signed: the actor of audit entries (corrections).
     request.state.key_id = verify(
@@ -73,7 +76,25 @@ async def read_signed_body(request: Request, settings: Settings) -> bytes:
         body,
         settings.signature_window_seconds,
     )
+    allowed = settings.key_games.get(request.state.key_id)
+    if allowed is not None and game_of(request.scope) not in allowed:
+        raise ForbiddenGame(
+            f"key {request.state.key_id!r} may write only " + ", ".join(sorted(allowed))
+        )
     return body
+
+
+def shown(body: dict[str, Any], game: str) -> dict[str, Any]:
+    """A write's answer with its boards named as the game's clients name them."""
+    if game == DEFAULT_GAME:
+        return body
+    return {
+        **body,
+        "boards": [
+            {**item, "board": split_board(item["board"])[1]}
+            for item in body.get("boards", ())
+        ],
+    }
 
 
 def _parse_json(body: bytes) -> Any:
@@ -89,11 +110,12 @@ def checked_event(
     boards: BoardsConfig,
     now: datetime,
     rules: RuleRegistry,
+    game: str = DEFAULT_GAME,
 ) -> NormalizedEvent:
     """:func:`speed.events.validate_event` with its failures as API errors:
     InvalidRequest naming the field, EventTooOld, or ImplausibleEvent."""
     try:
-        return validate_event(raw, settings, boards, now, rules)
+        return validate_event(raw, settings, boards, now, rules, game)
     except TooOld as exc:
         raise EventTooOld(str(exc), field=exc.field) from None
     except EventInvalid as exc:
@@ -145,9 +167,10 @@ async def submit_score_event(request: Request) -> FastJSONResponse:
     boards: BoardsConfig = state.boards
     speed: SpeedLayer = state.speed
     body = await read_signed_body(request, settings)
+    game = game_of(request.scope)
     try:
         event = checked_event(
-            _parse_json(body), settings, boards, datetime.now(UTC), speed.rules
+            _parse_json(body), settings, boards, datetime.now(UTC), speed.rules, game
         )
     except (InvalidRequest, ImplausibleEvent) as exc:
         record_rejected(exc.code)
@@ -164,7 +187,7 @@ async def submit_score_event(request: Request) -> FastJSONResponse:
         raise TooManyRequests(str(outcome.error), outcome.error.retry_after)
     record_outcomes([outcome.body["status"]] if outcome.body else [])
     await audit_corrections(speed, request.state.key_id, [(event, outcome)])
-    return FastJSONResponse(outcome.body)
+    return FastJSONResponse(shown(outcome.body, game) if outcome.body else None)
 
 
 @router.post(
@@ -179,6 +202,7 @@ async def submit_score_event_batch(request: Request) -> FastJSONResponse:
     boards: BoardsConfig = state.boards
     speed: SpeedLayer = state.speed
     body = await read_signed_body(request, settings)
+    game = game_of(request.scope)
     payload = _parse_json(body)
     if not isinstance(payload, dict) or set(payload) != {"events"}:
         raise InvalidRequest('body must be {"events": [...]}', field="events")
@@ -195,7 +219,7 @@ async def submit_score_event_batch(request: Request) -> FastJSONResponse:
     for index, raw in enumerate(raw_events):
         try:
             valid.append(
-                (index, checked_event(raw, settings, boards, now, speed.rules))
+                (index, checked_event(raw, settings, boards, now, speed.rules, game))
             )
         except (InvalidRequest, ImplausibleEvent) as exc:
             results[index] = error_body(exc.code, exc.detail, **exc.extra)
@@ -209,7 +233,7 @@ async def submit_score_event_batch(request: Request) -> FastJSONResponse:
     )
     for (index, _), outcome in zip(valid, outcomes, strict=True):
         if outcome.body is not None:
-            results[index] = outcome.body
+            results[index] = shown(outcome.body, game)
         elif isinstance(outcome.error, EventConflict):
             results[index] = error_body("event_conflict", str(outcome.error))
         elif isinstance(outcome.error, Implausible):

@@ -9,7 +9,7 @@ const TOP_LIMIT = 20;
 const NEARBY_RADIUS = 5;
 
 const $ = (selector) => document.querySelector(selector);
-const state = { board: null, mode: "live", player: null, publishedAt: null, busy: false, token: "" };
+const state = { game: "default", board: null, mode: "live", player: null, publishedAt: null, busy: false, token: "" };
 const fmt = new Intl.NumberFormat("en-US");
 
 // Reads may need a token (LB_READ_AUTH=token): after a read answers 401 the page
@@ -92,15 +92,23 @@ async function getJSON(path) {
   return reply;
 }
 
-const boardPath = (board) => `/v1/boards/${encodeURIComponent(board)}`;
+// The game default's boards are the unprefixed paths; another game's live under
+// /v1/games/{gameId} (API.md "Games").
+const gamePath = () =>
+  state.game === "default" ? "/v1" : `/v1/games/${encodeURIComponent(state.game)}`;
+const boardPath = (board) => `${gamePath()}/boards/${encodeURIComponent(board)}`;
 
 function readHash() {
   const hash = new URLSearchParams(location.hash.slice(1));
-  return { board: hash.get("board"), player: hash.get("player"), mode: hash.get("mode") };
+  return {
+    game: hash.get("game"), board: hash.get("board"), player: hash.get("player"),
+    mode: hash.get("mode"),
+  };
 }
 
 function writeHash() {
   const hash = new URLSearchParams();
+  if (state.game !== "default") hash.set("game", state.game);
   if (state.board) hash.set("board", state.board);
   if (state.mode !== "live") hash.set("mode", state.mode);
   if (state.player) hash.set("player", state.player);
@@ -404,8 +412,23 @@ async function refreshAll() {
   }
 }
 
+async function loadGames(wanted) {
+  // The game selector shows only when the deployment serves more than one game.
+  const { status, body } = await getJSON("/v1/games");
+  const games = status === 200 ? body.games.map((g) => g.game) : ["default"];
+  const select = $("#game");
+  select.replaceChildren(...games.map((game) => {
+    const option = document.createElement("option");
+    option.value = game;
+    option.textContent = game;
+    return option;
+  }));
+  $("#game-label").hidden = games.length < 2;
+  return games.includes(wanted) ? wanted : games[0] || "default";
+}
+
 async function loadBoards() {
-  const { status, body } = await getJSON("/v1/boards");
+  const { status, body } = await getJSON(`${gamePath()}/boards`);
   if (status !== 200) {
     showError("#page-error", body.detail || `boards: HTTP ${status}`);
     return [];
@@ -441,6 +464,8 @@ async function start() {
   state.player = wanted.player || null;
   $("#mode").value = state.mode;
   if (state.player) $("#player").value = state.player;
+  state.game = await loadGames(wanted.game);
+  $("#game").value = state.game;
   const boards = await loadBoards();
   state.board = pickBoard(boards, wanted.board);
   if (!state.board) {
@@ -450,6 +475,14 @@ async function start() {
   $("#board").value = state.board;
   writeHash();
 
+  $("#game").addEventListener("change", async (event) => {
+    state.game = event.target.value;
+    const boards = await loadBoards();
+    state.board = pickBoard(boards, state.board);
+    if (state.board) $("#board").value = state.board;
+    writeHash();
+    refreshAll();
+  });
   $("#board").addEventListener("change", (event) => {
     state.board = event.target.value;
     writeHash();

@@ -10,7 +10,7 @@
 --   position     last position handed out on this partition (gap-free counter)
 --   flags        hash playerId -> "shadow" (shadow removal): a shadowed player's totals
 --                change, but it stays out of changed-sets and Fenwick trees
---   quarantine   hash "<len(playerId)>:<playerId><eventId>" -> the log record of a held
+--   quarantine   hash "<len(identity)>:<identity><eventId>" -> the log record of a held
 --                event (status "quarantined")
 --   base         hash g = the partition's base generation (speed/rebase.py)
 -- Per board of the chunk (KEY_GROUP, one group per board of the board table):
@@ -78,9 +78,10 @@ local ARG_GROUP = {
   rule = 4, sign = 5,
 }
 local EV = {
-  size = 14, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
+  size = 15, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
   key_at = 4, n_refs = 5, player = 6, event_id = 7, match_id = 8, fingerprint = 9,
   event_json = 10, dedupe_field = 11, contribution_field = 12, context = 13,
+  held_field = 14,
 }
 local EV_BOARD = {
   size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, base_row = 5,
@@ -88,7 +89,7 @@ local EV_BOARD = {
 }
 -- Packed records (struct.unpack, little-endian: "<" is prepended): one string per
 -- event holds its EV record, then its n_refs EV_BOARD records.
-local EV_FORMAT = "i8i8i8i8I4HI4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0"
+local EV_FORMAT = "i8i8i8i8I4HI4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0"
 local EV_BOARD_FORMAT = "HBi8i8I4i8I4c0I4c0"
 local EV_KEY = {
   size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
@@ -167,7 +168,7 @@ for e = 1, n_events do
     max_per_hour = v[EV.max_per_hour + 1], key_at = v[EV.key_at + 1],
     dedupe_field = v[EV.dedupe_field + 1],
     contribution_field = v[EV.contribution_field + 1], context = v[EV.context + 1],
-    refs = {},
+    held_field = v[EV.held_field + 1], refs = {},
   }
   local n_refs = v[EV.n_refs + 1]
   local format = refs_format[n_refs]
@@ -582,7 +583,8 @@ local function process(ev)
   }
   local rate_key = KEYS[ev.key_at + EV_KEY.rate]
   local recent_key = KEYS[ev.key_at + EV_KEY.recent]
-  local held_field = string.len(player) .. ":" .. player .. event_id
+  -- Per game: "<len(identity)>:<identity><eventId>" (speed/partitions.py).
+  local held_field = ev.held_field
 
   -- (a) dedupe: same identity and content returns the saved result unchanged. The
   -- record is in the newest slice's bucket that has it (it is written once).

@@ -21,6 +21,7 @@ from api.metrics import GcPauseTimer
 from conf.settings import Settings
 from jobs.verify import VerifyResult, write_last_verify
 from tests.conftest import OPEN_LATENESS, SignedClient, event
+from tests.support.live import games_settings
 from tests.support.segments import write_generation
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,10 +134,12 @@ def test_metrics_show_every_operational_series(
         value(text, f'lb_generation_lag_positions{{partition="{p}"}}') for p in range(4)
     )
     assert lag == 4
-    assert value(text, f'lb_changed_players{{board="{BOARD}"}}') == 3  # p, q, r
+    changed = f'lb_changed_players{{board="{BOARD}",game="default"}}'
+    assert value(text, changed) == 3  # p, q, r
     assert value(text, "lb_verify_divergences") == 2
-    assert value(text, 'lb_season_state{season="S3",state="closing"}') == 1
-    assert value(text, 'lb_season_state{season="S4",state="open"}') == 1
+    for season, state in (("S3", "closing"), ("S4", "open")):
+        labels = f'game="default",season="{season}",state="{state}"'
+        assert value(text, f"lb_season_state{{{labels}}}") == 1
     for mode in ("live", "snapshot", "approx"):
         series = f'lb_rank_request_seconds_count{{endpoint="rank",mode="{mode}"}}'
         assert grew(series) == 1
@@ -147,6 +150,48 @@ def test_metrics_show_every_operational_series(
     names = set(re.findall(r"\b(lb_[a-z_]+)", RULES.read_text()))
     exported = {m.group(1) for m in re.finditer(r"^(lb_[a-z_]+)", text, re.M)}
     assert names and names <= exported, names - exported
+
+
+@pytest.mark.integration
+def test_metrics_name_the_game_of_routes_boards_and_seasons(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Two games with the same ids (API.md "Games"): a request, a changed board and
+    a season are each labelled with their game."""
+    settings = games_settings(redis_url, tmp_path)
+    route = "/v1/boards/{board}/top"
+    with TestClient(create_app(settings)) as client:
+        api = SignedClient(client)
+        before = client.get("/metrics").text
+        for game in ("default", "arena"):
+            reply = api.post(f"/v1/games/{game}/score-events", event())
+            assert reply.status_code == 200, reply.text
+        for _ in range(2):
+            top = client.get(f"/v1/games/arena/boards/{BOARD}/top")
+            assert top.status_code == 200, top.text
+        assert client.get(f"/v1/boards/{BOARD}/top").status_code == 200
+        text = client.get("/metrics").text
+
+    def grew(series: str) -> float:
+        try:
+            start = value(before, series)
+        except AssertionError:
+            start = 0.0
+        return value(text, series) - start
+
+    for game, reads in (("arena", 2), ("default", 1)):
+        # The exposition sorts a series' labels by name.
+        labels = f'game="{game}",route="{route}",status="200"'
+        assert grew(f"lb_http_requests_total{{{labels}}}") == reads
+        timed = f'lb_http_request_seconds_count{{game="{game}",route="{route}"}}'
+        assert grew(timed) == reads
+        written = f'game="{game}",route="/v1/score-events",status="200"'
+        assert grew(f"lb_http_requests_total{{{written}}}") == 1
+        changed = f'lb_changed_players{{board="{BOARD}",game="{game}"}}'
+        assert value(text, changed) == 1
+        season = f'lb_season_state{{game="{game}",season="S4",state="open"}}'
+        assert value(text, season) == 1
+    assert "arena~" not in text
 
 
 def promtool() -> str:

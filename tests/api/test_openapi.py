@@ -121,3 +121,33 @@ def test_every_ref_in_the_document_resolves(api: SignedClient) -> None:
     body = doc["paths"]["/v1/score-events"]["post"]["requestBody"]
     result = body["content"]["application/json"]["schema"]["properties"]["result"]
     assert _resolve(doc, result["$ref"])["properties"]["points"]
+
+
+def test_game_scoped_paths_are_documented(api: SignedClient) -> None:
+    """GamePaths maps /v1/games/{gameId}/... in plain ASGI (API.md "Games"): the
+    document lists GET /v1/games and a game-scoped copy of every board read and
+    score-event write, with the game's path parameter and 404 game_not_found."""
+    doc = api.get("/openapi.json").json()
+    paths = doc["paths"]
+    listed = paths["/v1/games"]["get"]["responses"]["200"]["content"]
+    games = _resolve(doc, listed["application/json"]["schema"]["$ref"])
+    assert games["required"] == ["games"]
+    plain = [p for p in paths if p.startswith(("/v1/boards", "/v1/score-events"))]
+    assert "/v1/boards/{board}/top" in plain and "/v1/score-events:batch" in plain
+    for path in plain:
+        scoped = paths["/v1/games/{gameId}" + path[len("/v1") :]]
+        assert set(scoped) == set(paths[path]), path
+        for method, op in scoped.items():
+            names = [p["name"] for p in op["parameters"]]
+            assert names[0] == "gameId" and names[1:] == [
+                p["name"] for p in paths[path][method].get("parameters", [])
+            ], (path, names)
+            assert "404" in op["responses"], path
+    ids = [op["operationId"] for item in paths.values() for op in item.values()]
+    assert len(ids) == len(set(ids))
+    # The documented answer is the real one.
+    body = api.get("/v1/games").json()
+    assert [g["game"] for g in body["games"]] == ["default"]
+    assert set(body["games"][0]) == set(
+        games["properties"]["games"]["items"]["required"]
+    )

@@ -3,7 +3,8 @@ accepted events, across redeliveries, downward corrections, ties and publishes
 interleaved with writes, shadowed players and held (quarantined) events; dense ranks
 (``?ranking=dense``) too; approximate answers stay within their error bound. The
 boards include board options (issue 27): an ``order: asc`` weekly board and an asc
-best-of all-time board (tests/support/live.py OPTIONS_WINDOWS).
+best-of all-time board (tests/support/live.py OPTIONS_WINDOWS), in two games with the
+same board and player ids (issue 26: neither ever sees the other's events).
 
 Publishes here write the generation from the oracle (the Spark publisher is checked
 against the same kind of oracle in tests/jobs); what this test pins down is the speed
@@ -21,21 +22,23 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from api.security import sign
 from api.segments import GenerationRegistry
-from conf.boards import board_rules
+from conf.boards import board_rules, qualify
 from speed.partitions import Keys
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
 from tests.support.live import (
     ALL_BOARDS,
+    GAMES,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
-    options_settings,
+    games_settings,
     region,
 )
 from tests.support.segments import write_generation
-from tests.support.shadow import flag
+from tests.support.shadow import admin, flag
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +47,26 @@ BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
 # Every event feeds the season board: above these points it is held once a
 # generation names the threshold (the manifest's quarantine map).
 HOLD_ABOVE = 4
-QUARANTINE = {"season:S4:global": {"eu": HOLD_ABOVE, "na": HOLD_ABOVE}}
+# In both games, which send the same ids: held events are per game (issue 26).
+QUARANTINE = {
+    qualify(g, "season:S4:global"): {"eu": HOLD_ABOVE, "na": HOLD_ABOVE} for g in GAMES
+}
 
 
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
-    """The tests' settings with the board options of OPTIONS_WINDOWS."""
-    return options_settings(redis_url, tmp_path)
+    """The tests' settings with the board options of OPTIONS_WINDOWS, per game."""
+    return games_settings(redis_url, tmp_path)
 
 
 operation = st.one_of(
+    # ("event", player, match, revision[, game]): the game default without one.
     st.tuples(
-        st.just("event"), st.sampled_from(PLAYERS), st.integers(0, 3), st.integers(1, 3)
+        st.just("event"),
+        st.sampled_from(PLAYERS),
+        st.integers(0, 3),
+        st.integers(1, 3),
+        st.sampled_from(GAMES),
     ),
     # A publish whose boundary lags the newest events by 0..3: those arrive between
     # landing and the rebase, as they do in production.
@@ -63,7 +74,46 @@ operation = st.one_of(
     st.tuples(st.just("check"), st.integers(1, 12), st.integers(0, 3)),
     # Shadow the player, or restore it when shadowed: hidden from every count.
     st.tuples(st.just("shadow"), st.sampled_from(PLAYERS)),
+    # The game's held events are exactly its own; release its oldest one, if any.
+    st.tuples(st.just("release"), st.sampled_from(GAMES)),
 )
+
+
+def release_oldest(
+    api: SignedClient,
+    oracle: Oracle,
+    game: str,
+    pending: dict[tuple[str, str], tuple[str, int, int]],
+) -> bool:
+    """Check the game's quarantine list against ``pending`` ((player, eventId) ->
+    (match, revision, points) of its held events), then release the oldest one (if
+    any): whether anything was released."""
+    signed = admin(api)
+    headers = {"X-Key-Id": "admin", "X-Signature": sign(signed.secret, b"")}
+    reply = api.client.get(
+        "/v1/admin/quarantine", params={"game": game}, headers=headers
+    )
+    assert reply.status_code == 200, reply.text
+    listed = reply.json()["events"]
+    assert {e["game"] for e in listed} <= {game}, listed
+    assert {(e["playerId"], e["eventId"]) for e in listed} == set(pending), listed
+    if not listed:
+        return False
+    player, event_id = listed[0]["playerId"], listed[0]["eventId"]
+    match, revision, points = pending.pop((player, event_id))
+    applies = oracle.release(player, event_id, match, revision, points)
+    decided = signed.post(
+        f"/v1/admin/quarantine/{event_id}?game={game}",
+        {"action": "release", "reason": "checked", "playerId": player},
+    )
+    assert decided.status_code == 200, decided.text
+    result = decided.json()["result"]
+    assert result["status"] == ("accepted" if applies else "superseded"), result
+    if applies:
+        assert {(item["board"], item["version"]) for item in result["boards"]} == {
+            (b, v) for (b, p), v in oracle.version.items() if p == player
+        }
+    return True
 
 
 def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
@@ -112,20 +162,55 @@ def publish(
     assert set(report.partitions.values()) == {"ok"}
 
 
+def snapshot_of(
+    client: redis.Redis, oracles: dict[str, Oracle], partitions: int
+) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """(positions, totals, versions) of every game's boards, by internal board id."""
+    totals = {
+        qualify(g, b): oracle.totals(b)
+        for g, oracle in oracles.items()
+        for b in ALL_BOARDS
+    }
+    versions = {
+        qualify(g, b): v
+        for g, oracle in oracles.items()
+        for b, v in oracle.versions().items()
+    }
+    return positions(client, partitions), totals, versions
+
+
 def check(
     api: SignedClient,
     client: redis.Redis,
-    oracle: Oracle,
+    oracles: dict[str, Oracle],
     limit: int,
     radius: int,
     partitions: int,
     hidden: frozenset[str] = frozenset(),
 ) -> None:
+    """Every game's reads; a shadowed player is hidden in every game (flags are
+    the deployment's)."""
+    for game, oracle in oracles.items():
+        check_game(
+            api, client, oracle, f"/v1/games/{game}", limit, radius, partitions, hidden
+        )
+
+
+def check_game(
+    api: SignedClient,
+    client: redis.Redis,
+    oracle: Oracle,
+    prefix: str,
+    limit: int,
+    radius: int,
+    partitions: int,
+    hidden: frozenset[str],
+) -> None:
     now = positions(client, partitions)
     for board in BOARDS:
         expected = oracle.ordered(board, hidden)
         dense = oracle.dense(board, hidden)
-        top = api.get(f"/v1/boards/{board}/top", params={"limit": limit}).json()
+        top = api.get(f"{prefix}/boards/{board}/top", params={"limit": limit}).json()
         assert (top["exactness"], top["basis"], top["errorBound"]) == (
             "exact",
             "live",
@@ -136,7 +221,7 @@ def check(
         assert top["entries"] == expected[:limit]
         by_player = {e["playerId"]: e for e in expected}
         for player in PLAYERS:
-            reply = api.get(f"/v1/boards/{board}/players/{player}")
+            reply = api.get(f"{prefix}/boards/{board}/players/{player}")
             if player not in by_player:
                 assert reply.status_code == 404
                 continue
@@ -152,7 +237,8 @@ def check(
             # Dense: the generation's distinct scores merged with the changes
             # (speed/live.py above), cached per partition and log position.
             mine = api.get(
-                f"/v1/boards/{board}/players/{player}", params={"ranking": "dense"}
+                f"{prefix}/boards/{board}/players/{player}",
+                params={"ranking": "dense"},
             ).json()
             assert (mine["basis"], mine["exactness"], mine["ranking"]) == (
                 "live",
@@ -165,12 +251,13 @@ def check(
                 want["position"],
             ), (board, player, "dense")
             near = api.get(
-                f"/v1/boards/{board}/players/{player}/nearby", params={"radius": radius}
+                f"{prefix}/boards/{board}/players/{player}/nearby",
+                params={"radius": radius},
             ).json()
             i = want["position"] - 1
             assert near["entries"] == expected[max(0, i - radius) : i + radius + 1]
             near_dense = api.get(
-                f"/v1/boards/{board}/players/{player}/nearby",
+                f"{prefix}/boards/{board}/players/{player}/nearby",
                 params={"radius": radius, "ranking": "dense"},
             ).json()
             assert [(e["playerId"], e["rank"]) for e in near_dense["entries"]] == [
@@ -178,7 +265,7 @@ def check(
                 for e in expected[max(0, i - radius) : i + radius + 1]
             ], (board, player, "dense nearby")
             approx = api.get(
-                f"/v1/boards/{board}/players/{player}", params={"mode": "approx"}
+                f"{prefix}/boards/{board}/players/{player}", params={"mode": "approx"}
             ).json()
             assert approx["exactness"] == "approximate"
             assert approx["basis"] == "histogram"
@@ -242,6 +329,22 @@ def check(
     ],
     points_seed=1,
 )
+# The same ids held in both games (p0's 5 points in m1): each game lists its own,
+# and releasing one game's leaves the other's held.
+@example(
+    ops=[
+        ("event", "p0", 0, 1, "default"),
+        ("event", "p0", 0, 1, "arena"),
+        ("publish", 0),
+        ("event", "p0", 1, 2, "default"),
+        ("event", "p0", 1, 2, "arena"),
+        ("release", "arena"),
+        ("check", 5, 1),
+        ("release", "arena"),
+        ("event", "p0", 1, 2, "default"),
+    ],
+    points_seed=1,
+)
 def test_live_answers_equal_the_offline_sort(
     api: SignedClient,
     redis_client: redis.Redis,
@@ -255,21 +358,21 @@ def test_live_answers_equal_the_offline_sort(
 
     shutil.rmtree(settings.segments_dir, ignore_errors=True)
     api.client.app.state.generations.refresh(force=True)
-    oracle = Oracle(OPTIONS_RULES)
+    oracles = {game: Oracle(OPTIONS_RULES) for game in GAMES}
     generation = 0
-    # The oracle's state after each event, with the log positions it corresponds to.
-    history = [
-        (
-            positions(redis_client, settings.partitions),
-            {b: oracle.totals(b) for b in ALL_BOARDS},
-            oracle.versions(),
-        )
-    ]
+    # The oracles' state after each event, with the log positions it corresponds to.
+    history = [snapshot_of(redis_client, oracles, settings.partitions)]
     published = 0
     hidden: set[str] = set()
-    for op in [*ops, ("check", 5, 2)]:
+    # Per game: its held events, (player, eventId) -> (match, revision, points).
+    pending: dict[str, dict[tuple[str, str], tuple[str, int, int]]] = {
+        game: {} for game in GAMES
+    }
+    for op in [*ops, *(("release", g) for g in GAMES), ("check", 5, 2)]:
         if op[0] == "event":
-            _, player, match, revision = op
+            _, player, match, revision = op[:4]
+            game = op[4] if len(op) > 4 else "default"
+            oracle = oracles[game]
             # Content is a function of (player, match, revision): resending one is a
             # redelivery, a higher revision a correction (often downward), and small
             # point values make ties common.
@@ -287,7 +390,7 @@ def test_live_answers_equal_the_offline_sort(
                 kind="correction" if revision > 1 else "result",
                 reason="fix" if revision > 1 else None,
             )
-            reply = api.post("/v1/score-events", payload)
+            reply = api.post(f"/v1/games/{game}/score-events", payload)
             assert reply.status_code == 200, reply.text
             # Once a generation names the threshold, 5 points on the season
             # board are held (quarantined): nothing changes until a release.
@@ -298,18 +401,14 @@ def test_live_answers_equal_the_offline_sort(
             assert (reply.json()["status"] == "quarantined") == (held and fresh), (
                 reply.text
             )
+            if held and fresh:
+                pending[game][(player, event_id)] = (f"m{match}", revision, points)
             if oracle.apply(player, event_id, f"m{match}", revision, points, held):
                 # Versions count on across generations, with or without state.
                 assert {
                     (item["board"], item["version"]) for item in reply.json()["boards"]
                 } == {(b, v) for (b, p), v in oracle.version.items() if p == player}
-            history.append(
-                (
-                    positions(redis_client, settings.partitions),
-                    {b: oracle.totals(b) for b in ALL_BOARDS},
-                    oracle.versions(),
-                )
-            )
+            history.append(snapshot_of(redis_client, oracles, settings.partitions))
         elif op[0] == "publish":
             generation += 1
             published = max(published, len(history) - 1 - op[1])
@@ -321,6 +420,11 @@ def test_live_answers_equal_the_offline_sort(
                 settings.partitions,
                 QUARANTINE,
             )
+        elif op[0] == "release":
+            game = op[1]
+            if release_oldest(api, oracles[game], game, pending[game]):
+                # A release is a log record (status "released") at a new position.
+                history.append(snapshot_of(redis_client, oracles, settings.partitions))
         elif op[0] == "shadow":
             player = op[1]
             action = "restore" if player in hidden else "shadow"
@@ -330,7 +434,7 @@ def test_live_answers_equal_the_offline_sort(
             check(
                 api,
                 redis_client,
-                oracle,
+                oracles,
                 op[1],
                 op[2],
                 settings.partitions,

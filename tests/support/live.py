@@ -47,6 +47,21 @@ def options_settings(redis_url: str, directory: Path) -> Settings:
     return base_settings(redis_url, directory, boards_file=path)
 
 
+# Two games with the same boards and players (API.md "Games", issue 26).
+GAMES = ("default", "arena")
+
+
+def games_settings(redis_url: str, directory: Path) -> Settings:
+    """options_settings with the same boards for each of GAMES."""
+    body = "".join(
+        "    " + line + "\n"
+        for line in (OPEN_WINDOWS_BOARDS + OPTIONS_WINDOWS).splitlines()
+    )
+    path = directory / "games.yaml"
+    path.write_text("games:\n" + "".join(f"  - id: {g}\n{body}" for g in GAMES))
+    return base_settings(redis_url, directory, boards_file=path)
+
+
 def region(player: str) -> str:
     return "eu" if PLAYERS.index(player) % 2 == 0 else "na"
 
@@ -64,6 +79,8 @@ class Oracle:
         self.contribution: dict[tuple[str, str], int] = {}
         # Per (board, player): applied changes (the version the API reports).
         self.version: dict[tuple[str, str], int] = {}
+        # Per (player, match): the event id of its held revision (quarantined).
+        self.held: dict[tuple[str, str], str] = {}
 
     def apply(
         self,
@@ -84,13 +101,32 @@ class Oracle:
             return False
         self.revision[(player, match)] = revision
         if held:
+            self.held[(player, match)] = event_id
             return False
         self.contribution[(player, match)] = points
+        self._count(player)
+        return True
+
+    def release(
+        self, player: str, event_id: str, match: str, revision: int, points: int
+    ) -> bool:
+        """Whether releasing a held event changes the player's boards: only while
+        no later revision replaced it (else it is superseded), as of acceptance."""
+        if (
+            self.revision.get((player, match)) != revision
+            or self.held.get((player, match)) != event_id
+        ):
+            return False
+        del self.held[(player, match)]
+        self.contribution[(player, match)] = points
+        self._count(player)
+        return True
+
+    def _count(self, player: str) -> None:
         for board in ALL_BOARDS:
             if board.rsplit(":", 1)[1] in ("global", region(player)):
                 key = (board, player)
                 self.version[key] = self.version.get(key, 0) + 1
-        return True
 
     def versions(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
