@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from starlette.middleware.base import BaseHTTPMiddleware
 
 import api.middleware
+from api.games import GamePaths
 from api.main import create_app
 from api.middleware import ApiMiddleware
 from tests.support.settings import base_settings
@@ -29,7 +30,7 @@ def app_with(tmp_path: Path, **overrides: Any) -> FastAPI:
 
 
 def requests_total(route: str, status: int) -> float:
-    labels = {"route": route, "status": str(status)}
+    labels = {"route": route, "status": str(status), "game": "default"}
     return REGISTRY.get_sample_value("lb_http_requests_total", labels) or 0.0
 
 
@@ -43,7 +44,8 @@ def stack_of(app: FastAPI) -> list[Any]:
 
 def test_one_middleware_of_ours_and_no_base_http_middleware(tmp_path: Path) -> None:
     app = app_with(tmp_path)
-    assert [m.cls for m in app.user_middleware] == [ApiMiddleware]
+    # Outermost first: ours, then the game-scoped paths' rewrite onto the router's.
+    assert [m.cls for m in app.user_middleware] == [ApiMiddleware, GamePaths]
     layers = stack_of(app)
     assert sum(isinstance(layer, ApiMiddleware) for layer in layers) == 1
     assert not any(isinstance(layer, BaseHTTPMiddleware) for layer in layers)

@@ -56,7 +56,7 @@ def test_entries_are_snapshot_reads() -> None:
 def test_cached_children_count_into_the_labelled_series() -> None:
     series = RequestSeries()
     route = "/v1/boards/{board}/players/{player_id}"
-    labels = {"route": route, "status": "404"}
+    labels = {"route": route, "status": "404", "game": "default"}
     rank = {"endpoint": "rank", "mode": "approx"}
 
     def sample(name: str, labels: dict[str, str]) -> float:
@@ -64,7 +64,7 @@ def test_cached_children_count_into_the_labelled_series() -> None:
 
     before = (
         sample("lb_http_requests_total", labels),
-        sample("lb_http_request_seconds_count", {"route": route}),
+        sample("lb_http_request_seconds_count", {"route": route, "game": "default"}),
         sample("lb_rank_request_seconds_count", rank),
     )
     for _ in range(3):
@@ -72,7 +72,7 @@ def test_cached_children_count_into_the_labelled_series() -> None:
     series.observe("unmatched", 404, b"mode=approx", 0.001)  # not a ranked read
     after = (
         sample("lb_http_requests_total", labels),
-        sample("lb_http_request_seconds_count", {"route": route}),
+        sample("lb_http_request_seconds_count", {"route": route, "game": "default"}),
         sample("lb_rank_request_seconds_count", rank),
     )
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 3]
