@@ -29,7 +29,10 @@ from tests.support.incremental import (
     manifest,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+# Slow (two publishes and a full rebuild of two games): a release check. make test
+# keeps games in the batch layer (tests/jobs/test_games_publish.py) and the
+# incremental recompute of one game (tests/jobs/test_incremental.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 GAMES = ("default", "arena")
 
