@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.telemetry import TelemetryConfig
 
 from api.direct import add_first
 from api.errors import install_error_handlers
@@ -54,13 +54,22 @@ log = logging.getLogger("leaderboard.api")
 # default: each request asks the three global OpenTelemetry providers (an
 # os.environ lookup each) whether one is configured, and traces, meters and logs
 # the request once one is. The service's metrics are Prometheus (api/metrics.py).
-NO_TELEMETRY: TelemetryConfig = {
+NO_TELEMETRY: dict[str, bool] = {
     "tracing": False,
     "metrics": False,
     "logs": False,
     "operation_spans": False,
     "auto_configure": False,
 }
+
+
+def telemetry_off() -> dict[str, Any]:
+    """FastAPI's keyword that switches its telemetry off, where it has one: the
+    Airflow venv pins an older FastAPI (no ``fastapi.telemetry``) and builds the app
+    for the season-close DAG's award check (``api.served``)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": NO_TELEMETRY}
 
 
 def warn_about_dev_key(settings: Settings) -> bool:
@@ -154,7 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         default_response_class=FastJSONResponse,
-        telemetry=NO_TELEMETRY,
+        **telemetry_off(),
     )
     app.state.settings = settings
     app.state.rule_watcher = rule_watcher
