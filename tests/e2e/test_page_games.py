@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-from api.security import sign
 from conf.settings import Settings
 from tests.live_server import serve
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, require_chromium
-from tests.support.clients import DEV_SECRET, event
+from tests.support.clients import SignedClient, event
 from tests.support.live import games_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -28,17 +26,10 @@ POINTS = {"default": {"P1": 5, "P2": 9, "P3": 7}, "arena": {"P1": 20, "Q1": 30}}
 
 
 def _post(url: str, game: str, events: list[dict[str, Any]]) -> None:
-    body = orjson.dumps({"events": events})
-    reply = httpx.post(
-        f"{url}/v1/games/{game}/score-events:batch",
-        content=body,
-        headers={
-            "X-Key-Id": "dev",
-            "X-Signature": sign(DEV_SECRET, body),
-            "Content-Type": "application/json",
-        },
-        timeout=30,
-    )
+    with httpx.Client(base_url=url, timeout=30) as http:
+        reply = SignedClient(http).post(
+            f"/v1/games/{game}/score-events:batch", {"events": events}
+        )
     assert reply.status_code == 200, reply.text
     assert {r["status"] for r in reply.json()["results"]} == {"accepted"}
 

@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-from api.security import sign
 from api.tokens import issue_reader_token
 from conf.settings import Settings
 from tests.live_server import serve
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, require_chromium
-from tests.support.clients import DEV_SECRET, event
+from tests.support.clients import SignedClient, event
 from tests.support.settings import base_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -25,17 +23,8 @@ BOARD = "season:S4:global"
 
 
 def _post(url: str, events: list[dict[str, Any]]) -> None:
-    body = orjson.dumps({"events": events})
-    reply = httpx.post(
-        f"{url}/v1/score-events:batch",
-        content=body,
-        headers={
-            "X-Key-Id": "dev",
-            "X-Signature": sign(DEV_SECRET, body),
-            "Content-Type": "application/json",
-        },
-        timeout=30,
-    )
+    with httpx.Client(base_url=url, timeout=30) as http:
+        reply = SignedClient(http).post("/v1/score-events:batch", {"events": events})
     assert reply.status_code == 200, reply.text
 
 
