@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-from api.security import sign
 from api.served import served_reads
 from api.tokens import issue_player_token
 from conf.settings import LOCAL_PLAYER_TOKEN_KEY, Settings
@@ -26,6 +24,7 @@ from jobs.season import close_season
 from jobs.verify import run_verify
 from speed.server import free_port
 from tests.support.client_stack import wait_until
+from tests.support.clients import SignedClient
 from tests.support.lb import lb, stack_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -90,30 +89,12 @@ class GamesStack:
         )
 
     def post(self, path: str, payload: Any) -> httpx.Response:
-        body = orjson.dumps(payload)
-        return httpx.post(
-            f"{self.url}{path}",
-            content=body,
-            headers={
-                "X-Key-Id": "dev",
-                "X-Signature": sign(b"dev-secret", body),
-                "Content-Type": "application/json",
-            },
-            timeout=60,
-        )
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            return SignedClient(http).post(path, payload)
 
     def put(self, path: str, payload: Any) -> httpx.Response:
-        body = orjson.dumps(payload)
-        return httpx.put(
-            f"{self.url}{path}",
-            content=body,
-            headers={
-                "X-Key-Id": "dev",
-                "X-Signature": sign(b"dev-secret", body),
-                "Content-Type": "application/json",
-            },
-            timeout=60,
-        )
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            return SignedClient(http).put(path, payload)
 
     def get(self, path: str, **params: Any) -> Any:
         reply = httpx.get(f"{self.url}{path}", params=params, timeout=60)

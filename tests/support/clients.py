@@ -24,6 +24,14 @@ class SignedClient:
         self.secret = secret
 
     def post(self, path: str, payload: Any, **headers: str) -> Any:
+        return self._send(self.client.post, path, payload, headers)
+
+    def put(self, path: str, payload: Any, **headers: str) -> Any:
+        return self._send(self.client.put, path, payload, headers)
+
+    def _send(
+        self, method: Any, path: str, payload: Any, headers: dict[str, str]
+    ) -> Any:
         body = orjson.dumps(payload)
         signed = {
             "X-Key-Id": self.key_id,
@@ -31,7 +39,7 @@ class SignedClient:
             "Content-Type": "application/json",
         }
         signed.update(headers)
-        return self.client.post(path, content=body, headers=signed)
+        return method(path, content=body, headers=signed)
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.client.get(path, **kwargs)
