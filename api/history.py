@@ -36,6 +36,7 @@ from conf.boards import BoardsConfig, board_label
 from serving.awards import read_version, versions
 from serving.history import (
     AwardStandings,
+    PairIndexes,
     SegmentStandings,
     Snapshot,
     diff,
@@ -90,6 +91,8 @@ class HistoryService:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        # The overlap of each pair of snapshots a history step compares, built once.
+        self._pairs = PairIndexes()
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
         self._bronze_table: Any = None
         self._bronze_dataset_of: tuple[int, Any] = (-1, None)
@@ -277,7 +280,7 @@ class HistoryService:
     def _history(
         self, board: str, player_id: str, limit: int, snapshots: list[Snapshot]
     ) -> Answer:
-        steps = player_steps(snapshots, player_id, limit)
+        steps = player_steps(snapshots, player_id, limit, self._pairs)
         if not steps:
             raise PlayerNotFound(
                 f"player {player_id!r} is on no retained generation or award "

@@ -11,18 +11,22 @@ the first ``rank - 1`` rows: exactly the players with a strictly higher score
 two snapshots A and B, ``rank_B - rank_A == |above_B - above_A| - |above_A -
 above_B|`` (``newlyAbove - noLongerAbove``).
 
-Cost: a history step takes the rows above the player in both snapshots (zero-copy
-Arrow slices of the mapped column) and counts each side's ids missing from the
-other with one vectorised hash lookup per id (``pyarrow.compute.is_in``):
-O(rank_A + rank_B) time and memory per step, bounded by rank, not by the board
-(measured: about 450 ms for a player near rank 375,000 of a 1,000,000-player
-board, microseconds near the top; the API keeps the encoded answer while the
-snapshots stay the same). A diff reads both boards whole, O(n_A + n_B) (kept per
-generation pair by the caller).
+Cost: the players above a player in both of two snapshots are counted through the
+pair's *overlap index* (:class:`PairIndex`): for each row of the older snapshot, the
+row its player holds in the newer one. Built once per pair of snapshots (one
+vectorised hash join of the two id columns, ``pyarrow.compute.index_in``: O(n_A +
+n_B), kept by the caller, :class:`PairIndexes`), it makes every step one comparison
+over the first ``rank_A - 1`` entries of an int32 array: O(rank_A) integer work, no
+string per row (the previous design hashed both sides' ids per read, about 450 ms
+for a player near rank 375,000 of a 1,000,000-player board, which no read rate
+survives). A diff reads both boards whole, O(n_A + n_B) (kept per generation pair
+by the caller).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,6 +54,12 @@ class Standings(Protocol):
         """Player ids of rows [start, stop) as an Arrow string array."""
         ...
 
+    @property
+    def rows(self) -> object:
+        """What the rows are read from (the same object for every reader of the same
+        snapshot's board): the key of the pair indexes built over them."""
+        ...
+
     def all_rows(self) -> dict[str, tuple[int, int]]:
         """playerId -> (rank, score) of every row."""
         ...
@@ -71,6 +81,11 @@ class SegmentStandings:
 
     def _own_hidden(self) -> bool:
         return self.own is not None and self.own in self.segment.hidden
+
+    @property
+    def rows(self) -> object:
+        # The public rows, the same whoever reads (``own`` adds no row).
+        return self.segment
 
     @property
     def population(self) -> int:
@@ -140,6 +155,10 @@ class AwardStandings:
     def population(self) -> int:
         return len(self._players)
 
+    @property
+    def rows(self) -> object:
+        return self
+
     def row_of(self, player_id: str) -> int | None:
         return self._rows.get(player_id)
 
@@ -188,20 +207,68 @@ class Step:
     rank_change: dict[str, int] | None
 
 
-def above(standings: Standings, rank: int) -> pa.Array:
-    """Players above a player of rank ``rank``: the first ``rank - 1`` rows."""
-    return standings.players_in(0, rank - 1)
+# The newer row of an older row whose player is not on the newer board: after every
+# real row, so no "above" prefix of the newer board contains it.
+ABSENT = np.iinfo(np.int32).max
 
 
-def newly_above(now: pa.Array, was: pa.Array) -> int:
-    """How many ids of ``now`` are not in ``was`` (ids are unique per snapshot):
-    one vectorised hash lookup per id, no Python string per row."""
-    if len(now) == 0:
-        return 0
-    if len(was) == 0:
-        return len(now)
-    found = pc.sum(pc.is_in(now, value_set=was.cast(now.type))).as_py() or 0
-    return len(now) - int(found)
+@dataclass(eq=False)
+class PairIndex:
+    """Two snapshots' boards A (older) and B (newer): ``row_in_b[j]`` is the row of
+    B holding the player of A's row ``j`` (:data:`ABSENT` if B has no such row)."""
+
+    older: object
+    newer: object
+    row_in_b: np.ndarray
+    rows_a: int
+    rows_b: int
+
+    @classmethod
+    def build(cls, before: Standings, after: Standings) -> PairIndex:
+        was = before.players_in(0, before.population)
+        now = after.players_in(0, after.population)
+        found = pc.index_in(was, value_set=now.cast(was.type))
+        rows = found.fill_null(ABSENT).to_numpy(zero_copy_only=False)
+        return cls(
+            before.rows,
+            after.rows,
+            rows.astype(np.int32, copy=False),
+            len(was),
+            len(now),
+        )
+
+    def above_in_both(self, above_a: int, above_b: int) -> int:
+        """Players in A's first ``above_a`` rows that are in B's first ``above_b``."""
+        head = self.row_in_b[: max(0, min(above_a, self.rows_a))]
+        return int(np.count_nonzero(head < above_b))
+
+
+class PairIndexes:
+    """The pair indexes a process keeps (LRU, thread-safe): each holds an int32 per
+    row of its older board (4 MB at 1,000,000 players) and the two boards' row
+    objects, so a kept index's key cannot be reused by another board."""
+
+    def __init__(self, kept: int = 16) -> None:
+        self.kept = kept
+        self._indexes: OrderedDict[tuple[int, int], PairIndex] = OrderedDict()
+        self._lock = threading.Lock()
+        self.builds = 0
+
+    def get(self, before: Standings, after: Standings) -> PairIndex:
+        key = (id(before.rows), id(after.rows))
+        with self._lock:
+            index = self._indexes.get(key)
+            if index is not None:
+                self._indexes.move_to_end(key)
+                return index
+            # Built under the lock: concurrent first readers of a pair wait for one
+            # build instead of each doing the O(n) join.
+            index = PairIndex.build(before, after)
+            self.builds += 1
+            self._indexes[key] = index
+            while len(self._indexes) > self.kept:
+                self._indexes.popitem(last=False)
+            return index
 
 
 def rank_change(
@@ -211,21 +278,29 @@ def rank_change(
     after: Standings,
     after_rank: int,
     after_score: int,
+    indexes: PairIndexes | None = None,
 ) -> dict[str, int]:
     """``{from, to, ownScoreChange, newlyAbove, noLongerAbove}`` between two
-    snapshots the player is in (O(before_rank + after_rank))."""
-    was, now = above(before, before_rank), above(after, after_rank)
+    snapshots the player is in. "Above" is the first ``rank - 1`` rows of each;
+    ``newlyAbove = |above_B| - |both|``, ``noLongerAbove = |above_A| - |both|``."""
+    index = (indexes or PairIndexes(kept=0)).get(before, after)
+    above_a = min(before_rank - 1, index.rows_a)
+    above_b = min(after_rank - 1, index.rows_b)
+    both = index.above_in_both(above_a, above_b)
     return {
         "from": before_rank,
         "to": after_rank,
         "ownScoreChange": after_score - before_score,
-        "newlyAbove": newly_above(now, was),
-        "noLongerAbove": newly_above(was, now),
+        "newlyAbove": above_b - both,
+        "noLongerAbove": above_a - both,
     }
 
 
 def player_steps(
-    snapshots: Sequence[Snapshot], player_id: str, limit: int
+    snapshots: Sequence[Snapshot],
+    player_id: str,
+    limit: int,
+    indexes: PairIndexes | None = None,
 ) -> list[Step]:
     """The player's steps, newest first, at most ``limit``: one per snapshot the
     player is on; each compared with the previous (older) snapshot the player is on.
@@ -259,6 +334,7 @@ def player_steps(
                 standings,
                 rank,
                 score,
+                indexes,
             )
         steps.append(
             Step(snapshot, score, rank, standings.population, previous, change)
