@@ -66,8 +66,21 @@ def lb_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "cli.main"]
 
 
-def bench_boards_config(now: datetime) -> dict[str, Any]:
-    """The packaged default boards with one season, ``BENCH``, open around ``now``.
+def bench_games(games: int) -> list[str]:
+    """The game ids of a bench run with ``games`` games (0: a file without
+    ``games:``, whose one game ``default`` has the unprefixed paths)."""
+    return [f"game{i + 1}" for i in range(games)]
+
+
+def score_path(game: str | None, batch: bool) -> str:
+    """The write path of ``game`` (None: the unprefixed default game's)."""
+    tail = "score-events:batch" if batch else "score-events"
+    return f"/v1/{tail}" if game is None else f"/v1/games/{game}/{tail}"
+
+
+def bench_boards_config(now: datetime, games: int = 0) -> dict[str, Any]:
+    """The packaged default boards with one season, ``BENCH``, open around ``now``;
+    with ``games`` >= 1 a ``games:`` file of that many identical games.
 
     The default file's season has fixed dates; a benchmark that used it would
     measure fewer boards per event (and then none accepted) as the calendar moves.
@@ -83,6 +96,8 @@ def bench_boards_config(now: datetime) -> dict[str, Any]:
         end=(now + timedelta(days=14)).strftime("%Y-%m-%dT00:00:00Z"),
     )
     config["seasons"] = [season]
+    if games:
+        return {"games": [{"id": g, **config} for g in bench_games(games)]}
     return dict(config)
 
 
@@ -93,19 +108,19 @@ def bench_boards(now: datetime | None = None) -> Any:
     return BoardsConfig.model_validate(bench_boards_config(now or datetime.now(UTC)))
 
 
-def bench_boards_file(directory: Path, now: datetime) -> Path:
+def bench_boards_file(directory: Path, now: datetime, games: int = 0) -> Path:
     """:func:`bench_boards_config` as a boards file, for `lb up`'s LB_BOARDS_FILE."""
     path = directory / "bench-boards.yaml"
-    path.write_text(yaml.safe_dump(bench_boards_config(now), sort_keys=False))
+    path.write_text(yaml.safe_dump(bench_boards_config(now, games), sort_keys=False))
     return path
 
 
-def stack_env(data_dir: Path) -> dict[str, str]:
+def stack_env(data_dir: Path, games: int = 0) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("LB_REDIS_URL", "LB_APPENDFSYNC", "LB_PARTITIONS"):
         env.pop(name, None)  # the defaults a user gets: local Redis, fsync always
     data_dir.mkdir(parents=True, exist_ok=True)
-    env["LB_BOARDS_FILE"] = str(bench_boards_file(data_dir, datetime.now(UTC)))
+    env["LB_BOARDS_FILE"] = str(bench_boards_file(data_dir, datetime.now(UTC), games))
     env["LB_DATA_DIR"] = str(data_dir)
     env["LB_RATE_LIMIT"] = "off"
     env["LB_HMAC_KEYS"] = f"{KEY_ID}:{SECRET.decode()}"

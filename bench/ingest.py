@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,11 @@ from bench.harness import (
     EventFactory,
     GcPauses,
     Verify,
+    bench_games,
     bench_speed_layer,
     free_port,
     report_head,
+    score_path,
     signed,
     stack_env,
     start_stack,
@@ -71,7 +74,10 @@ async def bench_batch(
     client_kind: str,
     meter: CpuMeter | None = None,
     verify: Verify | None = None,
+    games: Sequence[str] = (),
 ) -> dict[str, Any]:
+    # Batch i goes to game i % len(games): two games share every moment of the run.
+    paths = [score_path(g, batch=True) for g in games] or [score_path(None, True)]
     batches = []
     for b in range((total_events + batch_size - 1) // batch_size):
         events = [
@@ -104,7 +110,7 @@ async def bench_batch(
             started = time.perf_counter()
             try:
                 status, content = await client.post(
-                    "/v1/score-events:batch", body, signed(body)
+                    paths[i % len(paths)], body, signed(body)
                 )
             except client.errors as exc:
                 name = type(exc).__name__
@@ -122,7 +128,7 @@ async def bench_batch(
         for w in range(concurrency):
             warm = [factory.event(f"warm{w}") for _ in range(10)]
             wbody = orjson.dumps({"events": warm})
-            await client.post("/v1/score-events:batch", wbody, signed(wbody))
+            await client.post(paths[w % len(paths)], wbody, signed(wbody))
         started = time.perf_counter()
         deadline = started + max_seconds
         await asyncio.gather(*[worker(client) for _ in range(concurrency)])
@@ -167,14 +173,16 @@ async def bench_single(
     connections: int,
     client_kind: str,
     gc_freeze: bool = True,
+    games: Sequence[str] = (),
 ) -> dict[str, Any]:
+    paths = [score_path(g, batch=False) for g in games] or [score_path(None, False)]
     n = int(rate * seconds)
     # Pre-build and pre-sign every request so the generator spends its time sending.
     requests = []
-    for _ in range(n):
+    for i in range(n):
         ev = factory.event("s")
         body = orjson.dumps(ev)
-        requests.append((ev, body, signed(body)))
+        requests.append((ev, body, signed(body), paths[i % len(paths)]))
     from_schedule: list[float] = []
     service: list[float] = []
     # (scheduled send on the monotonic clock, latency from it): which slow
@@ -189,14 +197,18 @@ async def bench_single(
         warm = factory.event("warm1")
         wbody = orjson.dumps(warm)
         for _ in range(3):
-            await client.post("/v1/score-events", wbody, signed(wbody))
+            await client.post(paths[0], wbody, signed(wbody))
 
         async def one(
-            scheduled: float, ev: dict[str, Any], body: bytes, headers: dict[str, str]
+            scheduled: float,
+            ev: dict[str, Any],
+            body: bytes,
+            headers: dict[str, str],
+            path: str,
         ) -> None:
             sent = time.perf_counter()
             try:
-                status, content = await client.post("/v1/score-events", body, headers)
+                status, content = await client.post(path, body, headers)
             except client.errors as exc:
                 name = type(exc).__name__
                 errors[name] = errors.get(name, 0) + 1
@@ -221,12 +233,14 @@ async def bench_single(
         tasks = []
         with GcPauses() as pauses:
             started = time.perf_counter()
-            for i, (ev, body, headers) in enumerate(requests):
+            for i, (ev, body, headers, path) in enumerate(requests):
                 scheduled = started + i / rate
                 delay = scheduled - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(scheduled, ev, body, headers)))
+                tasks.append(
+                    asyncio.create_task(one(scheduled, ev, body, headers, path))
+                )
             send_done = time.perf_counter()
             await asyncio.gather(*tasks)
             elapsed = time.perf_counter() - started
@@ -466,6 +480,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument(
+        "--games",
+        type=int,
+        default=0,
+        help="serve N identical games (a games: boards file) and spread the batches "
+        "over their game-scoped paths; 0 (default): one game, unprefixed paths",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         default=4,
@@ -562,6 +583,7 @@ async def run(
             args.batch_max_seconds,
             args.batch_client,
             meter,
+            games=bench_games(args.games),
         )
         report["batch"]["cpu"] = meter.stop(report["batch"]["accepted"])
         report["batch"]["top_processes_after"] = top_processes()
@@ -603,6 +625,7 @@ async def run(
             args.single_connections,
             args.single_client,
             gc_freeze=not args.no_gc_freeze,
+            games=bench_games(args.games),
         )
         report["single"]["cpu"] = meter.stop(report["single"]["accepted"])
         report["single"]["group_commit"] = group_commit_delta(
@@ -678,7 +701,7 @@ def run_naive(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-"))
-    env = stack_env(data_dir)
+    env = stack_env(data_dir, args.games)
     port = free_port()
     report: dict[str, Any] = report_head(
         "ingest",

@@ -13,13 +13,14 @@ import redis
 
 from speed.partitions import partition_of
 from tests.conftest import BACKENDS, SignedClient, event
-from tests.speed.test_live_property import positions, publish
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
     options_settings,
+    positions,
+    publish,
     region,
 )
 from tests.support.shadow import flag

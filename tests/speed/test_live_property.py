@@ -23,9 +23,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from api.security import sign
-from api.segments import GenerationRegistry
-from conf.boards import board_rules, qualify
-from speed.partitions import Keys
+from conf.boards import qualify
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
 from tests.support.live import (
@@ -35,9 +33,10 @@ from tests.support.live import (
     PLAYERS,
     Oracle,
     games_settings,
+    positions,
+    publish,
     region,
 )
-from tests.support.segments import write_generation
 from tests.support.shadow import admin, flag
 
 pytestmark = pytest.mark.integration
@@ -114,52 +113,6 @@ def release_oldest(
             (b, v) for (b, p), v in oracle.version.items() if p == player
         }
     return True
-
-
-def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
-    return {str(p): int(client.get(Keys(p).position) or 0) for p in range(partitions)}
-
-
-def publish(
-    api: SignedClient,
-    client: redis.Redis,
-    state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
-    number: int,
-    partitions: int,
-    quarantine: dict[str, dict[str, int]] | None = None,
-) -> None:
-    """What `lb publish` does, with the oracle's state at the boundary standing in
-    for Spark (versions too: the rebase then leaves the totals of players unchanged
-    since the boundary out of Redis); ``quarantine``: the generation's thresholds."""
-    boundary, totals, versions = state
-    for p in range(partitions):
-        keys = Keys(p)
-        client.set(keys.landed, boundary[str(p)])
-        client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
-    segments_dir = api.client.app.state.settings.segments_dir
-    # Generations hold oriented scores (conf/boards.py BoardRules): -score on asc
-    # boards, as the Spark publisher writes them.
-    config = api.client.app.state.reads.config
-    boards = {
-        b: {p: board_rules(config, b).orient(s) for p, s in t.items()}
-        for b, t in totals.items()
-        if t
-    }
-    write_generation(
-        segments_dir,
-        number,
-        boards,
-        boundary,
-        bucket_target=2,
-        versions=versions,
-        quarantine=quarantine,
-    )
-    registry: GenerationRegistry = api.client.app.state.generations
-    registry.refresh(force=True)
-    generation = registry.by_number(number)
-    assert generation is not None
-    report = rebase(client, generation, partitions)
-    assert set(report.partitions.values()) == {"ok"}
 
 
 def snapshot_of(

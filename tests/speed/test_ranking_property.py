@@ -24,13 +24,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.conftest import SignedClient, event
-from tests.speed.test_live_property import positions, publish
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
     options_settings,
+    positions,
+    publish,
     region,
 )
 from tests.support.shadow import flag

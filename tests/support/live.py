@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import redis
+
+from api.segments import GenerationRegistry
+from conf.boards import board_rules
 from conf.settings import Settings
+from speed.partitions import Keys
+from speed.rebase import rebase
+from tests.support.clients import SignedClient
+from tests.support.segments import write_generation
 from tests.support.settings import OPEN_WINDOWS_BOARDS, base_settings
 
 PLAYERS = [f"p{i}" for i in range(7)] + ["Zed", "a-long-player-id"]
@@ -175,3 +183,49 @@ class Oracle:
             player: 1 + len({s for s in totals.values() if sign * s > sign * score})
             for player, score in totals.items()
         }
+
+
+def positions(client: redis.Redis, partitions: int) -> dict[str, int]:
+    return {str(p): int(client.get(Keys(p).position) or 0) for p in range(partitions)}
+
+
+def publish(
+    api: SignedClient,
+    client: redis.Redis,
+    state: tuple[dict[str, int], dict[str, dict[str, int]], dict[str, dict[str, int]]],
+    number: int,
+    partitions: int,
+    quarantine: dict[str, dict[str, int]] | None = None,
+) -> None:
+    """What `lb publish` does, with the oracle's state at the boundary standing in
+    for Spark (versions too: the rebase then leaves the totals of players unchanged
+    since the boundary out of Redis); ``quarantine``: the generation's thresholds."""
+    boundary, totals, versions = state
+    for p in range(partitions):
+        keys = Keys(p)
+        client.set(keys.landed, boundary[str(p)])
+        client.xtrim(keys.log, minid=f"{boundary[str(p)] + 1}-0")
+    segments_dir = api.client.app.state.settings.segments_dir
+    # Generations hold oriented scores (conf/boards.py BoardRules): -score on asc
+    # boards, as the Spark publisher writes them.
+    config = api.client.app.state.reads.config
+    boards = {
+        b: {p: board_rules(config, b).orient(s) for p, s in t.items()}
+        for b, t in totals.items()
+        if t
+    }
+    write_generation(
+        segments_dir,
+        number,
+        boards,
+        boundary,
+        bucket_target=2,
+        versions=versions,
+        quarantine=quarantine,
+    )
+    registry: GenerationRegistry = api.client.app.state.generations
+    registry.refresh(force=True)
+    generation = registry.by_number(number)
+    assert generation is not None
+    report = rebase(client, generation, partitions)
+    assert set(report.partitions.values()) == {"ok"}
