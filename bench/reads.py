@@ -497,6 +497,27 @@ class Checker:
 
 # --------------------------------------------------------------------------- load
 
+# Headers of every read (``--read-auth token``: a reader token, as a game's front end
+# sends; empty for open reads), and the same as raw header lines for LeanHttp.
+READ_HEADERS: dict[str, str] = {}
+READ_HEADER_LINES = ""
+
+
+def use_read_auth(env: dict[str, str], mode: str) -> None:
+    """Run the stack with ``LB_READ_AUTH=mode`` and sign every read for it."""
+    global READ_HEADER_LINES
+    if mode == "open":
+        return
+    from api.tokens import issue_reader_token
+    from conf.settings import LOCAL_PLAYER_TOKEN_KEY
+
+    env["LB_READ_AUTH"] = mode
+    env["LB_PLAYER_TOKEN_KEY"] = LOCAL_PLAYER_TOKEN_KEY
+    env.pop("LB_READ_RATE_LIMIT", None)
+    token = issue_reader_token(LOCAL_PLAYER_TOKEN_KEY.encode(), "bench", 86_400)
+    READ_HEADERS["Authorization"] = f"Bearer {token}"
+    READ_HEADER_LINES = "".join(f"{k}: {v}\r\n" for k, v in READ_HEADERS.items())
+
 
 async def open_loop(
     session: Any, url_of: Any, rate: float, seconds: float, check: Any
@@ -714,9 +735,8 @@ class LeanHttp:
                 self.host, self.port
             )
         path = "/" + url.split("://", 1)[1].split("/", 1)[1]
-        self.writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode("latin-1")
-        )
+        head = f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n{READ_HEADER_LINES}\r\n"
+        self.writer.write(head.encode("latin-1"))
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         at = head.lower().find(b"\r\ncontent-length:")
@@ -1062,7 +1082,9 @@ async def measure(
     approx_seen: list[tuple[int, int, int, str | None]] = []
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
+        connector=aiohttp.TCPConnector(limit=args.connections),
+        timeout=timeout,
+        headers=READ_HEADERS,
     ) as session:
         # Warm-up: map the segments, load scripts, and open connections the way
         # the phases use them: concurrent requests grow the API workers' Redis
@@ -1286,7 +1308,9 @@ async def history_phases(
     gens = ("g1", g2["generation"])
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=args.connections), timeout=timeout
+        connector=aiohttp.TCPConnector(limit=args.connections),
+        timeout=timeout,
+        headers=READ_HEADERS,
     ) as session:
         return await _history_loops(
             session, url, args, pids, gens, truths, rng, checker
@@ -1791,6 +1815,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true")
     p.add_argument(
+        "--read-auth",
+        choices=("open", "token"),
+        default="open",
+        help="LB_READ_AUTH of the stack; token: every read carries a reader token "
+        "(issue 26: read p99 with authenticated reads)",
+    )
+    p.add_argument(
         "--live-cache-ms",
         type=int,
         default=None,
@@ -1815,6 +1846,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
     env = stack_env(data_dir)
+    use_read_auth(env, args.read_auth)
     if args.live_cache_ms is not None:
         env["LB_LIVE_CACHE_MS"] = str(args.live_cache_ms)
     port = free_port()
