@@ -14,22 +14,23 @@ examples:
   lb replay --season S4 --rule v2             boards season:S4@v2:<scope> + diff
   lb replay --season S4 --rule v2 --k 5       count players moving more than 5 ranks
   lb replay --season S4 --rule v2 --promote --reason "v2 approved"
+  lb replay --game arena --season S4 --rule v2
+      boards /v1/games/arena/boards/season:S4@v2:<scope> (arena's S4 only)
 """
 
 
 def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from cli.main import EXIT_CONFIG, EXIT_OK, check_redis
+    from conf.boards import load_boards
     from jobs.jars import jar_paths
     from jobs.publish_lock import publish_lock
-    from jobs.replay import ReplayError, run_replay
+    from jobs.replay import ReplayError, game_season, run_replay
 
-    if args.game != "default":
-        # Replays' namespaces (conf/rule_state.py) are the game default's only.
-        print(
-            f"lb replay: --game {args.game}: replaying a season of a game other "
-            "than default is not supported yet",
-            file=sys.stderr,
-        )
+    try:
+        # An unknown game or season is a usage error before Spark starts.
+        game_season(load_boards(settings.boards_file), args.game, args.season)
+    except ReplayError as exc:
+        print(f"lb replay: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     jar_paths()
     check_redis(settings)
@@ -47,6 +48,7 @@ def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
                 actor=f"cli:{getpass.getuser()}",
                 reason=args.reason,
                 spark=quiet_spark(settings, "replay"),
+                game=args.game,
             )
     except ReplayError as exc:
         print(f"lb replay: {exc}", file=sys.stderr)
@@ -74,7 +76,7 @@ def register(sub: Any) -> None:
     p.add_argument("--season", required=True, help="season id, e.g. S4")
     p.add_argument("--rule", required=True, help="scoring rule version, e.g. v2")
     p.add_argument(
-        "--game", default="default", help="the season's game (only default so far)"
+        "--game", default="default", help="the season's game (default: default)"
     )
     p.add_argument(
         "--k", type=int, default=10, help="report players moving more than K ranks"

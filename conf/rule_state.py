@@ -6,6 +6,11 @@ also computes the season under ``R`` into the namespace ``season:S@R:<scope>``
 season itself to ``R``. The state is one small JSON file,
 ``$LB_DATA_DIR/rules/state.json``, written atomically; the boards file stays the
 configuration, and :func:`effective_boards` applies the promotions to it.
+
+Season ids in the state are internal ones (:func:`conf.boards.qualify`): ``S4`` of
+the game ``default`` (so a state file written before games keeps meaning the same),
+``arena~S4`` of the game ``arena``. Two games' seasons with the same id are two
+replays, two promotions and two namespaces (``arena~season:S4@v2:<scope>``).
 """
 
 from __future__ import annotations
@@ -17,16 +22,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conf.boards import BoardsConfig, Season
+from conf.boards import (
+    DEFAULT_GAME,
+    BoardsConfig,
+    Season,
+    game_of_board,
+    qualify,
+    split_board,
+)
 
 STATE_FILE = Path("rules") / "state.json"
 
 
 @dataclass
 class RuleState:
-    # (season id, rule version) of every registered replay, in registration order.
+    # (internal season id, rule version) of every registered replay, in
+    # registration order.
     replays: list[tuple[str, str]] = field(default_factory=list)
-    # season id -> promoted rule version.
+    # internal season id -> promoted rule version.
     promoted: dict[str, str] = field(default_factory=dict)
 
 
@@ -61,28 +74,39 @@ def namespace(season_id: str, rule: str) -> str:
 
 
 def effective_boards(config: BoardsConfig, state: RuleState) -> BoardsConfig:
-    """The boards file with promoted season rules applied."""
+    """The boards file with promoted season rules applied (each game's own)."""
     if not state.promoted:
         return config
-    seasons = [
-        s.model_copy(update={"rule": state.promoted[s.id]})
-        if s.id in state.promoted
-        else s
-        for s in config.seasons
-    ]
-    return config.model_copy(update={"seasons": seasons})
+
+    def promoted(game: str, boards: BoardsConfig) -> BoardsConfig:
+        seasons = [
+            s.model_copy(update={"rule": state.promoted[key]})
+            if (key := qualify(game, s.id)) in state.promoted
+            else s
+            for s in boards.seasons
+        ]
+        return boards.model_copy(update={"seasons": seasons})
+
+    if not config.games:
+        return promoted(DEFAULT_GAME, config)
+    games = [promoted(g.id, g) for g in config.games]
+    return config.model_copy(update={"games": games})
 
 
 def namespace_seasons(config: BoardsConfig, state: RuleState) -> list[Season]:
     """One pseudo-season per registered replay: the season's window under the
-    replay's rule, named ``<S>@<R>`` (board ids ``season:<S>@<R>:<scope>``)."""
+    replay's rule, named ``<S>@<R>`` (board ids ``season:<S>@<R>:<scope>``), and
+    ``<game>~<S>@<R>`` for a game other than default (its boards
+    ``<game>~season:<S>@<R>:<scope>``, jobs/recompute.game_board_columns)."""
     out = []
     for season_id, rule in state.replays:
-        season = config.season(season_id)
+        boards, bare = game_of_board(config, season_id)
+        season = boards.season(bare) if boards is not None else None
         if season is not None:
+            game, _ = split_board(season_id)
             out.append(
                 season.model_copy(
-                    update={"id": namespace(season_id, rule), "rule": rule}
+                    update={"id": qualify(game, namespace(bare, rule)), "rule": rule}
                 )
             )
     return out
@@ -90,10 +114,15 @@ def namespace_seasons(config: BoardsConfig, state: RuleState) -> list[Season]:
 
 def describe_replay_board(config: BoardsConfig, board: str) -> dict[str, str] | None:
     """Like :func:`conf.boards.describe_board` for a replay's board
-    ``season:<S>@<R>:<scope>`` (S a configured season, R a released rule); None for
-    anything else. Such boards are readable but not listed in ``GET /v1/boards``."""
+    ``season:<S>@<R>:<scope>`` (S a configured season of the board's game, R a
+    released rule; internal ids, ``arena~season:S4@v2:eu``); None for anything
+    else. Such boards are readable but not listed in ``GET /v1/boards``."""
     from conf.rules import RULE_VERSIONS
 
+    game, board = game_of_board(config, board)
+    if game is None:
+        return None
+    config = game
     parts = board.split(":")
     if len(parts) != 3 or parts[0] != "season" or parts[2] not in config.scopes:
         return None

@@ -10,8 +10,9 @@ Manual only. Replays a season's recorded events under another scoring rule, like
 2. **promote**: only when the run's `promote` param is true: switches the season to
    the rule (audited as `rule.promote`) through another generation.
 
-Params: `season` (e.g. `S4`), `rule` (e.g. `v2`), `k` (default 10), `promote`
-(default false), `reason` (recorded in the audit trail).
+Params: `season` (e.g. `S4`), `rule` (e.g. `v2`), `game` (default `default`: the
+season's game, like `lb replay --game`), `k` (default 10), `promote` (default
+false), `reason` (recorded in the audit trail).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dags._common import DEFAULT_ARGS, START, TAGS, settings
     params={
         "season": Param("S4", type="string"),
         "rule": Param("v2", type="string"),
+        "game": Param("default", type="string"),
         "k": Param(10, type="integer", minimum=0),
         "promote": Param(False, type="boolean"),
         "reason": Param("", type="string"),
@@ -49,7 +51,11 @@ def replay_season() -> None:
 
         p = params or {}
         summary = run_replay(
-            settings(), str(p["season"]), str(p["rule"]), k=int(p.get("k", 10))
+            settings(),
+            str(p["season"]),
+            str(p["rule"]),
+            k=int(p.get("k", 10)),
+            game=str(p.get("game") or "default"),
         )
         for line in summary.lines():
             logging.getLogger(__name__).info("%s", line)
@@ -72,6 +78,7 @@ def replay_season() -> None:
             reason=str(p.get("reason") or "") or None,
             replay_generation=replayed["generation"],
             scopes=replayed["scopes"],
+            game=str(p.get("game") or "default"),
         )
 
     replayed = replay()

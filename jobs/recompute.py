@@ -37,6 +37,7 @@ from conf.boards import (
     Season,
     Windows,
     qualify,
+    split_board,
     to_ms,
 )
 from conf.periods import ALLTIME, DAILY, MONTHLY, WEEKLY
@@ -201,6 +202,9 @@ def with_game(events: DataFrame) -> DataFrame:
     records (NormalizedEvent.identity). ``~`` is in no id, so this is idempotent."""
     if "game" not in events.columns:
         return events.withColumn("game", F.lit(DEFAULT_GAME))
+    # Rows landed before the column existed (mergeSchema added it) read null: the
+    # game default's, or a boards file with games: would give them no boards.
+    events = events.withColumn("game", F.coalesce(F.col("game"), F.lit(DEFAULT_GAME)))
     game = F.col("game")
     other = game != F.lit(DEFAULT_GAME)
     for name in ("event_id", "match_id"):
@@ -343,18 +347,29 @@ def game_board_columns(
 ) -> Column:
     """:func:`board_columns` of each event's own game (the ``game`` column) when
     ``boards`` lists games; else exactly :func:`board_columns` (``seasons``: the
-    game default's, with its replays' namespace seasons)."""
+    game default's, with its replays' namespace seasons; another game's replays'
+    are named ``<game>~<S>@<R>``, conf/rule_state.namespace_seasons)."""
     if boards is None or not boards.games:
         return board_columns(
-            occurred_ms, region, seasons, window_lateness_ms, window_rule, windows
+            occurred_ms,
+            region,
+            [s for s in seasons if GAME_SEP not in s.id],
+            window_lateness_ms,
+            window_rule,
+            windows,
         )
-    seasons = list(seasons)
+    # The extra seasons (replays' namespaces) by game, under the game's own ids.
+    extra: dict[str, list[Season]] = {}
+    for season in seasons:
+        game, bare = split_board(season.id)
+        extra.setdefault(game, []).append(
+            season if bare == season.id else season.model_copy(update={"id": bare})
+        )
     chosen: Column | None = None
     for game, own in boards.each_game():
         own_seasons = [*own.seasons]
-        if game == DEFAULT_GAME:
-            known = {s.id for s in own_seasons}
-            own_seasons += [s for s in seasons if s.id not in known]
+        known = {s.id for s in own_seasons}
+        own_seasons += [s for s in extra.get(game, []) if s.id not in known]
         array = board_columns(
             occurred_ms,
             region,

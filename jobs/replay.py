@@ -13,6 +13,12 @@
 
 ``--promote`` then switches the season to the rule (audited) and publishes again:
 the season's boards are computed under the new rule from that generation on.
+
+``game``: the season's game. Another game's season ``S4`` is the internal season
+``arena~S4`` (conf/boards.qualify): its replay boards are
+``arena~season:S4@v2:<scope>`` (read as ``/v1/games/arena/boards/season:S4@v2:...``),
+its diff rows carry ``game`` and the replay ``arena~S4@v2``, and promoting it leaves
+every other game's ``S4`` alone.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, load_boards
+from conf.boards import DEFAULT_GAME, BoardsConfig, Season, load_boards, qualify
 from conf.rule_state import load_rule_state, namespace, save_rule_state
 from conf.rules import RULE_VERSIONS
 from conf.settings import Settings
@@ -50,10 +56,12 @@ class ReplaySummary:
     # scope -> counts and movers
     scopes: dict[str, dict[str, Any]] = field(default_factory=dict)
     promoted: str | None = None
+    game: str = DEFAULT_GAME
 
     def lines(self) -> list[str]:
+        of_game = "" if self.game == DEFAULT_GAME else f" of game {self.game}"
         out = [
-            f"replay {self.season} under {self.rule} in {self.generation}: "
+            f"replay {self.season}{of_game} under {self.rule} in {self.generation}: "
             f"boards season:{namespace(self.season, self.rule)}:<scope>"
         ]
         for scope, s in sorted(self.scopes.items()):
@@ -93,14 +101,17 @@ def tier_of(tiers: Sequence[Any], rank: int | None, population: int) -> str | No
     return None
 
 
-def transform_diff(gold: DataFrame, season_id: str, rule: str) -> DataFrame:
+def transform_diff(
+    gold: DataFrame, season_id: str, rule: str, game: str = DEFAULT_GAME
+) -> DataFrame:
     """Per (scope, player): old (season) and new (replay) score and rank.
 
     ``gold`` holds one generation's ranked rows (board, player_id, score, rank);
     ``move`` = old rank - new rank (positive: up), null when on one side only.
+    ``season_id`` as ``game`` names it (its boards are ``game``'s internal ids).
     """
-    old_prefix = f"season:{season_id}:"
-    new_prefix = f"season:{namespace(season_id, rule)}:"
+    old_prefix = qualify(game, f"season:{season_id}:")
+    new_prefix = qualify(game, f"season:{namespace(season_id, rule)}:")
 
     def side(prefix: str, tag: str) -> DataFrame:
         rows = gold.where(F.col("board").startswith(prefix))
@@ -153,12 +164,21 @@ def summarize(
 
 
 def load_diff(
-    spark: SparkSession, rows: list[dict[str, Any]], path: Path, replay: str
+    spark: SparkSession,
+    rows: list[dict[str, Any]],
+    path: Path,
+    replay: str,
+    game: str = DEFAULT_GAME,
 ) -> None:
+    """Replace the rows of ``replay`` (the internal namespace, ``S4@v2`` or
+    ``arena~S4@v2``: unique across games, so one game's replay never replaces
+    another's). A table written before games has no ``game`` column: mergeSchema
+    adds it, and its old rows read null, the game default's."""
     schema = (
         "replay string, generation string, scope string, player_id string, "
         "old_score bigint, new_score bigint, old_rank bigint, new_rank bigint, "
-        "move bigint, old_tier string, new_tier string, tier_changed boolean"
+        "move bigint, old_tier string, new_tier string, tier_changed boolean, "
+        "game string"
     )
     df = spark.createDataFrame(
         [
@@ -175,6 +195,7 @@ def load_diff(
                 r["old_tier"],
                 r["new_tier"],
                 r["old_tier"] != r["new_tier"],
+                game,
             )
             for r in rows
         ],
@@ -185,6 +206,7 @@ def load_diff(
         .mode("overwrite")
         .partitionBy("replay")
         .option("replaceWhere", f"replay = '{replay}'")
+        .option("mergeSchema", "true")
         .save(str(path))
     )
 
@@ -197,10 +219,11 @@ def diff_generation(
     rule: str,
     generation: str,
     k: int,
+    game: str = DEFAULT_GAME,
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Diff rows (written to gold_replay_diffs) and the per-scope summary."""
-    season = boards.season(season_id)
-    assert season is not None
+    """Diff rows (written to gold_replay_diffs) and the per-scope summary;
+    ``boards``: the file's, ``season_id`` as ``game`` names it."""
+    season = game_season(boards, game, season_id)
     gold = (
         spark.read.format("delta")
         .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
@@ -208,15 +231,15 @@ def diff_generation(
     )
     tiers = list(getattr(season, "tiers", None) or [])
     rows = []
-    for r in transform_diff(gold, season_id, rule).collect():
+    for r in transform_diff(gold, season_id, rule, game).collect():
         row = r.asDict()
         row["generation"] = generation
         row["old_tier"] = tier_of(tiers, row["old_rank"], row["old_population"] or 0)
         row["new_tier"] = tier_of(tiers, row["new_rank"], row["new_population"] or 0)
         rows.append(row)
     rows.sort(key=lambda r: (r["scope"], r["player_id"]))
-    replay = namespace(season_id, rule)
-    load_diff(spark, rows, settings.delta_dir / GOLD_REPLAY_DIFFS, replay)
+    replay = qualify(game, namespace(season_id, rule))
+    load_diff(spark, rows, settings.delta_dir / GOLD_REPLAY_DIFFS, replay, game)
     return rows, summarize(rows, k, rule)
 
 
@@ -230,13 +253,14 @@ def run_replay(
     actor: str = "cli",
     reason: str | None = None,
     spark: SparkSession | None = None,
+    game: str = DEFAULT_GAME,
 ) -> ReplaySummary:
-    """Register, publish and diff a replay; with ``promote``, switch the season."""
+    """Register, publish and diff a replay of ``game``'s season; with
+    ``promote``, switch the season."""
     from jobs.publish import run_publish
 
     boards = load_boards(settings.boards_file)
-    if boards.season(season_id) is None:
-        raise ReplayError(f"no season {season_id!r} in the boards file")
+    game_season(boards, game, season_id)
     if rule not in RULE_VERSIONS:
         raise ReplayError(
             f"unknown scoring rule {rule!r}; known: {', '.join(RULE_VERSIONS)}"
@@ -246,13 +270,16 @@ def run_replay(
 
         spark = get_spark("replay")
     state = load_rule_state(settings.data_dir)
-    if (season_id, rule) not in state.replays:
-        state.replays.append((season_id, rule))
+    registered = (qualify(game, season_id), rule)
+    if registered not in state.replays:
+        state.replays.append(registered)
         save_rule_state(settings.data_dir, state)
     generation = run_publish(settings, spark=spark, boards=boards)
     _rebase(settings, generation)
-    _, scopes = diff_generation(spark, settings, boards, season_id, rule, generation, k)
-    summary = ReplaySummary(season_id, rule, generation, k, scopes)
+    _, scopes = diff_generation(
+        spark, settings, boards, season_id, rule, generation, k, game
+    )
+    summary = ReplaySummary(season_id, rule, generation, k, scopes, game=game)
     if promote:
         summary.promoted = promote_season(
             settings,
@@ -263,6 +290,7 @@ def run_replay(
             replay_generation=generation,
             scopes=scopes,
             spark=spark,
+            game=game,
         )
     return summary
 
@@ -277,26 +305,26 @@ def promote_season(
     replay_generation: str | None = None,
     scopes: dict[str, dict[str, Any]] | None = None,
     spark: SparkSession | None = None,
+    game: str = DEFAULT_GAME,
 ) -> str:
-    """Switch the season to ``rule`` (audited) and publish a generation under it;
-    returns that generation."""
+    """Switch ``game``'s season to ``rule`` (audited) and publish a generation
+    under it; returns that generation."""
     from jobs.publish import run_publish
     from speed.audit import record_audit_sync
     from speed.connection import sync_client
     from speed.server import resolve_redis_url
 
     boards = load_boards(settings.boards_file)
-    season = boards.season(season_id)
-    if season is None:
-        raise ReplayError(f"no season {season_id!r} in the boards file")
+    season = game_season(boards, game, season_id)
     if rule not in RULE_VERSIONS:
         raise ReplayError(f"unknown scoring rule {rule!r}")
+    key = qualify(game, season_id)
     if spark is None:
         from jobs.spark import get_spark
 
         spark = get_spark("promote")
     state = load_rule_state(settings.data_dir)
-    previous = state.promoted.get(season_id, season.rule)
+    previous = state.promoted.get(key, season.rule)
     client = sync_client(resolve_redis_url(settings))
     try:
         # Audited before the switch: an audit entry without a switch is visible and
@@ -305,7 +333,7 @@ def promote_season(
             client,
             actor,
             "rule.promote",
-            f"season:{season_id}",
+            qualify(game, f"season:{season_id}"),
             reason or f"promote {rule} after replay in {replay_generation}",
             {
                 "from": previous,
@@ -316,7 +344,7 @@ def promote_season(
         )
     finally:
         client.close()
-    state.promoted[season_id] = rule
+    state.promoted[key] = rule
     save_rule_state(settings.data_dir, state)
     generation = run_publish(settings, spark=spark, boards=boards)
     _rebase(settings, generation)
@@ -328,6 +356,20 @@ def promote_season(
 
     run_rebuild(settings, spark=spark)
     return generation
+
+
+def game_season(boards: BoardsConfig, game: str, season_id: str) -> Season:
+    """``game``'s season ``season_id``; ReplayError naming what is missing."""
+    own = boards.game(game)
+    if own is None:
+        raise ReplayError(
+            f"no game {game!r} in the boards file; games: {', '.join(boards.game_ids)}"
+        )
+    season = own.season(season_id)
+    if season is None:
+        where = "the boards file" if game == DEFAULT_GAME else f"game {game!r}"
+        raise ReplayError(f"no season {season_id!r} in {where}")
+    return season
 
 
 def _rebase(settings: Settings, generation: str) -> None:

@@ -49,6 +49,7 @@ from conf.boards import (
     season_board_prefix,
     split_board,
 )
+from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
@@ -292,7 +293,11 @@ def close_season(
     :raises PublishBusy: another publish holds the data dir's publish lock
         (``lb`` exits 5, busy).
     """
-    config = boards or load_boards(settings.boards_file)
+    # A promoted season (lb replay --promote) closes under its rule now: the awards
+    # record the rule the generation scored it under.
+    config = effective_boards(
+        boards or load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
     season = _season(config, season_id)
     existing = read_version(settings.data_dir, season.id, 1)
     if existing is not None:
@@ -449,7 +454,11 @@ def adjudicate_season(
     boards: BoardsConfig | None = None,
 ) -> AwardSnapshot:
     """``lb season adjudicate``: version N + 1, audited, landed into Delta."""
-    config = boards or load_boards(settings.boards_file)
+    # A promoted season (lb replay --promote) closes under its rule now: the awards
+    # record the rule the generation scored it under.
+    config = effective_boards(
+        boards or load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
     season = _season(config, season_id)
     if read_version(settings.data_dir, season.id) is None:
         raise SeasonError(f"season {season.id} is not closed (no award snapshot)")

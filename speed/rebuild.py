@@ -49,6 +49,7 @@ from conf.boards import (
     boards_for_event,
     load_boards,
     qualify,
+    split_board,
 )
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import (
@@ -193,8 +194,10 @@ class Folder:
 
     def rule(self, board: str) -> str:
         """The scoring rule of a board (conf/rules.py)."""
-        if GAME_SEP in board:
-            return self.rules_of(board).rule  # another game's board: its rules
+        if GAME_SEP in board or self.config.games:
+            # A game's board (the game default's too in a file with games:): its
+            # game's rules.
+            return self.rules_of(board).rule
         if board.startswith("season:") and self.config.season(board.split(":")[1]):
             return self.rules_of(board).rule
         return self.config.rule
@@ -211,7 +214,11 @@ class Folder:
         return self.rules_of(board).first_achieved
 
     def rescored(self, board: str) -> bool:
-        return board.startswith("season:") and board.split(":")[1] in self.rescore
+        # ``rescore`` holds internal season ids (``S4``, ``arena~S4``).
+        game, bare = split_board(board)
+        return bare.startswith("season:") and (
+            qualify(game, bare.split(":")[1]) in self.rescore
+        )
 
     def points(self, rule: str, event: dict[str, Any]) -> int | None:
         """Points of a logged event under ``rule``: what the speed layer recorded,

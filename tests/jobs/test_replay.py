@@ -1,14 +1,21 @@
 """lb replay: a season recomputed under v2 into season:S4@v2:<scope>, its diff
-against an offline computation, the namespace readable through the API, promotion."""
+against an offline computation, the namespace readable through the API, promotion.
+
+Migration (issue 26 item 4): between the replay and the promotion the data dir is
+made one from before games (every Delta table without its ``game`` column) and the
+boards file moves its keys under ``games: [{id: default, ...}]``; the promotion's
+publishes, reads and rebuild then run on it as the game default, unchanged."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import redis
+import yaml
 from fastapi.testclient import TestClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -25,6 +32,36 @@ from speed.partitions import Keys, partition_of
 from tests.conftest import SignedClient, event
 
 pytestmark = pytest.mark.integration
+
+
+def _strip_games(spark: SparkSession, delta_dir: Path) -> list[str]:
+    """Rewrite every Delta table holding a ``game`` column without it (as tables
+    landed before games were); the tables rewritten."""
+    stripped = []
+    for path in sorted(p for p in delta_dir.iterdir() if (p / "_delta_log").is_dir()):
+        table = spark.read.format("delta").load(str(path))
+        if "game" not in table.columns:
+            continue
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+        assert detail is not None
+        old = table.drop("game").localCheckpoint(eager=True)
+        (
+            old.write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .partitionBy(*detail["partitionColumns"])
+            .save(str(path))
+        )
+        stripped.append(path.name)
+    return stripped
+
+
+def _as_game_default(boards_file: Path, directory: Path) -> Path:
+    """The same boards, listed as the one item ``default`` of ``games:``."""
+    raw = yaml.safe_load(boards_file.read_text())
+    path = directory / "games.yaml"
+    path.write_text(yaml.safe_dump({"games": [{"id": "default", **raw}]}))
+    return path
 
 
 def _events() -> list[dict[str, Any]]:
@@ -96,6 +133,7 @@ def test_replay_diff_matches_offline(
     settings: Settings,
     api: SignedClient,
     redis_client: redis.Redis,
+    tmp_path: Path,
 ) -> None:
     events = _events()
     for e in events:
@@ -156,6 +194,13 @@ def test_replay_diff_matches_offline(
     assert not any("@" in b for b in listed)
     assert api.get("/v1/boards/season:S4@v9:global/top").status_code == 404
 
+    # Migration: a data dir from before games, served from a boards file with games.
+    stripped = _strip_games(spark, settings.delta_dir)
+    assert {"bronze_events", "silver_totals", GOLD_REPLAY_DIFFS} <= set(stripped)
+    settings = settings.model_copy(
+        update={"boards_file": _as_game_default(settings.boards_file, tmp_path)}
+    )
+
     # Promotion: audited, and the season itself scores under v2 from a new generation.
     promoted = run_replay(
         settings, "S4", "v2", k=2, promote=True, reason="approved", spark=spark
@@ -173,6 +218,14 @@ def test_replay_diff_matches_offline(
     audit = spark.read.format("delta").load(str(audit_path(settings))).collect()
     (entry,) = [a for a in audit if a["action"] == "rule.promote"]
     assert (entry["subject"], entry["reason"]) == ("season:S4", "approved")
+    # The tables gained their game column back; the rows from before read null
+    # (the game default's), the promotion's replay diff rows name it.
+    diffs = spark.read.format("delta").load(str(settings.delta_dir / GOLD_REPLAY_DIFFS))
+    assert {r["game"] for r in diffs.collect()} == {"default"}
+    totals = spark.read.format("delta").load(str(settings.delta_dir / "silver_totals"))
+    assert {r["game"] for r in totals.select("game").distinct().collect()} == {
+        "default"
+    }
     details = orjson.loads(entry["details"])
     assert (details["from"], details["to"], details["replayGeneration"]) == (
         "v1",

@@ -121,3 +121,46 @@ def test_describe_board_shows_order(tmp_path: Path) -> None:
 def test_bad_options_name_the_field(tmp_path: Path, bad: str) -> None:
     with pytest.raises(BoardsFileError, match="field"):
         _load(tmp_path, bad)
+
+
+def test_rule_state_is_per_game(tmp_path: Path) -> None:
+    """Replays and promotions name internal season ids (issue 26): arena's S4 is
+    ``arena~S4``, the game default's stays ``S4`` (a state file from before games
+    means the same); one game's promotion leaves the other's S4 alone."""
+    from conf.boards import BoardsConfig
+    from conf.rule_state import RuleState, effective_boards, namespace_seasons
+    from speed.rebuild import Folder, PartitionState
+
+    season = {"id": "S4", "start": START, "end": END, "rule": "v1"}
+    config = BoardsConfig.model_validate(
+        {
+            "games": [
+                {"id": "default", "regions": ["eu"], "seasons": [season]},
+                {"id": "arena", "regions": ["na"], "seasons": [season]},
+            ]
+        }
+    )
+    state = RuleState(replays=[("arena~S4", "v2")], promoted={"arena~S4": "v2"})
+    promoted = effective_boards(config, state)
+    rules = {g: b.season("S4").rule for g, b in promoted.each_game()}  # type: ignore[union-attr]
+    assert rules == {"default": "v1", "arena": "v2"}
+    assert board_rules(promoted, "arena~season:S4:na").rule == "v2"
+    assert board_rules(promoted, "season:S4:eu").rule == "v1"
+    assert [s.id for s in namespace_seasons(promoted, state)] == ["arena~S4@v2"]
+    # Arena's replay boards read like its boards; not the game default's region.
+    assert describe_replay_board(promoted, "arena~season:S4@v2:na") is not None
+    assert describe_replay_board(promoted, "arena~season:S4@v2:eu") is None
+    assert describe_replay_board(promoted, "season:S4@v2:eu") is not None
+    folder = Folder(promoted, PartitionState(0, 0), rescore=set(state.promoted))
+    assert folder.rescored("arena~season:S4:na")
+    assert not folder.rescored("season:S4:eu")
+    assert (folder.rule("arena~season:S4:na"), folder.rule("season:S4:eu")) == (
+        "v2",
+        "v1",
+    )
+    # Without games: the bare ids, as before.
+    single = BoardsConfig.model_validate({"regions": ["eu"], "seasons": [season]})
+    old = RuleState(replays=[("S4", "v2")], promoted={"S4": "v2"})
+    assert effective_boards(single, old).season("S4").rule == "v2"  # type: ignore[union-attr]
+    assert [s.id for s in namespace_seasons(single, old)] == ["S4@v2"]
+    assert namespace_seasons(single, state) == []  # arena's: no such game here
