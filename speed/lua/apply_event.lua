@@ -65,36 +65,8 @@
 --   "implausible", detail | "superseded", "" (release of an event a later revision
 --   replaced) | "noop", why (release of an event not held); or, alone, "rebased",
 --   the partition's base generation when it is not base_generation (nothing ran).
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {log = 1, position = 2, flags = 3, quarantine = 4, base = 5}
-local KEY_GROUP = {start = 6, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
-local ARG = {
-  now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
-  mode = 6, n_boards = 7, n_events = 8, default_rule = 9, base_generation = 10,
-  record_expire_at = 11,
-}
-local ARG_GROUP = {
-  start = 12, size = 6, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
-  rule = 4, sign = 5,
-}
-local EV = {
-  size = 15, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
-  key_at = 4, n_refs = 5, player = 6, event_id = 7, match_id = 8, fingerprint = 9,
-  event_json = 10, dedupe_field = 11, contribution_field = 12, context = 13,
-  held_field = 14,
-}
-local EV_BOARD = {
-  size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, base_row = 5,
-  saved_as = 6, base = 7,
-}
--- Packed records (struct.unpack, little-endian: "<" is prepended): one string per
--- event holds its EV record, then its n_refs EV_BOARD records.
-local EV_FORMAT = "i8i8i8i8I4HI4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0"
-local EV_BOARD_FORMAT = "HBi8i8I4i8I4c0I4c0"
-local EV_KEY = {
-  size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
-  contribution_prev = 4, contribution_oldest = 5, rate = 6, recent = 7,
-}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 -- One-letter statuses of saved results (speed/records.py STATUS_CODE).
 local status_letter = {
   accepted = "a", superseded = "s", ["late-review"] = "l", quarantined = "q",

@@ -16,14 +16,8 @@
 -- base row's bit goes up, the Fenwick tree loses it. Restore makes it a changed
 -- player at its current total: chz gets enc(total), the bit stays, Fenwick gains it.
 -- Returns {"ok", boards touched} | {"noop", ""} | {"retry", "base moved"}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {flags = 1, base = 2, flags_version = 3}
-local KEY_GROUP = {start = 4, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
-local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
-local ARG_GROUP = {
-  start = 5, size = 5, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
-  base_version = 4,
-}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local player = ARGV[ARG.player]
 local action = ARGV[ARG.action]
 local expected = tonumber(ARGV[ARG.expected_generation])

@@ -23,13 +23,8 @@
 -- generation). The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
 -- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, log = 2, landed = 3, flags = 4}
-local KEY_GROUP = {
-  start = 5, size = 7, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
-}
-local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4, drop_json = 5}
-local ARG_REST = 6
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local gen = tonumber(ARGV[ARG.generation])
 local bpos = tonumber(ARGV[ARG.boundary])
 local n = tonumber(ARGV[ARG.n_boards])
