@@ -38,10 +38,7 @@
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
 --   best-of zset matchId -> points (EV_BOARD.best: a KEYS index; 0 elsewhere).
--- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
--- order: score descending, then player id ascending (memcmp order of UTF-8). On
--- first_achieved boards members are enc(s) .. tenc(achievedMs) .. playerId, tenc(t)
--- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
+-- enc(s), tenc(t): the member encoding of lib/members.lua (display order in bytes).
 --
 -- ARGV: the chunk's constants (ARG; mode is "apply", or "release": apply quarantined
 -- events as of their acceptance, nowMs = their receivedAtMs; base_generation: the
@@ -89,7 +86,6 @@ if base_generation ~= ARGV[ARG.base_generation] then
   return {"rebased", base_generation}
 end
 local HOUR_MS = 3600000
-local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
 -- The board table. Per board, the chunk's view of the players it references:
 -- cur[p] = {total, version, achieved} (false: not on the board), first[p] = the
@@ -183,175 +179,18 @@ local key_rate_at = #KEYS - n_events
 
 --#include token_bucket
 
--- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
-local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
--- Written numbers of this chunk: an event's boards mostly repeat its points and
--- their totals, so most numbers are written more than once.
-local base36_memo = {}
-local function base36(n)
-  if n >= 0 and n < 36 then
-    return string.sub(DIGITS, n + 1, n + 1)
-  end
-  local known = base36_memo[n]
-  if known then
-    return known
-  end
-  local given = n
-  local sign = ""
-  if n < 0 then
-    sign, n = "-", -n
-  end
-  -- Prepending to a string: cheaper in Lua than a table, concat and reverse.
-  local out = ""
-  while n > 0 do
-    local d = n % 36
-    out = string.sub(DIGITS, d + 1, d + 1) .. out
-    n = (n - d) / 36
-  end
-  out = sign .. out
-  base36_memo[given] = out
-  return out
-end
+--#include records
 
-local function from_base36(text)
-  if string.sub(text, 1, 1) == "-" then
-    return -tonumber(string.sub(text, 2), 36)
-  end
-  return tonumber(text, 36)
-end
+--#include members
 
--- Contribution records (speed/records.py, the format's home):
---   <day>|<week>|<region>|<entry>;<entry>...
--- entries r=<revision>, u=<rule>, q=<held eventId>, Q=<revision before the held
--- one>, <board>=<points>, ^<board>=<rule of that board>; numbers in base 36; a
--- board alone has the points of the board before it; board names short relative
--- to the record's own day, ISO week and region (as in saved results).
-local function expand(name, ctx)
-  if string.find(name, ":", 1, true) then
-    return name
-  end
-  local letter, middle, code = string.sub(name, 1, 1), string.sub(name, 2, -2),
-    string.sub(name, -1)
-  local scope = ctx.region
-  if code == "g" then
-    scope = "global"
-  end
-  if letter == "s" then
-    return "season:" .. middle .. ":" .. scope
-  elseif letter == "d" then
-    return "daily:" .. ctx.day .. ":" .. scope
-  elseif letter == "w" then
-    return "weekly:" .. ctx.week .. ":" .. scope
-  elseif letter == "m" then
-    return "monthly:" .. string.sub(ctx.day, 1, 7) .. ":" .. scope
-  end
-  return "alltime:all:" .. scope
-end
-
-local function record_board(rec, board)
-  if not rec.seen[board] then
-    rec.seen[board] = true
-    rec.order[#rec.order + 1] = board
-  end
-end
-
--- The record's fields: r, u, q, qr; b[board] = points, ub[board] = rule; order: its
--- boards in the order written. raw false: no record.
-local function decode_record(raw)
-  local rec = {b = {}, ub = {}, order = {}, seen = {}}
-  if not raw then
-    return rec
-  end
-  local p1 = string.find(raw, "|", 1, true)
-  local p2 = string.find(raw, "|", p1 + 1, true)
-  local p3 = string.find(raw, "|", p2 + 1, true)
-  local ctx = {
-    day = string.sub(raw, 1, p1 - 1), week = string.sub(raw, p1 + 1, p2 - 1),
-    region = string.sub(raw, p2 + 1, p3 - 1),
-  }
-  local points = nil
-  for part in string.gmatch(string.sub(raw, p3 + 1), "[^;]+") do
-    local eq = string.find(part, "=", 1, true)
-    local name, value = part, nil
-    if eq then
-      name, value = string.sub(part, 1, eq - 1), string.sub(part, eq + 1)
-    end
-    if name == "r" then
-      rec.r = from_base36(value)
-    elseif name == "Q" then
-      rec.qr = from_base36(value)
-    elseif name == "u" then
-      rec.u = value
-    elseif name == "q" then
-      rec.q = value
-    elseif string.sub(name, 1, 1) == "^" then
-      local board = expand(string.sub(name, 2), ctx)
-      record_board(rec, board)
-      rec.ub[board] = value
-    else
-      if value then
-        points = from_base36(value)
-      end
-      local board = expand(name, ctx)
-      record_board(rec, board)
-      rec.b[board] = points
-    end
-  end
-  return rec
-end
-
--- ctx: "<day>|<week>|<region>" of the event writing it; short_of[board] = the
--- board's name relative to that context (a full id where none is shorter). Boards
--- go in the order they entered the record (speed/rebuild.py keeps the same order;
--- sorting with a Lua comparator cost Redis CPU for nothing).
-local function encode_record(rec, ctx, short_of)
-  local parts = {"r=" .. base36(rec.r)}
-  if rec.u then
-    parts[#parts + 1] = "u=" .. rec.u
-  end
-  if rec.q then
-    parts[#parts + 1] = "q=" .. rec.q
-  end
-  if rec.qr then
-    parts[#parts + 1] = "Q=" .. base36(rec.qr)
-  end
-  local previous = nil
-  for _, board in ipairs(rec.order) do
-    local points = rec.b[board]
-    if points ~= nil then
-      local name = short_of[board] or board
-      local text = base36(points)
-      if text == previous then
-        parts[#parts + 1] = name
-      else
-        parts[#parts + 1] = name .. "=" .. text
-      end
-      previous = text
-    end
-  end
-  for _, board in ipairs(rec.order) do
-    if rec.ub[board] then
-      parts[#parts + 1] = "^" .. (short_of[board] or board) .. "=" .. rec.ub[board]
-    end
-  end
-  return ctx .. "|" .. table.concat(parts, ";")
-end
-
-local function enc(score)
-  return struct.pack(">I8", SCORE_OFFSET - score)
-end
-
+-- A player's member on board b. The board decides whether the member carries the
+-- time, not the value (unlike member_of, on purpose: a first_achieved total always
+-- has one here, and a stray one on another board must not enter the member).
 local function member(b, player, score, achieved)
   if b.fa then
-    return enc(score) .. struct.pack(">I8", SCORE_OFFSET + achieved) .. player
+    return enc(score) .. tenc(achieved) .. player
   end
   return enc(score) .. player
-end
-
--- Bucket members are "<index>/<bucket count>".
-local function parse_bucket(m)
-  local slash = string.find(m, "/", 1, true)
-  return tonumber(string.sub(m, 1, slash - 1)), tonumber(string.sub(m, slash + 1))
 end
 
 -- Read once per chunk: shadow flags of its players; per board the totals of the
@@ -370,15 +209,7 @@ for _, b in ipairs(boards) do
     for i, p in ipairs(b.wanted_list) do
       local cur = raw[i]
       if cur then
-        local sep = string.find(cur, "|", 1, true)
-        local sep2 = string.find(cur, "|", sep + 1, true)
-        local entry
-        if sep2 then
-          entry = {tonumber(string.sub(cur, 1, sep - 1)),
-            tonumber(string.sub(cur, sep + 1, sep2 - 1)), tonumber(string.sub(cur, sep2 + 1))}
-        else
-          entry = {tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))}
-        end
+        local entry = {parse_total(cur, "|")}
         b.cur[p] = entry
         if not shadowed[p] and not b.late then
           local m = member(b, p, entry[1], entry[3])
@@ -389,15 +220,7 @@ for _, b in ipairs(boards) do
       elseif b.base[p] ~= "" then
         -- No state in Redis: unchanged since the base generation (the check above
         -- makes the caller's base that one), which holds its total and version.
-        local base = b.base[p]
-        local sep = string.find(base, ",", 1, true)
-        local sep2 = string.find(base, ",", sep + 1, true)
-        if sep2 then
-          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)),
-            tonumber(string.sub(base, sep + 1, sep2 - 1)), tonumber(string.sub(base, sep2 + 1))}
-        else
-          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)), tonumber(string.sub(base, sep + 1))}
-        end
+        b.cur[p] = {parse_total(b.base[p], ",")}
         b.in_chz[p] = false
       else
         b.cur[p] = false
@@ -922,18 +745,9 @@ for _, b in ipairs(boards) do
     -- grows exactly as one update per event would have grown it.
     local nodes = {}
     for i, d in pairs(b.delta) do
-      while i <= b.size do
-        nodes[i] = (nodes[i] or 0) + d
-        i = i + bit.band(i, -i)
-      end
+      fenwick_add(nodes, i, b.size, d)
     end
-    local ops = {}
-    for i, d in pairs(nodes) do
-      ops[#ops + 1] = "INCRBY"
-      ops[#ops + 1] = "i32"
-      ops[#ops + 1] = "#" .. (i - 1)
-      ops[#ops + 1] = d
-    end
+    local ops = fenwick_ops(nodes)
     if #ops == 0 then
       -- The board has a tree, as for any player on it (an INCRBY of 0 creates it).
       ops = {"INCRBY", "i32", "#0", 0}
