@@ -33,7 +33,7 @@
 --   before (moved to the current one whenever touched), holding the record's fields
 --   r=<revision>, b:<board>=<points>, u=<rule version the points were scored under>,
 --   u:<board>=<its rule version> for a board whose rule is not u (q, qr while a
---   revision is held), encoded by encode_record below (speed/records.py);
+--   revision is held), encoded by encode_record (lib/records.lua, speed/records.py);
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -362,29 +362,30 @@ local function next_position()
   return position_last
 end
 
-local function process(ev)
-  local player = ev.player
-  local event_id = ev.event_id
-  local match_id = ev.match_id
-  local revision = ev.revision
-  local occurred_ms = ev.occurred_ms
-  local dedupe_key = KEYS[ev.key_at + EV_KEY.dedupe]
-  local dedupe_older = {
-    KEYS[ev.key_at + EV_KEY.dedupe_prev], KEYS[ev.key_at + EV_KEY.dedupe_oldest],
-  }
-  local contribution_key = KEYS[ev.key_at + EV_KEY.contribution]
-  local contribution_older = {
-    KEYS[ev.key_at + EV_KEY.contribution_prev], KEYS[ev.key_at + EV_KEY.contribution_oldest],
-  }
-  local rate_key = KEYS[ev.key_at + EV_KEY.rate]
-  local recent_key = KEYS[ev.key_at + EV_KEY.recent]
-  -- Per game: "<len(identity)>:<identity><eventId>" (speed/partitions.py).
-  local held_field = ev.held_field
+-- The steps of one event, in order (process below). Each returns kind, payload when
+-- the event ends there, nil to go on; what a step learns it leaves on ev.
 
-  -- (a) dedupe: same identity and content returns the saved result unchanged. The
-  -- record is in the newest slice's bucket that has it (it is written once).
+-- The event's own keys (EV_KEY, from its key_at), named once.
+local function event_keys(ev)
+  local at = ev.key_at
+  ev.dedupe_key = KEYS[at + EV_KEY.dedupe]
+  ev.dedupe_older = {KEYS[at + EV_KEY.dedupe_prev], KEYS[at + EV_KEY.dedupe_oldest]}
+  ev.contribution_key = KEYS[at + EV_KEY.contribution]
+  ev.contribution_older = {
+    KEYS[at + EV_KEY.contribution_prev], KEYS[at + EV_KEY.contribution_oldest],
+  }
+  ev.rate_key = KEYS[at + EV_KEY.rate]
+  ev.recent_key = KEYS[at + EV_KEY.recent]
+end
+
+-- (a) dedupe. Guarantees: an identity seen before changes nothing and answers its
+-- saved result ("duplicate", same content) or "conflict" (other content); a release
+-- goes on only for an event still held ("noop" otherwise).
+local function dedupe(ev)
+  local dedupe_key = ev.dedupe_key
+  -- The record is in the newest slice's bucket that has it (it is written once).
   local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)
-  for _, older in ipairs(dedupe_older) do
+  for _, older in ipairs(ev.dedupe_older) do
     if saved then
       break
     end
@@ -392,7 +393,7 @@ local function process(ev)
   end
   if mode == "release" then
     -- Only a held event is released, and only once.
-    if redis.call("HEXISTS", KEYS[KEY.quarantine], held_field) == 0 then
+    if redis.call("HEXISTS", KEYS[KEY.quarantine], ev.held_field) == 0 then
       return "noop", "not held in quarantine"
     end
   elseif saved then
@@ -403,17 +404,23 @@ local function process(ev)
     end
     return "conflict", ""
   end
+end
 
+-- (b) the stored contribution of (player, match). Guarantees: ev.rec is the record
+-- (empty when none), ev.stored_rev the revision a correction is compared with,
+-- ev.is_new_match whether the match was never seen; nothing written, except that a
+-- release of an event a later revision replaced ends it ("superseded"), and a
+-- correction leaving a board the call does not name ends it untouched ("retry").
+local function stored_contribution(ev)
   local given = {}
   for _, ref in ipairs(ev.refs) do
     given[ref.b.id] = true
   end
-
-  -- (b) contribution: a revision not above the stored one changes nothing. The
-  -- record is in the newest slice's bucket that has it.
+  local contribution_key = ev.contribution_key
+  -- The record is in the newest slice's bucket that has it.
   local raw = redis.call("HGET", contribution_key, ev.contribution_field)
   local found_in = contribution_key
-  for _, older in ipairs(contribution_older) do
+  for _, older in ipairs(ev.contribution_older) do
     if raw then
       break
     end
@@ -421,8 +428,9 @@ local function process(ev)
     found_in = older
   end
   local rec = decode_record(raw)
+  ev.raw, ev.found_in, ev.rec = raw, found_in, rec
   local stored_rev = rec.r or 0
-  local held_id = rec.q
+  ev.held_id = rec.q
   local held_before = rec.qr or 0
   local applied = rec.b
   for _, board in ipairs(rec.order) do
@@ -436,17 +444,29 @@ local function process(ev)
   if mode == "release" then
     -- As if accepted then: only while no later revision replaced it; the revision it
     -- is compared with is the one stored before it was held.
-    if held_id ~= event_id or stored_rev ~= revision then
-      redis.call("HDEL", KEYS[KEY.quarantine], held_field)
+    if ev.held_id ~= ev.event_id or stored_rev ~= ev.revision then
+      redis.call("HDEL", KEYS[KEY.quarantine], ev.held_field)
       return "superseded", ""
     end
     stored_rev = held_before
     is_new_match = false
   end
+  ev.stored_rev, ev.is_new_match = stored_rev, is_new_match
+end
 
+-- Admission of a new match. Guarantees: a match the rules' plausibility bounds
+-- reject ("implausible") or a bucket without a token ("rate_limited") changes
+-- nothing and spends no token; an admitted new match spends one of each bucket.
+local function admit(ev)
   -- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
-  -- rejected outright, nothing applied, no token spent.
-  if mode == "apply" and is_new_match and ev.max_per_hour > 0 then
+  -- rejected outright, nothing applied, no token spent. Only a new match (in apply
+  -- mode) is checked, or spends a token.
+  if mode ~= "apply" or not ev.is_new_match then
+    return
+  end
+  local occurred_ms = ev.occurred_ms
+  local recent_key = ev.recent_key
+  if ev.max_per_hour > 0 then
     local recent = redis.call("ZCOUNT", recent_key, "(" .. (occurred_ms - HOUR_MS), occurred_ms)
     if recent >= ev.max_per_hour then
       return "implausible", string.format(
@@ -454,7 +474,7 @@ local function process(ev)
         recent, ev.max_per_hour)
     end
   end
-  if mode == "apply" and is_new_match and ev.min_gap_ms > 0 then
+  if ev.min_gap_ms > 0 then
     local prev = redis.call("ZREVRANGEBYSCORE", recent_key, occurred_ms, "-inf",
       "WITHSCORES", "LIMIT", 0, 1)
     if #prev > 0 and occurred_ms - tonumber(prev[2]) < ev.min_gap_ms then
@@ -471,7 +491,7 @@ local function process(ev)
   -- The buckets are lib/token_bucket.lua's. The signing key's bucket
   -- (LB_KEY_RATE_LIMIT) counts the same matches; a match spends a token of each
   -- bucket only when both have one.
-  if mode == "apply" and is_new_match and (rate_capacity > 0 or key_capacity > 0) then
+  if rate_capacity > 0 or key_capacity > 0 then
     local spend = {}
     local wait = 0
     local function check(key, capacity, refill_ms)
@@ -480,7 +500,7 @@ local function process(ev)
       spend[#spend + 1] = {key, tokens, capacity, refill_ms}
     end
     if rate_capacity > 0 then
-      check(rate_key, rate_capacity, rate_refill_ms)
+      check(ev.rate_key, rate_capacity, rate_refill_ms)
     end
     if key_capacity > 0 then
       check(KEYS[key_rate_at + ev.index], key_capacity, key_refill_ms)
@@ -492,21 +512,16 @@ local function process(ev)
       bucket_spend(s[1], s[2], s[3], s[4], now_ms)
     end
   end
+end
 
-  local position = next_position()
-
-  local status
-  local items = {}
-  -- The board of each item as the saved result writes it (speed/records.py).
-  local saved_as = {}
-  local any_applied = false
-  local any_late = false
-
-  -- Quarantine: a contribution above its board's threshold (the historical p99.99 of
-  -- the event's cohort, published with the generation) holds the whole event:
-  -- recorded and durable, applied to nothing until an admin releases it.
+-- Quarantine. Guarantees: true exactly when a new revision (apply mode) has a
+-- contribution above its board's threshold (the historical p99.99 of the event's
+-- cohort, published with the generation) on a board not past its cutoff; such an
+-- event is held whole: recorded and durable, applied to nothing until released.
+local function holds(ev)
+  local stored_rev = ev.stored_rev
   local held = false
-  if mode == "apply" and not (stored_rev > 0 and revision <= stored_rev) then
+  if mode == "apply" and not (stored_rev > 0 and ev.revision <= stored_rev) then
     for _, ref in ipairs(ev.refs) do
       local b = ref.b
       local late = b.cutoff > 0 and now_ms > b.cutoff
@@ -515,19 +530,121 @@ local function process(ev)
       end
     end
   end
+  return held
+end
 
+-- (c) the per-board apply of an admitted revision. Guarantees: on every board the
+-- event feeds (or the revision before fed), not past its cutoff, the total moves by
+-- new - stored contribution (or to the best left, on "max" boards) and its version
+-- by one, in this chunk's board tables (written at the chunk's end); ev.rec holds
+-- the new contributions; items/saved_as get one entry per such board and per late
+-- one; the event's status is returned.
+local function apply_boards(ev, items, saved_as)
+  local player = ev.player
+  local match_id = ev.match_id
+  local rec = ev.rec
+  local applied = rec.b
+  local any_applied = false
+  local any_late = false
+  -- delta = new - stored contribution, on every board the event feeds; a board the
+  -- previous revision fed and this one does not gets its contribution removed. The
+  -- contribution record (rec) is written once, at the end of the event.
+  for _, ref in ipairs(ev.refs) do
+    local b = ref.b
+    local late = b.cutoff > 0 and now_ms > b.cutoff
+    local old = applied[b.id]
+    local cur = b.cur[player]
+    local total, version, achieved = nil, 0, nil
+    if cur then
+      total, version, achieved = cur[1], cur[2], cur[3]
+    end
+    if late and (ref.feeds or old ~= nil) then
+      -- (d) past a season's end + allowedLateness: recorded, not applied.
+      any_late = true
+      items[#items + 1] = {
+        board = b.id, total = b.sign * (total or 0), version = version,
+        status = "late-review",
+      }
+      saved_as[#items] = ref.saved_as
+    elseif ref.feeds or old ~= nil then
+      local new = 0
+      if ref.feeds then
+        new = ref.points
+      end
+      local old_total = total
+      if b.agg == "max" then
+        if ref.feeds then
+          redis.call("ZADD", ref.best, b.sign * new, match_id)
+        else
+          redis.call("ZREM", ref.best, match_id)
+        end
+        redis.call("EXPIRE", ref.best, retention)
+        total = best_of(ref.best)
+      else
+        total = (total or 0) + b.sign * (new - (old or 0))
+      end
+      version = version + 1
+      -- first_achieved: when the service accepted the event (receivedAt, the log's
+      -- receivedAtMs; a release's is its past acceptance), never its occurredAt.
+      write_total(b, player, old_total, achieved, total, version, now_ms)
+      record_board(rec, b.id)
+      rec.b[b.id] = new
+      -- The rule version the contribution was scored under: the record's "u"
+      -- unless the board's differs.
+      if b.rule ~= default_rule then
+        rec.ub[b.id] = b.rule
+      end
+      any_applied = true
+      items[#items + 1] = {board = b.id, total = b.sign * total, version = version}
+      saved_as[#items] = ref.saved_as
+    end
+  end
+  rec.u = default_rule
+  rec.r = ev.revision
+  if ev.held_id then
+    -- This revision replaces a held one: releasing that one later changes nothing.
+    rec.q, rec.qr = nil, nil
+  end
+  if ev.is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
+    -- A day of history is enough for both bounds; older matches drop out.
+    local recent_key = ev.recent_key
+    redis.call("ZADD", recent_key, ev.occurred_ms, match_id)
+    redis.call("ZREMRANGEBYSCORE", recent_key, "-inf", "(" .. (ev.occurred_ms - 24 * HOUR_MS))
+    redis.call("EXPIRE", recent_key, 2 * 24 * 3600)
+  end
+  local status
+  if any_applied then
+    status = "accepted"
+  elseif any_late then
+    status = "late-review"
+  else
+    status = "accepted"
+  end
+  -- A board whose outcome equals the event's carries no status of its own.
+  for _, item in ipairs(items) do
+    if item.status == status then
+      item.status = nil
+    end
+  end
+  return status
+end
+
+-- The event's outcome on its boards. Guarantees: a held event touches no board and
+-- takes the match's revision (its contributions stay the revision before's, kept
+-- for the release); a revision not above the stored one touches no board and reports
+-- the current totals ("superseded"); any other is applied (apply_boards).
+local function outcome(ev, held, items, saved_as)
+  local rec = ev.rec
+  local stored_rev = ev.stored_rev
   if held then
     -- No board items: nothing was applied to any board (the log, the rebase and the
-    -- rebuild then see no board touched by this record).
-    status = "quarantined"
-    -- The match's revision is taken (a resend is superseded); its contributions stay
-    -- those of the revision before, remembered for the release.
-    rec.r, rec.q, rec.qr = revision, event_id, stored_rev
-  elseif stored_rev > 0 and revision <= stored_rev then
+    -- rebuild then see no board touched by this record). A resend is superseded.
+    rec.r, rec.q, rec.qr = ev.revision, ev.event_id, stored_rev
+    return "quarantined"
+  elseif stored_rev > 0 and ev.revision <= stored_rev then
     -- Superseded: report the current totals of the boards this event would feed.
-    status = "superseded"
     for _, ref in ipairs(ev.refs) do
-      local cur = ref.b.cur[player]
+      local cur = ref.b.cur[ev.player]
       if ref.feeds and cur then
         items[#items + 1] = {
           board = ref.b.id, total = ref.b.sign * cur[1], version = cur[2],
@@ -535,86 +652,17 @@ local function process(ev)
         saved_as[#items] = ref.saved_as
       end
     end
-  else
-    -- (c) delta = new - stored contribution, on every board the event feeds; a board
-    -- the previous revision fed and this one does not gets its contribution removed.
-    -- The contribution record (rec) is written once, at the end of the event.
-    for _, ref in ipairs(ev.refs) do
-      local b = ref.b
-      local late = b.cutoff > 0 and now_ms > b.cutoff
-      local old = applied[b.id]
-      local cur = b.cur[player]
-      local total, version, achieved = nil, 0, nil
-      if cur then
-        total, version, achieved = cur[1], cur[2], cur[3]
-      end
-      if late and (ref.feeds or old ~= nil) then
-        -- (d) past a season's end + allowedLateness: recorded, not applied.
-        any_late = true
-        items[#items + 1] = {
-          board = b.id, total = b.sign * (total or 0), version = version,
-          status = "late-review",
-        }
-        saved_as[#items] = ref.saved_as
-      elseif ref.feeds or old ~= nil then
-        local new = 0
-        if ref.feeds then
-          new = ref.points
-        end
-        local old_total = total
-        if b.agg == "max" then
-          if ref.feeds then
-            redis.call("ZADD", ref.best, b.sign * new, match_id)
-          else
-            redis.call("ZREM", ref.best, match_id)
-          end
-          redis.call("EXPIRE", ref.best, retention)
-          total = best_of(ref.best)
-        else
-          total = (total or 0) + b.sign * (new - (old or 0))
-        end
-        version = version + 1
-        -- first_achieved: when the service accepted the event (receivedAt, the log's
-        -- receivedAtMs; a release's is its past acceptance), never its occurredAt.
-        write_total(b, player, old_total, achieved, total, version, now_ms)
-        record_board(rec, b.id)
-        rec.b[b.id] = new
-        -- The rule version the contribution was scored under: the record's "u"
-        -- unless the board's differs.
-        if b.rule ~= default_rule then
-          rec.ub[b.id] = b.rule
-        end
-        any_applied = true
-        items[#items + 1] = {board = b.id, total = b.sign * total, version = version}
-        saved_as[#items] = ref.saved_as
-      end
-    end
-    rec.u = default_rule
-    rec.r = revision
-    if held_id then
-      -- This revision replaces a held one: releasing that one later changes nothing.
-      rec.q, rec.qr = nil, nil
-    end
-    if is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
-      -- A day of history is enough for both bounds; older matches drop out.
-      redis.call("ZADD", recent_key, occurred_ms, match_id)
-      redis.call("ZREMRANGEBYSCORE", recent_key, "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
-      redis.call("EXPIRE", recent_key, 2 * 24 * 3600)
-    end
-    if any_applied then
-      status = "accepted"
-    elseif any_late then
-      status = "late-review"
-    else
-      status = "accepted"
-    end
-    -- A board whose outcome equals the event's carries no status of its own.
-    for _, item in ipairs(items) do
-      if item.status == status then
-        item.status = nil
-      end
-    end
+    return "superseded"
   end
+  return apply_boards(ev, items, saved_as)
+end
+
+-- The contribution record's write. Guarantees: a record the event gave a revision
+-- is written once, in the current slice's bucket (and leaves the older bucket it
+-- was found in), with that bucket's expiry.
+local function save_contribution(ev)
+  local rec = ev.rec
+  local contribution_key = ev.contribution_key
   -- Touched: the record lives on from now, in the current slice's bucket.
   if rec.r then
     local short_of = {}
@@ -624,18 +672,22 @@ local function process(ev)
     redis.call("HSET", contribution_key, ev.contribution_field,
       encode_record(rec, ev.context, short_of))
     expire_bucket(contribution_key)
-    if found_in ~= contribution_key and raw then
-      redis.call("HDEL", found_in, ev.contribution_field)
+    if ev.found_in ~= contribution_key and ev.raw then
+      redis.call("HDEL", ev.found_in, ev.contribution_field)
     end
   end
+end
 
+-- (e) the log append. Guarantees: the event's record, carrying everything the batch
+-- layer needs on its own, is the partition's entry "<position>-0"; a held event's
+-- record is also in the quarantine hash, a released one's leaves it.
+local function append_log(ev, status, items, position, held)
   local result = cjson.encode({
-    eventId = event_id, playerId = player, status = status, boards = items,
+    eventId = ev.event_id, playerId = ev.player, status = status, boards = items,
     partition = partition, position = position,
   })
-
-  -- (e) the log record carries everything the batch layer needs on its own. A release
-  -- is logged as "released" (the batch layer applies the held record, at its position).
+  -- A release is logged as "released" (the batch layer applies the held record, at
+  -- its position).
   local logged = status
   if mode == "release" then
     logged = "released"
@@ -645,11 +697,17 @@ local function process(ev)
     partition, position, now_ms, logged, ev.event_json, result)
   redis.call("XADD", KEYS[KEY.log], string.format("%d-0", position), "r", record)
   if held then
-    redis.call("HSET", KEYS[KEY.quarantine], held_field, record)
+    redis.call("HSET", KEYS[KEY.quarantine], ev.held_field, record)
   elseif mode == "release" then
-    redis.call("HDEL", KEYS[KEY.quarantine], held_field)
+    redis.call("HDEL", KEYS[KEY.quarantine], ev.held_field)
   end
+end
 
+-- (f) the result. Guarantees: the dedupe record (fingerprint, then the result) is
+-- saved once for redeliveries, with its bucket's expiry, and the reply is "ok" with
+-- the same compact result.
+local function save_result(ev, status, items, saved_as, position)
+  local dedupe_key = ev.dedupe_key
   -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
   -- boards the event names again written short, statuses one letter, the
   -- partition left out: speed/records.py). The reply is the same compact form.
@@ -673,6 +731,31 @@ local function process(ev)
   redis.call("HSET", dedupe_key, ev.dedupe_field, ev.fingerprint .. compact)
   expire_bucket(dedupe_key)
   return "ok", compact
+end
+
+-- One event: the steps in order, each ending it early when it answers.
+local function process(ev)
+  event_keys(ev)
+  local kind, payload = dedupe(ev)
+  if kind then
+    return kind, payload
+  end
+  kind, payload = stored_contribution(ev)
+  if kind then
+    return kind, payload
+  end
+  kind, payload = admit(ev)
+  if kind then
+    return kind, payload
+  end
+  local position = next_position()
+  local held = holds(ev)
+  -- The board of each item as the saved result writes it (speed/records.py).
+  local items, saved_as = {}, {}
+  local status = outcome(ev, held, items, saved_as)
+  save_contribution(ev)
+  append_log(ev, status, items, position, held)
+  return save_result(ev, status, items, saved_as, position)
 end
 
 local out = {}
