@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from bench.harness import CLK_TCK, EventFactory, bench_boards, prepared_batches
-from speed.lua import load
+from speed.lua import include
+from speed.scripts import APPLY_EVENT, source
 from speed.server import RedisServer
 
 if TYPE_CHECKING:
@@ -169,6 +170,13 @@ def with_sections(script: str) -> str:
         + 'for k, v in pairs(PROF) do redis.call("INCRBY", "prof:" .. k, v) end'
         + end
     )
+
+
+def _runnable(text: str) -> str:
+    """A --script variant as Redis runs it: a copy of the .lua file gets the
+    generated offset tables and its fragments (a copy of source() is kept as is)."""
+    header = APPLY_EVENT.lua_header()
+    return text if text.startswith(header) else header + include(text)
 
 
 def ablated(script: str, name: str) -> str:
@@ -368,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
     args = p.parse_args(argv)
-    variants = {str(s): s.read_text() for s in args.script or []} or {
-        "apply_event.lua": load("apply_event")
+    variants = {str(s): _runnable(s.read_text()) for s in args.script or []} or {
+        "apply_event.lua": source(APPLY_EVENT)
     }
     base = next(iter(variants.values()))
     for name in args.ablate:

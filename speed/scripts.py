@@ -1,8 +1,9 @@
 """The interface of every Lua script of the speed layer, declared once.
 
 Each script's KEYS and ARGV layout (fixed slots, then an optional group repeated per
-item, then an optional variadic rest) and its reply shape live here. The Lua names
-the same offsets in tables at its top::
+item, then an optional variadic rest) and its reply shape live here, and only here:
+:func:`source` prepends the offset tables the Lua names them by, generated from the
+declaration (:meth:`ScriptInterface.lua_header`)::
 
     local KEY = {flags = 1, base = 2}
     local KEY_GROUP = {start = 3, size = 5, totals = 0, chz = 1, ...}
@@ -10,12 +11,14 @@ the same offsets in tables at its top::
     local ARG_GROUP = {start = 5, size = 3, board = 0, ...}
     local ARG_REST = 1
     local EV = {size = 11, player = 0, ...}   -- a declared record
+    local EV_FORMAT = "i8..."                 -- a packed record's struct format
 
-and ``tests/unit/test_script_interfaces.py`` checks that both agree (and that no
-script indexes KEYS or ARGV with a bare number). Callers build their KEYS and ARGV
-through :meth:`ScriptInterface.keys` and :meth:`ScriptInterface.args`, which order
-named values as declared and refuse a missing or unknown name, and get the script
-itself from :func:`register`, the one place a script is registered with a client.
+so a ``.lua`` file holds no offset of its own. ``tests/unit/test_script_interfaces.py``
+checks that a script names only offsets its interface declares (and indexes KEYS or
+ARGV with no bare number). Callers build their KEYS and ARGV through
+:meth:`ScriptInterface.keys_of` and :meth:`ScriptInterface.args_of`, which order named
+values as declared and refuse a missing or unknown name, and get the script itself
+from :func:`register`, the one place a script is registered with a client.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ PACKED_TYPES: dict[str, tuple[str, str]] = {
     "i64": ("i8", "q"),
     "bytes": ("I4c0", ""),
 }
+
+
+# A declared name becomes a Lua table field (KEY.<name>): none may be a keyword.
+LUA_KEYWORDS = frozenset(
+    "and break do else elseif end false for function if in local nil not or repeat"
+    " return then true until while".split()
+)
 
 
 def _split(field: str) -> tuple[str, str | None]:
@@ -147,6 +157,21 @@ class ScriptInterface:
             names = [_split(f)[0] for f in fields]
             tables[name] = {"size": len(names), **{n: i for i, n in enumerate(names)}}
         return tables
+
+    def lua_header(self) -> str:
+        """The Lua declaring this layout, prepended to the script by :func:`source`."""
+        lines = ["-- Offsets generated from speed/scripts.py " + self.name + "."]
+        for table, entries in self.lua_tables().items():
+            bad = [n for n in entries if not n.isidentifier() or n in LUA_KEYWORDS]
+            if bad:
+                raise ScriptArgumentError(f"{self.name} {table}: not Lua names {bad}")
+            body = ", ".join(f"{n} = {i}" for n, i in entries.items())
+            lines.append(f"local {table} = {{{body}}}")
+        for name, fmt in self.lua_formats().items():
+            lines.append(f'local {name} = "{fmt}"')
+        if self.argv_rest is not None:
+            lines.append(f"local ARG_REST = {len(self.argv) + 1}")
+        return "\n".join(lines) + "\n"
 
     def record(self, name: str) -> tuple[str, ...]:
         return tuple(_split(f)[0] for f in dict(self.records)[name])
@@ -434,9 +459,15 @@ INTERFACES: dict[str, ScriptInterface] = {
 }
 
 
+def source(script: ScriptInterface) -> str:
+    """``speed/lua/<name>.lua`` as Redis runs it: its generated offset tables, then
+    the file with its ``lib/`` fragments included (speed/lua stays data)."""
+    return script.lua_header() + load(script.name)
+
+
 def register(client: Any, script: ScriptInterface) -> Any:
     """``speed/lua/<name>.lua`` registered with ``client`` (sync or asyncio, single
     server or cluster): called with keys and args it runs by EVALSHA, loading the
     script again after a NOSCRIPT. The one registration site of the speed layer
     (tests/unit/test_redis_ownership.py holds it)."""
-    return client.register_script(load(script.name))
+    return client.register_script(source(script))

@@ -2,7 +2,8 @@
 
 A script may include a shared fragment of ``lib/`` with a line
 ``--#include <name>``: :func:`load` puts ``lib/<name>.lua`` in its place (the token
-bucket of every rate limit is one such fragment).
+bucket of every rate limit is one such fragment). The KEYS/ARGV offset tables are
+not here: ``speed.scripts.source`` prepends them, generated from the declared layout.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ def _fragment(name: str) -> str:
     return resources.files(__package__).joinpath("lib", f"{name}.lua").read_text()
 
 
-def load(name: str) -> str:
-    code = resources.files(__package__).joinpath(f"{name}.lua").read_text()
+def include(code: str) -> str:
+    """``code`` with each ``--#include <name>`` line replaced by its fragment."""
     return _INCLUDE.sub(lambda m: _fragment(m.group(1)), code)
+
+
+def load(name: str) -> str:
+    """The file with its fragments included, without the offset tables that
+    speed/scripts.py generates for it (``speed.scripts.source`` is what Redis runs)."""
+    return include(resources.files(__package__).joinpath(f"{name}.lua").read_text())

@@ -33,15 +33,12 @@
 --   before (moved to the current one whenever touched), holding the record's fields
 --   r=<revision>, b:<board>=<points>, u=<rule version the points were scored under>,
 --   u:<board>=<its rule version> for a board whose rule is not u (q, qr while a
---   revision is held), encoded by encode_record below (speed/records.py);
+--   revision is held), encoded by encode_record (lib/records.lua, speed/records.py);
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
 --   best-of zset matchId -> points (EV_BOARD.best: a KEYS index; 0 elsewhere).
--- enc(s) is 8 bytes big-endian of 2^52 - s, so byte order of members is display
--- order: score descending, then player id ascending (memcmp order of UTF-8). On
--- first_achieved boards members are enc(s) .. tenc(achievedMs) .. playerId, tenc(t)
--- being 8 bytes big-endian of 2^52 + t: the earlier achiever first among equal scores.
+-- enc(s), tenc(t): the member encoding of lib/members.lua (display order in bytes).
 --
 -- ARGV: the chunk's constants (ARG; mode is "apply", or "release": apply quarantined
 -- events as of their acceptance, nowMs = their receivedAtMs; base_generation: the
@@ -65,36 +62,8 @@
 --   "implausible", detail | "superseded", "" (release of an event a later revision
 --   replaced) | "noop", why (release of an event not held); or, alone, "rebased",
 --   the partition's base generation when it is not base_generation (nothing ran).
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {log = 1, position = 2, flags = 3, quarantine = 4, base = 5}
-local KEY_GROUP = {start = 6, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
-local ARG = {
-  now_ms = 1, retention = 2, rate_capacity = 3, rate_refill_ms = 4, partition = 5,
-  mode = 6, n_boards = 7, n_events = 8, default_rule = 9, base_generation = 10,
-  record_expire_at = 11,
-}
-local ARG_GROUP = {
-  start = 12, size = 6, board = 0, aggregation = 1, first_achieved = 2, cutoff_ms = 3,
-  rule = 4, sign = 5,
-}
-local EV = {
-  size = 15, revision = 0, occurred_ms = 1, min_gap_ms = 2, max_per_hour = 3,
-  key_at = 4, n_refs = 5, player = 6, event_id = 7, match_id = 8, fingerprint = 9,
-  event_json = 10, dedupe_field = 11, contribution_field = 12, context = 13,
-  held_field = 14,
-}
-local EV_BOARD = {
-  size = 8, board = 0, feeds = 1, points = 2, threshold = 3, best = 4, base_row = 5,
-  saved_as = 6, base = 7,
-}
--- Packed records (struct.unpack, little-endian: "<" is prepended): one string per
--- event holds its EV record, then its n_refs EV_BOARD records.
-local EV_FORMAT = "i8i8i8i8I4HI4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0I4c0"
-local EV_BOARD_FORMAT = "HBi8i8I4i8I4c0I4c0"
-local EV_KEY = {
-  size = 8, dedupe = 0, dedupe_prev = 1, dedupe_oldest = 2, contribution = 3,
-  contribution_prev = 4, contribution_oldest = 5, rate = 6, recent = 7,
-}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 -- One-letter statuses of saved results (speed/records.py STATUS_CODE).
 local status_letter = {
   accepted = "a", superseded = "s", ["late-review"] = "l", quarantined = "q",
@@ -117,7 +86,6 @@ if base_generation ~= ARGV[ARG.base_generation] then
   return {"rebased", base_generation}
 end
 local HOUR_MS = 3600000
-local SCORE_OFFSET = 4503599627370496 -- 2^52: scores stay within +-2^52
 
 -- The board table. Per board, the chunk's view of the players it references:
 -- cur[p] = {total, version, achieved} (false: not on the board), first[p] = the
@@ -211,175 +179,18 @@ local key_rate_at = #KEYS - n_events
 
 --#include token_bucket
 
--- Numbers of saved results in base 36 (speed/records.py base36); exact below 2^53.
-local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
--- Written numbers of this chunk: an event's boards mostly repeat its points and
--- their totals, so most numbers are written more than once.
-local base36_memo = {}
-local function base36(n)
-  if n >= 0 and n < 36 then
-    return string.sub(DIGITS, n + 1, n + 1)
-  end
-  local known = base36_memo[n]
-  if known then
-    return known
-  end
-  local given = n
-  local sign = ""
-  if n < 0 then
-    sign, n = "-", -n
-  end
-  -- Prepending to a string: cheaper in Lua than a table, concat and reverse.
-  local out = ""
-  while n > 0 do
-    local d = n % 36
-    out = string.sub(DIGITS, d + 1, d + 1) .. out
-    n = (n - d) / 36
-  end
-  out = sign .. out
-  base36_memo[given] = out
-  return out
-end
+--#include records
 
-local function from_base36(text)
-  if string.sub(text, 1, 1) == "-" then
-    return -tonumber(string.sub(text, 2), 36)
-  end
-  return tonumber(text, 36)
-end
+--#include members
 
--- Contribution records (speed/records.py, the format's home):
---   <day>|<week>|<region>|<entry>;<entry>...
--- entries r=<revision>, u=<rule>, q=<held eventId>, Q=<revision before the held
--- one>, <board>=<points>, ^<board>=<rule of that board>; numbers in base 36; a
--- board alone has the points of the board before it; board names short relative
--- to the record's own day, ISO week and region (as in saved results).
-local function expand(name, ctx)
-  if string.find(name, ":", 1, true) then
-    return name
-  end
-  local letter, middle, code = string.sub(name, 1, 1), string.sub(name, 2, -2),
-    string.sub(name, -1)
-  local scope = ctx.region
-  if code == "g" then
-    scope = "global"
-  end
-  if letter == "s" then
-    return "season:" .. middle .. ":" .. scope
-  elseif letter == "d" then
-    return "daily:" .. ctx.day .. ":" .. scope
-  elseif letter == "w" then
-    return "weekly:" .. ctx.week .. ":" .. scope
-  elseif letter == "m" then
-    return "monthly:" .. string.sub(ctx.day, 1, 7) .. ":" .. scope
-  end
-  return "alltime:all:" .. scope
-end
-
-local function record_board(rec, board)
-  if not rec.seen[board] then
-    rec.seen[board] = true
-    rec.order[#rec.order + 1] = board
-  end
-end
-
--- The record's fields: r, u, q, qr; b[board] = points, ub[board] = rule; order: its
--- boards in the order written. raw false: no record.
-local function decode_record(raw)
-  local rec = {b = {}, ub = {}, order = {}, seen = {}}
-  if not raw then
-    return rec
-  end
-  local p1 = string.find(raw, "|", 1, true)
-  local p2 = string.find(raw, "|", p1 + 1, true)
-  local p3 = string.find(raw, "|", p2 + 1, true)
-  local ctx = {
-    day = string.sub(raw, 1, p1 - 1), week = string.sub(raw, p1 + 1, p2 - 1),
-    region = string.sub(raw, p2 + 1, p3 - 1),
-  }
-  local points = nil
-  for part in string.gmatch(string.sub(raw, p3 + 1), "[^;]+") do
-    local eq = string.find(part, "=", 1, true)
-    local name, value = part, nil
-    if eq then
-      name, value = string.sub(part, 1, eq - 1), string.sub(part, eq + 1)
-    end
-    if name == "r" then
-      rec.r = from_base36(value)
-    elseif name == "Q" then
-      rec.qr = from_base36(value)
-    elseif name == "u" then
-      rec.u = value
-    elseif name == "q" then
-      rec.q = value
-    elseif string.sub(name, 1, 1) == "^" then
-      local board = expand(string.sub(name, 2), ctx)
-      record_board(rec, board)
-      rec.ub[board] = value
-    else
-      if value then
-        points = from_base36(value)
-      end
-      local board = expand(name, ctx)
-      record_board(rec, board)
-      rec.b[board] = points
-    end
-  end
-  return rec
-end
-
--- ctx: "<day>|<week>|<region>" of the event writing it; short_of[board] = the
--- board's name relative to that context (a full id where none is shorter). Boards
--- go in the order they entered the record (speed/rebuild.py keeps the same order;
--- sorting with a Lua comparator cost Redis CPU for nothing).
-local function encode_record(rec, ctx, short_of)
-  local parts = {"r=" .. base36(rec.r)}
-  if rec.u then
-    parts[#parts + 1] = "u=" .. rec.u
-  end
-  if rec.q then
-    parts[#parts + 1] = "q=" .. rec.q
-  end
-  if rec.qr then
-    parts[#parts + 1] = "Q=" .. base36(rec.qr)
-  end
-  local previous = nil
-  for _, board in ipairs(rec.order) do
-    local points = rec.b[board]
-    if points ~= nil then
-      local name = short_of[board] or board
-      local text = base36(points)
-      if text == previous then
-        parts[#parts + 1] = name
-      else
-        parts[#parts + 1] = name .. "=" .. text
-      end
-      previous = text
-    end
-  end
-  for _, board in ipairs(rec.order) do
-    if rec.ub[board] then
-      parts[#parts + 1] = "^" .. (short_of[board] or board) .. "=" .. rec.ub[board]
-    end
-  end
-  return ctx .. "|" .. table.concat(parts, ";")
-end
-
-local function enc(score)
-  return struct.pack(">I8", SCORE_OFFSET - score)
-end
-
+-- A player's member on board b. The board decides whether the member carries the
+-- time, not the value (unlike member_of, on purpose: a first_achieved total always
+-- has one here, and a stray one on another board must not enter the member).
 local function member(b, player, score, achieved)
   if b.fa then
-    return enc(score) .. struct.pack(">I8", SCORE_OFFSET + achieved) .. player
+    return enc(score) .. tenc(achieved) .. player
   end
   return enc(score) .. player
-end
-
--- Bucket members are "<index>/<bucket count>".
-local function parse_bucket(m)
-  local slash = string.find(m, "/", 1, true)
-  return tonumber(string.sub(m, 1, slash - 1)), tonumber(string.sub(m, slash + 1))
 end
 
 -- Read once per chunk: shadow flags of its players; per board the totals of the
@@ -398,15 +209,7 @@ for _, b in ipairs(boards) do
     for i, p in ipairs(b.wanted_list) do
       local cur = raw[i]
       if cur then
-        local sep = string.find(cur, "|", 1, true)
-        local sep2 = string.find(cur, "|", sep + 1, true)
-        local entry
-        if sep2 then
-          entry = {tonumber(string.sub(cur, 1, sep - 1)),
-            tonumber(string.sub(cur, sep + 1, sep2 - 1)), tonumber(string.sub(cur, sep2 + 1))}
-        else
-          entry = {tonumber(string.sub(cur, 1, sep - 1)), tonumber(string.sub(cur, sep + 1))}
-        end
+        local entry = {parse_total(cur, "|")}
         b.cur[p] = entry
         if not shadowed[p] and not b.late then
           local m = member(b, p, entry[1], entry[3])
@@ -417,15 +220,7 @@ for _, b in ipairs(boards) do
       elseif b.base[p] ~= "" then
         -- No state in Redis: unchanged since the base generation (the check above
         -- makes the caller's base that one), which holds its total and version.
-        local base = b.base[p]
-        local sep = string.find(base, ",", 1, true)
-        local sep2 = string.find(base, ",", sep + 1, true)
-        if sep2 then
-          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)),
-            tonumber(string.sub(base, sep + 1, sep2 - 1)), tonumber(string.sub(base, sep2 + 1))}
-        else
-          b.cur[p] = {tonumber(string.sub(base, 1, sep - 1)), tonumber(string.sub(base, sep + 1))}
-        end
+        b.cur[p] = {parse_total(b.base[p], ",")}
         b.in_chz[p] = false
       else
         b.cur[p] = false
@@ -567,29 +362,30 @@ local function next_position()
   return position_last
 end
 
-local function process(ev)
-  local player = ev.player
-  local event_id = ev.event_id
-  local match_id = ev.match_id
-  local revision = ev.revision
-  local occurred_ms = ev.occurred_ms
-  local dedupe_key = KEYS[ev.key_at + EV_KEY.dedupe]
-  local dedupe_older = {
-    KEYS[ev.key_at + EV_KEY.dedupe_prev], KEYS[ev.key_at + EV_KEY.dedupe_oldest],
-  }
-  local contribution_key = KEYS[ev.key_at + EV_KEY.contribution]
-  local contribution_older = {
-    KEYS[ev.key_at + EV_KEY.contribution_prev], KEYS[ev.key_at + EV_KEY.contribution_oldest],
-  }
-  local rate_key = KEYS[ev.key_at + EV_KEY.rate]
-  local recent_key = KEYS[ev.key_at + EV_KEY.recent]
-  -- Per game: "<len(identity)>:<identity><eventId>" (speed/partitions.py).
-  local held_field = ev.held_field
+-- The steps of one event, in order (process below). Each returns kind, payload when
+-- the event ends there, nil to go on; what a step learns it leaves on ev.
 
-  -- (a) dedupe: same identity and content returns the saved result unchanged. The
-  -- record is in the newest slice's bucket that has it (it is written once).
+-- The event's own keys (EV_KEY, from its key_at), named once.
+local function event_keys(ev)
+  local at = ev.key_at
+  ev.dedupe_key = KEYS[at + EV_KEY.dedupe]
+  ev.dedupe_older = {KEYS[at + EV_KEY.dedupe_prev], KEYS[at + EV_KEY.dedupe_oldest]}
+  ev.contribution_key = KEYS[at + EV_KEY.contribution]
+  ev.contribution_older = {
+    KEYS[at + EV_KEY.contribution_prev], KEYS[at + EV_KEY.contribution_oldest],
+  }
+  ev.rate_key = KEYS[at + EV_KEY.rate]
+  ev.recent_key = KEYS[at + EV_KEY.recent]
+end
+
+-- (a) dedupe. Guarantees: an identity seen before changes nothing and answers its
+-- saved result ("duplicate", same content) or "conflict" (other content); a release
+-- goes on only for an event still held ("noop" otherwise).
+local function dedupe(ev)
+  local dedupe_key = ev.dedupe_key
+  -- The record is in the newest slice's bucket that has it (it is written once).
   local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)
-  for _, older in ipairs(dedupe_older) do
+  for _, older in ipairs(ev.dedupe_older) do
     if saved then
       break
     end
@@ -597,7 +393,7 @@ local function process(ev)
   end
   if mode == "release" then
     -- Only a held event is released, and only once.
-    if redis.call("HEXISTS", KEYS[KEY.quarantine], held_field) == 0 then
+    if redis.call("HEXISTS", KEYS[KEY.quarantine], ev.held_field) == 0 then
       return "noop", "not held in quarantine"
     end
   elseif saved then
@@ -608,17 +404,23 @@ local function process(ev)
     end
     return "conflict", ""
   end
+end
 
+-- (b) the stored contribution of (player, match). Guarantees: ev.rec is the record
+-- (empty when none), ev.stored_rev the revision a correction is compared with,
+-- ev.is_new_match whether the match was never seen; nothing written, except that a
+-- release of an event a later revision replaced ends it ("superseded"), and a
+-- correction leaving a board the call does not name ends it untouched ("retry").
+local function stored_contribution(ev)
   local given = {}
   for _, ref in ipairs(ev.refs) do
     given[ref.b.id] = true
   end
-
-  -- (b) contribution: a revision not above the stored one changes nothing. The
-  -- record is in the newest slice's bucket that has it.
+  local contribution_key = ev.contribution_key
+  -- The record is in the newest slice's bucket that has it.
   local raw = redis.call("HGET", contribution_key, ev.contribution_field)
   local found_in = contribution_key
-  for _, older in ipairs(contribution_older) do
+  for _, older in ipairs(ev.contribution_older) do
     if raw then
       break
     end
@@ -626,8 +428,9 @@ local function process(ev)
     found_in = older
   end
   local rec = decode_record(raw)
+  ev.raw, ev.found_in, ev.rec = raw, found_in, rec
   local stored_rev = rec.r or 0
-  local held_id = rec.q
+  ev.held_id = rec.q
   local held_before = rec.qr or 0
   local applied = rec.b
   for _, board in ipairs(rec.order) do
@@ -641,17 +444,29 @@ local function process(ev)
   if mode == "release" then
     -- As if accepted then: only while no later revision replaced it; the revision it
     -- is compared with is the one stored before it was held.
-    if held_id ~= event_id or stored_rev ~= revision then
-      redis.call("HDEL", KEYS[KEY.quarantine], held_field)
+    if ev.held_id ~= ev.event_id or stored_rev ~= ev.revision then
+      redis.call("HDEL", KEYS[KEY.quarantine], ev.held_field)
       return "superseded", ""
     end
     stored_rev = held_before
     is_new_match = false
   end
+  ev.stored_rev, ev.is_new_match = stored_rev, is_new_match
+end
 
+-- Admission of a new match. Guarantees: a match the rules' plausibility bounds
+-- reject ("implausible") or a bucket without a token ("rate_limited") changes
+-- nothing and spends no token; an admitted new match spends one of each bucket.
+local function admit(ev)
   -- Plausibility bounds of the rules (conf/rules.py) that need the player's history:
-  -- rejected outright, nothing applied, no token spent.
-  if mode == "apply" and is_new_match and ev.max_per_hour > 0 then
+  -- rejected outright, nothing applied, no token spent. Only a new match (in apply
+  -- mode) is checked, or spends a token.
+  if mode ~= "apply" or not ev.is_new_match then
+    return
+  end
+  local occurred_ms = ev.occurred_ms
+  local recent_key = ev.recent_key
+  if ev.max_per_hour > 0 then
     local recent = redis.call("ZCOUNT", recent_key, "(" .. (occurred_ms - HOUR_MS), occurred_ms)
     if recent >= ev.max_per_hour then
       return "implausible", string.format(
@@ -659,7 +474,7 @@ local function process(ev)
         recent, ev.max_per_hour)
     end
   end
-  if mode == "apply" and is_new_match and ev.min_gap_ms > 0 then
+  if ev.min_gap_ms > 0 then
     local prev = redis.call("ZREVRANGEBYSCORE", recent_key, occurred_ms, "-inf",
       "WITHSCORES", "LIMIT", 0, 1)
     if #prev > 0 and occurred_ms - tonumber(prev[2]) < ev.min_gap_ms then
@@ -676,7 +491,7 @@ local function process(ev)
   -- The buckets are lib/token_bucket.lua's. The signing key's bucket
   -- (LB_KEY_RATE_LIMIT) counts the same matches; a match spends a token of each
   -- bucket only when both have one.
-  if mode == "apply" and is_new_match and (rate_capacity > 0 or key_capacity > 0) then
+  if rate_capacity > 0 or key_capacity > 0 then
     local spend = {}
     local wait = 0
     local function check(key, capacity, refill_ms)
@@ -685,7 +500,7 @@ local function process(ev)
       spend[#spend + 1] = {key, tokens, capacity, refill_ms}
     end
     if rate_capacity > 0 then
-      check(rate_key, rate_capacity, rate_refill_ms)
+      check(ev.rate_key, rate_capacity, rate_refill_ms)
     end
     if key_capacity > 0 then
       check(KEYS[key_rate_at + ev.index], key_capacity, key_refill_ms)
@@ -697,21 +512,16 @@ local function process(ev)
       bucket_spend(s[1], s[2], s[3], s[4], now_ms)
     end
   end
+end
 
-  local position = next_position()
-
-  local status
-  local items = {}
-  -- The board of each item as the saved result writes it (speed/records.py).
-  local saved_as = {}
-  local any_applied = false
-  local any_late = false
-
-  -- Quarantine: a contribution above its board's threshold (the historical p99.99 of
-  -- the event's cohort, published with the generation) holds the whole event:
-  -- recorded and durable, applied to nothing until an admin releases it.
+-- Quarantine. Guarantees: true exactly when a new revision (apply mode) has a
+-- contribution above its board's threshold (the historical p99.99 of the event's
+-- cohort, published with the generation) on a board not past its cutoff; such an
+-- event is held whole: recorded and durable, applied to nothing until released.
+local function holds(ev)
+  local stored_rev = ev.stored_rev
   local held = false
-  if mode == "apply" and not (stored_rev > 0 and revision <= stored_rev) then
+  if mode == "apply" and not (stored_rev > 0 and ev.revision <= stored_rev) then
     for _, ref in ipairs(ev.refs) do
       local b = ref.b
       local late = b.cutoff > 0 and now_ms > b.cutoff
@@ -720,19 +530,121 @@ local function process(ev)
       end
     end
   end
+  return held
+end
 
+-- (c) the per-board apply of an admitted revision. Guarantees: on every board the
+-- event feeds (or the revision before fed), not past its cutoff, the total moves by
+-- new - stored contribution (or to the best left, on "max" boards) and its version
+-- by one, in this chunk's board tables (written at the chunk's end); ev.rec holds
+-- the new contributions; items/saved_as get one entry per such board and per late
+-- one; the event's status is returned.
+local function apply_boards(ev, items, saved_as)
+  local player = ev.player
+  local match_id = ev.match_id
+  local rec = ev.rec
+  local applied = rec.b
+  local any_applied = false
+  local any_late = false
+  -- delta = new - stored contribution, on every board the event feeds; a board the
+  -- previous revision fed and this one does not gets its contribution removed. The
+  -- contribution record (rec) is written once, at the end of the event.
+  for _, ref in ipairs(ev.refs) do
+    local b = ref.b
+    local late = b.cutoff > 0 and now_ms > b.cutoff
+    local old = applied[b.id]
+    local cur = b.cur[player]
+    local total, version, achieved = nil, 0, nil
+    if cur then
+      total, version, achieved = cur[1], cur[2], cur[3]
+    end
+    if late and (ref.feeds or old ~= nil) then
+      -- (d) past a season's end + allowedLateness: recorded, not applied.
+      any_late = true
+      items[#items + 1] = {
+        board = b.id, total = b.sign * (total or 0), version = version,
+        status = "late-review",
+      }
+      saved_as[#items] = ref.saved_as
+    elseif ref.feeds or old ~= nil then
+      local new = 0
+      if ref.feeds then
+        new = ref.points
+      end
+      local old_total = total
+      if b.agg == "max" then
+        if ref.feeds then
+          redis.call("ZADD", ref.best, b.sign * new, match_id)
+        else
+          redis.call("ZREM", ref.best, match_id)
+        end
+        redis.call("EXPIRE", ref.best, retention)
+        total = best_of(ref.best)
+      else
+        total = (total or 0) + b.sign * (new - (old or 0))
+      end
+      version = version + 1
+      -- first_achieved: when the service accepted the event (receivedAt, the log's
+      -- receivedAtMs; a release's is its past acceptance), never its occurredAt.
+      write_total(b, player, old_total, achieved, total, version, now_ms)
+      record_board(rec, b.id)
+      rec.b[b.id] = new
+      -- The rule version the contribution was scored under: the record's "u"
+      -- unless the board's differs.
+      if b.rule ~= default_rule then
+        rec.ub[b.id] = b.rule
+      end
+      any_applied = true
+      items[#items + 1] = {board = b.id, total = b.sign * total, version = version}
+      saved_as[#items] = ref.saved_as
+    end
+  end
+  rec.u = default_rule
+  rec.r = ev.revision
+  if ev.held_id then
+    -- This revision replaces a held one: releasing that one later changes nothing.
+    rec.q, rec.qr = nil, nil
+  end
+  if ev.is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
+    -- A day of history is enough for both bounds; older matches drop out.
+    local recent_key = ev.recent_key
+    redis.call("ZADD", recent_key, ev.occurred_ms, match_id)
+    redis.call("ZREMRANGEBYSCORE", recent_key, "-inf", "(" .. (ev.occurred_ms - 24 * HOUR_MS))
+    redis.call("EXPIRE", recent_key, 2 * 24 * 3600)
+  end
+  local status
+  if any_applied then
+    status = "accepted"
+  elseif any_late then
+    status = "late-review"
+  else
+    status = "accepted"
+  end
+  -- A board whose outcome equals the event's carries no status of its own.
+  for _, item in ipairs(items) do
+    if item.status == status then
+      item.status = nil
+    end
+  end
+  return status
+end
+
+-- The event's outcome on its boards. Guarantees: a held event touches no board and
+-- takes the match's revision (its contributions stay the revision before's, kept
+-- for the release); a revision not above the stored one touches no board and reports
+-- the current totals ("superseded"); any other is applied (apply_boards).
+local function outcome(ev, held, items, saved_as)
+  local rec = ev.rec
+  local stored_rev = ev.stored_rev
   if held then
     -- No board items: nothing was applied to any board (the log, the rebase and the
-    -- rebuild then see no board touched by this record).
-    status = "quarantined"
-    -- The match's revision is taken (a resend is superseded); its contributions stay
-    -- those of the revision before, remembered for the release.
-    rec.r, rec.q, rec.qr = revision, event_id, stored_rev
-  elseif stored_rev > 0 and revision <= stored_rev then
+    -- rebuild then see no board touched by this record). A resend is superseded.
+    rec.r, rec.q, rec.qr = ev.revision, ev.event_id, stored_rev
+    return "quarantined"
+  elseif stored_rev > 0 and ev.revision <= stored_rev then
     -- Superseded: report the current totals of the boards this event would feed.
-    status = "superseded"
     for _, ref in ipairs(ev.refs) do
-      local cur = ref.b.cur[player]
+      local cur = ref.b.cur[ev.player]
       if ref.feeds and cur then
         items[#items + 1] = {
           board = ref.b.id, total = ref.b.sign * cur[1], version = cur[2],
@@ -740,86 +652,17 @@ local function process(ev)
         saved_as[#items] = ref.saved_as
       end
     end
-  else
-    -- (c) delta = new - stored contribution, on every board the event feeds; a board
-    -- the previous revision fed and this one does not gets its contribution removed.
-    -- The contribution record (rec) is written once, at the end of the event.
-    for _, ref in ipairs(ev.refs) do
-      local b = ref.b
-      local late = b.cutoff > 0 and now_ms > b.cutoff
-      local old = applied[b.id]
-      local cur = b.cur[player]
-      local total, version, achieved = nil, 0, nil
-      if cur then
-        total, version, achieved = cur[1], cur[2], cur[3]
-      end
-      if late and (ref.feeds or old ~= nil) then
-        -- (d) past a season's end + allowedLateness: recorded, not applied.
-        any_late = true
-        items[#items + 1] = {
-          board = b.id, total = b.sign * (total or 0), version = version,
-          status = "late-review",
-        }
-        saved_as[#items] = ref.saved_as
-      elseif ref.feeds or old ~= nil then
-        local new = 0
-        if ref.feeds then
-          new = ref.points
-        end
-        local old_total = total
-        if b.agg == "max" then
-          if ref.feeds then
-            redis.call("ZADD", ref.best, b.sign * new, match_id)
-          else
-            redis.call("ZREM", ref.best, match_id)
-          end
-          redis.call("EXPIRE", ref.best, retention)
-          total = best_of(ref.best)
-        else
-          total = (total or 0) + b.sign * (new - (old or 0))
-        end
-        version = version + 1
-        -- first_achieved: when the service accepted the event (receivedAt, the log's
-        -- receivedAtMs; a release's is its past acceptance), never its occurredAt.
-        write_total(b, player, old_total, achieved, total, version, now_ms)
-        record_board(rec, b.id)
-        rec.b[b.id] = new
-        -- The rule version the contribution was scored under: the record's "u"
-        -- unless the board's differs.
-        if b.rule ~= default_rule then
-          rec.ub[b.id] = b.rule
-        end
-        any_applied = true
-        items[#items + 1] = {board = b.id, total = b.sign * total, version = version}
-        saved_as[#items] = ref.saved_as
-      end
-    end
-    rec.u = default_rule
-    rec.r = revision
-    if held_id then
-      -- This revision replaces a held one: releasing that one later changes nothing.
-      rec.q, rec.qr = nil, nil
-    end
-    if is_new_match and any_applied and (ev.min_gap_ms > 0 or ev.max_per_hour > 0) then
-      -- A day of history is enough for both bounds; older matches drop out.
-      redis.call("ZADD", recent_key, occurred_ms, match_id)
-      redis.call("ZREMRANGEBYSCORE", recent_key, "-inf", "(" .. (occurred_ms - 24 * HOUR_MS))
-      redis.call("EXPIRE", recent_key, 2 * 24 * 3600)
-    end
-    if any_applied then
-      status = "accepted"
-    elseif any_late then
-      status = "late-review"
-    else
-      status = "accepted"
-    end
-    -- A board whose outcome equals the event's carries no status of its own.
-    for _, item in ipairs(items) do
-      if item.status == status then
-        item.status = nil
-      end
-    end
+    return "superseded"
   end
+  return apply_boards(ev, items, saved_as)
+end
+
+-- The contribution record's write. Guarantees: a record the event gave a revision
+-- is written once, in the current slice's bucket (and leaves the older bucket it
+-- was found in), with that bucket's expiry.
+local function save_contribution(ev)
+  local rec = ev.rec
+  local contribution_key = ev.contribution_key
   -- Touched: the record lives on from now, in the current slice's bucket.
   if rec.r then
     local short_of = {}
@@ -829,18 +672,22 @@ local function process(ev)
     redis.call("HSET", contribution_key, ev.contribution_field,
       encode_record(rec, ev.context, short_of))
     expire_bucket(contribution_key)
-    if found_in ~= contribution_key and raw then
-      redis.call("HDEL", found_in, ev.contribution_field)
+    if ev.found_in ~= contribution_key and ev.raw then
+      redis.call("HDEL", ev.found_in, ev.contribution_field)
     end
   end
+end
 
+-- (e) the log append. Guarantees: the event's record, carrying everything the batch
+-- layer needs on its own, is the partition's entry "<position>-0"; a held event's
+-- record is also in the quarantine hash, a released one's leaves it.
+local function append_log(ev, status, items, position, held)
   local result = cjson.encode({
-    eventId = event_id, playerId = player, status = status, boards = items,
+    eventId = ev.event_id, playerId = ev.player, status = status, boards = items,
     partition = partition, position = position,
   })
-
-  -- (e) the log record carries everything the batch layer needs on its own. A release
-  -- is logged as "released" (the batch layer applies the held record, at its position).
+  -- A release is logged as "released" (the batch layer applies the held record, at
+  -- its position).
   local logged = status
   if mode == "release" then
     logged = "released"
@@ -850,11 +697,17 @@ local function process(ev)
     partition, position, now_ms, logged, ev.event_json, result)
   redis.call("XADD", KEYS[KEY.log], string.format("%d-0", position), "r", record)
   if held then
-    redis.call("HSET", KEYS[KEY.quarantine], held_field, record)
+    redis.call("HSET", KEYS[KEY.quarantine], ev.held_field, record)
   elseif mode == "release" then
-    redis.call("HDEL", KEYS[KEY.quarantine], held_field)
+    redis.call("HDEL", KEYS[KEY.quarantine], ev.held_field)
   end
+end
 
+-- (f) the result. Guarantees: the dedupe record (fingerprint, then the result) is
+-- saved once for redeliveries, with its bucket's expiry, and the reply is "ok" with
+-- the same compact result.
+local function save_result(ev, status, items, saved_as, position)
+  local dedupe_key = ev.dedupe_key
   -- (f) save the result for redeliveries, compactly (board ids hold no , ; or |;
   -- boards the event names again written short, statuses one letter, the
   -- partition left out: speed/records.py). The reply is the same compact form.
@@ -878,6 +731,31 @@ local function process(ev)
   redis.call("HSET", dedupe_key, ev.dedupe_field, ev.fingerprint .. compact)
   expire_bucket(dedupe_key)
   return "ok", compact
+end
+
+-- One event: the steps in order, each ending it early when it answers.
+local function process(ev)
+  event_keys(ev)
+  local kind, payload = dedupe(ev)
+  if kind then
+    return kind, payload
+  end
+  kind, payload = stored_contribution(ev)
+  if kind then
+    return kind, payload
+  end
+  kind, payload = admit(ev)
+  if kind then
+    return kind, payload
+  end
+  local position = next_position()
+  local held = holds(ev)
+  -- The board of each item as the saved result writes it (speed/records.py).
+  local items, saved_as = {}, {}
+  local status = outcome(ev, held, items, saved_as)
+  save_contribution(ev)
+  append_log(ev, status, items, position, held)
+  return save_result(ev, status, items, saved_as, position)
 end
 
 local out = {}
@@ -950,18 +828,9 @@ for _, b in ipairs(boards) do
     -- grows exactly as one update per event would have grown it.
     local nodes = {}
     for i, d in pairs(b.delta) do
-      while i <= b.size do
-        nodes[i] = (nodes[i] or 0) + d
-        i = i + bit.band(i, -i)
-      end
+      fenwick_add(nodes, i, b.size, d)
     end
-    local ops = {}
-    for i, d in pairs(nodes) do
-      ops[#ops + 1] = "INCRBY"
-      ops[#ops + 1] = "i32"
-      ops[#ops + 1] = "#" .. (i - 1)
-      ops[#ops + 1] = d
-    end
+    local ops = fenwick_ops(nodes)
     if #ops == 0 then
       -- The board has a tree, as for any player on it (an INCRBY of 0 creates it).
       ops = {"INCRBY", "i32", "#0", 0}

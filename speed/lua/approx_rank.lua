@@ -8,9 +8,8 @@
 --       generation is detected and asked again without it)
 -- Returns {players in higher buckets, players in the score's bucket, all players,
 --          base generation, log position}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {fw = 1, bk = 2, base = 3, position = 4}
-local ARG = {score = 1, bucket = 2, size = 3}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local size, bucket
 if ARGV[ARG.bucket] ~= "" then
   bucket = tonumber(ARGV[ARG.bucket])

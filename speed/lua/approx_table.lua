@@ -6,8 +6,8 @@
 -- KEYS: Fenwick tree (i32 big-endian per slot, slot i at byte 4 * (i - 1); missing
 --       trailing slots are 0), base hash, position counter, flags version
 -- Returns {base generation, position, the tree's bytes, flags version}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {fw = 1, base = 2, position = 3, flags_version = 4}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 return {
   redis.call("HGET", KEYS[KEY.base], "g") or "0",
   redis.call("GET", KEYS[KEY.position]) or "0",

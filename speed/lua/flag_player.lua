@@ -16,19 +16,12 @@
 -- base row's bit goes up, the Fenwick tree loses it. Restore makes it a changed
 -- player at its current total: chz gets enc(total), the bit stays, Fenwick gains it.
 -- Returns {"ok", boards touched} | {"noop", ""} | {"retry", "base moved"}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {flags = 1, base = 2, flags_version = 3}
-local KEY_GROUP = {start = 4, size = 5, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4}
-local ARG = {player = 1, action = 2, expected_generation = 3, n_boards = 4}
-local ARG_GROUP = {
-  start = 5, size = 5, board = 0, base_score = 1, base_achieved_ms = 2, base_row = 3,
-  base_version = 4,
-}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local player = ARGV[ARG.player]
 local action = ARGV[ARG.action]
 local expected = tonumber(ARGV[ARG.expected_generation])
 local n = tonumber(ARGV[ARG.n_boards])
-local SCORE_OFFSET = 4503599627370496
 
 local base_g = tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0")
 if base_g ~= expected then
@@ -39,15 +32,16 @@ if (action == "shadow") == flagged then
   return {"noop", ""}
 end
 
+--#include members
+
 -- Members as apply_event.lua writes them: enc(score) [.. tenc(achievedMs)] .. id.
 local function member(score, achieved)
-  local m = struct.pack(">I8", SCORE_OFFSET - score)
-  if achieved then
-    m = m .. struct.pack(">I8", SCORE_OFFSET + achieved)
-  end
-  return m .. player
+  return member_of(score, achieved, player)
 end
 
+-- The bucket of a score and the tree's size. Not apply_event.lua's bucket_of (on
+-- purpose): one lookup per board here, no memo, and the size read from the lowest
+-- bucket when the score is below every bound.
 local function bucket_of(bk, score)
   local hit = redis.call("ZREVRANGEBYSCORE", bk, score, "-inf", "LIMIT", 0, 1)
   local first = hit[1]
@@ -56,24 +50,17 @@ local function bucket_of(bk, score)
     if not first then
       return 1, 1
     end
-    local slash = string.find(first, "/", 1, true)
-    return 1, tonumber(string.sub(first, slash + 1))
+    local _, size = parse_bucket(first)
+    return 1, size
   end
-  local slash = string.find(first, "/", 1, true)
-  return tonumber(string.sub(first, 1, slash - 1)), tonumber(string.sub(first, slash + 1))
+  return parse_bucket(first)
 end
 
-local function fenwick_add(fw, bk, score, delta)
+local function fenwick_update(fw, bk, score, delta)
   local i, size = bucket_of(bk, score)
-  local ops = {}
-  while i <= size do
-    ops[#ops + 1] = "INCRBY"
-    ops[#ops + 1] = "i32"
-    ops[#ops + 1] = "#" .. (i - 1)
-    ops[#ops + 1] = delta
-    i = i + bit.band(i, -i)
-  end
-  redis.call("BITFIELD", fw, unpack(ops))
+  local nodes = {}
+  fenwick_add(nodes, i, size, delta)
+  redis.call("BITFIELD", fw, unpack(fenwick_ops(nodes)))
 end
 
 local touched = 0
@@ -89,10 +76,8 @@ for i = 1, n do
   local total = base
   local achieved = base_achieved
   if cur then
-    local sep = string.find(cur, "|", 1, true)
-    total = tonumber(string.sub(cur, 1, sep - 1))
-    local sep2 = string.find(cur, "|", sep + 1, true)
-    achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
+    local _
+    total, _, achieved = parse_total(cur, "|")
   end
   local base_version = tonumber(ARGV[a + ARG_GROUP.base_version])
   if total ~= nil then
@@ -108,18 +93,18 @@ for i = 1, n do
     end
     if action == "shadow" then
       if redis.call("ZREM", chz, member(total, achieved)) == 1 then
-        fenwick_add(fw, bk, total, -1)
+        fenwick_update(fw, bk, total, -1)
       elseif base ~= nil then
         -- Unchanged since the base: counted through the base row, now hidden.
         redis.call("SETBIT", chb, base_row, 1)
-        fenwick_add(fw, bk, base, -1)
+        fenwick_update(fw, bk, base, -1)
       end
     else
       redis.call("ZADD", chz, 0, member(total, achieved))
       if base ~= nil then
         redis.call("SETBIT", chb, base_row, 1)
       end
-      fenwick_add(fw, bk, total, 1)
+      fenwick_update(fw, bk, total, 1)
     end
   end
 end

@@ -4,9 +4,8 @@
 -- KEYS: base hash, position counter, totals
 -- ARGV: player ids (all on this partition)
 -- Returns {base generation, position, {"total|version" or false per player}}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, totals = 3}
-local ARG_REST = 1
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local totals = {}

@@ -10,9 +10,8 @@
 --          since the caller read it)}
 -- The base row counts are right for the base generation the caller assumed; the
 -- caller checks it against the one returned.
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, chz = 3, chb = 4, totals = 5}
-local ARG = {above = 1, before = 2, verify_player = 3, chb_above = 4, chb_before = 5}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local above = "(" .. ARGV[ARG.above]

@@ -7,8 +7,8 @@
 -- The caller decodes the live scores and the base rows' scores and counts distinct
 -- values from them (speed/live.py DenseChanges); O(changed players of the
 -- partition), done once per partition and log position, not per read.
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, chz = 3, chb = 4}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local live = redis.call("ZRANGE", KEYS[KEY.chz], 0, -1)

@@ -6,8 +6,8 @@
 -- call's keys share a hash slot and it runs on the partition's node; on one server
 -- read_stamp.lua reads every partition and the epoch in one reply (parsing replies
 -- was most of the API's CPU for a cached live top list, bench/RESULTS.md, issue 13).
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY_GROUP = {start = 1, size = 3, base = 0, position = 1, flags_version = 2}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local out = {}
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
   out[#out + 1] = tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0")

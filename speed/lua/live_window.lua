@@ -9,12 +9,8 @@
 -- Returns {base generation, position, |chz|, changed base rows, chz forward members,
 --          chz backward members (nearest first), the changed local rows in
 --          [first, stop), ascending}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, chz = 3, chb = 4}
-local ARG = {
-  forward_start = 1, forward_limit = 2, backward_start = 3, backward_limit = 4,
-  snapshot_first = 5, snapshot_stop = 6,
-}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
 local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local forward, backward, snap = {}, {}, {}

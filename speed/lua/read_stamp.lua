@@ -14,11 +14,8 @@
 --          the sum stays put only while every one does), epoch, base generation and
 --          position per partition (integers, 0 when missing), then each hash
 --          field's value (nil when missing)}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {epoch = 1}
-local KEY_GROUP = {start = 2, size = 3, base = 0, position = 1, flags_version = 2}
-local ARG = {partitions = 1}
-local ARG_REST = 2
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local flags = 0
 local out = {0, redis.call("GET", KEYS[KEY.epoch])}
 local partitions = tonumber(ARGV[ARG.partitions])

@@ -23,19 +23,13 @@
 -- generation). The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
 -- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, log = 2, landed = 3, flags = 4}
-local KEY_GROUP = {
-  start = 5, size = 7, totals = 0, chz = 1, chb = 2, fw = 3, bk = 4, bk_next = 5, cnt_next = 6,
-}
-local ARG = {generation = 1, boundary = 2, n_boards = 3, snapshot_json = 4, drop_json = 5}
-local ARG_REST = 6
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local gen = tonumber(ARGV[ARG.generation])
 local bpos = tonumber(ARGV[ARG.boundary])
 local n = tonumber(ARGV[ARG.n_boards])
 local snap = cjson.decode(ARGV[ARG.snapshot_json])
 local drop = cjson.decode(ARGV[ARG.drop_json])
-local SCORE_OFFSET = 4503599627370496
 
 local current = tonumber(redis.call("HGET", KEYS[KEY.base], "g") or "0")
 if current >= gen then
@@ -83,16 +77,7 @@ if #missing > 0 then
   return {"retry", cjson.encode(missing)}
 end
 
-local function enc(score)
-  return struct.pack(">I8", SCORE_OFFSET - score)
-end
-
-local function tenc(achieved)
-  if achieved == nil then
-    return ""
-  end
-  return struct.pack(">I8", SCORE_OFFSET + achieved)
-end
+--#include members
 
 local shadowed = {}
 local flags = redis.call("HGETALL", KEYS[KEY.flags])
@@ -125,6 +110,8 @@ for i = 1, n do
       counts[j] = struct.unpack(">i4", packed, (j - 1) * 4 + 1)
     end
   end
+  -- The bucket of a score among the next generation's bounds, read whole above:
+  -- not the scripts' bucket_of on bk (on purpose: every changed player is looked up).
   local function bucket(score)
     local lo, hi, found = 1, #lowers, 1
     while lo <= hi do
@@ -144,12 +131,9 @@ for i = 1, n do
   for player in pairs(tail[board] or {}) do
     local cur = redis.call("HGET", totals, player)
     if cur then
-      local sep = string.find(cur, "|", 1, true)
-      local live = tonumber(string.sub(cur, 1, sep - 1))
-      local sep2 = string.find(cur, "|", sep + 1, true)
-      local achieved = sep2 and tonumber(string.sub(cur, sep2 + 1))
+      local live, _, achieved = parse_total(cur, "|")
       if not shadowed[player] then
-        live_members[#live_members + 1] = enc(live) .. tenc(achieved) .. player
+        live_members[#live_members + 1] = member_of(live, achieved, player)
         counts[bucket(live)] = counts[bucket(live)] + 1
       end
       local old = snap[board][player]
@@ -207,7 +191,8 @@ for i = 1, n do
     redis.call("BITFIELD", chb, unpack(ops))
   end
 
-  -- Linear-time Fenwick build from the counts, written as one big-endian i32 string.
+  -- Linear-time Fenwick build from the counts (a whole new tree: not fenwick_add's
+  -- point updates, on purpose), written as one big-endian i32 string.
   local tree = {}
   for j = 1, size do
     tree[j] = counts[j]

@@ -9,10 +9,8 @@
 -- Events that arrived after the build read the log would be lost by the switch: the
 -- position counter tells, and the caller builds the partition again.
 -- Returns {"ok", n} | {"retry", current position}
--- Offsets: declared in speed/scripts.py (tests/unit/test_script_interfaces.py checks).
-local KEY = {base = 1, position = 2, landed = 3}
-local KEY_GROUP = {start = 4, size = 2, staged = 0, live = 1}
-local ARG = {built_through = 1, generation = 2, boundary = 3, landed = 4}
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local built_through = tonumber(ARGV[ARG.built_through])
 local gen = tonumber(ARGV[ARG.generation])
 local bpos = tonumber(ARGV[ARG.boundary])

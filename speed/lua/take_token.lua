@@ -8,8 +8,6 @@
 -- ARG.refill_ms     ms per token
 -- Reply: {retry_after}: 0 when a token was spent, else the whole seconds until the
 -- bucket holds one (nothing spent).
-local KEY = {bucket = 1}
-local ARG = {now_ms = 1, capacity = 2, refill_ms = 3}
 
 --#include token_bucket
 

@@ -6,9 +6,15 @@ from __future__ import annotations
 import pytest
 import redis
 
-from speed.lua import load
 from speed.partitions import Keys, encode_entry, encode_score
-from speed.scripts import APPROX_RANK, FRIENDS_SCORES, LIVE_COUNTS, LIVE_WINDOW
+from speed.scripts import (
+    APPROX_RANK,
+    FRIENDS_SCORES,
+    INTERFACES,
+    LIVE_COUNTS,
+    LIVE_WINDOW,
+    source,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +22,7 @@ BOARD = "alltime:all:global"
 
 
 def run(client: redis.Redis, name: str, keys: list[str], args: list[object]) -> list:
-    return client.register_script(load(name))(keys=keys, args=args)  # type: ignore[return-value]
+    return client.register_script(source(INTERFACES[name]))(keys=keys, args=args)  # type: ignore[return-value]
 
 
 def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> None:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 
 from bench.apply_profile import ABLATIONS, SECTION_ENDS, ablated, with_sections
-from speed.lua import load
+from speed.scripts import APPLY_EVENT, source
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("name", sorted(ABLATIONS))
 def test_every_ablation_changes_the_script(name: str) -> None:
-    script = load("apply_event")
+    script = source(APPLY_EVENT)
     assert ablated(script, name) != script
 
 
 def test_sections_lap_every_marker() -> None:
-    script = with_sections(load("apply_event"))
+    script = with_sections(source(APPLY_EVENT))
     for _, name in SECTION_ENDS:
         assert script.count(f'lap("{name}")') == 1
     assert script.rstrip().endswith("return out")

@@ -1,4 +1,5 @@
-"""Each Lua script names the KEYS/ARGV offsets that speed/scripts.py declares."""
+"""Each Lua script names only the KEYS/ARGV offsets that speed/scripts.py declares;
+the offset tables themselves are generated from it (speed.scripts.source)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from speed.lua import load
-from speed.scripts import INTERFACES, ScriptArgumentError, ScriptInterface
+from speed.scripts import INTERFACES, ScriptArgumentError, ScriptInterface, source
 
 pytestmark = pytest.mark.unit
 
@@ -17,11 +18,42 @@ TABLE = re.compile(r"^local ([A-Z][A-Z_]*) = \{(.*?)\}", re.M | re.S)
 REST = re.compile(r"^local ARG_REST = (\d+)$", re.M)
 FORMAT = re.compile(r'^local ([A-Z][A-Z_]*_FORMAT) = "([^"]*)"', re.M)
 ENTRY = re.compile(r"(\w+)\s*=\s*(\d+)")
+# A use of a generated table's entry (KEY.log, EV_BOARD.points, ...), or of a
+# generated name at all (ARG_REST, EV_FORMAT).
+USE = re.compile(r"\b([A-Z][A-Z_]*)\.([A-Za-z_]\w*)")
+BARE = re.compile(r"(?:KEYS|ARGV)\[\s*\d")
+NAME = re.compile(r"\b(KEY|KEY_GROUP|ARG|ARG_GROUP|ARG_REST|[A-Z][A-Z_]*_FORMAT)\b")
+
+
+def uncommented(code: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in code.splitlines())
 
 
 def code_of(name: str) -> str:
-    """The script without its comments."""
-    return "\n".join(line.split("--", 1)[0] for line in load(name).splitlines())
+    """The script as Redis runs it (generated tables first), without its comments."""
+    return uncommented(source(INTERFACES[name]))
+
+
+def own_code_of(name: str) -> str:
+    """The file and its fragments alone: what a person writes."""
+    return uncommented(load(name))
+
+
+def undeclared(iface: ScriptInterface, code: str) -> set[str]:
+    """Generated names the code uses that its interface does not generate."""
+    tables = iface.lua_tables()
+    names = set(tables) | set(iface.lua_formats())
+    if iface.argv_rest is not None:
+        names.add("ARG_REST")
+    bad = {n for n in NAME.findall(code) if n not in names}
+    for table, entry in USE.findall(code):
+        if table in tables and entry not in tables[table]:
+            bad.add(f"{table}.{entry}")
+        elif table not in tables and (
+            table in {"KEY", "KEY_GROUP", "ARG", "ARG_GROUP"}
+        ):
+            bad.add(table)
+    return bad
 
 
 def lua_tables(code: str) -> dict[str, dict[str, int]]:
@@ -49,9 +81,43 @@ def test_lua_offsets_match_declaration(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_no_hand_kept_offsets(name: str) -> None:
+    """The tables come from speed/scripts.py alone: a .lua declaring its own would
+    shadow them and drift."""
+    own = own_code_of(name)
+    assert lua_tables(own) == {}
+    assert FORMAT.findall(own) == []
+    assert REST.findall(own) == []
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_script_names_only_declared_offsets(name: str) -> None:
+    """A name the interface does not declare would be nil in Lua, silently."""
+    assert undeclared(INTERFACES[name], own_code_of(name)) == set()
+
+
+def test_undeclared_names_are_caught() -> None:
+    iface = ScriptInterface(name="t", keys=("a",), records=(("R", ("n:i64",)),))
+    assert undeclared(iface, "redis.call('GET', KEYS[KEY.a]) R.n") == set()
+    code = "KEYS[KEY.b] ARGV[ARG.x] ARGV[ARG_REST] R.m R_FORMAT S_FORMAT"
+    assert undeclared(iface, code) == {
+        "KEY.b",
+        "ARG",
+        "ARG_REST",
+        "R.m",
+        "S_FORMAT",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
 def test_no_bare_numeric_offsets(name: str) -> None:
     """Offsets are named, so a layout change has one place to be made."""
-    assert re.findall(r"(?:KEYS|ARGV)\[\s*\d", code_of(name)) == []
+    assert BARE.findall(code_of(name)) == []
+
+
+def test_bare_numeric_offsets_are_caught() -> None:
+    for code in ("KEYS[1]", "ARGV[ 2]", "KEYS[KEY.a] .. ARGV[3 + n]"):
+        assert BARE.findall(uncommented(code)) != []
 
 
 @pytest.mark.parametrize("name", sorted(INTERFACES))
