@@ -277,7 +277,12 @@ class JobCounter:
         return "\n".join(lines)
 
 
-def count_publishes(workdir: Path, players: int = 6, events: int = 12) -> str:
+def count_publishes(
+    workdir: Path,
+    players: int = 6,
+    events: int = 12,
+    conf: dict[str, str] | None = None,
+) -> str:
     """A small ``lb publish`` pair in process, counted: ``events`` results over
     ``players`` players through the API into a real redis-server, a full publish,
     ``events // 2`` more, then the incremental publish after it."""
@@ -319,7 +324,10 @@ def count_publishes(workdir: Path, players: int = 6, events: int = 12) -> str:
             "spark-jobs-count",
             shuffle_partitions=int(os.environ.get("LB_SPARK_SHUFFLE_PARTITIONS", "1")),
             driver_memory="2g",
-            conf={"spark.sql.warehouse.dir": str(workdir / "warehouse")},
+            conf={
+                "spark.sql.warehouse.dir": str(workdir / "warehouse"),
+                **(conf or {}),
+            },
         )
         out = []
         for title, n, full in (
@@ -348,10 +356,18 @@ def main() -> None:
     )
     ap.add_argument("--players", type=int, default=6)
     ap.add_argument("--events", type=int, default=12)
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the counted run (e.g. to compare job counts)",
+    )
     args = ap.parse_args()
     if args.count_publish:
+        conf = dict(item.split("=", 1) for item in args.conf)
         with tempfile.TemporaryDirectory(prefix="spark-jobs-") as tmp:
-            print(count_publishes(Path(tmp), args.players, args.events))
+            print(count_publishes(Path(tmp), args.players, args.events, conf))
     elif args.path is None:
         ap.error("an event log path, or --count-publish")
     else:
