@@ -181,11 +181,20 @@ class JobCounter:
         self.by_site: dict[str, int] = defaultdict(int)
         self.commits_by_phase: dict[str, dict[str, int]] = {}
         self.pending = 0
+        # Stages (created, skipped ones included) per phase: a job of AQE runs one
+        # query stage, so jobs alone flatter a plan with fewer, bigger jobs (AQE
+        # off: 35 % fewer jobs, twice the wall time, bench/RESULTS.md).
+        self.stages_by_phase: dict[str, int] = defaultdict(int)
+        self._stage = self.next_stage()
         self._commits = self._delta_commits()
         self._inside = False
 
     def next_job(self) -> int:
         value = self.scheduler.nextJobId()  # an AtomicInteger, or its int
+        return int(value if isinstance(value, int) else value.get())
+
+    def next_stage(self) -> int:
+        value = self.scheduler.nextStageId()
         return int(value if isinstance(value, int) else value.get())
 
     def _delta_commits(self) -> dict[str, int]:
@@ -210,6 +219,13 @@ class JobCounter:
     def lap(self, phase: str) -> None:
         self.by_phase[phase] += self.pending
         self.pending = 0
+        self._inside = True  # this Py4J call is the counter's, not the job's
+        try:
+            stage = self.next_stage()
+        finally:
+            self._inside = False
+        self.stages_by_phase[phase] += stage - self._stage
+        self._stage = stage
         now = self._delta_commits()
         changed = {t: n - self._commits.get(t, 0) for t, n in now.items()}
         changed = {t: n for t, n in changed.items() if n}
@@ -263,14 +279,21 @@ class JobCounter:
             self.lap("(after the last phase)")
 
     def report(self, title: str) -> str:
-        lines = [f"{title}: {sum(self.by_phase.values())} Spark jobs"]
+        lines = [
+            f"{title}: {sum(self.by_phase.values())} Spark jobs, "
+            f"{sum(self.stages_by_phase.values())} stages"
+        ]
         for phase, n in self.by_phase.items():
             commits = self.commits_by_phase.get(phase, {})
             if not n and not commits:
                 continue
             text = ", ".join(f"{t} {c}" for t, c in sorted(commits.items()))
             total = sum(commits.values())
-            lines.append(f"  {phase:28s} {n:4d} jobs  {total:2d} commits  {text}")
+            stages = self.stages_by_phase.get(phase, 0)
+            lines.append(
+                f"  {phase:28s} {n:4d} jobs {stages:4d} stages  {total:2d} commits  "
+                f"{text}"
+            )
         lines.append("  by the line that launched them:")
         for site, n in sorted(self.by_site.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"    {n:4d}  {site}")
