@@ -181,9 +181,10 @@ class JobCounter:
         self.by_site: dict[str, int] = defaultdict(int)
         self.commits_by_phase: dict[str, dict[str, int]] = {}
         self.pending = 0
-        # Stages (created, skipped ones included) per phase: a job of AQE runs one
-        # query stage, so jobs alone flatter a plan with fewer, bigger jobs (AQE
-        # off: 35 % fewer jobs, twice the wall time, bench/RESULTS.md).
+        # Stages (created, skipped ones included) per phase: under AQE a job runs
+        # one query stage, so a plan of fewer, bigger jobs is not fewer stages
+        # (AQE off: 49 jobs / 81 stages against 75 / 120; its wall time, two loaded
+        # pairs, went either way: bench/RESULTS.md).
         self.stages_by_phase: dict[str, int] = defaultdict(int)
         self._stage = self.next_stage()
         self._commits = self._delta_commits()
