@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.build import check_generation
 from jobs.publish import run_publish
 from jobs.tables import GOLD_SNAPSHOTS
 from serving.layers import LayeredSegment, load_board
@@ -137,6 +138,10 @@ def test_layered_chain_compacts_and_equals_a_full_recompute(
         ]
         assert compacted, chains
         assert any(n > 0 for n in chains[3].values()), chains[3]
+        # `lb verify --check-incremental` of g4: gold and every served board
+        # (chains of layers and inline compactions) equal a full recompute.
+        check = check_generation(settings, spark, "g4")
+        assert check.ok and check.served_differences == (), check
         # `lb publish --compact` with nothing new: every board of g5 is a full
         # base (layered ones compacted from g4's chains, linking none of them).
         assert (
