@@ -134,8 +134,9 @@ def test_retention_of_a_chain_keeps_what_retained_generations_read(
     leaves every retained generation reading the same board (issue 24 item 2)."""
     import pyarrow as pa
 
-    from serving.layers import compact_board, load_board, write_layer_over
-    from serving.segments import board_entry, write_board_segment
+    from jobs.incremental import Previous, compact_linked_board
+    from serving.layers import load_board, write_layer_over
+    from serving.segments import board_entry, write_board_segment, write_hidden
 
     settings = Settings(data_dir=tmp_path / "lb", retained_generations=1)
     hour = 3600.0
@@ -196,9 +197,22 @@ def test_retention_of_a_chain_keeps_what_retained_generations_read(
     assert [(p, s) for p, s, _ in expected] == [
         (r["player_id"], r["score"]) for r in table(board).to_pylist()
     ]
-    compact = compact_board(dirs[3], dirs[2], BOARD, meta, 2)
-    compact.pop("checksums")
-    assert "layers" not in compact and answers(dirs[3], compact) == expected
+    # A shadowed player's side file travels with the board, not with the chain.
+    metas = {BOARD: {**meta, "checksums": dict(checksums)}}
+    write_hidden([(BOARD, "ghost", 7)], dirs[2], metas)
+    meta = metas[BOARD]
+    checksums = meta.pop("checksums")
+    previous = Previous("g3", {}, {"boards": {BOARD: meta}}, dirs[2])
+    compact = compact_linked_board(previous, BOARD, dirs[3], checksums, 2)
+    sums = compact.pop("checksums")
+    assert "layers" not in compact and "base" not in compact
+    assert answers(dirs[3], compact) == expected
+    assert sorted(sums) == sorted(
+        [compact[k] for k in ("file", "index", "buckets", "hidden")]
+    )
+    assert dict(load_board(dirs[3], BOARD, compact).hidden) == {"ghost": 7}
+    # The base is g4's own (a fresh file), the hidden side file a link.
+    assert (dirs[3] / compact["file"]).stat().st_nlink == 1
 
     # g3 alone is retained (and protected, as a partition's base): the base's own
     # generation g1 and g2 go, g3's chain still reads the same board.
