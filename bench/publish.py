@@ -467,6 +467,9 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
             "rows": check.rows,
             "only_in_gold": check.only_in_gold,
             "only_in_recompute": check.only_in_recompute,
+            # The served segments (layered boards merged), compared row by row on
+            # the driver: part of check_s since the check grew it.
+            "served_differences": len(check.served_differences),
         }
     return out
 

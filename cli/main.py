@@ -385,7 +385,10 @@ def _cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     # racing the first for the same generation number.
     with publish_lock(settings):
         generation = run_publish(
-            settings, spark=quiet_spark(settings, "publish"), full=args.full
+            settings,
+            spark=quiet_spark(settings, "publish"),
+            full=args.full,
+            compact=args.compact,
         )
         # The speed layer's changed-sets and histograms now follow the generation.
         report = rebase_published(settings, generation)
@@ -458,7 +461,8 @@ def _add_core_commands(sub: Any) -> None:
         epilog=(
             "examples:\n"
             "  lb publish                    prints e.g. g7 on its last line\n"
-            "  gen=$(lb publish | tail -1)   capture the generation id"
+            "  gen=$(lb publish | tail -1)   capture the generation id\n"
+            "  lb publish --compact          the same, every layered board compacted"
         ),
     )
     p_publish.add_argument(
@@ -466,6 +470,13 @@ def _add_core_commands(sub: Any) -> None:
         action="store_true",
         help="recompute everything (default: incremental when the previous "
         "generation is a valid base)",
+    )
+    p_publish.add_argument(
+        "--compact",
+        action="store_true",
+        help="write every board of the new generation as a full base: layered "
+        "boards are compacted from their chains (same answers); without it a "
+        "chain compacts only past LB_LAYERS_MAX_CHAIN / LB_LAYERS_MAX_FRACTION",
     )
     p_publish.set_defaults(func=_cmd_publish)
 

@@ -66,10 +66,11 @@ def _cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _check_incremental(args: argparse.Namespace, settings: Settings) -> int:
-    """`lb verify --check-incremental`: a generation's gold rows against a full
-    recompute of its boundary (jobs.build.check_generation)."""
+    """`lb verify --check-incremental`: a generation's gold rows and served
+    segments (layered boards merged) against a full recompute of its boundary
+    (jobs.build.check_generation)."""
     from cli.quiet import quiet_spark
-    from jobs.build import check_generation
+    from jobs.build import SERVED_DIFFERENCES_SHOWN, check_generation
 
     check = check_generation(
         settings, quiet_spark(settings, "verify"), generation=args.generation
@@ -81,6 +82,14 @@ def _check_incremental(args: argparse.Namespace, settings: Settings) -> int:
         f"{check.only_in_gold} only in gold, {check.only_in_recompute} only in the "
         "full recompute"
     )
+    served = len(check.served_differences)
+    print(
+        f"served segments (layered boards merged): "
+        f"{'the same answers' if not served else f'{served} differences'}"
+        + (" (the first shown)" if served >= SERVED_DIFFERENCES_SHOWN else "")
+    )
+    for line in check.served_differences:
+        print(f"  {line}")
     print(
         "identical to a full recompute" if check.ok else "DIFFERS from a full recompute"
     )
@@ -155,8 +164,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--check-incremental",
         action="store_true",
-        help="instead: compare a generation's gold rows with a full recompute of "
-        "its boundary (no Redis needed; exit 1 on any difference)",
+        help="instead: compare a generation's gold rows and served segments "
+        "(layered boards merged) with a full recompute of its boundary (no Redis "
+        "needed; exit 1 on any difference)",
     )
     p.add_argument(
         "--generation", help="with --check-incremental: this one (default: latest)"

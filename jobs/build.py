@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from conf.boards import GAME_SEP, BoardsConfig, Season, load_boards
+from conf.boards import GAME_SEP, BoardsConfig, Season, board_rules, load_boards
 from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
@@ -266,10 +266,89 @@ class GenerationCheck:
     rows: int
     only_in_gold: int
     only_in_recompute: int
+    # Where the generation's served segments (a layered board merged from its base
+    # and layers, serving/layers.py) answer otherwise than the full recompute: one
+    # message per difference (the first SERVED_DIFFERENCES_SHOWN).
+    served_differences: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.only_in_gold == 0 and self.only_in_recompute == 0
+        return (
+            self.only_in_gold == 0
+            and self.only_in_recompute == 0
+            and not self.served_differences
+        )
+
+
+# Differences past this many are not described (the first ones locate a bug).
+SERVED_DIFFERENCES_SHOWN = 20
+
+
+def served_differences(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    boards: BoardsConfig,
+    fresh: DataFrame,
+) -> list[str]:
+    """Compare every board of the generation in ``directory`` as the API reads it
+    (``serving.layers.load_board``: a full segment, or a base merged with its
+    layers) with the full recompute's rows ``fresh`` (GOLD_COLUMNS): each
+    position's rank, player and (oriented) score, and each board's population.
+
+    The recompute's rows stream to the driver board by board in display order, so
+    only one board's segment is open at a time."""
+    from serving.layers import load_board
+
+    metas: Mapping[str, Any] = manifest.get("boards", {})
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def note(message: str) -> None:
+        if len(out) < SERVED_DIFFERENCES_SHOWN:
+            out.append(message)
+
+    current: str | None = None
+    segment: Any = None
+    count = 0
+
+    def finish() -> None:
+        if current is not None and segment is not None and segment.population != count:
+            note(
+                f"{current}: served {segment.population} players, the recompute {count}"
+            )
+
+    rows = fresh.select("board", "position", "rank", "player_id", "score")
+    for r in rows.orderBy("board", "position").toLocalIterator():
+        board = r["board"]
+        if board != current:
+            finish()
+            current, count, segment = board, 0, None
+            seen.add(board)
+            if board in metas:
+                segment = load_board(directory, board, dict(metas[board]))
+            else:
+                note(f"{board}: in the recompute, not in the generation's segments")
+        count += 1
+        if segment is None:
+            continue
+        expected = (
+            int(r["position"]),
+            int(r["rank"]),
+            r["player_id"],
+            board_rules(boards, board).orient(int(r["score"])),
+        )
+        if expected[0] > segment.population:
+            continue  # counted by finish()
+        e = segment.entry(expected[0] - 1)
+        served = (e["position"], e["rank"], e["playerId"], e["score"])
+        if served != expected:
+            note(f"{board}: served {served}, the recompute {expected}")
+    finish()
+    for board in sorted(set(metas) - seen):
+        population = int(metas[board].get("population", 0))
+        if population:
+            note(f"{board}: served {population} players, not in the recompute")
+    return out
 
 
 def check_generation(
@@ -280,7 +359,9 @@ def check_generation(
 ) -> GenerationCheck:
     """Recompute ``generation`` (default: the latest) in full from bronze up to its
     boundary, without writing anything, and count the gold rows each side lacks
-    (board, position, rank, player, score, achieved_ms; ``EXCEPT ALL`` both ways).
+    (board, position, rank, player, score, achieved_ms; ``EXCEPT ALL`` both ways),
+    then compare the served segments, layered or not, with the recompute's rows
+    (:func:`served_differences`).
 
     The players it left out are taken from its hidden files, so a shadow flag
     changed since does not count as a difference. An incremental generation must
@@ -326,4 +407,5 @@ def check_generation(
         gold.count(),
         gold.exceptAll(fresh).count(),
         fresh.exceptAll(gold).count(),
+        tuple(served_differences(directory, manifest, boards, fresh)),
     )

@@ -87,7 +87,7 @@ from jobs.tables import (
     load_gold_snapshot,
 )
 from jobs.versions import transform_versions
-from serving.layers import chain_files
+from serving.layers import chain_files, compact_board, is_layered
 
 if TYPE_CHECKING:
     from jobs.build import RecomputeInputs
@@ -370,6 +370,35 @@ def link_board(
         sums[name] = checksums[name]
     meta["checksums"] = sums
     return meta
+
+
+def compact_linked_board(
+    previous: Previous,
+    board: str,
+    directory: Path,
+    checksums: Mapping[str, str],
+    bucket_target: int,
+) -> dict[str, Any]:
+    """An untouched board of a compacting publish: a layered one is written as one
+    full base with the same answers (serving/layers.py ``compact_board``), any other
+    one is linked as :func:`link_board` links it. Returns its manifest entry."""
+    meta = dict(previous.manifest["boards"][board])
+    if not is_layered(meta):
+        return link_board(previous, board, directory, checksums)
+    entry = {
+        k: v
+        for k, v in meta.items()
+        if k not in ("base", "basePopulation", "layers", "hidden")
+    }
+    entry.update(
+        compact_board(directory, previous.directory, board, meta, bucket_target)
+    )
+    if "hidden" in meta:
+        # The shadowed players' side file is the board's own, not the chain's.
+        os.link(previous.directory / meta["hidden"], directory / meta["hidden"])
+        entry["hidden"] = meta["hidden"]
+        entry["checksums"][meta["hidden"]] = checksums[meta["hidden"]]
+    return entry
 
 
 def recompute_incremental(

@@ -57,11 +57,14 @@ def run_publish(
     timings: dict[str, float] | None = None,
     full: bool = False,
     landed: LandedInputs | None = None,
+    compact: bool = False,
 ) -> str:
     """Land, recompute, rank and publish the next generation; returns its id.
 
     Incremental when the previous generation is a valid base (jobs/incremental.py);
-    ``full`` forces a full recompute.
+    ``full`` forces a full recompute. ``compact``: every board of the new
+    generation is a full base, layered ones compacted from their chains
+    (jobs/segments.py ``publish_segments``).
 
     ``fail_before_manifest`` / ``fail_at`` are test hooks that raise
     :class:`PublishAborted` at a step: ``"before_manifest_row"`` (segments in place,
@@ -92,6 +95,7 @@ def run_publish(
             land=land,
             full=full,
             landed=landed,
+            compact=compact,
         )
     finally:
         os.umask(previous_umask)
@@ -142,6 +146,7 @@ def _run_publish(
     land: bool,
     full: bool = False,
     landed: LandedInputs | None = None,
+    compact: bool = False,
 ) -> str:
     if land:
         # Which Redis to land from is settled before Spark starts: never a default.
@@ -184,6 +189,7 @@ def _run_publish(
         fail_at=fail_at,
         clock=clock,
         build=build,
+        compact=compact,
     )
 
 

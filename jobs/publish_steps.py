@@ -110,8 +110,10 @@ def publish_step(
     landed: dict[str, Any],
     spark: SparkSession | None = None,
     bucket_target: int = DEFAULT_BUCKET_TARGET,
+    compact: bool = False,
 ) -> str:
-    """Phase 3: segments, manifest row, ``manifest.json``, retention."""
+    """Phase 3: segments, manifest row, ``manifest.json``, retention; ``compact``:
+    every board a full base (the compact_generation DAG, ``lb publish --compact``)."""
     spark = _spark(spark)
     number = generation_number(generation)
     if number is None:
@@ -132,6 +134,7 @@ def publish_step(
             number,
             _inputs(landed),
             bucket_target=bucket_target,
+            compact=compact,
         )
 
 

@@ -25,7 +25,14 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, board_rules
 from conf.settings import Settings
-from jobs.incremental import MODE_INCREMENTAL, Build, Previous, build_path, link_board
+from jobs.incremental import (
+    MODE_INCREMENTAL,
+    Build,
+    Previous,
+    build_path,
+    compact_linked_board,
+    link_board,
+)
 from jobs.land import BRONZE, bronze_path
 from jobs.phase_clock import PhaseClock
 from jobs.quarantine import extract_thresholds
@@ -72,10 +79,15 @@ def publish_segments(
     fail_at: str | None = None,
     clock: PhaseClock | None = None,
     build: Build | None = None,
+    compact: bool = False,
 ) -> str:
     """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention.
 
-    ``build``: how phase 2 built the generation (default: what it saved)."""
+    ``build``: how phase 2 built the generation (default: what it saved).
+    ``compact``: every board of the generation is a full base (``lb publish
+    --compact``): the rewritten boards are written in full, not as layers, and the
+    untouched layered ones are compacted from their chains (same answers); the
+    inline thresholds (LB_LAYERS_MAX_*) stay the safety net between compactions."""
     delta_dir = settings.delta_dir
     manifest_path = delta_dir / GOLD_MANIFEST
     boundary = inputs.boundary
@@ -111,7 +123,7 @@ def publish_segments(
             umask=JOB_UMASK,
             previous=previous_files,
             visit=only or (),
-            layering=_layering(settings, generation, base, only),
+            layering=None if compact else _layering(settings, generation, base, only),
         )
         # Shadowed players: in silver, left out of this generation's gold.
         write_hidden(
@@ -128,7 +140,13 @@ def publish_segments(
             previous, checksums = base
             rewritten = set(only or ())
             for board in previous.manifest.get("boards", {}):
-                if board not in rewritten:
+                if board in rewritten:
+                    continue
+                if compact:
+                    board_files[board] = compact_linked_board(
+                        previous, board, tmp, checksums, bucket_target
+                    )
+                else:
                     board_files[board] = link_board(previous, board, tmp, checksums)
             sides = _link_versions(previous, checksums, tmp, rewritten, sides)
         fsync_dir(tmp)

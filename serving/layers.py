@@ -58,8 +58,10 @@ from serving.segments import (
     VERSION_FIELD,
     BoardSegment,
     _StringColumn,
+    board_entry,
     canonical_array,
     optional_numpy,
+    write_board_segment,
 )
 
 REPLACED_SCHEMA = pa.schema([("player_id", pa.string())])
@@ -654,6 +656,31 @@ def compacted(
         else pa.array(np.asarray(segment.versions, np.int64), pa.int64())
     )
     return players, scores, achieved, versions
+
+
+def compact_board(
+    directory: Path,
+    previous_dir: Path,
+    board: str,
+    meta: Mapping[str, Any],
+    bucket_target: int,
+) -> dict[str, Any]:
+    """Write the board of manifest entry ``meta`` (in ``previous_dir``, layered or
+    not) into ``directory`` as one full base with the same answers and return its
+    manifest entry (with every file's checksum). Nothing is linked: the new base
+    stands alone, so a compacted generation needs no older generation's files."""
+    players, scores, achieved, versions = compacted(
+        load_board(previous_dir, board, dict(meta))
+    )
+    sums = write_board_segment(
+        directory, board, players, scores, bucket_target, achieved, versions
+    )
+    entry = board_entry(board, len(players), sums)
+    # The read rules of the board travel with it (ties by first achieved, unique).
+    for key in ("tieBreak", "rank"):
+        if key in meta:
+            entry[key] = meta[key]
+    return entry
 
 
 # ------------------------------------------------------------- next generation

@@ -130,6 +130,7 @@ def test_dagbag_imports_every_dag_with_its_policies(airflow: Airflow) -> None:
         "rebuild_speed_layer",
         "verify_generation",
         "replay_season",
+        "compact_generation",
     }
     for dag_id, dag in dags.items():
         assert dag["catchup"] is False, dag_id
@@ -158,6 +159,11 @@ def test_dagbag_imports_every_dag_with_its_policies(airflow: Airflow) -> None:
         "verify_awards",
     ]
     assert "expression='0 * * * *'" in dags["verify_generation"]["schedule"]
+    # `lb publish --compact` daily, the publish DAG's four steps.
+    compact = dags["compact_generation"]
+    assert "expression='0 0 * * *'" in compact["schedule"]
+    assert list(compact["tasks"]) == ["land", "recompute", "publish", "rebase"]
+    assert compact["tasks"]["rebase"]["upstream"] == ["publish"]
     rebuild = dags["rebuild_speed_layer"]
     assert "NullTimetable" in rebuild["schedule"]  # manual only
     assert rebuild["tasks"]["switch"]["upstream"] == ["needs_switch"]

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import redis
 import yaml
@@ -35,6 +36,7 @@ from jobs.repair import next_generation
 from jobs.segments import publish_segments
 from jobs.tables import GOLD_MANIFEST, GOLD_SNAPSHOTS
 from serving.files import read_arrow
+from serving.segments import write_board_segment
 from speed.partitions import Keys
 from speed.server import RedisServer
 from tests.support.incremental import (
@@ -279,10 +281,37 @@ def test_incremental_chain_links_untouched_boards(
         # lost afterwards is found.
         check = check_generation(settings, spark, "g2")
         assert check.ok and check.rows > 0 and check.build["mode"] == "incremental"
+        assert check.served_differences == ()
         gold = DeltaTable.forPath(spark, str(settings.delta_dir / GOLD_SNAPSHOTS))
         gold.delete("generation = 'g2' AND board = 'season:S4:na' AND player_id = 'b'")
+        # A served segment that answers otherwise (b's score changed in g2's file
+        # of season:S4:na) is named too, though gold is what it was.
+        s4_meta = manifest(settings, "g2")["boards"]["season:S4:na"]
+        table = read_arrow(g2 / s4_meta["file"])
+        scores = [
+            s + 10 if p == "b" else s
+            for p, s in zip(
+                table.column("player_id").to_pylist(),
+                table.column("score").to_pylist(),
+                strict=True,
+            )
+        ]
+        (g2 / s4_meta["file"]).unlink()  # g3 links it: a new file, not g3's
+        write_board_segment(
+            g2,
+            "season:S4:na",
+            table.column("player_id").combine_chunks(),
+            pa.array(scores, pa.int64()),
+            2,
+            versions=table.column("version").combine_chunks(),
+        )
         check = check_generation(settings, spark, "g2")
         assert (check.only_in_gold, check.only_in_recompute) == (0, 1)
+        assert not check.ok
+        assert check.served_differences, check
+        assert {d.split(": ")[0] for d in check.served_differences} == {
+            "season:S4:na"
+        }, check.served_differences
 
 
 def _record(match: int, revision: int, points: int, kind: int = 0) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Layered generations from real incremental publishes (Spark + Delta): each
 touched board gets a layer over its parent until the chain is due a compaction,
 and every generation's reads equal its gold rows (a full ranking); the last, with
-layered and compacted boards, equals a full recompute of the same boundary.
+layered and compacted boards, equals a compacting publish (``compact=True``: every
+board a full base) and a full recompute of the same boundary.
 
 Marked slow (five Spark publishes, 630 s on a loaded machine): layering is off by
 default (LB_LAYERS_MAX_CHAIN=0), so `make test` keeps only the reader's property
@@ -18,6 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.build import check_generation
 from jobs.publish import run_publish
 from jobs.tables import GOLD_SNAPSHOTS
 from serving.layers import LayeredSegment, load_board
@@ -136,19 +138,41 @@ def test_layered_chain_compacts_and_equals_a_full_recompute(
         ]
         assert compacted, chains
         assert any(n > 0 for n in chains[3].values()), chains[3]
+        # `lb verify --check-incremental` of g4: gold and every served board
+        # (chains of layers and inline compactions) equal a full recompute.
+        check = check_generation(settings, spark, "g4")
+        assert check.ok and check.served_differences == (), check
+        # `lb publish --compact` with nothing new: every board of g5 is a full
+        # base (layered ones compacted from g4's chains, linking none of them).
+        assert (
+            run_publish(
+                settings, spark=spark, land=False, bucket_target=2, compact=True
+            )
+            == "g5"
+        )
         # A full recompute of g4's boundary: the same reads, versions and sides.
         assert (
             run_publish(settings, spark=spark, land=False, bucket_target=2, full=True)
-            == "g5"
+            == "g6"
         )
-        m4, m5 = manifest(settings, "g4"), manifest(settings, "g5")
-        assert sorted(m4["boards"]) == sorted(m5["boards"])
-        assert m4["versions"] == m5["versions"]
+        m4, m5, m6 = (manifest(settings, g) for g in ("g4", "g5", "g6"))
+        assert sorted(m4["boards"]) == sorted(m5["boards"]) == sorted(m6["boards"])
+        assert m4["versions"] == m6["versions"]
         for board in m4["boards"]:
             left = board_reads(settings.segments_dir / "g4", board, m4["boards"][board])
-            right = board_reads(
+            compact = board_reads(
                 settings.segments_dir / "g5", board, m5["boards"][board]
             )
-            assert right["layered"] is False
-            left.pop("layered"), right.pop("layered")
-            assert left == right, board
+            right = board_reads(
+                settings.segments_dir / "g6", board, m6["boards"][board]
+            )
+            assert compact["layered"] is False and right["layered"] is False
+            assert "layers" not in m5["boards"][board], board
+            left.pop("layered"), compact.pop("layered"), right.pop("layered")
+            assert left == right == compact, board
+            if m4["boards"][board].get("layers"):
+                # A compacted base is g5's own file, not a link to g4's chain.
+                name = m5["boards"][board]["file"]
+                g4_file = settings.segments_dir / "g4" / name
+                g5_file = settings.segments_dir / "g5" / name
+                assert g4_file.stat().st_ino != g5_file.stat().st_ino, board

@@ -122,3 +122,102 @@ def test_publishes_without_rebase_keep_the_base_generation(
         top = api.get(f"/v1/boards/{BOARD}/top").json()
         assert (top["exactness"], top["basis"]) == ("exact", "live")
         assert top["generation"]["id"] == "g3"
+
+
+@pytest.mark.unit
+def test_retention_of_a_chain_keeps_what_retained_generations_read(
+    tmp_path: Path,
+) -> None:
+    """A layered generation hard-links its base and earlier layers into its own
+    directory (serving/layers.py), and a compaction writes a base that links
+    nothing: retention deleting the base's own generation, and then the chain's,
+    leaves every retained generation reading the same board (issue 24 item 2)."""
+    import pyarrow as pa
+
+    from jobs.incremental import Previous, compact_linked_board
+    from serving.layers import load_board, write_layer_over
+    from serving.segments import board_entry, write_board_segment, write_hidden
+
+    settings = Settings(data_dir=tmp_path / "lb", retained_generations=1)
+    hour = 3600.0
+    now = time.time()
+    rows = _rows(
+        settings, [now - 5 * hour, now - 4 * hour, now - 3 * hour, now - 2 * hour]
+    )
+    dirs = [settings.segments_dir / r.generation for r in rows]
+
+    def table(board: dict[str, int]) -> pa.Table:
+        ordered = sorted(board.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+        return pa.table(
+            {
+                "player_id": pa.array([p for p, _ in ordered], pa.string()),
+                "score": pa.array([s for _, s in ordered], pa.int64()),
+                "version": pa.array([1] * len(ordered), pa.int64()),
+            }
+        )
+
+    def answers(directory: Path, meta: dict[str, Any]) -> list[tuple[str, int, int]]:
+        segment = load_board(directory, BOARD, meta)
+        return [
+            (e["playerId"], e["score"], e["rank"])
+            for e in segment.entries(0, segment.population)
+        ]
+
+    board = {f"p{i}": i % 4 for i in range(20)}
+    first = table(board)
+    sums = write_board_segment(
+        dirs[0],
+        BOARD,
+        first.column("player_id").combine_chunks(),
+        first.column("score").combine_chunks(),
+        2,
+        versions=first.column("version").combine_chunks(),
+    )
+    meta: dict[str, Any] = board_entry(BOARD, first.num_rows, sums)
+    checksums = dict(sums)
+    for step, directory in enumerate(dirs[1:3], start=1):
+        board[f"p{step}"] = 10 + step  # one changed player
+        board.pop(f"p{10 + step}")  # one removed player
+        board[f"new{step}"] = 2  # one new player
+        entry = write_layer_over(
+            directory,
+            dirs[step - 1],
+            meta,
+            checksums,
+            BOARD,
+            f"g{step + 1}",
+            table(board),
+            0.5,
+            8,
+        )
+        assert entry is not None  # a layer, not a compaction
+        meta, checksums = entry, entry.pop("checksums")
+    assert meta["base"] == "g1" and len(meta["layers"]) == 2
+    expected = answers(dirs[2], meta)
+    assert [(p, s) for p, s, _ in expected] == [
+        (r["player_id"], r["score"]) for r in table(board).to_pylist()
+    ]
+    # A shadowed player's side file travels with the board, not with the chain.
+    metas = {BOARD: {**meta, "checksums": dict(checksums)}}
+    write_hidden([(BOARD, "ghost", 7)], dirs[2], metas)
+    meta = metas[BOARD]
+    checksums = meta.pop("checksums")
+    previous = Previous("g3", {}, {"boards": {BOARD: meta}}, dirs[2])
+    compact = compact_linked_board(previous, BOARD, dirs[3], checksums, 2)
+    sums = compact.pop("checksums")
+    assert "layers" not in compact and "base" not in compact
+    assert answers(dirs[3], compact) == expected
+    assert sorted(sums) == sorted(
+        [compact[k] for k in ("file", "index", "buckets", "hidden")]
+    )
+    assert dict(load_board(dirs[3], BOARD, compact).hidden) == {"ghost": 7}
+    # The base is g4's own (a fresh file), the hidden side file a link.
+    assert (dirs[3] / compact["file"]).stat().st_nlink == 1
+
+    # g3 alone is retained (and protected, as a partition's base): the base's own
+    # generation g1 and g2 go, g3's chain still reads the same board.
+    assert apply_retention(settings, rows[:3], {"g3"}, now=now) == ["g1", "g2"]
+    assert answers(dirs[2], meta) == expected
+    # After the compaction g3 goes too; g4 links nothing of it.
+    assert apply_retention(settings, rows, set(), now=now) == ["g3"]
+    assert answers(dirs[3], compact) == expected
