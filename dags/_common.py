@@ -25,3 +25,37 @@ def settings() -> Any:
     from conf.settings import Settings
 
     return Settings()
+
+
+def publish_chain(compact: bool = False) -> None:
+    """The four tasks of a publish (land, recompute, publish, rebase), wired in
+    order inside the calling ``@dag`` function; ``compact``: every board of the new
+    generation written as a full base (`lb publish --compact`)."""
+    from airflow.sdk import task
+
+    @task
+    def land() -> dict[str, Any]:
+        from jobs.publish_steps import land_step
+
+        return land_step(settings())
+
+    @task
+    def recompute(landed: dict[str, Any]) -> str:
+        from jobs.publish_steps import recompute_step
+
+        return recompute_step(settings(), landed)
+
+    @task
+    def publish(generation: str, landed: dict[str, Any]) -> str:
+        from jobs.publish_steps import publish_step
+
+        return publish_step(settings(), generation, landed, compact=compact)
+
+    @task
+    def rebase(generation: str) -> dict[str, str]:
+        from jobs.publish_steps import rebase_step
+
+        return rebase_step(settings(), generation)
+
+    landed = land()
+    rebase(publish(recompute(landed), landed))

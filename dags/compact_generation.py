@@ -17,11 +17,9 @@ generation number twice (the publish step of the later one fails with
 
 from __future__ import annotations
 
-from typing import Any
+from airflow.sdk import dag
 
-from airflow.sdk import dag, task
-
-from dags._common import DEFAULT_ARGS, START, TAGS, settings
+from dags._common import DEFAULT_ARGS, START, TAGS, publish_chain
 
 
 @dag(
@@ -35,32 +33,7 @@ from dags._common import DEFAULT_ARGS, START, TAGS, settings
     doc_md=__doc__,
 )
 def compact_generation() -> None:
-    @task
-    def land() -> dict[str, Any]:
-        from jobs.publish_steps import land_step
-
-        return land_step(settings())
-
-    @task
-    def recompute(landed: dict[str, Any]) -> str:
-        from jobs.publish_steps import recompute_step
-
-        return recompute_step(settings(), landed)
-
-    @task
-    def publish(generation: str, landed: dict[str, Any]) -> str:
-        from jobs.publish_steps import publish_step
-
-        return publish_step(settings(), generation, landed, compact=True)
-
-    @task
-    def rebase(generation: str) -> dict[str, str]:
-        from jobs.publish_steps import rebase_step
-
-        return rebase_step(settings(), generation)
-
-    landed = land()
-    rebase(publish(recompute(landed), landed))
+    publish_chain(compact=True)
 
 
 compact_generation()

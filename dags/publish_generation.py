@@ -19,11 +19,10 @@ generation is "now", not "as of then"); every step is idempotent on retry.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
-from dags._common import DEFAULT_ARGS, START, TAGS, settings
+from dags._common import DEFAULT_ARGS, START, TAGS, publish_chain, settings
 
 
 def _interval() -> timedelta:
@@ -41,32 +40,7 @@ def _interval() -> timedelta:
     doc_md=__doc__,
 )
 def publish_generation() -> None:
-    @task
-    def land() -> dict[str, Any]:
-        from jobs.publish_steps import land_step
-
-        return land_step(settings())
-
-    @task
-    def recompute(landed: dict[str, Any]) -> str:
-        from jobs.publish_steps import recompute_step
-
-        return recompute_step(settings(), landed)
-
-    @task
-    def publish(generation: str, landed: dict[str, Any]) -> str:
-        from jobs.publish_steps import publish_step
-
-        return publish_step(settings(), generation, landed)
-
-    @task
-    def rebase(generation: str) -> dict[str, str]:
-        from jobs.publish_steps import rebase_step
-
-        return rebase_step(settings(), generation)
-
-    landed = land()
-    rebase(publish(recompute(landed), landed))
+    publish_chain(compact=False)
 
 
 publish_generation()
