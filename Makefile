@@ -84,6 +84,9 @@ drills: setup ## fault drills on real stacks: kill -9 of Redis and the API (heal
 bench: setup ## ingest benchmark and the naive MVP yardstick in the same run (prints ours / naive; figures in bench/RESULTS.md)
 	$(PY) -m bench.ingest
 
+bench-games: setup ## ingest with two games against one, alternating rounds on two stacks up at once (issue 26: within 5 %)
+	$(PY) -m bench.ingest_games $(BENCH_ARGS)
+
 bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
 	$(PY) -m bench.reads $(BENCH_ARGS)
 
@@ -139,4 +142,4 @@ lint: venv ## ruff (check and format) and mypy
 clean: ## remove local data (.lb), keep the venv and the jar cache
 	rm -rf .lb
 
-.PHONY: cluster-demo loadtest drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-reads bench-publish soak lint clean
+.PHONY: cluster-demo loadtest drills help venv airflow-venv promtool airflow redis chromium jars setup demo test bench bench-games bench-reads bench-publish soak lint clean
