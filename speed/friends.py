@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from serving.ranking import rerank
 from serving.segments import BoardSegment
 from speed.connection import run_transaction
-from speed.live import Base, LiveReader, NotExact
+from speed.live import Base, LiveReader, NotExact, parse_standing, segment_standing
 from speed.partitions import Keys, partition_of
 from speed.scripts import FRIENDS_SCORES, register
 
@@ -37,31 +38,45 @@ async def read_friends(live: LiveReader, player_id: str) -> list[str]:
     return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
 
-def rank_members(scores: dict[str, int]) -> list[dict[str, Any]]:
-    """Display order (score desc, player id asc in UTF-8 bytes) with competition
-    ranks among the members only."""
-    order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0].encode("utf-8")))
-    entries: list[dict[str, Any]] = []
-    rank = 0
-    previous: int | None = None
-    for index, (player, score) in enumerate(order):
-        if score != previous:
-            rank, previous = index + 1, score
-        entries.append(
-            {"position": index + 1, "rank": rank, "playerId": player, "score": score}
-        )
+Standing = tuple[int, int | None]
+NEVER = 2**63  # later than every achievedMs
+
+
+def rank_members(standings: dict[str, Standing]) -> list[dict[str, Any]]:
+    """The members in the board's display order -- oriented score descending, then
+    (on ``first_achieved`` boards) who reached it first, then player id in UTF-8
+    bytes -- with competition ranks among the members only (serving/ranking.py).
+    ``standings``: player -> (oriented score, achievedMs or None)."""
+    order = sorted(
+        standings.items(),
+        # An unknown achievedMs (a shadowed player's own hidden row) sorts after
+        # its equals: it cannot be shown to have come first.
+        key=lambda kv: (
+            -kv[1][0],
+            NEVER if kv[1][1] is None else kv[1][1],
+            kv[0].encode("utf-8"),
+        ),
+    )
+    entries: list[dict[str, Any]] = [
+        {"position": index + 1, "rank": 0, "playerId": player, "score": score}
+        for index, (player, (score, _)) in enumerate(order)
+    ]
+    rerank(entries, "competition")
     return entries
 
 
-def snapshot_scores(segment: BoardSegment | None, members: list[str]) -> dict[str, int]:
-    scores: dict[str, int] = {}
+def snapshot_standings(
+    segment: BoardSegment | None, members: list[str]
+) -> dict[str, Standing]:
+    """The members' standings in a generation's segment (those on it)."""
+    standings: dict[str, Standing] = {}
     if segment is None:
-        return scores
+        return standings
     for member in members:
-        row = segment.row_of(member)
-        if row is not None:
-            scores[member] = int(segment.scores[row])
-    return scores
+        standing = segment_standing(segment, member)
+        if standing is not None:
+            standings[member] = standing
+    return standings
 
 
 class FriendsReader:
@@ -73,8 +88,8 @@ class FriendsReader:
 
     async def live_scores(
         self, board: str, members: list[str]
-    ) -> tuple[dict[str, int], Base, dict[str, int]]:
-        """(scores of the members on the board, base, asOf); NotExact during a
+    ) -> tuple[dict[str, Standing], Base, dict[str, int]]:
+        """(standings of the members on the board, base, asOf); NotExact during a
         rebase."""
         by_partition: dict[int, list[str]] = defaultdict(list)
         for member in members:
@@ -91,15 +106,24 @@ class FriendsReader:
         replies = await self.live.speed.run_script(self._script, calls)
         bases = [int(r[0]) for r in replies]
         base = self.live._base(bases, board)
-        scores: dict[str, int] = {}
+        standings: dict[str, Standing] = {}
         for p, reply in enumerate(replies):
             for member, raw in zip(by_partition.get(p, []), reply[2], strict=True):
-                if raw:
-                    scores[member] = int(bytes(raw).split(b"|", 1)[0])
-        missing = [m for m in members if m not in scores]
-        scores.update(snapshot_scores(base.segment, missing))
+                standing = parse_standing(bytes(raw)) if raw else None
+                if standing is not None:
+                    standings[member] = standing
+        missing = [m for m in members if m not in standings]
+        standings.update(snapshot_standings(base.segment, missing))
         as_of = {str(p): int(r[1]) for p, r in enumerate(replies)}
-        return scores, base, as_of
+        return standings, base, as_of
 
 
-__all__ = ["FriendsReader", "NotExact", "rank_members", "read_friends", "write_friends"]
+__all__ = [
+    "FriendsReader",
+    "NotExact",
+    "Standing",
+    "rank_members",
+    "read_friends",
+    "snapshot_standings",
+    "write_friends",
+]

@@ -440,7 +440,7 @@ def segment_standing(
     return int(segment.scores[row]), None if achieved is None else int(achieved[row])
 
 
-def _standing(raw: bytes | None) -> tuple[int, int | None] | None:
+def parse_standing(raw: bytes | None) -> tuple[int, int | None] | None:
     """(total, achievedMs or None) of a totals value "total|version[|achievedMs]"."""
     if raw is None:
         return None
@@ -493,7 +493,7 @@ class LiveReader:
                 ("HGET", keys.base_generation, "g"),
             ],
         )
-        standing = _standing(raw.encode() if isinstance(raw, str) else raw)
+        standing = parse_standing(raw.encode() if isinstance(raw, str) else raw)
         if standing is None:
             standing = self.base_standing(board, player_id, _int(number or 0))
         return standing, flag in (b"shadow", "shadow")
@@ -719,7 +719,7 @@ class LiveReader:
             # No total in Redis: unchanged since the base these counts were read
             # against (checked just above), which holds its score.
             current = (
-                _standing(verified)
+                parse_standing(verified)
                 if verified
                 else segment_standing(base.segment, player_id)
             )

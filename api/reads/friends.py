@@ -15,7 +15,13 @@ from api.reads.labels import live_header, snapshot_header
 from api.reads.policy import FallbackPolicy
 from serving.segments import BoardSegment
 from speed.flags import shadowed_among
-from speed.friends import FriendsReader, rank_members, read_friends, snapshot_scores
+from speed.friends import (
+    FriendsReader,
+    Standing,
+    rank_members,
+    read_friends,
+    snapshot_standings,
+)
 from speed.live import LiveReader, NotExact
 
 
@@ -63,12 +69,14 @@ class FriendsReads:
         )
 
 
-def member_scores(segment: BoardSegment | None, members: list[str]) -> dict[str, int]:
-    scores = snapshot_scores(segment, members)
-    # The player itself (members[0]) is on its own list even when shadowed in
-    # this generation.
-    if segment is not None and members and members[0] not in scores:
+def member_scores(
+    segment: BoardSegment | None, members: list[str]
+) -> dict[str, Standing]:
+    """The members' standings in a generation (snapshot_standings), with the player
+    itself (members[0]) on its own list even when shadowed in this generation."""
+    standings = snapshot_standings(segment, members)
+    if segment is not None and members and members[0] not in standings:
         hidden = segment.hidden.get(members[0])
         if hidden is not None:
-            scores[members[0]] = hidden
-    return scores
+            standings[members[0]] = (hidden, None)
+    return standings

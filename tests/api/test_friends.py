@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
+from fastapi.testclient import TestClient
 
+from api.main import create_app
 from api.tokens import issue_player_token
 from conf.settings import Settings
 from tests.conftest import BACKENDS, SignedClient, event
@@ -184,3 +187,72 @@ def test_friends_read_normalises_the_path_id(
         body = reply.json()
         assert body["playerId"] == composed
         assert {e["playerId"] for e in body["entries"]} == {composed, "Ana"}
+
+
+FA_BOARD = "season:FA:global"
+FA_BOARDS_YAML = """\
+regions: [eu, na]
+seasons:
+  - {id: FA, start: "2026-01-01T00:00:00Z", end: "2100-01-01T00:00:00Z",
+     tieBreak: first_achieved}
+"""
+
+
+def test_friends_ties_follow_the_boards_first_achieved_order(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """On a first_achieved board, equal scores among friends stand in the board's
+    order (who reached the score first), as on the board itself, not by player id;
+    ordinal ranks follow it, live and in a generation."""
+    path = tmp_path / "fa.yaml"
+    path.write_text(FA_BOARDS_YAML)
+    cfg = settings.model_copy(update={"boards_file": path})
+    with TestClient(create_app(cfg)) as client:
+        api = SignedClient(client)
+        clock = [time.time()]
+        client.app.state.speed.clock = lambda: clock[0]
+        for player in ("Z-first", "M-mid", "A-last"):
+            reply = api.post(
+                "/v1/score-events",
+                event(
+                    eventId=f"{player}-m1",
+                    playerId=player,
+                    matchId="m1",
+                    result={"points": 30},
+                ),
+            )
+            assert reply.json()["status"] == "accepted", reply.text
+            clock[0] += 1
+        assert put_friends(api, "M-mid", ["A-last", "Z-first"]).status_code == 200
+        url = f"/v1/boards/{FA_BOARD}/players/M-mid/friends"
+        headers = token(cfg, "M-mid")
+        want = [("Z-first", 1), ("M-mid", 2), ("A-last", 3)]
+        top = api.get(f"/v1/boards/{FA_BOARD}/top").json()["entries"]
+        assert [e["playerId"] for e in top] == [p for p, _ in want]
+        live = api.get(url, headers=headers, params={"ranking": "ordinal"}).json()
+        assert live["basis"] == "live"
+        assert [(e["playerId"], e["rank"]) for e in live["entries"]] == want
+        competition = api.get(url, headers=headers).json()["entries"]
+        assert [(e["playerId"], e["rank"]) for e in competition] == [
+            ("Z-first", 1),
+            ("M-mid", 1),
+            ("A-last", 1),
+        ]
+    # The same order from a generation's achieved_ms column (reversed here: the
+    # generation, not the player ids, decides).
+    write_generation(
+        cfg.segments_dir,
+        1,
+        {FA_BOARD: {"A-last": 30, "M-mid": 30, "Z-first": 30}},
+        {"0": 0},
+        achieved={FA_BOARD: {"A-last": 1_000, "M-mid": 2_000, "Z-first": 3_000}},
+    )
+    with TestClient(create_app(cfg)) as client:
+        params = {"mode": "snapshot", "ranking": "ordinal"}
+        body = client.get(url, headers=headers, params=params).json()
+        assert body["basis"] == "snapshot", body
+        assert [(e["playerId"], e["rank"]) for e in body["entries"]] == [
+            ("A-last", 1),
+            ("M-mid", 2),
+            ("Z-first", 3),
+        ]
