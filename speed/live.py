@@ -23,6 +23,7 @@ stamp plus a few bisections while the partitions stay put; no write-path cost.
 from __future__ import annotations
 
 import secrets
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -469,18 +470,19 @@ def _standing(raw: bytes | None) -> tuple[int, int | None] | None:
 
 @dataclass(frozen=True, slots=True)
 class RowHint:
-    """A player's ``row`` in base generation ``number`` of a board, where it holds
+    """A player's ``row`` in a mapped base ``segment``, where it holds
     ``standing``: a live rank's first row at or after that standing there, with no
-    bisection of the segment."""
+    bisection of the segment. The segment itself, not its generation's number,
+    names the base (a replaced dataset numbers its generations again), held
+    weakly (a retired generation's mapping is not kept alive by a hint)."""
 
-    number: int
+    segment: weakref.ref[BoardSegment]
     row: int
     standing: tuple[int, int | None]
 
     def row_in(self, base: Base, standing: tuple[int, int | None]) -> int | None:
-        """The row, when ``base`` is that generation and ``standing`` that one."""
-        generation = base.generation
-        if generation is None or generation.number != self.number:
+        """The row, when ``base`` is that segment and ``standing`` that one."""
+        if base.segment is None or self.segment() is not base.segment:
             return None
         return self.row if standing == self.standing else None
 
@@ -615,7 +617,7 @@ class LiveReader:
             int(segment.scores[row]),
             None if achieved is None else int(achieved[row]),
         )
-        return standing, RowHint(latest.number, row, standing)
+        return standing, RowHint(weakref.ref(segment), row, standing)
 
     def remember(
         self,
@@ -829,9 +831,9 @@ class LiveReader:
                 # again at the new score.
                 standing = current
                 continue
-            if own_row is None and not verified and base.generation is not None:
+            if own_row is None and not verified and base.segment is not None:
                 # Unchanged since the base: its row there is rows_before.
-                hint = RowHint(base.generation.number, rows_before, standing)
+                hint = RowHint(weakref.ref(base.segment), rows_before, standing)
             self.remember(board, player_id, standing, hint)
             above = before = population = 0
             for r in replies:
