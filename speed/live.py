@@ -5,7 +5,10 @@ Exact live rank of score s (DESIGN.md):
       + (changed players whose live score is above s)
 summed over partitions. Each partition's part is read atomically by one Lua script,
 and because an event touches only its own partition, the per-partition reads compose
-into the exact state as of the position vector returned as ``asOf``.
+into the exact state as of the position vector returned as ``asOf``. On one Redis
+server one script call reads every partition (one atomic read of them all, and one
+reply to parse); on a Redis Cluster the same script runs once per partition, since
+a call's keys must share a hash slot (``LiveReader.fused``).
 
 The snapshot is the partition's *base* generation (the one its changed-sets are
 relative to); while a rebase is half done the partitions disagree, exactness is not
@@ -504,9 +507,9 @@ class LiveReader:
         self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._read_stamp_keys: list[str] | None = None
         # One server: a live read is one script call naming every partition (one
-        # atomic read of all of them; 8 calls cost Redis and the API about twice
-        # the CPU, bench/RESULTS.md). A cluster: one call per partition, since a
-        # call's keys must share a hash slot. Settable (tests compare the two).
+        # atomic read of them all, one reply; bench/live_cpu.py measures it
+        # against one call per partition). A cluster: one call per partition,
+        # since a call's keys must share a hash slot. Settable (tests compare).
         self.fused = not is_cluster(client)
         self._board_keys: OrderedDict[str, tuple[list[list[str]], list[str]]] = (
             OrderedDict()
