@@ -5,7 +5,10 @@ Exact live rank of score s (DESIGN.md):
       + (changed players whose live score is above s)
 summed over partitions. Each partition's part is read atomically by one Lua script,
 and because an event touches only its own partition, the per-partition reads compose
-into the exact state as of the position vector returned as ``asOf``.
+into the exact state as of the position vector returned as ``asOf``. On one Redis
+server one script call reads every partition (one atomic read of them all, and one
+reply to parse); on a Redis Cluster the same script runs once per partition, since
+a call's keys must share a hash slot (``LiveReader.fused``).
 
 The snapshot is the partition's *base* generation (the one its changed-sets are
 relative to); while a rebase is half done the partitions disagree, exactness is not
@@ -23,6 +26,7 @@ stamp plus a few bisections while the partitions stay put; no write-path cost.
 from __future__ import annotations
 
 import secrets
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -393,26 +397,45 @@ async def run_commands(
     return replies
 
 
-def _changed_keys(keys: Keys, board: str) -> list[str]:
-    """The keys every live read script starts with: base hash, log position and the
-    board's changed-set (live side, snapshot side)."""
-    return [
-        keys.base_generation,
-        keys.position,
-        keys.changed_live(board),
-        keys.changed_snapshot(board),
-    ]
+def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
+    """The keys of a partition's group in every live read script: base hash, log
+    position and the board's changed-set (live side, snapshot side)."""
+    return {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "chz": keys.changed_live(board),
+        "chb": keys.changed_snapshot(board),
+    }
+
+
+# The positional ARGV groups LiveReader sends per partition, in declared order
+# (built without the named-value dicts of ScriptInterface.args_of: they are per
+# read): checked here against speed/scripts.py at import.
+assert LIVE_COUNTS.argv_group == ("verify_player", "chb_above", "chb_before")
+assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
+
+# Boards whose script keys a LiveReader keeps (LiveReader._board_keys).
+KEYED_BOARDS = 1024
+
+
+def _parts(replies: list[Any]) -> list[list[Any]]:
+    """Per-partition replies of live script calls: each call's reply is a list of
+    one reply per partition group it named (all of them in one call on one server,
+    one per call on a cluster)."""
+    if len(replies) == 1:
+        return replies[0]  # type: ignore[no-any-return]
+    return [part for reply in replies for part in reply]
 
 
 def _as_of(replies: list[list[Any]]) -> dict[str, int]:
     """Log positions per partition, the second value of every live script reply."""
-    return {str(p): _int(r[1]) for p, r in enumerate(replies)}
+    return {str(p): r[1] for p, r in enumerate(replies)}
 
 
 def _based_on(replies: list[list[Any]], base: Base) -> bool:
     """Whether every partition's reply was read against ``base``."""
     number = base.generation.number if base.generation is not None else 0
-    return all(_int(r[0]) == number for r in replies)
+    return all(r[0] == number for r in replies)
 
 
 def _int(value: Any) -> int:
@@ -448,6 +471,25 @@ def parse_standing(raw: bytes | None) -> tuple[int, int | None] | None:
     return int(parts[0]), int(parts[2]) if len(parts) > 2 else None
 
 
+@dataclass(frozen=True, slots=True)
+class RowHint:
+    """A player's ``row`` in a mapped base ``segment``, where it holds
+    ``standing``: a live rank's first row at or after that standing there, with no
+    bisection of the segment. The segment itself, not its generation's number,
+    names the base (a replaced dataset numbers its generations again), held
+    weakly (a retired generation's mapping is not kept alive by a hint)."""
+
+    segment: weakref.ref[BoardSegment]
+    row: int
+    standing: tuple[int, int | None]
+
+    def row_in(self, base: Base, standing: tuple[int, int | None]) -> int | None:
+        """The row, when ``base`` is that segment and ``standing`` that one."""
+        if base.segment is None or self.segment() is not base.segment:
+            return None
+        return self.row if standing == self.standing else None
+
+
 class LiveReader:
     """Exact live and approximate reads over Redis plus the mapped generations."""
 
@@ -464,10 +506,20 @@ class LiveReader:
         self._read_stamp_script = register(client, READ_STAMP)
         self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._read_stamp_keys: list[str] | None = None
-        self._last_bases: list[int] | None = None
-        self._standings: OrderedDict[tuple[str, str], tuple[int, int | None]] = (
+        # One server: a live read is one script call naming every partition (one
+        # atomic read of them all, one reply; bench/live_cpu.py measures it
+        # against one call per partition). A cluster: one call per partition,
+        # since a call's keys must share a hash slot. Settable (tests compare).
+        self.fused = not is_cluster(client)
+        self._board_keys: OrderedDict[str, tuple[list[list[str]], list[str]]] = (
             OrderedDict()
         )
+        self._last_bases: list[int] | None = None
+        # Per (board, player): its standing as last read, and where it is in a
+        # base generation when known (RowHint).
+        self._standings: OrderedDict[
+            tuple[str, str], tuple[tuple[int, int | None], RowHint | None]
+        ] = OrderedDict()
         # Per board: its changed-sets decoded for dense ranks (see above()).
         self._dense: OrderedDict[str, DenseChanges] = OrderedDict()
 
@@ -547,29 +599,83 @@ class LiveReader:
     def guess(self, board: str, player_id: str) -> tuple[int, int | None] | None:
         """The player's standing as last read, else in the latest generation, else
         None: a guess, always checked against Redis in the same round trip."""
+        return self._guess(board, player_id)[0]
+
+    def _guess(
+        self, board: str, player_id: str
+    ) -> tuple[tuple[int, int | None] | None, RowHint | None]:
+        """:meth:`guess`, with the player's row in a base generation when known."""
         known = self._standings.get((board, player_id))
         if known is not None:
             return known
         latest = self.registry.latest()
         segment = latest.board(board) if latest is not None else None
-        if segment is None:
-            return None
+        if latest is None or segment is None:
+            return None, None
         row = segment.row_of(player_id)
         if row is None:
-            return None
+            return None, None
         achieved = segment.achieved
-        return int(segment.scores[row]), None if achieved is None else int(
-            achieved[row]
+        standing = (
+            int(segment.scores[row]),
+            None if achieved is None else int(achieved[row]),
         )
+        return standing, RowHint(weakref.ref(segment), row, standing)
 
     def remember(
-        self, board: str, player_id: str, standing: tuple[int, int | None]
+        self,
+        board: str,
+        player_id: str,
+        standing: tuple[int, int | None],
+        hint: RowHint | None = None,
     ) -> None:
         key = (board, player_id)
-        self._standings[key] = standing
+        self._standings[key] = (standing, hint)
         self._standings.move_to_end(key)
         if len(self._standings) > REMEMBERED:
             self._standings.popitem(last=False)
+
+    @property
+    def _calls(self) -> int:
+        """Script calls per read of every partition (see ``fused``)."""
+        return 1 if self.fused else self.partitions
+
+    def _keys_of(self, board: str) -> tuple[list[list[str]], list[str]]:
+        """Per partition, the board's keys of ``live_window.lua`` and
+        ``live_dense.lua`` (their groups), and its totals hash (the last key of a
+        ``live_counts.lua`` group): built once per board, not per read."""
+        cached = self._board_keys.get(board)
+        if cached is None:
+            groups = [_changed_keys(Keys(p), board) for p in range(self.partitions)]
+            window = [LIVE_WINDOW.keys_of({}, [g]) for g in groups]
+            totals = [Keys(p).totals(board) for p in range(self.partitions)]
+            assert [
+                LIVE_COUNTS.keys_of({}, [{**g, "totals": t}])
+                for g, t in zip(groups, totals, strict=True)
+            ] == [[*w, t] for w, t in zip(window, totals, strict=True)]
+            cached = self._board_keys[board] = (window, totals)
+            while len(self._board_keys) > KEYED_BOARDS:
+                self._board_keys.popitem(last=False)
+        return cached
+
+    def _script_calls(
+        self,
+        sha: str,
+        key_groups: list[list[str]],
+        args: tuple[Any, ...],
+        arg_groups: list[tuple[Any, ...]],
+    ) -> list[tuple[Any, ...]]:
+        """EVALSHA commands of a live script reading the partitions of
+        ``key_groups`` (with their ``arg_groups``, after the fixed ``args``): one
+        naming them all when ``fused``, else one per partition."""
+        if self.fused:
+            keys = [k for group in key_groups for k in group]
+            rest = [a for group in arg_groups for a in group]
+            return [("EVALSHA", sha, len(keys), *keys, *args, *rest)]
+        return [
+            ("EVALSHA", sha, len(keys), *keys, *args, *more)
+            for keys, more in zip(key_groups, arg_groups, strict=True)
+        ]
 
     async def _counts_round(
         self,
@@ -582,28 +688,32 @@ class LiveReader:
         rows_before: int,
         read_flag: bool = False,
         extra: list[tuple[Any, ...]] | None = None,
-    ) -> tuple[list[list[Any]], bool | None]:
+    ) -> tuple[list[list[Any]], list[Any], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
         ``read_flag`` the player's shadow flag is read in the same round trip
         (else None comes back). ``rows_above``/``rows_before`` are global rows of
         ``base``; the replies name the base they were read against (the caller
-        compares). ``extra`` commands (``live_window.lua`` calls) go in the same
-        write; their replies are appended to the counts' replies."""
+        compares). ``extra`` commands (``live_window.lua`` and ``live_counts.lua``
+        calls) go in the same write. As (the partitions' counts, the replies of
+        the ``extra`` commands, the flag)."""
         commands: list[tuple[Any, ...]] = []
-        if read_flag and player_id:
+        flagged = read_flag and bool(player_id)
+        if flagged:
+            assert player_id is not None
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
         commands += self._counts_commands(
             board, above, before, player_id, base, rows_above, rows_before
         )
+        n = len(commands)
         scripts = (self._counts, self._window_script) if extra else self._counts
         replies = await run_commands(
             self.speed.client, scripts, commands + extra if extra else commands
         )
-        if read_flag and player_id:
-            return replies[1:], replies[0] in (b"shadow", "shadow")
-        return replies, None
+        counts = _parts(replies[int(flagged) : n])
+        flag = replies[0] in (b"shadow", "shadow") if flagged else None
+        return counts, replies[n:], flag
 
     def _counts_commands(
         self,
@@ -616,33 +726,25 @@ class LiveReader:
         rows_before: int,
     ) -> list[tuple[Any, ...]]:
         """``live_counts.lua`` on every partition (see :meth:`_counts_round`)."""
-        owner = partition_of(player_id, self.partitions) if player_id else -1
-        counts = base.row_counts(self.partitions)
-        local_above = counts.before(rows_above) if counts else [0] * self.partitions
+        partitions = self.partitions
+        owner = partition_of(player_id, partitions) if player_id else -1
+        counts = base.row_counts(partitions)
+        local_above = counts.before(rows_above) if counts else [0] * partitions
         local_before = (
             counts.before(rows_before)
             if counts and rows_before != rows_above
             else local_above
         )
-        sha = self._counts.sha
-        commands: list[tuple[Any, ...]] = []
-        for p in range(self.partitions):
-            keys = Keys(p)
-            script_keys = [*_changed_keys(keys, board), keys.totals(board)]
-            commands.append(
-                (
-                    "EVALSHA",
-                    sha,
-                    len(script_keys),
-                    *script_keys,
-                    above,
-                    before,
-                    player_id if player_id and p == owner else "",
-                    local_above[p],
-                    local_before[p],
-                )
-            )
-        return commands
+        window, totals = self._keys_of(board)
+        return self._script_calls(
+            self._counts.sha,
+            [[*group, t] for group, t in zip(window, totals, strict=True)],
+            (above, before),
+            [
+                (player_id if p == owner else "", local_above[p], local_before[p])
+                for p in range(partitions)
+            ],
+        )
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time, else the latest generation: a
@@ -673,11 +775,11 @@ class LiveReader:
         ``extra_for(score, achieved, base, base_row)`` names commands to send with
         the counts (for the standing and base they assume; ``base_row``: the
         standing's first row at or after it in the base); their replies come back
-        as ``extra`` (read with the counts that verified that standing), and that
-        row as ``base_row``."""
+        as ``extra``, one per command (read with the counts that verified that
+        standing), and that row as ``base_row``."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
-        standing = self.guess(board, player_id)
+        standing, hint = self._guess(board, player_id)
         shadowed: bool | None = None
         if standing is None:
             standing, shadowed = await self._standing(board, player_id)
@@ -688,11 +790,17 @@ class LiveReader:
                 raise PlayerMissing(player_id)
             score, achieved = standing
             # Base rows above the score and before the standing: bisections of
-            # the mapped segment, each done once per attempt.
+            # the mapped segment, each done once per attempt; the second is the
+            # player's own row when it holds that standing in this base.
+            own_row = hint.row_in(base, standing) if hint is not None else None
             rows_above = base.count_above(score)
-            rows_before = base.rows_before(score, player_id, achieved)
+            rows_before = (
+                own_row
+                if own_row is not None
+                else base.rows_before(score, player_id, achieved)
+            )
             extra = extra_for(score, achieved, base, rows_before) if extra_for else []
-            replies, flag = await self._counts_round(
+            replies, extra_replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
                 encode_entry(score, player_id, achieved),
@@ -703,12 +811,9 @@ class LiveReader:
                 read_flag=shadowed is None,
                 extra=extra,
             )
-            extra_replies: list[list[Any]] = []
-            if extra:
-                replies, extra_replies = replies[: -len(extra)], replies[-len(extra) :]
             if flag is not None:
                 shadowed = flag
-            seen = [_int(r[0]) for r in replies]
+            seen = [r[0] for r in replies]
             if seen != assumed:
                 # Rebased since: the base row counts were for another generation.
                 base = self._base(seen, board)
@@ -718,20 +823,29 @@ class LiveReader:
             verified = replies[owner][8]
             # No total in Redis: unchanged since the base these counts were read
             # against (checked just above), which holds its score.
-            current = (
-                parse_standing(verified)
-                if verified
-                else segment_standing(base.segment, player_id)
-            )
+            if verified:
+                current = parse_standing(verified)
+            elif own_row is not None:
+                current = standing  # its base row, read above
+            else:
+                current = segment_standing(base.segment, player_id)
             if current != standing:
                 # The player moved since the guess (or between the two reads): read
                 # again at the new score.
                 standing = current
                 continue
-            self.remember(board, player_id, standing)
-            above = rows_above + sum(_int(r[2]) - _int(r[3]) for r in replies)
-            before = rows_before + sum(_int(r[4]) - _int(r[5]) for r in replies)
-            population = base.population + sum(_int(r[6]) - _int(r[7]) for r in replies)
+            if own_row is None and not verified and base.segment is not None:
+                # Unchanged since the base: its row there is rows_before.
+                hint = RowHint(weakref.ref(base.segment), rows_before, standing)
+            self.remember(board, player_id, standing, hint)
+            above = before = population = 0
+            for r in replies:
+                above += r[2] - r[3]
+                before += r[4] - r[5]
+                population += r[6] - r[7]
+            above += rows_above
+            before += rows_before
+            population += base.population
             return {
                 "score": score,
                 "achieved": achieved,
@@ -752,25 +866,24 @@ class LiveReader:
         self, board: str, window: Window, base: Base
     ) -> list[tuple[Any, ...]]:
         """``live_window.lua`` on every partition (see :meth:`_window`)."""
-        counts = base.row_counts(self.partitions)
-        first = stop = [0] * self.partitions
+        partitions = self.partitions
+        counts = base.row_counts(partitions)
+        first = stop = [0] * partitions
         if counts is not None and window.snap_hi > window.snap_lo:
             first = counts.before(window.snap_lo)
             stop = counts.before(window.snap_hi)
-        sha = self._window_script.sha
         args = (
             window.forward_from,
             window.forward_limit,
             window.backward_from,
             window.backward_limit,
         )
-        commands: list[tuple[Any, ...]] = []
-        for p in range(self.partitions):
-            keys = _changed_keys(Keys(p), board)
-            commands.append(
-                ("EVALSHA", sha, len(keys), *keys, *args, first[p], stop[p])
-            )
-        return commands
+        return self._script_calls(
+            self._window_script.sha,
+            self._keys_of(board)[0],
+            args,
+            list(zip(first, stop, strict=True)),
+        )
 
     def _window_changed(self, replies: list[list[Any]], base: Base) -> set[int]:
         """The global rows of ``base`` the window replies name as changed."""
@@ -778,7 +891,7 @@ class LiveReader:
         changed: set[int] = set()
         if rows is not None:
             for p, reply in enumerate(replies):
-                changed.update(rows.global_row(p, _int(local)) for local in reply[6])
+                changed.update(rows.global_row(p, local) for local in reply[6])
         return changed
 
     async def _window(
@@ -787,7 +900,9 @@ class LiveReader:
         """``live_window.lua`` on every partition, and which global rows of ``base``
         in [snap_lo, snap_hi) are changed (their players are read from chz)."""
         commands = self._window_commands(board, window, base)
-        replies = await run_commands(self.speed.client, self._window_script, commands)
+        replies = _parts(
+            await run_commands(self.speed.client, self._window_script, commands)
+        )
         return replies, self._window_changed(replies, base)
 
     async def top(self, board: str, limit: int) -> dict[str, Any]:
@@ -819,7 +934,7 @@ class LiveReader:
             replies, changed = await self._window(
                 board, Window("-", limit, "+", 0, 0, take), base
             )
-            seen = [_int(r[0]) for r in replies]
+            seen = [r[0] for r in replies]
             if seen != base_numbers:
                 base_numbers = seen
                 continue
@@ -833,7 +948,7 @@ class LiveReader:
             entries = _ranked(
                 merged, first_position=1, first_rank=None, timed=timed, unique=unique
             )
-            population = base.population + sum(_int(r[2]) - _int(r[3]) for r in replies)
+            population = base.population + sum(r[2] - r[3] for r in replies)
             return {
                 "entries": entries,
                 "population": population,
@@ -903,12 +1018,16 @@ class LiveReader:
     ) -> list[DensePart] | None:
         """The changed-sets of ``partitions``, read whole (one round trip) and
         decoded against ``base``; None when a partition was rebased since."""
-        sha = self._dense_script.sha
-        commands: list[tuple[Any, ...]] = []
-        for p in partitions:
-            keys = _changed_keys(Keys(p), board)
-            commands.append(("EVALSHA", sha, len(keys), *keys))
-        replies = await run_commands(self.speed.client, self._dense_script, commands)
+        keys = self._keys_of(board)[0]
+        commands = self._script_calls(
+            self._dense_script.sha,
+            [keys[p] for p in partitions],
+            (),
+            [()] * len(partitions),
+        )
+        replies = _parts(
+            await run_commands(self.speed.client, self._dense_script, commands)
+        )
         if not _based_on(replies, base):
             return None
         segment = base.segment
@@ -930,7 +1049,7 @@ class LiveReader:
                 bits = np.unpackbits(np.frombuffer(bytes(bitmap), dtype=np.uint8))
                 local = np.flatnonzero(bits[: len(own)])
                 removed = segment.scores[own[local]].astype(np.int64)
-            out.append(DensePart(_int(reply[1]), removed, live))
+            out.append(DensePart(reply[1], removed, live))
         return out
 
     async def _bases(self) -> list[int]:
@@ -965,30 +1084,52 @@ class LiveReader:
                 board, encoded, encoded, None, base, above, above
             )
 
+        def tied_top(score: int, base: Base, row: int) -> int | None:
+            """The window's first score as the base alone places it, when the row
+            above it ties with it (its rank then needs a count): a guess, so that
+            the count rides with the rank's round trip instead of a second one."""
+            top = row - radius
+            segment = base.segment
+            if unique or segment is None or top < 1 or top >= base.population:
+                return None
+            first = int(segment.scores[top])
+            if first == score or int(segment.scores[top - 1]) != first:
+                return None
+            return first
+
+        unique = self._order(board)[1]
         # The window's first score as the last attempt found it: its count goes in
         # the rank's round trip too, so that a stream of writes between two round
         # trips cannot keep the answer from settling (issue 23).
         top_guess: int | None = None
-        parts = self.partitions
         for _ in range(ATTEMPTS):
             # The window around the standing the rank assumes goes in the rank's
             # round trip: when that standing holds, no second trip is needed.
-            guessed = top_guess
+            # The first attempt guesses the window's first score from the base.
+            chosen: list[int | None] = [top_guess]
 
             def extra_for(
                 score: int,
                 achieved: int | None,
                 base: Base,
                 row: int,
-                guessed: int | None = guessed,
+                top_guess: int | None = top_guess,
+                chosen: list[int | None] = chosen,
             ) -> list[tuple[Any, ...]]:
                 window = window_of(score, achieved, base, row, margin0)
-                return window + ([] if guessed is None else above_of(guessed, base))
+                guess = top_guess
+                if guess is None:
+                    guess = tied_top(score, base, row)
+                chosen[0] = guess
+                return window + ([] if guess is None else above_of(guess, base))
 
             me = await self.rank(board, player_id, extra_for)
+            guessed = chosen[0]
             base: Base = me["base"]
-            guessed_counts: list[list[Any]] = me["extra"][parts:]
-            me["extra"] = me["extra"][:parts]
+            # The window's calls, then the guessed score's counts.
+            calls = self._calls
+            guessed_counts = _parts(me["extra"][calls:])
+            me["extra"] = _parts(me["extra"][:calls])
             score, position = me["score"], me["position"]
             achieved, row = me["achieved"], me["base_row"]
             timed, unique = self._order(board)
@@ -999,10 +1140,12 @@ class LiveReader:
                 if margin == margin0 and me["extra"]:
                     replies = me["extra"]
                 else:
-                    replies = await run_commands(
-                        self.speed.client,
-                        self._window_script,
-                        window_of(score, achieved, base, row, margin),
+                    replies = _parts(
+                        await run_commands(
+                            self.speed.client,
+                            self._window_script,
+                            window_of(score, achieved, base, row, margin),
+                        )
                     )
                 changed = self._window_changed(replies, base)
                 as_of = _as_of(replies)
@@ -1080,7 +1223,7 @@ class LiveReader:
 
     async def _count_above(self, board: str, score: int, base: Base) -> dict[str, Any]:
         above = base.count_above(score)
-        replies, _ = await self._counts_round(
+        replies, _, _ = await self._counts_round(
             board, encode_score(score), encode_score(score), None, base, above, above
         )
         return self._counted_above(score, base, replies)
@@ -1092,7 +1235,7 @@ class LiveReader:
         """Entries above ``score`` from ``live_counts.lua`` replies read for it."""
         above = base.count_above(score)
         return {
-            "above": above + sum(_int(r[2]) - _int(r[3]) for r in replies),
+            "above": above + sum(r[2] - r[3] for r in replies),
             # A rebase since moves no position but changes the base: start over.
             "asOf": _as_of(replies) if _based_on(replies, base) else None,
         }

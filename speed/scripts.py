@@ -347,11 +347,15 @@ FRIENDS_SCORES = ScriptInterface(
 
 LIVE_COUNTS = ScriptInterface(
     name="live_counts",
-    keys=("base", "position", "chz", "chb", "totals"),
+    # One group per partition read: all of them in one call on one server, one
+    # per call on a cluster (speed/live.py); the reply holds one list of the
+    # fields per group.
+    key_group=("base", "position", "chz", "chb", "totals"),
+    argv=("above", "before"),
     # chb_above / chb_before: the partition's base rows above the score / before
     # the entry (local counts, speed/baserows.py), read for the base generation
     # the caller assumed; the reply names the real one.
-    argv=("above", "before", "verify_player", "chb_above", "chb_before"),
+    argv_group=("verify_player", "chb_above", "chb_before"),
     fields=(
         "base_generation",
         "position",
@@ -367,7 +371,8 @@ LIVE_COUNTS = ScriptInterface(
 
 LIVE_DENSE = ScriptInterface(
     name="live_dense",
-    keys=("base", "position", "chz", "chb"),
+    # One group per partition read (see LIVE_COUNTS); one reply list per group.
+    key_group=("base", "position", "chz", "chb"),
     fields=("base_generation", "position", "chz_members", "chb_bitmap"),
 )
 
@@ -391,17 +396,12 @@ READ_STAMP = ScriptInterface(
 
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
-    keys=("base", "position", "chz", "chb"),
+    # One group per partition read (see LIVE_COUNTS); one reply list per group.
+    key_group=("base", "position", "chz", "chb"),
+    argv=("forward_start", "forward_limit", "backward_start", "backward_limit"),
     # snapshot_first / snapshot_stop: local base rows [first, stop) whose changed
     # bits to return (speed/baserows.py).
-    argv=(
-        "forward_start",
-        "forward_limit",
-        "backward_start",
-        "backward_limit",
-        "snapshot_first",
-        "snapshot_stop",
-    ),
+    argv_group=("snapshot_first", "snapshot_stop"),
     fields=(
         "base_generation",
         "position",

@@ -1,39 +1,54 @@
--- live_counts.lua: one partition's part of a live rank, read atomically.
+-- live_counts.lua: the partitions' parts of a live rank, read atomically.
 --
--- KEYS: base hash, position counter, chz, chb, totals
--- ARGV: encoded score enc(s), encoded entry enc(s)..playerId, playerId to verify
---       ("" when the player is not on this partition), the partition's base rows
---       above s and before the entry (local counts, speed/baserows.py)
--- Returns {base generation, position, chz above s, changed base rows above s, chz
---          before entry, changed base rows before entry, |chz|, changed base rows,
---          verified ("1", or the player's current "total|version" when it moved
---          since the caller read it)}
+-- On one Redis server one call names every partition (its keys span many hash
+-- slots, so one atomic script reads them all, bench/RESULTS.md); on a Redis Cluster
+-- the same script is called once per partition, with one group, so that a call's
+-- keys share a slot (speed/live.py LiveReader).
+--
+-- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb, totals
+-- ARGV: encoded score enc(s), encoded entry enc(s)..playerId, then per partition
+--       (ARG_GROUP): the playerId to verify ("" when the player is not on that
+--       partition), the partition's base rows above s and before the entry (local
+--       counts, speed/baserows.py)
+-- Returns per partition {base generation, position (both integers, 0 when
+--          missing), chz above s, changed base rows above s, chz before entry,
+--          changed base rows before entry, |chz|, changed base rows, verified ("1",
+--          or the player's current "total|version" when it moved since the caller
+--          read it, "" when it has no total)}
 -- The base row counts are right for the base generation the caller assumed; the
 -- caller checks it against the one returned.
 -- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
-local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
-local position = redis.call("GET", KEYS[KEY.position]) or "0"
 local above = "(" .. ARGV[ARG.above]
 local before = "(" .. ARGV[ARG.before]
-local verified = "1"
-if ARGV[ARG.verify_player] ~= "" then
-  verified = redis.call("HGET", KEYS[KEY.totals], ARGV[ARG.verify_player]) or ""
-end
--- Set bits among the first n base rows of the partition.
-local function changed_rows_before(n)
+-- Set bits among the first n base rows of a partition (its chb bitmap).
+local function changed_rows_before(chb, n)
   if n <= 0 then
     return 0
   end
-  return redis.call("BITCOUNT", KEYS[KEY.chb], 0, n - 1, "BIT")
+  return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
 end
-return {
-  base, position,
-  redis.call("ZLEXCOUNT", KEYS[KEY.chz], "-", above),
-  changed_rows_before(tonumber(ARGV[ARG.chb_above])),
-  redis.call("ZLEXCOUNT", KEYS[KEY.chz], "-", before),
-  changed_rows_before(tonumber(ARGV[ARG.chb_before])),
-  redis.call("ZCARD", KEYS[KEY.chz]),
-  redis.call("BITCOUNT", KEYS[KEY.chb]),
-  verified,
-}
+
+local out = {}
+local a = ARG_GROUP.start
+for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+  local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
+  local verified = "1"
+  local player = ARGV[a + ARG_GROUP.verify_player]
+  if player ~= "" then
+    verified = redis.call("HGET", KEYS[k + KEY_GROUP.totals], player) or ""
+  end
+  out[#out + 1] = {
+    tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
+    tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0"),
+    redis.call("ZLEXCOUNT", chz, "-", above),
+    changed_rows_before(chb, tonumber(ARGV[a + ARG_GROUP.chb_above])),
+    redis.call("ZLEXCOUNT", chz, "-", before),
+    changed_rows_before(chb, tonumber(ARGV[a + ARG_GROUP.chb_before])),
+    redis.call("ZCARD", chz),
+    redis.call("BITCOUNT", chb),
+    verified,
+  }
+  a = a + ARG_GROUP.size
+end
+return out

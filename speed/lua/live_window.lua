@@ -1,33 +1,31 @@
--- live_window.lua: one partition's changed players around a place in display order,
--- read atomically.
+-- live_window.lua: the partitions' changed players around a place in display
+-- order, read atomically.
 --
--- KEYS: base hash, position counter, chz, chb
+-- One call names every partition on one Redis server; one per partition (one
+-- group) on a Redis Cluster (speed/live.py LiveReader).
+--
+-- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb
 -- ARGV: forward start bound, forward limit, backward start bound, backward limit
 --       (ZRANGEBYLEX syntax: "-", "+", "[x", "(x"; a limit of 0 skips that read),
---       first and stop of a range [first, stop) of the partition's base rows
---       (local rows, speed/baserows.py)
--- Returns {base generation, position, |chz|, changed base rows, chz forward members,
---          chz backward members (nearest first), the changed local rows in
---          [first, stop), ascending}
+--       then per partition (ARG_GROUP) first and stop of a range [first, stop) of
+--       its base rows (local rows, speed/baserows.py)
+-- Returns per partition {base generation, position (integers, 0 when missing),
+--          |chz|, changed base rows, chz forward members, chz backward members
+--          (nearest first), the changed local rows in [first, stop), ascending}
 -- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
-local base = redis.call("HGET", KEYS[KEY.base], "g") or "0"
-local position = redis.call("GET", KEYS[KEY.position]) or "0"
-local forward, backward, snap = {}, {}, {}
 local forward_limit = tonumber(ARGV[ARG.forward_limit])
 local backward_limit = tonumber(ARGV[ARG.backward_limit])
-if forward_limit > 0 then
-  forward = redis.call("ZRANGEBYLEX", KEYS[KEY.chz], ARGV[ARG.forward_start], "+", "LIMIT", 0, forward_limit)
-end
-if backward_limit > 0 then
-  backward = redis.call("ZREVRANGEBYLEX", KEYS[KEY.chz], ARGV[ARG.backward_start], "-", "LIMIT", 0, backward_limit)
-end
-local first = tonumber(ARGV[ARG.snapshot_first])
-local stop = tonumber(ARGV[ARG.snapshot_stop])
-if stop > first then
+
+-- The set bits of bitmap key chb among rows [first, stop).
+local function changed_rows(chb, first, stop)
+  local snap = {}
+  if stop <= first then
+    return snap
+  end
   -- Bit i of the bitmap is bit (7 - i % 8) of byte i // 8 (big-endian, as SETBIT).
   local from = math.floor(first / 8)
-  local bytes = redis.call("GETRANGE", KEYS[KEY.chb], from, math.floor((stop - 1) / 8))
+  local bytes = redis.call("GETRANGE", chb, from, math.floor((stop - 1) / 8))
   for j = 1, #bytes do
     local byte = string.byte(bytes, j)
     if byte ~= 0 then
@@ -39,8 +37,27 @@ if stop > first then
       end
     end
   end
+  return snap
 end
-return {
-  base, position, redis.call("ZCARD", KEYS[KEY.chz]), redis.call("BITCOUNT", KEYS[KEY.chb]),
-  forward, backward, snap,
-}
+
+local out = {}
+local a = ARG_GROUP.start
+for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+  local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
+  local forward, backward = {}, {}
+  if forward_limit > 0 then
+    forward = redis.call("ZRANGEBYLEX", chz, ARGV[ARG.forward_start], "+", "LIMIT", 0, forward_limit)
+  end
+  if backward_limit > 0 then
+    backward = redis.call("ZREVRANGEBYLEX", chz, ARGV[ARG.backward_start], "-", "LIMIT", 0, backward_limit)
+  end
+  out[#out + 1] = {
+    tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
+    tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0"),
+    redis.call("ZCARD", chz), redis.call("BITCOUNT", chb),
+    forward, backward,
+    changed_rows(chb, tonumber(ARGV[a + ARG_GROUP.snapshot_first]), tonumber(ARGV[a + ARG_GROUP.snapshot_stop])),
+  }
+  a = a + ARG_GROUP.size
+end
+return out

@@ -12,6 +12,7 @@ from speed.scripts import (
     FRIENDS_SCORES,
     INTERFACES,
     LIVE_COUNTS,
+    LIVE_DENSE,
     LIVE_WINDOW,
     source,
 )
@@ -33,85 +34,91 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     # Changed base rows 2 and 9 of the partition (snapshot side of the changed-set).
     redis_client.setbit(keys.changed_snapshot(BOARD), 2, 1)
     redis_client.setbit(keys.changed_snapshot(BOARD), 9, 1)
-    counts = run(
+    group = {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "chz": keys.changed_live(BOARD),
+        "chb": keys.changed_snapshot(BOARD),
+    }
+    # Partition 1 (empty) after partition 0: one reply per group, in order.
+    other = Keys(1)
+    other_group = {
+        "base": other.base_generation,
+        "position": other.position,
+        "chz": other.changed_live(BOARD),
+        "chb": other.changed_snapshot(BOARD),
+    }
+    both = run(
         redis_client,
         "live_counts",
         LIVE_COUNTS.keys_of(
-            {
-                "base": keys.base_generation,
-                "position": keys.position,
-                "chz": keys.changed_live(BOARD),
-                "chb": keys.changed_snapshot(BOARD),
-                "totals": keys.totals(BOARD),
-            }
+            {},
+            [
+                {**group, "totals": keys.totals(BOARD)},
+                {**other_group, "totals": other.totals(BOARD)},
+            ],
         ),
         LIVE_COUNTS.args_of(
-            {
-                "above": encode_score(5),
-                "before": encode_entry(5, "p0"),
-                "verify_player": "p1",
-                "chb_above": 3,
-                "chb_before": 10,
-            }
+            {"above": encode_score(5), "before": encode_entry(5, "p0")},
+            [
+                {"verify_player": "p1", "chb_above": 3, "chb_before": 10},
+                {"verify_player": "", "chb_above": 0, "chb_before": 0},
+            ],
         ),
     )
+    assert len(both) == 2
+    counts, empty = both
+    assert empty == [0, 0, 0, 0, 0, 0, 0, 0, b"1"]
     assert len(counts) == len(LIVE_COUNTS.fields)
     assert LIVE_COUNTS.field(counts, "chz_above") == 1
     assert LIVE_COUNTS.field(counts, "chs_above") == 1
     assert LIVE_COUNTS.field(counts, "chs_before") == 2
     assert LIVE_COUNTS.field(counts, "chs_size") == 2
-    assert LIVE_COUNTS.field(counts, "position") == b"3"
+    assert LIVE_COUNTS.field(counts, "position") == 3
     assert LIVE_COUNTS.field(counts, "verified") == b"7|1"
 
-    window = run(
+    window, other_window = run(
         redis_client,
         "live_window",
-        LIVE_WINDOW.keys_of(
-            {
-                "base": keys.base_generation,
-                "position": keys.position,
-                "chz": keys.changed_live(BOARD),
-                "chb": keys.changed_snapshot(BOARD),
-            }
-        ),
+        LIVE_WINDOW.keys_of({}, [group, other_group]),
         LIVE_WINDOW.args_of(
             {
                 "forward_start": "-",
                 "forward_limit": 5,
                 "backward_start": "+",
                 "backward_limit": 0,
-                "snapshot_first": 0,
-                "snapshot_stop": 10,
-            }
+            },
+            [
+                {"snapshot_first": 0, "snapshot_stop": 10},
+                {"snapshot_first": 0, "snapshot_stop": 4},
+            ],
         ),
     )
+    assert other_window == [0, 0, 0, 0, [], [], []]
     assert len(window) == len(LIVE_WINDOW.fields)
     assert LIVE_WINDOW.field(window, "forward") == [encode_entry(7, "p1")]
     assert LIVE_WINDOW.field(window, "snapshot") == [2, 9]
     assert LIVE_WINDOW.field(window, "chs_size") == 2
-    narrow = run(
+    (narrow,) = run(
         redis_client,
         "live_window",
-        LIVE_WINDOW.keys_of(
-            {
-                "base": keys.base_generation,
-                "position": keys.position,
-                "chz": keys.changed_live(BOARD),
-                "chb": keys.changed_snapshot(BOARD),
-            }
-        ),
+        LIVE_WINDOW.keys_of({}, [group]),
         LIVE_WINDOW.args_of(
             {
                 "forward_start": "-",
                 "forward_limit": 0,
                 "backward_start": "+",
                 "backward_limit": 0,
-                "snapshot_first": 3,
-                "snapshot_stop": 9,
-            }
+            },
+            [{"snapshot_first": 3, "snapshot_stop": 9}],
         ),
     )
     assert LIVE_WINDOW.field(narrow, "snapshot") == []
+
+    (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
+    assert len(dense) == len(LIVE_DENSE.fields)
+    assert LIVE_DENSE.field(dense, "chz_members") == [encode_entry(7, "p1")]
+    assert LIVE_DENSE.field(dense, "position") == 3
 
     friends = run(
         redis_client,

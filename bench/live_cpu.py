@@ -1,0 +1,353 @@
+"""CPU per live read (API process and Redis), code variants alternated in one run.
+
+    python -m bench.live_cpu [--players N] [--extra-events M] [--reads R]
+                             [--connections C] [--rounds K] [--kinds a,b]
+                             [--variant NAME=DIR ...] [--out FILE]
+
+Set-up, once (not measured): a redis-server of its own (AOF, fsync everysec) in a
+temporary LB_DATA_DIR with the bench boards (bench/harness.py stack_env); N players,
+one event each, through ``SpeedLayer.apply`` (bench/reads.py apply_events); a
+generation published straight from those totals and rebased onto
+(bench/reads.py publish_direct); then M more events for M distinct players, so the
+changed-sets hold ~M players.
+
+Measured, K rounds: in each round every variant (``--variant NAME=DIR``: a source
+tree, e.g. a detached worktree of main; default: this tree as "new") in turn starts
+one uvicorn process (``api.main:create_app`` with ``PYTHONPATH=DIR``, no workers)
+on that data, warms up, and for each kind of read fires R closed-loop GETs over C
+keep-alive connections (aiohttp): live rank, live nearby?radius=5, dense live
+rank (?ranking=dense), live top?limit=100. Around each kind it reads the API
+process's and Redis' CPU (/proc/<pid>/stat utime+stime) and Redis'
+``INFO commandstats`` after ``CONFIG RESETSTAT``: per read, API CPU µs, Redis CPU
+µs, Redis usec and calls of EVALSHA, and calls of every command (those run by
+scripts too). The same
+players are read by every variant; the bodies of the first reads of each kind are
+compared across variants (they must be equal: same data, no writes during reads).
+Variants alternate inside each round so that a shared machine's drift falls on
+all of them alike; the report is per round and the median over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import redis
+
+from bench.harness import _proc_cpu, free_port, loadavg, stack_env
+from bench.reads import BOARD, apply_events, player_id, publish_direct
+
+HERE = Path(__file__).resolve().parent.parent
+KINDS = {
+    "live_rank": "/players/{p}",
+    "live_nearby5": "/players/{p}/nearby?radius=5",
+    "live_rank_dense": "/players/{p}?ranking=dense",
+    "live_top100": "/top?limit=100",
+}
+# Bodies compared across variants, per kind.
+COMPARED = 50
+
+
+def start_api(directory: Path, env: dict[str, str], port: int, log: Path) -> Any:
+    """One uvicorn process serving ``directory``'s app on ``port``."""
+    child_env = {**env, "PYTHONPATH": str(directory)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "api.main:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=str(directory),
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the API exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the API did not answer")
+
+
+async def fire(
+    base: str, paths: list[str], connections: int
+) -> tuple[list[bytes], int]:
+    """GET every path, ``connections`` at a time (closed loop): the bodies of the
+    first COMPARED in order, and how many answers were not 200 or not live."""
+    import aiohttp
+
+    bodies: list[bytes] = [b""] * min(COMPARED, len(paths))
+    bad = 0
+    queue = list(enumerate(paths))
+    queue.reverse()
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections)
+    ) as session:
+
+        async def lane() -> None:
+            nonlocal bad
+            while queue:
+                k, path = queue.pop()
+                async with session.get(base + path) as reply:
+                    body = await reply.read()
+                    if reply.status != 200 or b'"basis":"live"' not in body:
+                        bad += 1
+                if k < len(bodies):
+                    bodies[k] = body
+
+        await asyncio.gather(*(lane() for _ in range(connections)))
+    return bodies, bad
+
+
+def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per command since the last CONFIG RESETSTAT."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in stats.items()
+    }
+
+
+def measure_variant(
+    name: str,
+    directory: Path,
+    env: dict[str, str],
+    client: redis.Redis,
+    redis_pid: int,
+    reads: dict[str, list[str]],
+    args: argparse.Namespace,
+    log: Path,
+) -> tuple[dict[str, Any], dict[str, list[bytes]]]:
+    port = free_port()
+    proc = start_api(directory, env, port, log)
+    base = f"http://127.0.0.1:{port}/v1/boards/{BOARD}"
+    out: dict[str, Any] = {}
+    bodies: dict[str, list[bytes]] = {}
+    try:
+        for kind, paths in reads.items():
+            # Warm-up: maps the segments, builds the per-generation tables.
+            asyncio.run(fire(base, paths[: args.warmup], args.connections))
+            client.config_resetstat()
+            api0, redis0 = _proc_cpu(proc.pid), _proc_cpu(redis_pid)
+            t0 = time.monotonic()
+            got, bad = asyncio.run(fire(base, paths, args.connections))
+            t1 = time.monotonic()
+            api1, redis1 = _proc_cpu(proc.pid), _proc_cpu(redis_pid)
+            stats = commandstats(client)
+            n = len(paths)
+            # Commands run inside scripts count too (and their usec is also in
+            # EVALSHA's): calls and usec of the top-level EVALSHAs, and calls of
+            # every command.
+            calls = sum(c for c, _ in stats.values()) - stats.get("info", (0, 0))[0]
+            evalsha = stats.get("evalsha", (0, 0))
+            out[kind] = {
+                "reads": n,
+                "bad": bad,
+                "wall_s": round(t1 - t0, 2),
+                "api_cpu_us_per_read": round((api1 - api0) / n * 1e6, 1),
+                "redis_cpu_us_per_read": round((redis1 - redis0) / n * 1e6, 1),
+                "evalsha_usec_per_read": round(evalsha[1] / n, 1),
+                "evalsha_per_read": round(evalsha[0] / n, 2),
+                "redis_calls_per_read": round(calls / n, 2),
+            }
+            bodies[kind] = got
+            print(f"  {name} {kind}: {out[kind]}", flush=True)
+            if args.py_spy is not None:
+                # A separate pass (sampling stops the process: not in the CPU).
+                args.py_spy.mkdir(parents=True, exist_ok=True)
+                target = args.py_spy / f"{name}-{kind}.txt"
+                spy = subprocess.Popen(
+                    [
+                        str(Path(sys.executable).parent / "py-spy"),
+                        "record",
+                        "--pid",
+                        str(proc.pid),
+                        "--rate",
+                        "500",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(target),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                time.sleep(1.0)
+                asyncio.run(fire(base, paths, args.connections))
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    return out, bodies
+
+
+def comparable(body: bytes) -> Any:
+    """An answer without what differs between two processes reading the same
+    state (the time it was served at, if any)."""
+    value = orjson.loads(body)
+    if isinstance(value, dict):
+        for key in ("servedAt", "requestId"):
+            value.pop(key, None)
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--players", type=int, default=200_000)
+    parser.add_argument("--extra-events", type=int, default=5_000)
+    parser.add_argument("--points-step", type=int, default=10)
+    parser.add_argument("--points-max", type=int, default=100_000)
+    parser.add_argument("--reads", type=int, default=2_000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME=DIR: a source tree whose API to measure (repeatable; default "
+        "this tree as 'new')",
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        help="DIR: also sample each variant and kind with py-spy (raw folded "
+        "stacks, DIR/<variant>-<kind>.txt), in a pass after the measured one",
+    )
+    args = parser.parse_args(argv)
+    variants = [
+        (v.split("=", 1)[0], Path(v.split("=", 1)[1]).resolve()) for v in args.variant
+    ] or [("new", HERE)]
+
+    from speed.server import RedisServer
+
+    data_dir = Path(tempfile.mkdtemp(prefix="lb-live-cpu-"))
+    env = stack_env(data_dir)
+    server = RedisServer(data_dir / "redis", appendfsync="everysec").start()
+    assert server.process is not None
+    env["LB_REDIS_URL"] = server.url
+    os.environ.update({k: v for k, v in env.items() if k.startswith("LB_")})
+    client = redis.Redis.from_url(server.url)
+    report: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "variants": {name: str(d) for name, d in variants},
+        "loadavg_before": loadavg(),
+    }
+    try:
+        rng = random.Random(args.seed)
+        n = args.players
+        steps = args.points_max // args.points_step
+        points = np.array(
+            [rng.randrange(steps + 1) * args.points_step for _ in range(n)],
+            dtype=np.int64,
+        )
+        print(f"set-up: {n} players ...", flush=True)
+        report["setup_bulk"] = asyncio.run(
+            apply_events(server.url, [(i, int(points[i])) for i in range(n)], "bulk")
+        )
+        report["publish"] = publish_direct(server.url, points)
+        m = min(args.extra_events, n)
+        changed = rng.sample(range(n), m)
+        more = [(i, (rng.randrange(steps) + 1) * args.points_step) for i in changed]
+        print(f"set-up: {m} more events ...", flush=True)
+        report["setup_extra"] = asyncio.run(apply_events(server.url, more, "more"))
+        kinds = args.kinds.split(",")
+        reads = {
+            kind: [
+                KINDS[kind].format(p=player_id(rng.randrange(n)))
+                for _ in range(args.reads)
+            ]
+            for kind in kinds
+        }
+        rounds: list[dict[str, Any]] = []
+        first: dict[str, dict[str, list[bytes]]] = {}
+        mismatches: dict[str, int] = {}
+        for k in range(args.rounds):
+            print(f"round {k + 1}: load {loadavg()}", flush=True)
+            this: dict[str, Any] = {"loadavg": loadavg()}
+            for name, directory in variants:
+                result, bodies = measure_variant(
+                    name,
+                    directory,
+                    env,
+                    client,
+                    server.process.pid,
+                    reads,
+                    args,
+                    data_dir / f"api-{name}.log",
+                )
+                this[name] = result
+                if not first:
+                    first[name] = bodies
+                for kind, got in bodies.items():
+                    want = next(iter(first.values()))[kind]
+                    differ = sum(
+                        comparable(a) != comparable(b)
+                        for a, b in zip(want, got, strict=True)
+                    )
+                    key = f"{name} {kind}"
+                    mismatches[key] = mismatches.get(key, 0) + differ
+            rounds.append(this)
+        report["rounds"] = rounds
+        report["body_mismatches"] = mismatches
+        report["median"] = {
+            name: {
+                kind: {
+                    field: statistics.median(r[name][kind][field] for r in rounds)
+                    for field in rounds[0][name][kind]
+                }
+                for kind in kinds
+            }
+            for name, _ in variants
+        }
+        report["loadavg_after"] = loadavg()
+    finally:
+        client.close()
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    text = json.dumps(report, indent=1)
+    print(json.dumps({"median": report["median"], "mismatches": mismatches}, indent=1))
+    if args.out is not None:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
