@@ -229,7 +229,8 @@ async def in_process(
     per_block: int,
     profile_dir: Path | None,
 ) -> dict[str, Any]:
-    """This tree's app twice in this process (LB_READ_AUTH open and token), each
+    """This tree's app three times in this process (LB_READ_AUTH open, token, and
+    token with LB_READ_RATE_LIMIT high enough never to refuse), each
     read kind alternated in blocks of ``per_block`` sequential reads; CPU per read
     from ``time.process_time`` (the app's and its Redis client's, this process)."""
     import cProfile
@@ -240,28 +241,35 @@ async def in_process(
 
     apps: dict[str, Any] = {}
     contexts = []
-    for auth in ("open", "token"):
-        os.environ["LB_READ_AUTH"] = auth
+    for auth in ("open", "token", "limit"):
+        os.environ["LB_READ_AUTH"] = "open" if auth == "open" else "token"
+        # A limit high enough never to refuse: each read spends a token.
+        os.environ["LB_READ_RATE_LIMIT"] = (
+            "1000000/0.000001" if auth == "limit" else "off"
+        )
         app = create_app(load_settings())
         ctx = app.router.lifespan_context(app)
         await ctx.__aenter__()
         contexts.append(ctx)
         apps[auth] = app
-    headers = {
+    bearer = [(b"authorization", f"Bearer {token}".encode())]
+    headers: dict[str, list[tuple[bytes, bytes]]] = {
         "open": [],
-        "token": [(b"authorization", f"Bearer {token}".encode())],
+        "token": bearer,
+        "limit": bearer,
     }
     out: dict[str, Any] = {}
     try:
         for kind in chosen:
-            per: dict[str, list[float]] = {"open": [], "token": []}
+            per: dict[str, list[float]] = {auth: [] for auth in apps}
             for auth in apps:
                 for k in range(50):
                     assert (
                         await asgi_get(apps[auth], paths[kind](k), headers[auth]) == 200
                     )
             for b in range(blocks):
-                for auth in ("open", "token") if b % 2 == 0 else ("token", "open"):
+                names = list(apps)
+                for auth in names[b % 3 :] + names[: b % 3]:
                     app, head = apps[auth], headers[auth]
                     t0 = time.process_time()
                     for k in range(per_block):
