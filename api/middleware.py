@@ -9,8 +9,11 @@ Per HTTP request, in this order (each was a middleware of its own):
 2. a scoring-rule promotion applied if the rule state changed
    (:func:`api.rule_reload.reload_rules`);
 3. with ``LB_READ_AUTH=token`` only, the gate of the reads
-   (:func:`api.readers.refusal`): 401 or 429 answered here, in front of the router.
-   With open reads nothing of it runs.
+   (:func:`api.readers.refusal`): 401 (or 429 for a subject known to be out of
+   tokens) answered here, in front of the router; with LB_READ_RATE_LIMIT the
+   bucket's take rides along with the read (:class:`api.readers.PendingTake`),
+   which answers 429 instead of the read when it found no token. With open reads
+   nothing of it runs.
 
 Three middlewares cost a call frame, a ``send`` wrapper or a state lookup each per
 request, and Starlette's ``BaseHTTPMiddleware`` (a task and streams per request)
@@ -25,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.games import game_of
 from api.metrics import RequestSeries
-from api.readers import is_read, refusal
+from api.readers import is_read, pending_take, refusal
 from api.rule_reload import reload_rules
 
 
@@ -56,6 +59,10 @@ class ApiMiddleware:
                 refused = await refusal(scope)
                 if refused is not None:
                     await refused(scope, receive, observe_send)
+                    return
+                take = pending_take(scope)
+                if take is not None:
+                    await take.run(self.app, scope, receive, observe_send)
                     return
             await self.app(scope, receive, observe_send)
         finally:

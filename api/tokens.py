@@ -6,6 +6,7 @@ is never a player (no player's own view, no friends). Verified with PyJWT."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import jwt
@@ -45,17 +46,25 @@ class TokenVerifier:
 
     A token is the same bytes on every read of a client, so its signature is checked
     once; a remembered token is still refused once its ``exp`` (or before its
-    ``nbf``) as PyJWT would (no leeway).
+    ``nbf``) as PyJWT would (no leeway): at ``exp`` itself it is expired. The
+    ``LIMIT`` most recently used valid tokens are remembered (least recently used
+    first out), so a flood of new tokens costs each of them its own check but does
+    not make the clients in between check theirs again. Invalid tokens are not
+    remembered (each is checked, as PyJWT would).
     """
 
     LIMIT = 10_000
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, limit: int | None = None) -> None:
         self.secret = secret
+        self.limit = self.LIMIT if limit is None else limit
         # Wall clock of the remembered tokens' checks; tests replace it.
         self.clock = time.time
-        # token -> (bearer, exp, nbf)
-        self._known: dict[str, tuple[Bearer, float, float]] = {}
+        # token -> (bearer, exp, nbf), least recently used first
+        self._known: OrderedDict[str, tuple[Bearer, float, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._known)
 
     def verify(self, authorization: str | None) -> Bearer:
         """The bearer of an ``Authorization`` header value.
@@ -75,11 +84,13 @@ class TokenVerifier:
             if now >= exp:
                 raise Unauthorized("token expired")
             if now >= nbf:
+                self._known.move_to_end(token)
                 return bearer
         bearer, exp, nbf = self._decode(token)
-        if len(self._known) >= self.LIMIT:
-            self._known.clear()
         self._known[token] = (bearer, exp, nbf)
+        self._known.move_to_end(token)
+        while len(self._known) > self.limit:
+            self._known.popitem(last=False)
         return bearer
 
     def _decode(self, token: str) -> tuple[Bearer, float, float]:

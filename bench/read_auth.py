@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -212,27 +213,50 @@ def components(rounds: int = 20_000) -> dict[str, float]:
         verifier.verify(value)
     first = (time.perf_counter() - started) / len(fresh) * 1e6
 
-    async def round_trips(url: str) -> float:
+    async def round_trips(url: str) -> tuple[float, float]:
+        """CPU per take: the limiter's, and redis-py's ``Script`` call of the same
+        script (what it sent before), alternated in blocks."""
+        from speed.readers import read_rate_key
+        from speed.scripts import TAKE_TOKEN
+
         client = async_client(url)
         limiter = ReadLimiter(client, (10**9, 1e-6))
         await limiter.take("warm")
-        started = time.perf_counter()
-        for i in range(5000):
-            await limiter.take(f"reader:{i % 100}")
-        elapsed = (time.perf_counter() - started) / 5000 * 1e6
+
+        async def script_call(subject: str) -> None:
+            await limiter._take(
+                keys=[read_rate_key(subject)],
+                args=TAKE_TOKEN.args_of(
+                    {
+                        "now_ms": int(time.time() * 1000),
+                        "capacity": limiter.capacity,
+                        "refill_ms": limiter.refill_ms,
+                    }
+                ),
+            )
+
+        spent: dict[str, list[float]] = {"take": [], "script": []}
+        for block in range(10):
+            for name in ("take", "script") if block % 2 else ("script", "take"):
+                call = limiter.take if name == "take" else script_call
+                started = time.process_time()
+                for i in range(500):
+                    await call(f"reader:{i % 100}")
+                spent[name].append((time.process_time() - started) / 500 * 1e6)
         await client.aclose()
-        return elapsed
+        return statistics.median(spent["take"]), statistics.median(spent["script"])
 
     with tempfile.TemporaryDirectory(prefix="lb-bench-auth-redis-") as tmp:
         server = RedisServer(Path(tmp), appendfsync="no").start()
         try:
-            take = asyncio.run(round_trips(server.url))
+            take, script = asyncio.run(round_trips(server.url))
         finally:
             server.stop()
     return {
         "verify_remembered_us": round(cached, 2),
         "verify_first_us": round(first, 2),
-        "rate_limit_round_trip_us": round(take, 1),
+        "rate_limit_take_cpu_us": round(take, 1),
+        "rate_limit_script_call_cpu_us": round(script, 1),
     }
 
 

@@ -164,6 +164,10 @@ class Rider:
 
 
 RIDER: ContextVar[Rider | None] = ContextVar("lb_rider", default=None)
+# A second rider, independent of :data:`RIDER`: the read gate's bucket take
+# (speed/readers.py), one EVALSHA that runs exactly once wherever it rides (a
+# command a cluster answers MOVED did not run; only those are sent again).
+GATE_RIDER: ContextVar[Rider | None] = ContextVar("lb_gate_rider", default=None)
 
 
 async def send_commands(
@@ -173,17 +177,28 @@ async def send_commands(
     wait: ReplicaWait | None = None,
 ) -> list[Any]:
     """:func:`_send_commands`, with the pending :class:`Rider` of the context (if
-    any) appended to the first call's commands and its reply taken off."""
-    rider = RIDER.get()
-    if rider is None or rider.taken or wait is not None:
+    any, :data:`RIDER` and :data:`GATE_RIDER`) appended to the first call's
+    commands and its reply taken off."""
+    riders = [
+        rider
+        for rider in (RIDER.get(), GATE_RIDER.get())
+        if rider is not None and not rider.taken
+    ]
+    if not riders or wait is not None:
         return await _send_commands(client, commands, wait=wait)
-    rider.taken = True
-    replies = await _send_commands(client, [*commands, *rider.commands])
-    n = len(rider.commands)
-    riding = replies[-n:]
-    if not any(isinstance(reply, Exception) for reply in riding):
-        rider.read, rider.replies = True, riding
-    return replies[:-n]
+    riding_commands = list(commands)
+    for rider in riders:
+        rider.taken = True
+        riding_commands += rider.commands
+    replies = await _send_commands(client, riding_commands)
+    end = len(replies)
+    for rider in reversed(riders):
+        start = end - len(rider.commands)
+        riding = replies[start:end]
+        if not any(isinstance(reply, Exception) for reply in riding):
+            rider.read, rider.replies = True, riding
+        end = start
+    return replies[:end]
 
 
 async def _send_commands(

@@ -436,7 +436,7 @@ TAKE_TOKEN = ScriptInterface(
     name="take_token",
     keys=("bucket",),
     argv=("now_ms", "capacity", "refill_ms"),
-    fields=("retry_after",),
+    fields=("retry_after", "refilled_at"),
 )
 
 INTERFACES: dict[str, ScriptInterface] = {

@@ -6,8 +6,10 @@
 -- ARG.now_ms        the caller's clock, ms
 -- ARG.capacity      the burst
 -- ARG.refill_ms     ms per token
--- Reply: {retry_after}: 0 when a token was spent, else the whole seconds until the
--- bucket holds one (nothing spent).
+-- Reply: {retry_after, refilled_at}: retry_after is 0 when a token was spent (then
+-- refilled_at is 0), else the whole seconds until the bucket holds one (nothing
+-- spent) and refilled_at the ms time it will (as a string: not truncated), before
+-- which every call is refused alike (the bucket only refills; speed/readers.py).
 
 --#include token_bucket
 
@@ -16,7 +18,7 @@ local capacity = tonumber(ARGV[ARG.capacity])
 local refill_ms = tonumber(ARGV[ARG.refill_ms])
 local tokens, wait = bucket_level(KEYS[KEY.bucket], capacity, refill_ms, now_ms)
 if wait > 0 then
-  return {wait}
+  return {wait, tostring(now_ms + (1 - tokens) * refill_ms)}
 end
 bucket_spend(KEYS[KEY.bucket], tokens, capacity, refill_ms, now_ms)
-return {0}
+return {0, 0}

@@ -17,10 +17,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from api.errors import Unauthorized
 from api.main import create_app
-from api.tokens import issue_player_token, issue_reader_token
+from api.tokens import TokenVerifier, issue_player_token, issue_reader_token
 from conf.settings import Settings, SettingsError, load_settings
-from speed.readers import read_rate_key
+from speed.readers import ReadLimiter, read_rate_key
 from speed.server import free_port
 from tests.support.clients import SignedClient, put_friends
 from tests.support.settings import BACKENDS, base_settings
@@ -284,3 +285,122 @@ def test_reads_outlive_redis_under_the_rate_limit(tmp_path: Path) -> None:
         for _ in range(3):
             assert client.get("/v1/boards", headers=headers).status_code == 200
         assert client.get("/v1/boards").status_code == 401
+
+
+# ---------------------------------------------- what the gate costs (issue 26)
+
+
+def test_remembered_tokens_are_the_most_recently_used_and_still_expire() -> None:
+    """The verifier checks a token's signature once and remembers the LIMIT most
+    recently used ones; a remembered token is refused from its exp on (at exp
+    itself, as PyJWT), and one not yet valid (nbf) is not served from memory."""
+    secret = b"k" * 32
+    verifier = TokenVerifier(secret, limit=2)
+    decoded: list[str] = []
+    real = verifier._decode
+
+    def counting(token: str) -> Any:
+        decoded.append(token)
+        return real(token)
+
+    verifier._decode = counting  # type: ignore[method-assign]
+    now = time.time()
+    a, b, c = (issue_reader_token(secret, name) for name in "abc")
+    for raw in (a, b, a, c, a, b):
+        verifier.verify(f"Bearer {raw}")
+    # a stayed in use (checked once); b was the least recently used when c came.
+    assert decoded == [a, b, c, b] and len(verifier) == 2
+    short = jwt.encode({"sub": "P1", "exp": int(now) + 30}, secret, "HS256")
+    assert verifier.verify(f"Bearer {short}").subject == "P1"
+    verifier.clock = lambda: int(now) + 29.999
+    assert verifier.verify(f"Bearer {short}").player == "P1"
+    for late in (int(now) + 30, int(now) + 31):
+        verifier.clock = lambda late=late: late
+        with pytest.raises(Unauthorized, match="expired"):
+            verifier.verify(f"Bearer {short}")
+    verifier.clock = time.time
+    later = jwt.encode(
+        {"sub": "P2", "exp": int(now) + 600, "nbf": int(now) + 300}, secret, "HS256"
+    )
+    with pytest.raises(Unauthorized):
+        verifier.verify(f"Bearer {later}")
+    with pytest.raises(Unauthorized):
+        verifier.verify(f"Bearer {later}")  # never remembered as valid
+
+
+def bucket_tokens(client: redis.Redis, subject: str) -> float:
+    return float(client.hget(read_rate_key(subject), "t") or 0)
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_a_read_spends_its_token_in_its_own_round_trip(
+    settings: Settings, tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    """With LB_READ_RATE_LIMIT a read that goes to Redis takes its bucket's token
+    in the same round trip (no round trip of the limiter's own); one that does not
+    (the boards list) takes it with one of its own; each read spends exactly one."""
+    limited = token_settings(settings, tmp_path, read_rate_limit="1000/86400")
+    with TestClient(create_app(limited)) as client:
+        api = SignedClient(client)
+        seed(api, SEED)
+        web = reader(limited, "web")
+        limiter = client.app.state.read_limiter  # type: ignore[attr-defined]
+        live = [
+            f"/v1/boards/{BOARD}/players/P2",
+            f"/v1/boards/{BOARD}/players/P3/nearby",
+            f"/v1/boards/{BOARD}/players/P4?mode=approx",
+        ]
+        for path in live:  # warm: the scripts loaded (a NOSCRIPT goes alone)
+            assert api.get(path, headers=web).status_code == 200
+        before, trips = bucket_tokens(redis_client, "reader:web"), limiter.round_trips
+        for path in live * 3:
+            reply = api.get(path, headers=web)
+            assert reply.status_code == 200, reply.text
+        assert limiter.round_trips == trips
+        spent = before - bucket_tokens(redis_client, "reader:web")
+        assert 8.99 < spent <= 9  # nine tokens, less a few ms of refill
+        before = bucket_tokens(redis_client, "reader:web")
+        for _ in range(3):
+            assert api.get("/v1/boards", headers=web).status_code == 200
+        assert limiter.round_trips == trips + 3
+        assert 2.99 < before - bucket_tokens(redis_client, "reader:web") <= 3
+
+
+@pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
+def test_a_refused_subject_is_refused_without_redis_until_it_refills(
+    settings: Settings, tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    """Past its limit a subject gets 429 from its read's own round trip (the read's
+    answer dropped), then from memory with the Retry-After Redis answers at the
+    same moment, until the bucket holds a token again; other subjects are not
+    affected."""
+    limited = token_settings(settings, tmp_path, read_rate_limit="2/100")
+    with TestClient(create_app(limited)) as client:
+        api = SignedClient(client)
+        seed(api, SEED)
+        limiter = client.app.state.read_limiter  # type: ignore[attr-defined]
+        t0 = time.time()
+        limiter.clock = lambda: t0
+        web = reader(limited, "web")
+        path = f"/v1/boards/{BOARD}/players/P2"
+        assert [api.get(path, headers=web).status_code for _ in range(2)] == [200] * 2
+        trips = limiter.round_trips
+        over = api.get(path, headers=web)
+        assert over.status_code == 429 and over.json()["error"] == "rate_limited"
+        assert over.headers["Retry-After"] == "100"
+        # Asked in its round trip (the read's own), then not again.
+        assert limiter.round_trips == trips
+        assert "reader:web" in limiter._refused
+        # Redis as a fresh limiter (no memory) sees it, against the memory's answer.
+        fresh = ReadLimiter(client.app.state.speed.client, (2, 100))  # type: ignore[attr-defined]
+        for offset in (0.0, 1.0, 40.2, 99.9):
+            limiter.clock = fresh.clock = lambda offset=offset: t0 + offset
+            local = api.get(path, headers=web)
+            assert local.status_code == 429 and limiter.round_trips == trips
+            wanted = client.portal.call(fresh.take, "reader:web")  # type: ignore[attr-defined]
+            assert int(local.headers["Retry-After"]) == wanted > 0
+        assert api.get(path, headers=reader(limited, "tv")).status_code == 200
+        # Refilled: Redis is asked again, and the read answers.
+        limiter.clock = lambda: t0 + 100.001
+        assert api.get(path, headers=web).status_code == 200
+        assert "reader:web" not in limiter._refused
