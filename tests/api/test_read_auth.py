@@ -7,6 +7,7 @@ the page stay open; and a cached answer never crosses a permission boundary."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import jwt
 import pytest
 import redis
+import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
 from api.errors import Unauthorized
@@ -404,3 +406,24 @@ def test_a_refused_subject_is_refused_without_redis_until_it_refills(
         limiter.clock = lambda: t0 + 100.001
         assert api.get(path, headers=web).status_code == 200
         assert "reader:web" not in limiter._refused
+
+
+def test_read_buckets_stay_off_the_aof(redis_client: redis.Redis) -> None:
+    """A take changes the bucket in memory but writes nothing to the AOF (so with
+    appendfsync always a read waits for no fsync): the buckets are soft state."""
+    assert redis_client.config_get("appendonly")["appendonly"] == "yes"
+    url = redis_client.connection_pool.connection_kwargs
+    client = aioredis.Redis(host=url["host"], port=url["port"])
+    limiter = ReadLimiter(client, (5, 100))
+
+    async def takes() -> list[int]:
+        try:
+            return [await limiter.take("reader:web") for _ in range(6)]
+        finally:
+            await client.aclose()
+
+    before = redis_client.info("persistence")["aof_current_size"]
+    assert asyncio.run(takes()) == [0] * 5 + [100]
+    assert redis_client.exists(read_rate_key("reader:web"))
+    assert bucket_tokens(redis_client, "reader:web") < 1
+    assert redis_client.info("persistence")["aof_current_size"] == before
