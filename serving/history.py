@@ -217,42 +217,75 @@ KEY_BYTES = 8
 
 class Kept:
     """What a process derives once from immutable rows and keeps (LRU,
-    thread-safe): built under the lock, so concurrent first readers wait for one
-    build instead of each doing the O(n) work. A key is the ids of the objects
-    read from; each entry holds them, so a kept key cannot be reused."""
+    thread-safe). A key is the ids of the objects read from; each entry holds
+    them, so a kept key cannot be reused. Concurrent first readers of one key
+    wait for one build (each doing the O(n) work would multiply it); readers of
+    other keys do not wait for it."""
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
         self._items: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
-        # Reentrant: a build may need another kept item (a diff its pair index).
-        self._lock = threading.RLock()
+        self._building: dict[tuple[int, ...], threading.Lock] = {}
+        self._lock = threading.Lock()
         self.builds = 0
+
+    def _found(self, key: tuple[int, ...]) -> tuple[Any, Any] | None:
+        found = self._items.get(key)
+        if found is not None:
+            self._items.move_to_end(key)
+        return found
 
     def get(self, sources: tuple[object, ...], build: Any) -> Any:
         key = tuple(id(s) for s in sources)
         with self._lock:
-            found = self._items.get(key)
+            found = self._found(key)
             if found is not None:
-                self._items.move_to_end(key)
                 return found[1]
-            value = build()
-            self.builds += 1
-            if self.kept > 0:
-                self._items[key] = (sources, value)
-                while len(self._items) > self.kept:
-                    self._items.popitem(last=False)
-            return value
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                found = self._found(key)
+            if found is not None:
+                return found[1]  # built by the reader this one waited for
+            try:
+                value = build()
+                with self._lock:
+                    self.builds += 1
+                    if self.kept > 0:
+                        self._items[key] = (sources, value)
+                        while len(self._items) > self.kept:
+                            self._items.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+        return value
 
     def __len__(self) -> int:
         return len(self._items)
 
 
-def _id_bytes(segment: BoardSegment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets int64, lengths int64, data uint8) of the segment's id column."""
+def _id_keys(segment: BoardSegment, index: np.ndarray, skip: int) -> np.ndarray:
+    """Per id in ``index`` order: its bytes ``[skip, skip + 8)`` as a big-endian
+    uint64, zero padded. One gather of 8 bytes per id from an unaligned uint64
+    view of the id bytes (stride 1), then the bytes past each id masked off."""
     players = segment.players
     offsets = np.asarray(players.offsets, dtype=np.int64)
-    data = np.frombuffer(players.data, dtype=np.uint8)
-    return offsets[:-1], np.diff(offsets), data
+    starts = offsets[index] + skip
+    lengths = np.minimum(offsets[index + 1] - starts, KEY_BYTES)
+    del offsets
+    padded = np.zeros(len(players.data) + KEY_BYTES, dtype=np.uint8)
+    padded[: len(players.data)] = np.frombuffer(players.data, dtype=np.uint8)
+    words = np.ndarray(
+        (len(padded) - KEY_BYTES + 1,), dtype=">u8", buffer=padded, strides=(1,)
+    )
+    keys = words[starts].astype(np.uint64)
+    del padded, words, starts
+    # Keep the first ``lengths`` bytes: a mask of that many high bytes (none: 0).
+    shift = (8 * (KEY_BYTES - np.maximum(lengths, 1))).astype(np.uint64)
+    keys &= np.where(lengths > 0, np.uint64(0xFFFFFFFFFFFFFFFF) << shift, 0).astype(
+        np.uint64
+    )
+    return keys
 
 
 def competition_ranks(scores: np.ndarray) -> np.ndarray:
@@ -300,14 +333,7 @@ class BoardArrays:
         common = 0
         while common < min(len(first), len(last)) and first[common] == last[common]:
             common += 1
-        starts, lengths, data = _id_bytes(segment)
-        starts, lengths = starts[index] + common, lengths[index] - common
-        keys = np.zeros(n, dtype=np.uint64)
-        for k in range(KEY_BYTES):
-            has = lengths > k
-            byte = data[np.where(has, starts + k, 0)] if len(data) else 0
-            keys = (keys << np.uint64(8)) | np.where(has, byte, 0).astype(np.uint64)
-        return cls(segment, ranks, keys, first[:common])
+        return cls(segment, ranks, _id_keys(segment, index, common), first[:common])
 
     def row_of(self, player_id: str) -> int | None:
         """The player's display row, None if absent: as ``segment.row_of``."""
@@ -351,9 +377,9 @@ class PairIndex:
     row_in_b: np.ndarray
     rows_a: int
     rows_b: int
-    row_in_a: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    block: int = 1
-    blocks: np.ndarray = field(default_factory=lambda: np.zeros((1, 1), np.int64))
+    row_in_a: np.ndarray
+    block: int
+    blocks: np.ndarray
 
     @classmethod
     def build(

@@ -9,6 +9,7 @@ kept first rows forced small so ties at the cut are exercised."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from serving.history import BoardArrays, PairDiff, PairIndexes
+from serving.history import BoardArrays, Kept, PairDiff, PairIndexes
 from serving.layers import is_layered, load_board, write_layer_over
 from serving.segments import BoardSegment, write_segments
 
@@ -180,3 +181,30 @@ def test_pair_diff_equals_the_dict_diff(
         for limit in (1, 5, 1000):
             assert whole.page(limit) == oracle_diff(before, after, limit)
         assert indexes.diff(before, after) is whole  # kept per pair
+
+
+def test_kept_builds_once_per_key_and_other_keys_do_not_wait() -> None:
+    kept = Kept(4)
+    a, b = object(), object()
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        assert release.wait(10)
+        return "A"
+
+    results: list[str] = []
+    first = threading.Thread(target=lambda: results.append(kept.get((a,), slow)))
+    first.start()
+    assert started.wait(10)
+    # Another key is built and read while A's build runs.
+    assert kept.get((b,), lambda: "B") == "B"
+    second = threading.Thread(
+        target=lambda: results.append(kept.get((a,), lambda: "built twice"))
+    )
+    second.start()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert results == ["A", "A"]
+    assert kept.builds == 2
