@@ -21,6 +21,7 @@ cached and 0.2 ms per cached one; it grows with the partition's bronze files).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,11 +36,11 @@ from api.reads import Answer, check_board, encode, pin, top_percent
 from conf.boards import BoardsConfig, board_label
 from serving.awards import read_version, versions
 from serving.history import (
+    DIFF_ROWS,
     AwardStandings,
     PairIndexes,
     SegmentStandings,
     Snapshot,
-    diff,
     player_steps,
 )
 from serving.manifest import generation_id, generation_number
@@ -49,6 +50,7 @@ from serving.registry import (
     GenerationNotFoundError,
     GenerationRegistry,
 )
+from serving.segments import BoardSegment
 from speed.partitions import partition_of
 
 # jobs/land.py's BRONZE (the API must not import jobs; a test holds them equal).
@@ -83,6 +85,7 @@ class HistoryService:
         self.registry = registry
         self.data_dir = Path(data_dir)
         self.bronze = Path(delta_dir) / BRONZE_TABLE
+        self._bronze_log = str(self.bronze / "_delta_log")
         self.partitions = partitions
         self._awards: OrderedDict[tuple[str, int, str], AwardStandings | None] = (
             OrderedDict()
@@ -91,9 +94,11 @@ class HistoryService:
             OrderedDict()
         )
         self._lock = threading.Lock()
-        # The overlap of each pair of snapshots a history step compares, built once.
+        # Built once and kept: each board's rows and ranks, the overlap of each pair
+        # of snapshots a history step compares, each pair's diff.
         self._pairs = PairIndexes()
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
+        self._award_points: dict[tuple[str, int], Any] = {}
         self._bronze_table: Any = None
         self._bronze_dataset_of: tuple[int, Any] = (-1, None)
 
@@ -131,36 +136,78 @@ class HistoryService:
                 self._awards.popitem(last=False)
         return standings
 
+    def _generation_point(
+        self, gen: Generation, board: str
+    ) -> tuple[dict[str, Any], dict[str, int], BoardSegment | None]:
+        """The generation's header, boundary and board segment, kept with it."""
+        key = f"history\0{board}"
+        found = gen.memo.get(key)
+        if found is None:
+            found = gen.memo[key] = (
+                {"id": gen.id, "publishedAt": gen.header["publishedAt"]},
+                gen.boundary,
+                gen.board(board),
+            )
+        return found  # type: ignore[no-any-return]
+
+    def _award_point(
+        self, season: str, number: int
+    ) -> tuple[dict[str, Any], dict[str, int], tuple[int, int]] | None:
+        """An award version's header, boundary and order (a version never
+        changes once complete, so it is read once)."""
+        key = (season, number)
+        with self._lock:
+            if key in self._award_points:
+                return self._award_points[key]
+        award = read_version(self.data_dir, season, number)
+        if award is None:
+            return None  # not complete (yet): asked again next time
+        meta = award.meta
+        point = (
+            {
+                "id": award.generation,
+                "publishedAt": meta.get("closedAt"),
+                "award": {"season": season, "version": number},
+            },
+            {str(k): int(v) for k, v in meta["boundary"].items()},
+            (generation_number(award.generation) or 0, number),
+        )
+        with self._lock:
+            self._award_points[key] = point
+            while len(self._award_points) > 256:
+                self._award_points.pop(next(iter(self._award_points)))
+        return point
+
     def snapshots(
         self, board: str, described: dict[str, str], own: str | None = None
     ) -> list[Snapshot]:
         out: list[Snapshot] = []
         for gen in self.retained():
-            segment = gen.board(board)
+            header, boundary, segment = self._generation_point(gen, board)
             out.append(
                 Snapshot(
-                    header={"id": gen.id, "publishedAt": gen.header["publishedAt"]},
-                    boundary=gen.boundary,
+                    header=header,
+                    boundary=boundary,
                     order=(gen.number, 0),
-                    standings=SegmentStandings(segment, own) if segment else None,
+                    standings=(
+                        SegmentStandings(segment, own, self._pairs.board(segment))
+                        if segment
+                        else None
+                    ),
                 )
             )
         if described.get("window") == "season":
             season = described["period"]
             for number in versions(self.data_dir, season):
-                award = read_version(self.data_dir, season, number)
-                if award is None:
+                point = self._award_point(season, number)
+                if point is None:
                     continue
-                meta = award.meta
+                header, boundary, order = point
                 out.append(
                     Snapshot(
-                        header={
-                            "id": award.generation,
-                            "publishedAt": meta.get("closedAt"),
-                            "award": {"season": season, "version": number},
-                        },
-                        boundary={str(k): int(v) for k, v in meta["boundary"].items()},
-                        order=(generation_number(award.generation) or 0, number),
+                        header=header,
+                        boundary=boundary,
+                        order=order,
                         standings=self._award_standings(season, number, board),
                     )
                 )
@@ -197,7 +244,7 @@ class HistoryService:
             if cached is not None:
                 self._contributions.move_to_end(key)
                 return cached
-        if not (self.bronze / "_delta_log").is_dir():
+        if not os.path.isdir(self._bronze_log):
             return None
         import pyarrow.dataset as ds
 
@@ -313,25 +360,17 @@ class HistoryService:
         return encode({**labels(board), "playerId": player_id, "entries": entries})
 
     def diff(self, board: str, from_id: str, to_id: str, limit: int) -> Answer:
-        if not 1 <= limit <= 1000:
-            raise InvalidRequest("limit must be 1..1000", field="limit")
+        if not 1 <= limit <= DIFF_ROWS:
+            raise InvalidRequest(f"limit must be 1..{DIFF_ROWS}", field="limit")
         check_board(self.config(), board)
         before, after = pin(self.registry, from_id), pin(self.registry, to_id)
-        key = f"diff\0{board}\0{before.id}\0{limit}"
-        cached = after.memo.get(key)
-        if cached is not None:
-            return cached  # type: ignore[no-any-return]
+        # The pair's diff is built once (serving/history.py PairDiff); a read
+        # slices its first rows and encodes them.
         was, now = before.board(board), after.board(board)
         body = {
             **labels(board),
             "from": {"id": before.id, "publishedAt": before.header["publishedAt"]},
             "to": {"id": after.id, "publishedAt": after.header["publishedAt"]},
-            **diff(
-                SegmentStandings(was) if was else None,
-                SegmentStandings(now) if now else None,
-                limit,
-            ),
+            **self._pairs.diff(was, now).page(limit),
         }
-        answer = encode(body)
-        after.memo[key] = answer
-        return answer
+        return encode(body)

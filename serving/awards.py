@@ -153,7 +153,8 @@ class AwardVersion:
 
 def versions(data_dir: Path, season_id: str) -> list[int]:
     """Complete versions of a season's awards, ascending."""
-    root = season_dir(data_dir, season_id)
+    # String paths: every history read of a season board lists its versions.
+    root = os.path.join(os.fspath(data_dir), "awards", season_id)
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -161,7 +162,7 @@ def versions(data_dir: Path, season_id: str) -> list[int]:
     found = []
     for name in names:
         match = VERSION_DIR.match(name)
-        if match and (root / name / AWARD_FILE).exists():
+        if match and os.path.exists(os.path.join(root, name, AWARD_FILE)):
             found.append(int(match.group(1)))
     return sorted(found)
 

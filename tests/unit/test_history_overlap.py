@@ -1,7 +1,9 @@
 """The pair overlap index of a history step (serving/history.py PairIndex) against
 sets: for every player on two random boards (ties, players on one board only),
 ``newlyAbove`` / ``noLongerAbove`` equal the set differences of the players with a
-strictly higher score, and one index serves every player of the pair."""
+strictly higher score, whatever the index's block of rows (1 to 4 here, so the
+block table and both partial scans count), and one index serves every player of
+the pair."""
 
 from __future__ import annotations
 
@@ -41,12 +43,12 @@ def above(scores: dict[str, int], player: str) -> set[str]:
 
 
 @hsettings(max_examples=300, deadline=None)
-@given(board_strategy, board_strategy)
+@given(board_strategy, board_strategy, st.sampled_from([None, 1, 2, 3, 4]))
 def test_rank_change_counts_equal_the_set_differences(
-    was: dict[str, int], now: dict[str, int]
+    was: dict[str, int], now: dict[str, int], block: int | None
 ) -> None:
     before, after = standings(was), standings(now)
-    indexes = PairIndexes()
+    indexes = PairIndexes(block=block)
     for player in was.keys() & now.keys():
         b_rank = before.rank_at(before.row_of(player) or 0)
         a_rank = after.rank_at(after.row_of(player) or 0)
