@@ -520,9 +520,20 @@ def use_read_auth(env: dict[str, str], mode: str) -> None:
 
 
 async def open_loop(
-    session: Any, url_of: Any, rate: float, seconds: float, check: Any
+    session: Any,
+    url_of: Any,
+    rate: float,
+    seconds: float,
+    check: Any,
+    meter: CpuMeter | None = None,
 ) -> dict[str, Any]:
-    """Send rate*seconds GETs at their scheduled times; latency from the schedule."""
+    """Send rate*seconds GETs at their scheduled times; latency from the schedule.
+
+    Every answer is checked (``check(body, meta)``) after the last one came back,
+    with ``meter`` halted first: the generator shares the cores with the API and
+    Redis, and a check can cost more than the read (a history answer is compared
+    with two offline sorts of every player), so checking while the clock runs
+    would measure the bench, not the service."""
     import aiohttp
 
     count = int(rate * seconds)
@@ -532,6 +543,7 @@ async def open_loop(
     done_at: list[float] = []
     sent_at: list[float] = []  # scheduled send, seconds into the phase
     pauses = GcPauses()
+    replies: list[tuple[bytes, Any]] = []
 
     async def one(k: int, scheduled: float) -> None:
         url, meta = url_of(k)
@@ -549,7 +561,7 @@ async def open_loop(
             return
         latencies.append(end - scheduled)
         sent_at.append(scheduled - t0)
-        check(orjson.loads(content), meta)
+        replies.append((content, meta))
 
     tasks = []
     t0 = loop.time() + 0.05
@@ -561,6 +573,10 @@ async def open_loop(
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(k, scheduled)))
         await asyncio.gather(*tasks)
+    if meter is not None:
+        meter.halt()
+    for content, meta in replies:
+        check(orjson.loads(content), meta)
     span = (max(done_at) - t0) if done_at else float("nan")
     return {
         "offered_rate": rate,
@@ -1123,7 +1139,7 @@ async def measure(
             api_gc_before = gc_pauses(url)
             with MachineSampler(pids) as sampler:
                 result = await open_loop(
-                    session, url_of, args.rate, args.seconds, check
+                    session, url_of, args.rate, args.seconds, check, meter
                 )
             result["cpu"] = meter.stop(result["ok"])
             result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
@@ -1362,7 +1378,7 @@ async def _history_loops(
         print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
         meter = CpuMeter(pids)
         before = loadavg()
-        result = await open_loop(session, url_of, args.rate, args.seconds, check)
+        result = await open_loop(session, url_of, args.rate, args.seconds, check, meter)
         result["cpu"] = meter.stop(result["ok"])
         result.pop("t0_monotonic", None)
         result["loadavg_before"], result["loadavg_after"] = before, loadavg()
