@@ -178,7 +178,13 @@ def post(client: httpx.Client, url: str, payload: dict[str, Any]) -> httpx.Respo
 
 
 class Load:
-    """Sends events from a few threads; records which were acknowledged (200)."""
+    """Sends events from a few threads; records which were acknowledged (200).
+
+    With ``per_second`` the threads share one schedule, so a drill that must see the
+    load still running after a restart (however long the restart takes on a busy
+    machine) can pace a long list and ``stop()`` it when done; ``taken`` is then the
+    events it actually sent, the ones the checks count.
+    """
 
     def __init__(
         self,
@@ -186,22 +192,40 @@ class Load:
         events: list[dict[str, Any]],
         threads: int = 4,
         timeout: float = 5.0,
+        per_second: float | None = None,
     ) -> None:
         self.url = url
         self.events = events
         self.acked: set[str] = set()
         self.failed: dict[str, str] = {}
         self.timeout = timeout
+        self.per_second = per_second
         self._next = 0
+        self._stopped = False
+        self._started = time.monotonic()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
 
     def _take(self) -> dict[str, Any] | None:
         with self._lock:
-            if self._next >= len(self.events):
+            if self._stopped or self._next >= len(self.events):
                 return None
             self._next += 1
-            return self.events[self._next - 1]
+            taken = self._next - 1
+        if self.per_second is not None:
+            due = self._started + taken / self.per_second
+            time.sleep(max(0.0, due - time.monotonic()))
+        return self.events[taken]
+
+    @property
+    def taken(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self.events[: self._next]
+
+    def stop(self) -> None:
+        """Sends no further event; those already taken finish."""
+        with self._lock:
+            self._stopped = True
 
     def _run(self) -> None:
         with httpx.Client(timeout=self.timeout) as client:
@@ -225,6 +249,7 @@ class Load:
             return self._next
 
     def start(self) -> Load:
+        self._started = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self

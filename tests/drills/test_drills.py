@@ -60,10 +60,13 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
 ) -> None:
     stack.workers = 2
     token = stack.up()
-    events = make_events(400, 40, "k")
+    # Paced and stopped by the drill: the load must still be running after the
+    # restart, however long the restart takes on a busy machine (bounded: at most
+    # 3,000 events, 60 s).
+    load = Load(stack.url, make_events(3000, 40, "k"), per_second=50)
     reads = Reads(stack.url).start()
     try:
-        load = Load(stack.url, events).start()
+        load.start()
         _after(load, 60)
         api_pid = stack.pid("api")
         worker = stack.workers_of(api_pid)[0]
@@ -79,12 +82,14 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
         # Then uvicorn's own supervisor: the stack's supervisor ends the orphaned
         # worker and starts the API again (the same stack, no `lb up`).
         os.kill(api_pid, signal.SIGKILL)
-        load.join()
         # The orphaned workers still hold the listening socket for a moment, so
         # "ready" alone can be the old API answering: wait for the new one.
         assert wait_until(lambda: _api_replaced(stack, api_pid), 60)
     finally:
+        load.stop()
+        load.join()
         reads.stop()
+    events = load.taken
     assert stack.info()["token"] == token and stack.pid("api") != api_pid
     assert stack.restarts()["api"] == 2
     assert load.failed, "premise: the kills happened mid-load"
