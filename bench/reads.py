@@ -1378,9 +1378,18 @@ async def _history_loops(
         print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
         meter = CpuMeter(pids)
         before = loadavg()
-        result = await open_loop(session, url_of, args.rate, args.seconds, check, meter)
+        api_gc_before = gc_pauses(url)
+        with MachineSampler(pids) as sampler:
+            result = await open_loop(
+                session, url_of, args.rate, args.seconds, check, meter
+            )
         result["cpu"] = meter.stop(result["ok"])
-        result.pop("t0_monotonic", None)
+        # The same instruments as the other phases: a stall is either a
+        # collection in a worker (api_gc) or something the machine shows.
+        result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
+        t0 = result.pop("t0_monotonic")
+        result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
+        result["slow"] = sampler.explain(t0, result["slow"])
         result["loadavg_before"], result["loadavg_after"] = before, loadavg()
         phases[name] = result
         print(
@@ -1389,6 +1398,10 @@ async def _history_loops(
             f"{result['errors']}",
             flush=True,
         )
+        dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
+        if dense:
+            print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
+        print(f"    API workers' GC: {result['api_gc']}", flush=True)
     return phases
 
 
