@@ -1,5 +1,5 @@
 """Season S9 closing during a test: its boards file, waiting for the close,
-results posted at a given moment."""
+results posted at a given moment, the admin reads of its boards' statuses."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from api.security import sign
 from conf.settings import Settings
-from tests.support.clients import SignedClient, event
+from tests.support.clients import ADMIN_SECRET, SignedClient, event
 
 
 def iso(moment: datetime) -> str:
@@ -65,3 +66,13 @@ def post(
     )
     assert reply.status_code == 200, reply.text
     return reply.json()  # type: ignore[no-any-return]
+
+
+def admin_get(api: SignedClient, path: str) -> Any:
+    headers = {"X-Key-Id": "admin", "X-Signature": sign(ADMIN_SECRET, b"")}
+    return api.client.get(path, headers=headers)
+
+
+def board_status(body: dict[str, Any], board: str) -> str:
+    (item,) = [b for b in body["boards"] if b["board"] == board]
+    return str(item.get("status", body["status"]))
