@@ -37,6 +37,7 @@ import httpx
 import yaml
 
 from api.security import sign
+from cli.supervisor import api_command
 
 KEY_ID = "dev"
 SECRET = b"dev-secret"
@@ -180,20 +181,7 @@ def start_api(
     (:func:`wait_api`), stopped by :func:`stop_api`."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "api.main:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
+            api_command("127.0.0.1", port),
             cwd=tree,
             env={**env, "PYTHONPATH": str(tree)},
             stdin=subprocess.DEVNULL,
