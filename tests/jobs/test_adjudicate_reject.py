@@ -19,8 +19,8 @@ from cli.main import main as cli_main
 from conf.boards import load_boards
 from conf.settings import Settings
 from serving.awards import CONTRIBUTION_SCHEMA, rank_board, read_version, write_version
-from tests.support.clients import ADMIN_SECRET, SignedClient
-from tests.support.season import admin_get, board_status, post, season_settings
+from tests.support.clients import ADMIN_SECRET, SignedClient, admin_get
+from tests.support.season import board_status, post, season_settings
 
 pytestmark = pytest.mark.integration
 

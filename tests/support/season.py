@@ -1,5 +1,5 @@
 """Season S9 closing during a test: its boards file, waiting for the close,
-results posted at a given moment, the admin reads of its boards' statuses."""
+results posted at a given moment, its boards' statuses in a reply."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from api.security import sign
 from conf.settings import Settings
-from tests.support.clients import ADMIN_SECRET, SignedClient, event
+from tests.support.clients import SignedClient, event
 
 
 def iso(moment: datetime) -> str:
@@ -66,11 +65,6 @@ def post(
     )
     assert reply.status_code == 200, reply.text
     return reply.json()  # type: ignore[no-any-return]
-
-
-def admin_get(api: SignedClient, path: str) -> Any:
-    headers = {"X-Key-Id": "admin", "X-Signature": sign(ADMIN_SECRET, b"")}
-    return api.client.get(path, headers=headers)
 
 
 def board_status(body: dict[str, Any], board: str) -> str:
