@@ -1,7 +1,8 @@
 """What the benchmarks share: the stack, signing, load generation, measurement.
 
 * the stack: ``lb up`` / ``lb down`` in a fresh LB_DATA_DIR with the bench boards
-  (one season, ``BENCH``, open around now), the way a user starts it;
+  (one season, ``BENCH``, open around now), the way a user starts it; beside it,
+  single-worker APIs of any code tree (old main against a branch);
 * signing: the dev key's HMAC headers (``api.security.sign``);
 * load generation: unique events for a pool of players, batches validated as the
   API would, a keep-alive HTTP client, the speed layer driven directly, and the
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ import httpx
 import yaml
 
 from api.security import sign
+from cli.supervisor import api_command
 
 KEY_ID = "dev"
 SECRET = b"dev-secret"
@@ -166,6 +169,58 @@ def stop_stack(env: dict[str, str]) -> bool:
         print(f"lb down failed: {exc}", file=sys.stderr)
         return False
     return True
+
+
+def start_api(
+    tree: Path, env: dict[str, str], port: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """One single-worker uvicorn of ``tree``'s API (``api.main:create_app`` with
+    ``tree`` on PYTHONPATH and as working directory) on 127.0.0.1:``port``, in a
+    session of its own, its output appended to ``log``: the API a bench compares
+    across code trees (``lb up`` runs this tree's only). Not waited for
+    (:func:`wait_api`), stopped by :func:`stop_api`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            api_command("127.0.0.1", port),
+            cwd=tree,
+            env={**env, "PYTHONPATH": str(tree)},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_api(
+    proc: subprocess.Popen[bytes],
+    url: str,
+    log: Path,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> None:
+    """Until a GET of ``url`` (with ``headers``) answers 2xx; RuntimeError with the
+    end of ``log`` when the API exits or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the API exited: {log.read_text()[-2000:]}")
+        try:
+            request = urllib.request.Request(url, headers=headers or {})
+            with urllib.request.urlopen(request, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the API did not answer {url}: {log.read_text()[-2000:]}")
+
+
+def stop_api(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --------------------------------------------------------------------------- events

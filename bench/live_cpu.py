@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,15 @@ import numpy as np
 import orjson
 import redis
 
-from bench.harness import _proc_cpu, free_port, loadavg, stack_env
+from bench.harness import (
+    _proc_cpu,
+    free_port,
+    loadavg,
+    stack_env,
+    start_api,
+    stop_api,
+    wait_api,
+)
 from bench.reads import BOARD, apply_events, player_id, publish_direct
 
 HERE = Path(__file__).resolve().parent.parent
@@ -61,44 +68,6 @@ KINDS = {
 }
 # Bodies compared across variants, per kind.
 COMPARED = 50
-
-
-def start_api(directory: Path, env: dict[str, str], port: int, log: Path) -> Any:
-    """One uvicorn process serving ``directory``'s app on ``port``."""
-    child_env = {**env, "PYTHONPATH": str(directory)}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "api.main:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            cwd=str(directory),
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the API exited: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the API did not answer")
 
 
 async def fire(
@@ -156,6 +125,7 @@ def measure_variant(
     out: dict[str, Any] = {}
     bodies: dict[str, list[bytes]] = {}
     try:
+        wait_api(proc, f"http://127.0.0.1:{port}/healthz", log)
         for kind, paths in reads.items():
             # Warm-up: maps the segments, builds the per-generation tables.
             asyncio.run(fire(base, paths[: args.warmup], args.connections))
@@ -209,8 +179,7 @@ def measure_variant(
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop_api(proc)
     return out, bodies
 
 

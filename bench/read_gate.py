@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,14 @@ import numpy as np
 from bench.harness import (
     BENCH_SEASON,
     _proc_cpu,
+    free_port,
     loadavg,
     stack_env,
+    start_api,
     start_stack,
+    stop_api,
     stop_stack,
+    wait_api,
 )
 from bench.reads import apply_events, player_id, publish_direct
 
@@ -129,65 +132,30 @@ class Api:
         root: Path,
         limit: str = "off",
     ) -> None:
-        from bench.harness import free_port
-
         self.name = name
         self.port = free_port()
         metrics = root / f"metrics-{name}"
         metrics.mkdir()
         self.log = root / f"{name}.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "api.main:create_app",
-                    "--factory",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ],
-                env={
-                    **env,
-                    "PYTHONPATH": str(tree),
-                    "LB_READ_AUTH": auth,
-                    "LB_READ_RATE_LIMIT": limit,
-                    "PROMETHEUS_MULTIPROC_DIR": str(metrics),
-                },
-                cwd=tree,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = start_api(
+            tree,
+            {
+                **env,
+                "LB_READ_AUTH": auth,
+                "LB_READ_RATE_LIMIT": limit,
+                "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+            },
+            self.port,
+            self.log,
+        )
         self.auth = auth
 
     def wait_ready(self, headers: dict[str, str], timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{self.port}/v1/boards/{BOARD}/top?limit=1",
-                    headers=headers,
-                )
-                with urllib.request.urlopen(request, timeout=5) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"{self.name} not ready: {self.log.read_text()[-2000:]}")
+        url = f"http://127.0.0.1:{self.port}/v1/boards/{BOARD}/top?limit=1"
+        wait_api(self.proc, url, self.log, headers, timeout)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_api(self.proc)
 
 
 async def asgi_get(app: Any, path: str, headers: list[tuple[bytes, bytes]]) -> int:
@@ -308,8 +276,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     env = stack_env(data_dir)
     env["LB_PLAYER_TOKEN_KEY"] = LOCAL_PLAYER_TOKEN_KEY
     env.pop("LB_READ_RATE_LIMIT", None)
-    from bench.harness import free_port
-
     report: dict[str, Any] = {
         "players": args.players,
         "seconds": args.seconds,

@@ -65,6 +65,28 @@ PORT_FREE_SECONDS = 20.0
 BACKOFF_CAP_S = 5.0
 
 
+def api_command(host: str, port: int, *options: str) -> list[str]:
+    """The API's command line: uvicorn serving ``api.main:create_app`` on
+    ``host:port`` with ``options`` (workers, protocol), no access log, warnings
+    only. The supervisor's, and that of every API started beside a stack
+    (cli/cluster_demo.py, bench/harness.py)."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "api.main:create_app",
+        "--factory",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *options,
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+
+
 def stack_pids(token: str) -> list[int]:
     """Every live process whose environment carries this stack's instance token.
 
@@ -270,25 +292,15 @@ class Supervisor:
 
         log = open(self.run / "api.log", "ab")  # noqa: SIM115 - the child's stdout
         self.api = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "api.main:create_app",
-                "--factory",
-                "--host",
+            api_command(
                 self.settings.api_host,
-                "--port",
-                str(self.port),
+                self.port,
                 "--workers",
                 str(self.settings.api_workers),
-                "--no-access-log",
                 # A deadline for each request's headers (half-open connections).
                 "--http",
                 "api.http_protocol:HeaderTimeoutProtocol",
-                "--log-level",
-                "warning",
-            ],
+            ),
             env=self._env(
                 LB_REDIS_URL=self.redis_url, **{MULTIPROC_ENV: self.metrics_dir}
             ),

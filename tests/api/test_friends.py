@@ -16,6 +16,7 @@ from conf.settings import Settings
 from tests.conftest import BACKENDS, SignedClient, event
 from tests.support.clients import put_friends
 from tests.support.segments import write_generation
+from tests.support.settings import FA_BOARD, first_achieved_settings
 
 pytestmark = pytest.mark.integration
 BOARD = "season:S4:global"
@@ -189,24 +190,13 @@ def test_friends_read_normalises_the_path_id(
         assert {e["playerId"] for e in body["entries"]} == {composed, "Ana"}
 
 
-FA_BOARD = "season:FA:global"
-FA_BOARDS_YAML = """\
-regions: [eu, na]
-seasons:
-  - {id: FA, start: "2026-01-01T00:00:00Z", end: "2100-01-01T00:00:00Z",
-     tieBreak: first_achieved}
-"""
-
-
 def test_friends_ties_follow_the_boards_first_achieved_order(
     settings: Settings, tmp_path: Path
 ) -> None:
     """On a first_achieved board, equal scores among friends stand in the board's
     order (who reached the score first), as on the board itself, not by player id;
     ordinal ranks follow it, live and in a generation."""
-    path = tmp_path / "fa.yaml"
-    path.write_text(FA_BOARDS_YAML)
-    cfg = settings.model_copy(update={"boards_file": path})
+    cfg = first_achieved_settings(settings, tmp_path)
     with TestClient(create_app(cfg)) as client:
         api = SignedClient(client)
         clock = [time.time()]

@@ -19,25 +19,16 @@ from conf.settings import Settings
 from jobs.publish import run_publish
 from speed.rebase import rebase_published
 from tests.conftest import SignedClient, event
+from tests.support.settings import FA_BOARD, first_achieved_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-BOARD = "season:FA:global"
-# A season that stays open whatever today's date.
-BOARDS_YAML = """\
-regions: [eu, na]
-seasons:
-  - {id: FA, start: "2026-01-01T00:00:00Z", end: "2100-01-01T00:00:00Z",
-     tieBreak: first_achieved}
-"""
 
 
 @pytest.fixture
 def timed(
     settings: Settings, tmp_path: Path
 ) -> Iterator[tuple[SignedClient, Settings]]:
-    path = tmp_path / "fa.yaml"
-    path.write_text(BOARDS_YAML)
-    cfg = settings.model_copy(update={"boards_file": path})
+    cfg = first_achieved_settings(settings, tmp_path)
     with TestClient(create_app(cfg)) as client:
         yield SignedClient(client), cfg
 
@@ -59,7 +50,7 @@ def send(api: SignedClient, player: str, ago: timedelta, points: int) -> None:
 
 
 def order(api: SignedClient, **params: Any) -> list[tuple[str, int, int]]:
-    top = api.get(f"/v1/boards/{BOARD}/top", params=params).json()
+    top = api.get(f"/v1/boards/{FA_BOARD}/top", params=params).json()
     return [(e["playerId"], e["rank"], e["position"]) for e in top["entries"]]
 
 

@@ -19,14 +19,8 @@ from cli.main import main as cli_main
 from conf.boards import load_boards
 from conf.settings import Settings
 from serving.awards import CONTRIBUTION_SCHEMA, rank_board, read_version, write_version
-from tests.conftest import SignedClient
-from tests.jobs.test_season import (
-    ADMIN_SECRET,
-    admin_get,
-    board_status,
-    post,
-    season_settings,
-)
+from tests.support.clients import ADMIN_SECRET, SignedClient, admin_get
+from tests.support.season import board_status, post, season_settings
 
 pytestmark = pytest.mark.integration
 

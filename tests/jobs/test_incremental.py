@@ -20,12 +20,11 @@ import pyarrow as pa
 import pytest
 import redis
 import yaml
-from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from hypothesis import HealthCheck, assume, example, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, boards_for_event, load_boards
@@ -39,6 +38,7 @@ from serving.files import read_arrow
 from serving.segments import write_board_segment
 from speed.partitions import Keys
 from speed.server import RedisServer
+from tests.support.generations import assert_same_generation, gold_rows
 from tests.support.incremental import (
     BOARDS_YAML,
     OCCURRED,
@@ -68,45 +68,6 @@ record = st.fixed_dictionaries(
         "kind": st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
     }
 )
-
-
-def gold_frame(spark: SparkSession, settings: Settings, generation: str) -> DataFrame:
-    return (
-        spark.read.format("delta")
-        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
-        .drop("generation")
-    )
-
-
-def gold_rows(spark: SparkSession, settings: Settings, generation: str) -> list:
-    return sorted(tuple(r) for r in gold_frame(spark, settings, generation).collect())
-
-
-def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> None:
-    """Same gold rows, same board entries (checksums of every file), same bytes."""
-    assert_df_equality(
-        gold_frame(spark, settings, a),
-        gold_frame(spark, settings, b),
-        ignore_row_order=True,
-    )
-    ma, mb = manifest(settings, a), manifest(settings, b)
-    assert sorted(ma["boards"]) == sorted(mb["boards"])
-    for board, meta in ma["boards"].items():
-        assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
-    assert ma["boundary"] == mb["boundary"]
-    assert ma.get("quarantine") == mb.get("quarantine")
-    # The versions side files: the pairs named without a row (jobs/versions.py).
-    assert ma["versions"] == mb["versions"]
-    names = [n for m in ma["boards"].values() for n in segment_files(m)]
-    for name in names + list(ma["versions"].values()):
-        left = settings.segments_dir / a / name
-        right = settings.segments_dir / b / name
-        assert left.read_bytes() == right.read_bytes(), name
-
-
-def segment_files(meta: dict[str, Any]) -> list[str]:
-    return [meta[k] for k in ("file", "index", "buckets", "hidden") if k in meta]
 
 
 def side_versions(settings: Settings, generation: str) -> dict[tuple[str, str], int]:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from jobs.build import check_generation
 from jobs.publish import run_publish
 from speed.server import RedisServer
-from tests.jobs.test_incremental import assert_same_generation
+from tests.support.generations import assert_same_generation
 from tests.support.incremental import (
     BOARDS_YAML,
     OCCURRED,

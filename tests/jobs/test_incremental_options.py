@@ -24,8 +24,12 @@ from pyspark.sql import SparkSession
 from conf.boards import BoardsConfig, board_rules
 from jobs.publish import run_publish
 from speed.server import RedisServer
-from tests.jobs.test_incremental import assert_same_generation, gold_rows
-from tests.jobs.test_layered_publish import board_reads, gold_entries
+from tests.support.generations import (
+    assert_same_generation,
+    board_reads,
+    gold_entries,
+    gold_rows,
+)
 from tests.support.incremental import (
     OCCURRED,
     append_bronze,

@@ -14,16 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.build import check_generation
 from jobs.publish import run_publish
-from jobs.tables import GOLD_SNAPSHOTS
-from serving.layers import LayeredSegment, load_board
 from speed.server import RedisServer
+from tests.support.generations import board_reads, gold_entries
 from tests.support.incremental import (
     OCCURRED,
     append_bronze,
@@ -70,39 +67,6 @@ BATCHES = [
     [_rec("c", 1, 3, at=1), _rec("Zed", 0, 2, at=1, region="na", kind=1)],
     [_rec("a", 2, 4), _rec("c", 2, 1, at=3, region="na"), _rec("b", 2, 5, kind=2)],
 ]
-
-
-def board_reads(directory: Path, board: str, meta: dict[str, Any]) -> dict[str, Any]:
-    segment = load_board(directory, board, meta)
-    n = segment.population
-    return {
-        "entries": [
-            (e["position"], e["rank"], e["playerId"], e["score"])
-            for e in segment.entries(0, n)
-        ],
-        "rows": {p: segment.row_of(p) for p in ("a", "b", "c", "Zed", "x")},
-        "versions": None
-        if segment.versions is None
-        else np.asarray(segment.versions).tolist(),
-        "dense": [segment.distinct_above(s) for s in range(-1, 12)],
-        "layered": isinstance(segment, LayeredSegment),
-        "hidden": dict(segment.hidden),
-    }
-
-
-def gold_entries(spark: SparkSession, delta_dir: Path, generation: str) -> dict:
-    rows = (
-        spark.read.format("delta")
-        .load(str(delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
-        .collect()
-    )
-    out: dict[str, list] = {}
-    for r in sorted(rows, key=lambda r: (r["board"], r["position"])):
-        out.setdefault(r["board"], []).append(
-            (r["position"], r["rank"], r["player_id"], r["score"])
-        )
-    return out
 
 
 def test_layered_chain_compacts_and_equals_a_full_recompute(

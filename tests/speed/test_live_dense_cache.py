@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from speed.partitions import partition_of
-from tests.conftest import BACKENDS, SignedClient, event
+from tests.conftest import BACKENDS, SignedClient
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
@@ -21,7 +21,7 @@ from tests.support.live import (
     options_settings,
     positions,
     publish,
-    region,
+    send,
 )
 from tests.support.shadow import flag
 
@@ -33,24 +33,6 @@ BOARD = "season:S4:global"
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
     return options_settings(redis_url, tmp_path)
-
-
-def send(
-    api: SignedClient, oracle: Oracle, player: str, match: int, points: int
-) -> None:
-    event_id = f"{player}-{match}"
-    reply = api.post(
-        "/v1/score-events",
-        event(
-            eventId=event_id,
-            playerId=player,
-            matchId=f"m{match}",
-            region=region(player),
-            result={"points": points},
-        ),
-    )
-    assert reply.status_code == 200, reply.text
-    oracle.apply(player, event_id, f"m{match}", 1, points)
 
 
 def dense_ranks(api: SignedClient, players: list[str]) -> dict[str, int]:

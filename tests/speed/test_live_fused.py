@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from speed.live import LiveReader
-from tests.conftest import SignedClient, event
+from tests.conftest import SignedClient
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
@@ -23,7 +23,7 @@ from tests.support.live import (
     options_settings,
     positions,
     publish,
-    region,
+    send,
 )
 from tests.support.shadow import flag
 
@@ -36,24 +36,6 @@ BOARDS = ["season:S4:global", "weekly:2026-W47:na", "alltime:all:eu"]
 @pytest.fixture
 def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
     return options_settings(redis_url, tmp_path)
-
-
-def send(
-    api: SignedClient, oracle: Oracle, player: str, match: int, points: int
-) -> None:
-    event_id = f"{player}-{match}"
-    reply = api.post(
-        "/v1/score-events",
-        event(
-            eventId=event_id,
-            playerId=player,
-            matchId=f"m{match}",
-            region=region(player),
-            result={"points": points},
-        ),
-    )
-    assert reply.status_code == 200, reply.text
-    oracle.apply(player, event_id, f"m{match}", 1, points)
 
 
 def answers(api: SignedClient, live: LiveReader, hidden: set[str]) -> dict[str, Any]:

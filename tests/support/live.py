@@ -1,4 +1,5 @@
-"""A pure-Python oracle of the live boards (live property tests)."""
+"""A pure-Python oracle of the live boards, the writes that feed it and the publish
+that rebases on it (live property tests)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from conf.boards import board_rules
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.rebase import rebase
-from tests.support.clients import SignedClient
+from tests.support.clients import SignedClient, event
 from tests.support.segments import write_generation
 from tests.support.settings import OPEN_WINDOWS_BOARDS, base_settings
 
@@ -183,6 +184,24 @@ class Oracle:
             player: 1 + len({s for s in totals.values() if sign * s > sign * score})
             for player, score in totals.items()
         }
+
+
+def send(
+    api: SignedClient, oracle: Oracle, player: str, match: int, points: int
+) -> None:
+    event_id = f"{player}-{match}"
+    reply = api.post(
+        "/v1/score-events",
+        event(
+            eventId=event_id,
+            playerId=player,
+            matchId=f"m{match}",
+            region=region(player),
+            result={"points": points},
+        ),
+    )
+    assert reply.status_code == 200, reply.text
+    oracle.apply(player, event_id, f"m{match}", 1, points)
 
 
 def positions(client: redis.Redis, partitions: int) -> dict[str, int]:

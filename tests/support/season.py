@@ -1,5 +1,5 @@
 """Season S9 closing during a test: its boards file, waiting for the close,
-results posted at a given moment."""
+results posted at a given moment, its boards' statuses in a reply."""
 
 from __future__ import annotations
 
@@ -65,3 +65,8 @@ def post(
     )
     assert reply.status_code == 200, reply.text
     return reply.json()  # type: ignore[no-any-return]
+
+
+def board_status(body: dict[str, Any], board: str) -> str:
+    (item,) = [b for b in body["boards"] if b["board"] == board]
+    return str(item.get("status", body["status"]))

@@ -1,5 +1,6 @@
-"""Settings for tests: boards whose windows stay open whatever the date, the
-``Settings`` of an in-process API, the environment of an ``lb`` process."""
+"""Settings for tests: boards whose windows stay open whatever the date, a
+first_achieved season as open, the ``Settings`` of an in-process API, the
+environment of an ``lb`` process."""
 
 from __future__ import annotations
 
@@ -59,3 +60,21 @@ def base_settings(redis_url: str, directory: Path, **overrides: object) -> Setti
     }
     fields.update(overrides)
     return Settings(**fields)  # type: ignore[arg-type]
+
+
+# A first_achieved season (ties by who reached the score first) that stays open
+# whatever today's date.
+FA_BOARD = "season:FA:global"
+FA_BOARDS_YAML = """\
+regions: [eu, na]
+seasons:
+  - {id: FA, start: "2026-01-01T00:00:00Z", end: "2100-01-01T00:00:00Z",
+     tieBreak: first_achieved}
+"""
+
+
+def first_achieved_settings(settings: Settings, directory: Path) -> Settings:
+    """``settings`` with FA_BOARDS_YAML for boards (a file in ``directory``)."""
+    path = directory / "fa.yaml"
+    path.write_text(FA_BOARDS_YAML)
+    return settings.model_copy(update={"boards_file": path})

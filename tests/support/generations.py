@@ -1,0 +1,90 @@
+"""Two published generations compared (gold rows, manifest board entries, segment
+bytes), and one board's reads next to its gold rows: the checks of the incremental,
+layered and option publish tests (real Spark and Delta)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.settings import Settings
+from jobs.tables import GOLD_SNAPSHOTS
+from serving.layers import LayeredSegment, load_board
+from tests.support.incremental import manifest
+
+
+def gold_frame(spark: SparkSession, settings: Settings, generation: str) -> DataFrame:
+    return (
+        spark.read.format("delta")
+        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == generation)
+        .drop("generation")
+    )
+
+
+def gold_rows(spark: SparkSession, settings: Settings, generation: str) -> list:
+    return sorted(tuple(r) for r in gold_frame(spark, settings, generation).collect())
+
+
+def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> None:
+    """Same gold rows, same board entries (checksums of every file), same bytes."""
+    assert_df_equality(
+        gold_frame(spark, settings, a),
+        gold_frame(spark, settings, b),
+        ignore_row_order=True,
+    )
+    ma, mb = manifest(settings, a), manifest(settings, b)
+    assert sorted(ma["boards"]) == sorted(mb["boards"])
+    for board, meta in ma["boards"].items():
+        assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
+    assert ma["boundary"] == mb["boundary"]
+    assert ma.get("quarantine") == mb.get("quarantine")
+    # The versions side files: the pairs named without a row (jobs/versions.py).
+    assert ma["versions"] == mb["versions"]
+    names = [n for m in ma["boards"].values() for n in segment_files(m)]
+    for name in names + list(ma["versions"].values()):
+        left = settings.segments_dir / a / name
+        right = settings.segments_dir / b / name
+        assert left.read_bytes() == right.read_bytes(), name
+
+
+def segment_files(meta: dict[str, Any]) -> list[str]:
+    return [meta[k] for k in ("file", "index", "buckets", "hidden") if k in meta]
+
+
+def board_reads(directory: Path, board: str, meta: dict[str, Any]) -> dict[str, Any]:
+    segment = load_board(directory, board, meta)
+    n = segment.population
+    return {
+        "entries": [
+            (e["position"], e["rank"], e["playerId"], e["score"])
+            for e in segment.entries(0, n)
+        ],
+        "rows": {p: segment.row_of(p) for p in ("a", "b", "c", "Zed", "x")},
+        "versions": None
+        if segment.versions is None
+        else np.asarray(segment.versions).tolist(),
+        "dense": [segment.distinct_above(s) for s in range(-1, 12)],
+        "layered": isinstance(segment, LayeredSegment),
+        "hidden": dict(segment.hidden),
+    }
+
+
+def gold_entries(spark: SparkSession, delta_dir: Path, generation: str) -> dict:
+    rows = (
+        spark.read.format("delta")
+        .load(str(delta_dir / GOLD_SNAPSHOTS))
+        .where(F.col("generation") == generation)
+        .collect()
+    )
+    out: dict[str, list] = {}
+    for r in sorted(rows, key=lambda r: (r["board"], r["position"])):
+        out.setdefault(r["board"], []).append(
+            (r["position"], r["rank"], r["player_id"], r["score"])
+        )
+    return out
