@@ -688,6 +688,7 @@ class LiveReader:
         rows_before: int,
         read_flag: bool = False,
         extra: list[tuple[Any, ...]] | None = None,
+        extra_scripts: tuple[Any, ...] = (),
     ) -> tuple[list[list[Any]], list[Any], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
@@ -695,8 +696,9 @@ class LiveReader:
         (else None comes back). ``rows_above``/``rows_before`` are global rows of
         ``base``; the replies name the base they were read against (the caller
         compares). ``extra`` commands (``live_window.lua`` and ``live_counts.lua``
-        calls) go in the same write. As (the partitions' counts, the replies of
-        the ``extra`` commands, the flag)."""
+        calls, and those of any ``extra_scripts``, e.g. the stamp's) go in the
+        same write. As (the partitions' counts, the replies of the ``extra``
+        commands, the flag)."""
         commands: list[tuple[Any, ...]] = []
         flagged = read_flag and bool(player_id)
         if flagged:
@@ -707,7 +709,11 @@ class LiveReader:
             board, above, before, player_id, base, rows_above, rows_before
         )
         n = len(commands)
-        scripts = (self._counts, self._window_script) if extra else self._counts
+        scripts = (
+            (self._counts, self._window_script, *extra_scripts)
+            if extra
+            else self._counts
+        )
         replies = await run_commands(
             self.speed.client, scripts, commands + extra if extra else commands
         )
@@ -766,8 +772,10 @@ class LiveReader:
         player_id: str,
         extra_for: Callable[[int, int | None, Base, int], list[tuple[Any, ...]]]
         | None = None,
+        extra_scripts: tuple[Any, ...] = (),
     ) -> dict[str, Any]:
-        """Exact live score, rank, position and population of one player.
+        """Exact live score, rank, position and population of one player (and
+        ``above``: the players strictly above its score).
 
         One round trip when the player's standing is guessed right (as last read,
         or in the latest generation): the owner partition verifies it in the same
@@ -776,7 +784,8 @@ class LiveReader:
         the counts (for the standing and base they assume; ``base_row``: the
         standing's first row at or after it in the base); their replies come back
         as ``extra``, one per command (read with the counts that verified that
-        standing), and that row as ``base_row``."""
+        standing), and that row as ``base_row``; ``extra_scripts``: the scripts
+        they call besides ``live_window.lua`` and ``live_counts.lua``."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing, hint = self._guess(board, player_id)
@@ -810,6 +819,7 @@ class LiveReader:
                 rows_before,
                 read_flag=shadowed is None,
                 extra=extra,
+                extra_scripts=extra_scripts,
             )
             if flag is not None:
                 shadowed = flag
@@ -850,6 +860,7 @@ class LiveReader:
                 "score": score,
                 "achieved": achieved,
                 "rank": before + 1 if unique else above + 1,
+                "above": above,
                 "position": before + 1,
                 "population": population,
                 "asOf": _as_of(replies),
@@ -967,37 +978,77 @@ class LiveReader:
         partitions stay where the last dense read found them: the changed-sets
         are decoded per partition once per log position (:class:`DenseChanges`);
         a partition that moved is read again whole (``live_dense.lua``, a second
-        round trip for the partitions that moved)."""
-        parts = self.partitions
+        round trip for the partitions that moved). :meth:`rank_and_distinct`
+        reads the stamp with a player's rank instead."""
         for _ in range(ATTEMPTS):
             stamp, _ = await self.stamp()
-            bases = [int(b) for b in stamp[:parts]]
-            positions = [int(x) for x in stamp[parts : 2 * parts]]
-            base = self._base(bases, board)
-            self._last_bases = bases
-            key = (bases[0], int(stamp[-2]), int(stamp[-1]))
-            changes = self._dense_changes(board, key, parts)
-            stale = changes.stale(positions)
-            if stale:
-                decoded = await self._dense_parts(board, base, stale)
-                if decoded is None:
-                    continue  # rebased since the stamp
-                for p, part in zip(stale, decoded, strict=True):
-                    changes.parts[p] = part
-            as_of, counts = changes.counts(base.segment)
-            segment = base.segment
-            distinct = segment.distinct_above(score) if segment is not None else 0
-            return {
-                "above": base.count_above(score)
-                - counts.above(counts.removed, score)
-                + counts.above(counts.live, score),
-                "distinct": distinct
-                - counts.above(counts.gone, score)
-                + counts.above(counts.added, score),
-                "asOf": {str(p): x for p, x in enumerate(as_of)},
-                "generation": base.generation.id if base.generation else None,
-            }
+            counted = await self._above_at(board, score, stamp)
+            if counted is not None:
+                return counted
         raise NotExact("a rebase is in progress")
+
+    async def _above_at(
+        self, board: str, score: int, stamp: tuple[int, ...]
+    ) -> dict[str, Any] | None:
+        """:meth:`above` for the partitions as ``stamp`` found them (the parts of
+        partitions that moved since they were decoded are read again: one round
+        trip); None when one was rebased since the stamp. ``asOf`` names the
+        positions the parts were read at (a part read again may be newer than the
+        stamp: the caller compares)."""
+        parts = self.partitions
+        bases = [int(b) for b in stamp[:parts]]
+        positions = [int(x) for x in stamp[parts : 2 * parts]]
+        base = self._base(bases, board)
+        self._last_bases = bases
+        key = (bases[0], int(stamp[-2]), int(stamp[-1]))
+        changes = self._dense_changes(board, key, parts)
+        stale = changes.stale(positions)
+        if stale:
+            decoded = await self._dense_parts(board, base, stale)
+            if decoded is None:
+                return None  # rebased since the stamp
+            for p, part in zip(stale, decoded, strict=True):
+                changes.parts[p] = part
+        as_of, counts = changes.counts(base.segment)
+        segment = base.segment
+        distinct = segment.distinct_above(score) if segment is not None else 0
+        return {
+            "above": base.count_above(score)
+            - counts.above(counts.removed, score)
+            + counts.above(counts.live, score),
+            "distinct": distinct
+            - counts.above(counts.gone, score)
+            + counts.above(counts.added, score),
+            "asOf": {str(p): x for p, x in enumerate(as_of)},
+            "generation": base.generation.id if base.generation else None,
+        }
+
+    async def rank_and_distinct(self, board: str, player_id: str) -> dict[str, Any]:
+        """:meth:`rank`, with ``distinct``: the distinct live scores strictly above
+        the player's (its dense rank less one) as of the rank's ``asOf``, or None
+        when the board moved between the rank's counts and what ``distinct`` was
+        counted from (the caller counts again, :meth:`above`).
+
+        One round trip while the board's partitions stay where the last dense read
+        found them: the stamp (what :class:`DenseChanges` are kept for) rides with
+        the rank's counts, and must name the bases and positions the counts were
+        read at; a partition that moved is read again (a second round trip), and
+        must still be where the counts found it."""
+        calls, script = self._stamp_calls([])
+        me = await self.rank(
+            board, player_id, lambda *_: calls, extra_scripts=(script,)
+        )
+        stamp, _ = await self._stamp_of(me.pop("extra"), 0)
+        parts = self.partitions
+        base: Base = me["base"]
+        number = base.generation.number if base.generation is not None else 0
+        distinct: int | None = None
+        as_of = {str(p): int(x) for p, x in enumerate(stamp[parts : 2 * parts])}
+        if all(int(b) == number for b in stamp[:parts]) and as_of == me["asOf"]:
+            counted = await self._above_at(board, me["score"], stamp)
+            if counted is not None and counted["asOf"] == me["asOf"]:
+                distinct = counted["distinct"]
+        return {**me, "distinct": distinct}
 
     def _dense_changes(
         self, board: str, key: tuple[int, int, int], partitions: int
@@ -1266,32 +1317,48 @@ class LiveReader:
         trip. On one server it is one reply (``read_stamp.lua``); on a cluster one
         per partition and counter."""
         fields = fields or []
+        commands, script = self._stamp_calls(fields)
+        replies = await run_commands(self.speed.client, script, commands)
+        return await self._stamp_of(replies, len(fields))
+
+    def _stamp_calls(
+        self, fields: list[tuple[str, str]]
+    ) -> tuple[list[tuple[Any, ...]], Any]:
+        """The commands of :meth:`stamp` (to send alone or with others), and the
+        script they call."""
         partitions = self.partitions
-        client = self.speed.client
-        if is_cluster(client):
+        if is_cluster(self.speed.client):
             commands = self._stamp_commands_of() + [
                 ("HGET", key, field) for key, field in fields
             ]
-            replies = await run_commands(client, self._stamp_script, commands)
-            n = len(commands) - len(fields)
+            return commands, self._stamp_script
+        if self._read_stamp_keys is None:
+            self._read_stamp_keys = READ_STAMP.keys_of(
+                {"epoch": EPOCH_KEY},
+                [_stamp_keys(Keys(p)) for p in range(partitions)],
+            )
+        keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
+        args = READ_STAMP.args_of(
+            {"partitions": partitions}, rest=[field for _, field in fields]
+        )
+        script = self._read_stamp_script
+        return [("EVALSHA", script.sha, len(keys), *keys, *args)], script
+
+    async def _stamp_of(
+        self, replies: list[Any], fields: int
+    ) -> tuple[tuple[int, ...], list[Any]]:
+        """:meth:`stamp` from the replies of :meth:`_stamp_calls` (``fields``: how
+        many hash fields they read); an epoch not set yet is set here."""
+        partitions = self.partitions
+        client = self.speed.client
+        if is_cluster(client):
+            n = len(replies) - fields
             triples = [v for reply in replies[1:n] for v in reply]
             flat = [v for i, v in enumerate(triples) if i % 3 != 2]
             flags_total = sum(int(v or 0) for v in triples[2::3])
             head, values = [flags_total, replies[0]], replies[n:]
         else:
-            if self._read_stamp_keys is None:
-                self._read_stamp_keys = READ_STAMP.keys_of(
-                    {"epoch": EPOCH_KEY},
-                    [_stamp_keys(Keys(p)) for p in range(partitions)],
-                )
-            keys = [*self._read_stamp_keys, *(key for key, _ in fields)]
-            args = READ_STAMP.args_of(
-                {"partitions": partitions}, rest=[field for _, field in fields]
-            )
-            script = self._read_stamp_script
-            (reply,) = await run_commands(
-                client, script, [("EVALSHA", script.sha, len(keys), *keys, *args)]
-            )
+            (reply,) = replies
             head = reply[:2]
             flat = reply[2 : 2 + 2 * partitions]
             values = reply[2 + 2 * partitions :]

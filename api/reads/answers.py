@@ -18,11 +18,14 @@ from serving.ranking import Ranking
 class Answer:
     """An encoded answer: the JSON bytes, any extra headers, and the players it
     names (its ``playerId`` and its entries'), whose profiles it may carry
-    (:meth:`ReadService.profiled`)."""
+    (:meth:`ReadService.profiled`); ``ranking``: the ranking its ranks are under
+    when the read was asked for one (None: the board's own, or not named yet:
+    :class:`api.reads.ranking.Ranker` reranks it)."""
 
     body: bytes
     headers: Mapping[str, str] | None = None
     players: tuple[str, ...] = ()
+    ranking: Ranking | None = None
 
 
 def players_of(body: dict[str, Any]) -> tuple[str, ...]:
@@ -33,8 +36,8 @@ def players_of(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))
 
 
-def encode(body: dict[str, Any]) -> Answer:
-    return Answer(orjson.dumps(body), None, players_of(body))
+def encode(body: dict[str, Any], ranking: Ranking | None = None) -> Answer:
+    return Answer(orjson.dumps(body), None, players_of(body), ranking)
 
 
 def degraded(body: dict[str, Any]) -> Answer:

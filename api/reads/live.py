@@ -17,6 +17,7 @@ from api.reads.caches import LiveTopCache
 from api.reads.cursors import live_cursors
 from api.reads.labels import Mode, live_header, public, top_percent
 from api.reads.policy import Guard
+from serving.ranking import Ranking, rank_of
 from speed.live import LiveReader, PlayerMissing
 
 
@@ -77,24 +78,50 @@ class LiveReads:
         )
         return answer, exact_for
 
-    async def rank(self, board: str, player_id: str, mode: Mode, own: bool) -> Answer:
+    async def rank(
+        self,
+        board: str,
+        player_id: str,
+        mode: Mode,
+        own: bool,
+        ranking: Ranking | None = None,
+    ) -> Answer:
+        """The live rank under the board's own ranking, or under ``ranking`` (one
+        that is not the board's own) when it can be read with it: the answer then
+        names it (``Answer.ranking``). Competition and ordinal ranks come from the
+        rank's own counts; a dense rank's distinct count is read in the rank's
+        round trip (:meth:`LiveReader.rank_and_distinct`) and, when the board
+        moved in between, the answer is under the board's own ranking (the
+        caller reranks it, api/reads/ranking.py)."""
         try:
-            result = await self.live.rank(board, player_id)
+            if ranking == "dense":
+                result = await self.live.rank_and_distinct(board, player_id)
+            else:
+                result = await self.live.rank(board, player_id)
         except PlayerMissing:
             raise PlayerNotFound(f"player {player_id!r} is not on {board}") from None
         own_view_of_shadowed(result, board, player_id, own)
         header = live_header(
             board, mode, result["base"], result["asOf"], result["population"]
         )
+        rank = percent_of = result["rank"]
+        distinct = result.get("distinct")
+        if ranking is None or (ranking == "dense" and distinct is None):
+            ranking = None
+        else:
+            # As api/reads/ranking.py reranks an answer: from what is above it.
+            rank = rank_of(ranking, result["position"], result["above"], distinct or 0)
+            percent_of = result["above"] + 1
         return encode(
             {
                 **header,
                 "playerId": player_id,
                 "score": result["score"],
-                "rank": result["rank"],
+                "rank": rank,
                 "position": result["position"],
-                "topPercent": top_percent(result["rank"], result["population"]),
-            }
+                "topPercent": top_percent(percent_of, result["population"]),
+            },
+            ranking,
         )
 
     async def nearby(

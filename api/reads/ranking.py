@@ -37,6 +37,8 @@ class Ranker:
         generation: str | None,
         read: Callable[[str | None], Answer | Awaitable[Answer]],
         native: Ranking | None = None,
+        read_as: Callable[[str | None, Ranking], Answer | Awaitable[Answer]]
+        | None = None,
     ) -> Answer:
         """The answer of ``read`` (its generation parameter: ``generation``) under
         ``ranking`` (None: the board's own), echoed as ``ranking``. Answers are
@@ -44,7 +46,11 @@ class Ranker:
         the answer's first score (serving/ranking.py), counted in the answer's
         generation, or live as of the answer's ``asOf`` (speed/live.py ``above``):
         when the board moved in between, the read is made again, and after
-        ``ATTEMPTS`` the latest generation answers, labelled snapshot."""
+        ``ATTEMPTS`` the latest generation answers, labelled snapshot.
+        ``read_as(generation, ranking)``: ``read`` asked for another ranking than
+        the board's own, which it may answer under itself (a live player rank
+        reads a dense rank's count in its own round trip): an answer naming it
+        (``Answer.ranking``) is not reranked here."""
         self.policy.check(board)
         if native is None:
             native = self.policy.native_ranking(board)
@@ -58,7 +64,11 @@ class Ranker:
         if want == native:
             return echo_ranking(await resolve(read(generation)), want)
         for _ in range(ATTEMPTS):
-            answer = await resolve(read(generation))
+            answer = await resolve(
+                read(generation) if read_as is None else read_as(generation, want)
+            )
+            if answer.ranking == want:
+                return echo_ranking(answer, want)
             ranked = await self._rerank(board, answer, want, kind)
             if ranked is not None:
                 return ranked

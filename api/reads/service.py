@@ -178,6 +178,7 @@ class ReadService:
             "player",
             generation,
             lambda g: self._rank(board, player_id, mode, g, viewer),
+            read_as=lambda g, want: self._rank(board, player_id, mode, g, viewer, want),
         )
 
     def _rank(
@@ -187,7 +188,10 @@ class ReadService:
         mode: Mode,
         generation: str | None,
         viewer: str | None,
+        ranking: Ranking | None = None,
     ) -> Answer | Awaitable[Answer]:
+        """The player's rank read (``ranking``: one asked for, not the board's
+        own; a live read may answer under it, :meth:`LiveReads.rank`)."""
         self.policy.check(board)
         own = is_own_read(viewer, player_id)
 
@@ -213,7 +217,7 @@ class ReadService:
         async def live() -> Answer:
             if mode == "approx":
                 return await approx()
-            return await self.live_reads.rank(board, player_id, mode, own)
+            return await self.live_reads.rank(board, player_id, mode, own, ranking)
 
         # Not exact live: the approximate rank (it needs no settled base).
         fallbacks = Fallbacks(board, "rank", snapshot, unavailable, approx)
