@@ -570,6 +570,11 @@ class CpuMeter:
         snap["wall"] = time.monotonic()
         return snap
 
+    def restart(self) -> None:
+        """Start the measured interval again from now (set-up after the meter was
+        made, like encoding a phase's requests, is then not counted)."""
+        self.start = self._snap()
+
     def halt(self) -> None:
         """The end of the measured interval, when it comes before stop() (work
         after it, like checking replies, is then not counted)."""

@@ -26,7 +26,8 @@ The bench keeps every player's generation and live total itself, so every answer
 gets is checked against an offline sort (score, competition rank, top-100 order).
 
 Measured (open loop at a fixed offered rate, latency from each request's scheduled
-send time; aiohttp client on the same 2 cores):
+send time; a lean client of asyncio protocols on keep-alive connections, the same
+2 cores, `--client aiohttp` for the client used until session 16):
 
 1. snapshot top?limit=100, rank, nearby?radius=5; closed-loop max rate of snapshot top;
 2. live rank, top?limit=100, nearby?radius=5; live rank and top-100 with ?ranking=dense;
@@ -52,7 +53,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -519,6 +520,169 @@ def use_read_auth(env: dict[str, str], mode: str) -> None:
     READ_HEADER_LINES = "".join(f"{k}: {v}\r\n" for k, v in READ_HEADERS.items())
 
 
+class _LeanConn(asyncio.Protocol):
+    """One keep-alive connection of a :class:`LeanPool`, one GET in flight at a
+    time. It keeps the status and the body bytes of each answer, nothing else; it
+    relies on what uvicorn sends for these answers (a Content-Length)."""
+
+    __slots__ = ("pool", "transport", "buf", "k", "need", "body_at")
+
+    def __init__(self, pool: LeanPool) -> None:
+        self.pool = pool
+        self.transport: Any = None
+        self.buf = b""
+        self.k = -1  # the request in flight, -1 when idle
+        self.need = 0  # bytes of the answer in flight once its head is read
+        self.body_at = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.pool.ready(self)
+
+    def send(self, k: int) -> None:
+        self.k = k
+        self.transport.write(self.pool.requests[k])
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        if not self.need:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                self.buf = buf
+                return
+            head = buf[:end].lower()
+            at = head.find(b"\r\ncontent-length:")
+            if at < 0:
+                self.buf = b""
+                self.transport.close()  # connection_lost counts the error
+                return
+            stop = head.find(b"\r\n", at + 2)
+            self.body_at = end + 4
+            self.need = self.body_at + int(head[at + 17 : stop if stop > 0 else end])
+        if len(buf) < self.need:
+            self.buf = buf
+            return
+        k, self.k = self.k, -1
+        status, body = int(buf[9:12]), buf[self.body_at : self.need]
+        self.buf, self.need = b"", 0
+        self.pool.done(self, k, status, body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pool.lost(self)
+
+
+class LeanPool:
+    """The open loop's client: at most ``limit`` keep-alive connections (asyncio
+    protocols), each GET pre-encoded before the phase, a GET queued while every
+    connection is busy (as aiohttp's connector queues them). Per request it costs
+    a transport write and one ``data_received``; aiohttp's client cost about
+    0.3-0.4 ms of CPU per request on these cores, which the service then lacked."""
+
+    def __init__(self, host: str, port: int, requests: list[bytes], limit: int) -> None:
+        self.host, self.port, self.limit = host, port, limit
+        self.requests = requests
+        n = len(requests)
+        self.ends = [0.0] * n
+        self.statuses = [0] * n
+        self.bodies: list[bytes | None] = [None] * n
+        self.failed: dict[int, str] = {}
+        self.idle: deque[_LeanConn] = deque()
+        self.pending: deque[int] = deque()
+        self.opened = 0
+        self.left = n
+        self.loop = asyncio.get_running_loop()
+        self.finished = self.loop.create_future()
+        if not n:
+            self.finished.set_result(None)
+
+    async def connect(self, count: int) -> None:
+        """Open ``count`` connections before the phase (not on its clock)."""
+        await asyncio.gather(*(self._open() for _ in range(count)))
+
+    def submit(self, k: int) -> None:
+        if self.idle:
+            # FIFO: every connection is used in turn, none idles into uvicorn's
+            # keep-alive timeout mid-phase.
+            self.idle.popleft().send(k)
+            return
+        self.pending.append(k)
+        if self.opened < self.limit:
+            self.loop.create_task(self._open())
+
+    async def _open(self) -> None:
+        self.opened += 1
+        try:
+            await self.loop.create_connection(
+                lambda: _LeanConn(self), self.host, self.port
+            )
+        except OSError as exc:
+            self.opened -= 1
+            if self.pending:
+                self._fail(self.pending.popleft(), type(exc).__name__)
+
+    def ready(self, conn: _LeanConn) -> None:
+        if self.pending:
+            conn.send(self.pending.popleft())
+        else:
+            self.idle.append(conn)
+
+    def done(self, conn: _LeanConn, k: int, status: int, body: bytes) -> None:
+        self.ends[k] = self.loop.time()
+        self.statuses[k] = status
+        self.bodies[k] = body
+        self.ready(conn)
+        self.left -= 1
+        if not self.left:
+            self.finished.set_result(None)
+
+    def _fail(self, k: int, error: str) -> None:
+        self.failed[k] = error
+        self.left -= 1
+        if not self.left and not self.finished.done():
+            self.finished.set_result(None)
+
+    def lost(self, conn: _LeanConn) -> None:
+        self.opened -= 1
+        if conn.k >= 0:
+            self._fail(conn.k, "ServerDisconnectedError")
+        else:
+            try:
+                self.idle.remove(conn)
+            except ValueError:
+                pass
+        if self.pending and self.opened < self.limit:
+            self.loop.create_task(self._open())
+
+    async def wait(self, timeout: float) -> None:
+        """Until every answer is in, or ``timeout``: the rest are timeouts."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.finished), timeout)
+        except TimeoutError:
+            for k in range(len(self.requests)):
+                if self.bodies[k] is None and k not in self.failed:
+                    self.failed[k] = "TimeoutError"
+
+    def close(self) -> None:
+        for conn in list(self.idle):
+            conn.transport.close()
+        self.idle.clear()
+
+
+def encode_gets(urls: list[str]) -> tuple[str, int, list[bytes]]:
+    """Host, port and the raw HTTP/1.1 GETs (with the read headers) of ``urls``,
+    all on one server."""
+    rest = urls[0].split("://", 1)[1] if urls else "127.0.0.1/"
+    hostport = rest.split("/", 1)[0]
+    host, _, port = hostport.partition(":")
+    tail = f" HTTP/1.1\r\nHost: {hostport}\r\n{READ_HEADER_LINES}\r\n"
+    cut = len(urls[0]) - len(rest) + len(hostport) if urls else 0
+    return (
+        host,
+        int(port or 80),
+        [f"GET {u[cut:]}{tail}".encode("latin-1") for u in urls],
+    )
+
+
 async def open_loop(
     session: Any,
     url_of: Any,
@@ -526,16 +690,21 @@ async def open_loop(
     seconds: float,
     check: Any,
     meter: CpuMeter | None = None,
+    client: str = "lean",
+    connections: int = 64,
 ) -> dict[str, Any]:
     """Send rate*seconds GETs at their scheduled times; latency from the schedule.
 
-    Every answer is checked (``check(body, meta)``) after the last one came back,
-    with ``meter`` halted first: the generator shares the cores with the API and
-    Redis, and a check can cost more than the read (a history answer is compared
-    with two offline sorts of every player), so checking while the clock runs
-    would measure the bench, not the service."""
-    import aiohttp
-
+    ``client`` "lean" (a :class:`LeanPool` of ``connections`` keep-alive
+    connections, every GET encoded before the phase) or "aiohttp" (``session``,
+    the client used until session 16, kept to compare the generator's CPU per
+    request with). Every answer is checked (``check(body, meta)``) after the last
+    one came back, with ``meter`` halted first: the generator shares the cores
+    with the API and Redis, and a check can cost more than the read (a history
+    answer is compared with two offline sorts of every player), so checking while
+    the clock runs would measure the bench, not the service. ``meter`` restarts
+    when the sends begin (what comes before, encoding and connecting, is not the
+    phase's)."""
     count = int(rate * seconds)
     latencies: list[float] = []
     errors: Counter[str] = Counter()
@@ -544,41 +713,78 @@ async def open_loop(
     sent_at: list[float] = []  # scheduled send, seconds into the phase
     pauses = GcPauses()
     replies: list[tuple[bytes, Any]] = []
-
-    async def one(k: int, scheduled: float) -> None:
-        url, meta = url_of(k)
-        try:
-            async with session.get(url) as reply:
-                content = await reply.read()
-                status = reply.status
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            errors[type(exc).__name__] += 1
-            return
-        end = loop.time()
-        done_at.append(end)
-        if status != 200:
-            errors[f"http {status}"] += 1
-            return
-        latencies.append(end - scheduled)
-        sent_at.append(scheduled - t0)
-        replies.append((content, meta))
-
-    tasks = []
-    t0 = loop.time() + 0.05
-    with pauses:
+    if client == "lean":
+        targets = [url_of(k) for k in range(count)]
+        host, port, requests = encode_gets([url for url, _ in targets])
+        pool = LeanPool(host, port, requests, connections)
+        await pool.connect(connections)
+        if meter is not None:
+            meter.restart()
+        t0 = loop.time() + 0.05
+        with pauses:
+            submit = pool.submit
+            for k in range(count):
+                delay = t0 + k / rate - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                submit(k)
+            await pool.wait(30.0)
+        if meter is not None:
+            meter.halt()
+        pool.close()
         for k in range(count):
-            scheduled = t0 + k / rate
-            delay = scheduled - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(k, scheduled)))
-        await asyncio.gather(*tasks)
-    if meter is not None:
-        meter.halt()
+            if k in pool.failed:
+                errors[pool.failed[k]] += 1
+                continue
+            end = pool.ends[k]
+            done_at.append(end)
+            if pool.statuses[k] != 200:
+                errors[f"http {pool.statuses[k]}"] += 1
+                continue
+            latencies.append(end - t0 - k / rate)
+            sent_at.append(k / rate)
+            replies.append((pool.bodies[k], targets[k][1]))  # type: ignore[arg-type]
+        del pool, targets
+    else:
+        import aiohttp
+
+        async def one(k: int, scheduled: float) -> None:
+            url, meta = url_of(k)
+            try:
+                async with session.get(url) as reply:
+                    content = await reply.read()
+                    status = reply.status
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                errors[type(exc).__name__] += 1
+                return
+            end = loop.time()
+            done_at.append(end)
+            if status != 200:
+                errors[f"http {status}"] += 1
+                return
+            latencies.append(end - scheduled)
+            sent_at.append(scheduled - t0)
+            replies.append((content, meta))
+
+        tasks = []
+        if meter is not None:
+            meter.restart()
+        t0 = loop.time() + 0.05
+        with pauses:
+            for k in range(count):
+                scheduled = t0 + k / rate
+                delay = scheduled - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(k, scheduled)))
+            await asyncio.gather(*tasks)
+        if meter is not None:
+            meter.halt()
     for content, meta in replies:
         check(orjson.loads(content), meta)
     span = (max(done_at) - t0) if done_at else float("nan")
     return {
+        "client": client,
         "offered_rate": rate,
         "sent": count,
         "ok": len(latencies),
@@ -619,7 +825,12 @@ class MachineSampler:
     A burst of slow requests in one 100 ms window is a stall of something; this
     tells which: the hypervisor taking the CPU (steal), the disk (iowait), another
     process, or the API workers or Redis busy themselves. The kernel counts in
-    ticks of 10 ms, so a window's figures are coarse (about +-10 ms)."""
+    ticks of 10 ms, so a window's figures are coarse (about +-10 ms).
+
+    It runs in the generator's process, 50 times a second: the files stay open
+    and are read again with ``pread`` (opening and decoding them through
+    ``Path.read_text`` cost 0.7 ms of CPU per sample, 30 us per request at 1,000
+    requests/s, and held the event loop's GIL as long)."""
 
     PERIOD_S = 0.02
 
@@ -628,32 +839,48 @@ class MachineSampler:
         self.samples: list[tuple[float, dict[str, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._fds: dict[str, int] = {}
 
     def _snap(self) -> dict[str, float]:
-        parts = [
-            int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        ]
+        parts = os.pread(self._fds["/stat"], 512, 0).split(b"\n", 1)[0].split()
+        busy = sum(int(x) for x in parts[1:9]) - int(parts[4]) - int(parts[5])
         snap = {
-            "busy_ms": (sum(parts[:8]) - parts[3] - parts[4]) * TICK_MS,
-            "steal_ms": parts[7] * TICK_MS,
-            "iowait_ms": parts[4] * TICK_MS,
+            "busy_ms": busy * TICK_MS,
+            "steal_ms": int(parts[8]) * TICK_MS,
+            "iowait_ms": int(parts[5]) * TICK_MS,
         }
-        for name, pid in self.pids.items():
-            snap[f"{name}_ms"] = proc_cpu_ms(pid)
+        for name in self.pids:
+            fd = self._fds.get(name)
+            try:
+                fields = os.pread(fd, 1024, 0).rsplit(b")", 1)[1].split()  # type: ignore[arg-type]
+                snap[f"{name}_ms"] = (int(fields[11]) + int(fields[12])) * TICK_MS
+            except (OSError, TypeError):
+                snap[f"{name}_ms"] = 0.0  # gone (or never there)
         return snap
 
     def _run(self) -> None:
+        # time.sleep, not Event.wait: a timed wait on a lock costs twice the CPU
+        # per wake-up (about 120 against 60 us on this VM, loaded).
         while not self._stop.is_set():
             self.samples.append((time.monotonic(), self._snap()))
-            self._stop.wait(self.PERIOD_S)
+            time.sleep(self.PERIOD_S)
 
     def __enter__(self) -> MachineSampler:
+        self._fds["/stat"] = os.open("/proc/stat", os.O_RDONLY)
+        for name, pid in self.pids.items():
+            try:
+                self._fds[name] = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+            except OSError:
+                pass
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
     def between(self, start: float, end: float) -> dict[str, float]:
         """What the machine and each process did from ``start`` to ``end``
@@ -1124,47 +1351,47 @@ async def measure(
             gc.freeze()
         heap["frozen"] = gc.get_freeze_count()
         print(f"  generator heap: {heap}", flush=True)
-        for name, url_of, check in specs:
-            if args.only and name not in args.only.split(","):
+        for index, (spec_name, url_of, check) in enumerate(specs):
+            if args.only and spec_name not in args.only.split(","):
                 continue
-            print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
-            before = loadavg()
-            prof = (
-                start_profile(pids["api"], name, args.seconds, stamp, args.out)
-                if args.profile
-                else None
-            )
-            meter = CpuMeter(pids)
-            redis_before = redis_events()
-            api_gc_before = gc_pauses(url)
-            with MachineSampler(pids) as sampler:
-                result = await open_loop(
-                    session, url_of, args.rate, args.seconds, check, meter
+            for name, client in phase_clients(spec_name, args.client, index):
+                print(
+                    f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...",
+                    flush=True,
                 )
-            result["cpu"] = meter.stop(result["ok"])
-            result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
-            t0 = result.pop("t0_monotonic")
-            result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
-            result["slow"] = sampler.explain(t0, result["slow"])
-            result["redis_before"], result["redis_after"] = redis_before, redis_events()
-            result["loadavg_before"], result["loadavg_after"] = before, loadavg()
-            if prof:
-                prof[0].wait(timeout=args.seconds + 30)
-                result["profile"] = summarize_profile(prof[1])
-            phases[name] = result
-            print(
-                f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
-                f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
-                f"{result['errors']}, other CPU "
-                f"{result['cpu']['other_processes_cpu_s']} s",
-                flush=True,
-            )
-            dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
-            if dense:
-                print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
-            print(f"    generator GC: {result['generator_gc']}", flush=True)
-            print(f"    API workers' GC: {result['api_gc']}", flush=True)
-            print(f"    machine over the phase: {result['machine']}", flush=True)
+                before = loadavg()
+                prof = (
+                    start_profile(pids["api"], name, args.seconds, stamp, args.out)
+                    if args.profile
+                    else None
+                )
+                meter = CpuMeter(pids)
+                redis_before = redis_events()
+                api_gc_before = gc_pauses(url)
+                with MachineSampler(pids) as sampler:
+                    result = await open_loop(
+                        session,
+                        url_of,
+                        args.rate,
+                        args.seconds,
+                        check,
+                        meter,
+                        client,
+                        args.connections,
+                    )
+                result["cpu"] = meter.stop(result["ok"])
+                result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
+                t0 = result.pop("t0_monotonic")
+                result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
+                result["slow"] = sampler.explain(t0, result["slow"])
+                result["redis_before"] = redis_before
+                result["redis_after"] = redis_events()
+                result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+                if prof:
+                    prof[0].wait(timeout=args.seconds + 30)
+                    result["profile"] = summarize_profile(prof[1])
+                phases[name] = result
+                report_phase(result)
         if args.closed_seconds > 0:
             print(
                 f"  snapshot_top100 closed loop: {args.closed_connections} conns x "
@@ -1362,8 +1589,8 @@ async def _history_loops(
         ),
     ]
     phases: dict[str, Any] = {}
-    for name, url_of, check in specs:
-        if args.only and name not in args.only.split(","):
+    for index, (spec_name, url_of, check) in enumerate(specs):
+        if args.only and spec_name not in args.only.split(","):
             continue
 
         # Warm-up, as the other phases (every worker: the diff is computed once
@@ -1375,34 +1602,69 @@ async def _history_loops(
 
         for _ in range(3):
             await asyncio.gather(*(warm(url_of(k)[0]) for k in range(args.connections)))
-        print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
-        meter = CpuMeter(pids)
-        before = loadavg()
-        api_gc_before = gc_pauses(url)
-        with MachineSampler(pids) as sampler:
-            result = await open_loop(
-                session, url_of, args.rate, args.seconds, check, meter
-            )
-        result["cpu"] = meter.stop(result["ok"])
-        # The same instruments as the other phases: a stall is either a
-        # collection in a worker (api_gc) or something the machine shows.
-        result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
-        t0 = result.pop("t0_monotonic")
-        result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
-        result["slow"] = sampler.explain(t0, result["slow"])
-        result["loadavg_before"], result["loadavg_after"] = before, loadavg()
-        phases[name] = result
-        print(
-            f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
-            f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
-            f"{result['errors']}",
-            flush=True,
-        )
-        dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
-        if dense:
-            print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
-        print(f"    API workers' GC: {result['api_gc']}", flush=True)
+        for name, client in phase_clients(spec_name, args.client, index):
+            print(f"  {name}: {args.rate:g} req/s x {args.seconds:g} s ...", flush=True)
+            meter = CpuMeter(pids)
+            before = loadavg()
+            api_gc_before = gc_pauses(url)
+            with MachineSampler(pids) as sampler:
+                result = await open_loop(
+                    session,
+                    url_of,
+                    args.rate,
+                    args.seconds,
+                    check,
+                    meter,
+                    client,
+                    args.connections,
+                )
+            result["cpu"] = meter.stop(result["ok"])
+            # The same instruments as the other phases: a stall is either a
+            # collection in a worker (api_gc) or something the machine shows.
+            result["api_gc"] = gc_delta(api_gc_before, gc_pauses(url))
+            t0 = result.pop("t0_monotonic")
+            result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
+            result["slow"] = sampler.explain(t0, result["slow"])
+            result["loadavg_before"], result["loadavg_after"] = before, loadavg()
+            phases[name] = result
+            report_phase(result)
     return phases
+
+
+def phase_clients(name: str, clients: str, index: int) -> list[tuple[str, str]]:
+    """(phase key, client) for each open-loop client of ``--client``: the phase's
+    own name with one client; with several (an A/B of the generator), each run
+    is keyed ``name@client`` and their order alternates from phase to phase, so
+    a machine's drift falls on both."""
+    names = clients.split(",")
+    if len(names) == 1:
+        return [(name, names[0])]
+    if index % 2:
+        names.reverse()
+    return [(f"{name}@{client}", client) for client in names]
+
+
+def report_phase(result: dict[str, Any]) -> None:
+    """One open-loop phase on the console, as it ends."""
+    cpu = result["cpu"]
+    per = {
+        k.removesuffix("_cpu_us_per_event"): v
+        for k, v in cpu.items()
+        if k.endswith("_cpu_us_per_event") and v
+    }
+    print(
+        f"    p50 {result['p50_ms']} p99 {result['p99_ms']} max "
+        f"{result['max_ms']} ms, {result['achieved_rate']} req/s, errors "
+        f"{result['errors']}, other CPU {cpu['other_processes_cpu_s']} s",
+        flush=True,
+    )
+    print(f"    CPU us per request ({result['client']}): {per}", flush=True)
+    dense = sorted(result["slow"], key=lambda w: -w["slow"])[:6]
+    if dense:
+        print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
+    print(f"    generator GC: {result['generator_gc']}", flush=True)
+    print(f"    API workers' GC: {result['api_gc']}", flush=True)
+    print(f"    machine over the phase: {result['machine']}", flush=True)
 
 
 async def raw_zrevrange(
@@ -1829,6 +2091,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sample", type=int, default=2000, help="approx-error sample size")
     p.add_argument("--only", default="", help="comma-separated open-loop phases")
+    p.add_argument(
+        "--client",
+        default="lean",
+        help="the open loop's HTTP client: lean (asyncio protocols, GETs encoded "
+        "before the phase) or aiohttp (the client until session 16); "
+        "'lean,aiohttp' runs every phase with each, alternating their order "
+        "(phases keyed name@client): the generator's CPU per request A/B",
+    )
     p.add_argument(
         "--profile",
         action="store_true",
