@@ -522,14 +522,27 @@ class LiveReader:
         ] = OrderedDict()
         # Per board: its changed-sets decoded for dense ranks (see above()).
         self._dense: OrderedDict[str, DenseChanges] = OrderedDict()
+        # Per board: (the boards it was read from, its order), see _order().
+        self._orders: dict[str, tuple[Any, tuple[bool, bool]]] = {}
 
     @property
     def partitions(self) -> int:
         return self.speed.partitions
 
     def _order(self, board: str) -> tuple[bool, bool]:
-        """(first_achieved, unique rank) of the board."""
-        return board_order(self.speed.boards, board)
+        """(first_achieved, unique rank) of the board, kept per board while the
+        speed layer's boards are the same object (a rule reload replaces it):
+        working it out from the boards file's rules was 3 % of a live nearby's
+        API CPU (py-spy, session 16), asked two or three times per read."""
+        boards = self.speed.boards
+        known = self._orders.get(board)
+        if known is not None and known[0] is boards:
+            return known[1]
+        order = board_order(boards, board)
+        if len(self._orders) >= KEYED_BOARDS:
+            self._orders.clear()
+        self._orders[board] = (boards, order)
+        return order
 
     async def _standing(
         self, board: str, player_id: str

@@ -15,6 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 from redis.asyncio.connection import AbstractConnection
 
+import speed.connection
 from api.main import create_app
 from api.reads import ReadService
 from conf.settings import Settings
@@ -149,6 +150,14 @@ class RoundTrips:
             return await send(conn, *args, **kwargs)
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", counted_send)
+
+        async def counted_write(conn: Any, packed: bytes) -> None:
+            # speed.connection's batches write past send_packed_command (no task
+            # per write): one count, the write through redis-py's own method.
+            self.count += 1
+            await send(conn, packed)
+
+        monkeypatch.setattr(speed.connection, "_write", counted_write)
 
     def during(self, api: SignedClient, path: str, params: dict[str, str]) -> int:
         start = self.count
