@@ -320,7 +320,17 @@ async def _send_one_server(
     kept = _KEPT.get(pool)
     if kept is None:
         kept = _KEPT.setdefault(pool, [])
-    conn = kept.pop() if kept else await pool.get_connection()
+    loop = asyncio.get_running_loop()
+    conn = None
+    while kept and conn is None:
+        kept_loop, conn = kept.pop()
+        if kept_loop is not loop:
+            # Its streams belong to another event loop (a client reused across
+            # asyncio.run calls): back to the pool, as every connection went.
+            await pool.release(conn)
+            conn = None
+    if conn is None:
+        conn = await pool.get_connection()
     packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
 
     async def send_and_read() -> list[Any]:
@@ -361,7 +371,7 @@ async def _send_one_server(
             and len(kept) < KEPT_PER_POOL
             and not conn.should_reconnect()
         ):
-            kept.append(conn)
+            kept.append((loop, conn))
         else:
             await pool.release(conn)
 
@@ -371,7 +381,9 @@ async def _send_one_server(
 # time: a lock each, observability records, an event dispatch and a readiness
 # check, 3.7 % of a live rank's API CPU (py-spy, session 16). They stay "in use"
 # for the pool (its disconnect closes them; the next batch reconnects).
-_KEPT: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+_KEPT: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 KEPT_PER_POOL = 64
 
 
