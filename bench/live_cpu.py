@@ -24,7 +24,11 @@ scripts too). The same
 players are read by every variant; the bodies of the first reads of each kind are
 compared across variants (they must be equal: same data, no writes during reads).
 Variants alternate inside each round so that a shared machine's drift falls on
-all of them alike; the report is per round and the median over rounds.
+all of them alike; the report is per round and the median over rounds. With
+``--interleave N`` every variant's API runs at once and each kind's reads go in
+chunks of N to each variant in turn (order alternating), each chunk metered on its
+own: the drift then falls on all variants within seconds, not minutes (no
+commandstats then, only CPU).
 """
 
 from __future__ import annotations
@@ -183,6 +187,85 @@ def measure_variant(
     return out, bodies
 
 
+async def interleaved(
+    bases: dict[str, str],
+    pids: dict[str, int],
+    redis_pid: int,
+    reads: dict[str, list[str]],
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], dict[str, dict[str, list[bytes]]]]:
+    """Every variant's API up at once; per kind, the reads go in chunks of
+    ``--interleave`` to each variant in turn (the order alternating per chunk),
+    each chunk metered on its own (the API's and Redis' CPU around it), over
+    keep-alive connections held for the whole run. On a shared machine the
+    drift of minutes falls on every variant alike, which whole rounds of one
+    variant after the other do not give (bench/history: ±30 % between rounds
+    at load 20)."""
+    import aiohttp
+
+    names = list(bases)
+    out: dict[str, Any] = {name: {} for name in names}
+    bodies: dict[str, dict[str, list[bytes]]] = {name: {} for name in names}
+    sessions = {
+        name: aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=args.connections)
+        )
+        for name in names
+    }
+
+    async def fire_on(name: str, paths: list[str]) -> tuple[list[bytes], int]:
+        got: list[bytes] = [b""] * len(paths)
+        bad = 0
+        queue = list(enumerate(paths))
+        queue.reverse()
+        session = sessions[name]
+
+        async def lane() -> None:
+            nonlocal bad
+            while queue:
+                k, path = queue.pop()
+                async with session.get(bases[name] + path) as reply:
+                    body = await reply.read()
+                    if reply.status != 200 or b'"basis":"live"' not in body:
+                        bad += 1
+                got[k] = body
+
+        await asyncio.gather(*(lane() for _ in range(args.connections)))
+        return got, bad
+
+    try:
+        for kind, paths in reads.items():
+            for name in names:
+                await fire_on(name, paths[: args.warmup])
+            api_s = dict.fromkeys(names, 0.0)
+            redis_s = dict.fromkeys(names, 0.0)
+            bad = dict.fromkeys(names, 0)
+            size = args.interleave
+            for j, start in enumerate(range(0, len(paths), size)):
+                chunk = paths[start : start + size]
+                for name in names if j % 2 == 0 else names[::-1]:
+                    api0, redis0 = _proc_cpu(pids[name]), _proc_cpu(redis_pid)
+                    got, wrong = await fire_on(name, chunk)
+                    api_s[name] += _proc_cpu(pids[name]) - api0
+                    redis_s[name] += _proc_cpu(redis_pid) - redis0
+                    bad[name] += wrong
+                    if j == 0:
+                        bodies[name][kind] = got[:COMPARED]
+            for name in names:
+                n = len(paths)
+                out[name][kind] = {
+                    "reads": n,
+                    "bad": bad[name],
+                    "api_cpu_us_per_read": round(api_s[name] / n * 1e6, 1),
+                    "redis_cpu_us_per_read": round(redis_s[name] / n * 1e6, 1),
+                }
+                print(f"  {name} {kind}: {out[name][kind]}", flush=True)
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return out, bodies
+
+
 def comparable(body: bytes) -> Any:
     """An answer without what differs between two processes reading the same
     state (the time it was served at, if any)."""
@@ -191,6 +274,56 @@ def comparable(body: bytes) -> Any:
         for key in ("servedAt", "requestId"):
             value.pop(key, None)
     return value
+
+
+def run_interleaved(
+    variants: list[tuple[str, Path]],
+    env: dict[str, str],
+    client: redis.Redis,
+    redis_pid: int,
+    reads: dict[str, list[str]],
+    args: argparse.Namespace,
+    data_dir: Path,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """``--interleave``: each of ``--rounds`` rounds starts every variant's API,
+    runs :func:`interleaved` and stops them; as (rounds, body mismatches)."""
+    rounds: list[dict[str, Any]] = []
+    mismatches: dict[str, int] = {}
+    for k in range(args.rounds):
+        print(f"round {k + 1} (interleaved): load {loadavg()}", flush=True)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        bases: dict[str, str] = {}
+        try:
+            for name, directory in variants:
+                port = free_port()
+                log = data_dir / f"api-{name}.log"
+                procs[name] = start_api(directory, env, port, log)
+                wait_api(procs[name], f"http://127.0.0.1:{port}/healthz", log)
+                bases[name] = f"http://127.0.0.1:{port}/v1/boards/{BOARD}"
+            result, bodies = asyncio.run(
+                interleaved(
+                    bases,
+                    {name: proc.pid for name, proc in procs.items()},
+                    redis_pid,
+                    reads,
+                    args,
+                )
+            )
+        finally:
+            for proc in procs.values():
+                stop_api(proc)
+        want = bodies[variants[0][0]]
+        for name, _ in variants:
+            for kind, got in bodies[name].items():
+                differ = sum(
+                    comparable(a) != comparable(b)
+                    for a, b in zip(want[kind], got, strict=True)
+                )
+                mismatches[f"{name} {kind}"] = (
+                    mismatches.get(f"{name} {kind}", 0) + differ
+                )
+        rounds.append({"loadavg": loadavg(), **result})
+    return rounds, mismatches
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +344,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="NAME=DIR: a source tree whose API to measure (repeatable; default "
         "this tree as 'new')",
+    )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        help="N: run every variant's API at once and send each kind's reads in "
+        "chunks of N to each variant in turn, metered per chunk (a shared "
+        "machine's drift then falls on all alike); 0: whole rounds per variant",
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -268,7 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[dict[str, Any]] = []
         first: dict[str, dict[str, list[bytes]]] = {}
         mismatches: dict[str, int] = {}
-        for k in range(args.rounds):
+        if args.interleave > 0:
+            rounds, mismatches = run_interleaved(
+                variants, env, client, server.process.pid, reads, args, data_dir
+            )
+        for k in range(0 if args.interleave > 0 else args.rounds):
             print(f"round {k + 1}: load {loadavg()}", flush=True)
             this: dict[str, Any] = {"loadavg": loadavg()}
             for name, directory in variants:
