@@ -329,6 +329,19 @@ async def _send_one_server(
             # asyncio.run calls): back to the pool, as every connection went.
             await pool.release(conn)
             conn = None
+        elif not _usable(conn):
+            # The server closed it meanwhile (a restart): so it did every idle
+            # connection, kept or pooled. All are closed here, to reconnect when
+            # next used: redis-py 8's pool does not always catch a closed one
+            # before handing it out (a script load after a restart read "closed
+            # by server", tests/speed/test_durability.py).
+            stale = [conn, *(c for kept_loop, c in kept if kept_loop is loop)]
+            kept[:] = [item for item in kept if item[0] is not loop]
+            for each in stale:
+                await each.disconnect(nowait=True)
+                await pool.release(each)
+            await pool.disconnect(inuse_connections=False)
+            conn = None
     if conn is None:
         conn = await pool.get_connection()
     packed = b"".join([hiredis.pack_command(tuple(c)) for c in commands])
@@ -385,6 +398,20 @@ _KEPT: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 KEPT_PER_POOL = 64
+
+
+def _usable(conn: Any) -> bool:
+    """Whether a kept connection is still open as far as its streams know: what
+    redis-py's pool checks before handing a connection out (its ``can_read``: an
+    end of file or an error), without a read."""
+    reader, writer = conn._reader, conn._writer
+    return (
+        reader is not None
+        and writer is not None
+        and not writer.transport.is_closing()
+        and not reader.at_eof()
+        and reader.exception() is None
+    )
 
 
 async def _write(conn: Any, packed: bytes) -> None:
