@@ -53,7 +53,12 @@ def _jvm_cpu(pid: int | None) -> float:
 def _jobs(context: Any) -> int:
     if context is None:
         return 0
-    value = context._jsc.sc().dagScheduler().nextJobId()
+    # A test that timed out inside a Py4J call can leave the context stopped (its
+    # Scala context null): count nothing rather than end the run (INTERNALERROR).
+    scala = None if context._jsc is None else context._jsc.sc()
+    if scala is None or scala.dagScheduler() is None:
+        return 0
+    value = scala.dagScheduler().nextJobId()
     return int(value if isinstance(value, int) else value.get())
 
 

@@ -24,11 +24,28 @@ from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 SHUFFLE_PARTITIONS = 1
 SUBPROCESS_ENV = {"LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS)}
 
+# The session's queries are interpreted, not compiled: with rows in the tens,
+# generating Java source for every projection (Spark builds and formats the code,
+# its cache key, in every task before looking it up; Janino compiles it; the JIT
+# compiles that) costs more than running the rows. JFR on a publish pair with
+# codegen on (75 s of samples, load ~13): 52 % of the JVM's Java samples in code
+# generation and Janino, 25 % in CodeFormatter.stripExtraNewLinesAndComments alone.
+# Results are the same either way (`python -m bench.spark_ab`: equal segment
+# bytes). The `lb` subprocesses (SUBPROCESS_ENV) and the cluster test's driver
+# keep production's whole-stage codegen, so `make test` still runs it, and
+# tests/jobs/test_cluster_publish.py compares its segments byte for byte with
+# this session's. Figures: bench/RESULTS.md, "Test suite".
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 
 def start_spark(warehouse: Path) -> SparkSession:
-    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS), its
-    SQL warehouse in ``warehouse`` (the tests use paths, not catalog tables: the
-    default ``./spark-warehouse`` would land in whatever the working directory is).
+    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS,
+    INTERPRETED), its SQL warehouse in ``warehouse`` (the tests use paths, not
+    catalog tables: the default ``./spark-warehouse`` would land in whatever the
+    working directory is).
 
     Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
     slower, not faster (two runs started together at load ~24: 17 tests in
@@ -48,6 +65,7 @@ def start_spark(warehouse: Path) -> SparkSession:
             # one JVM, load 11-17). Spark's parallel file listing (32+ paths) uses it
             # too: the tests' tables are small.
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+            **INTERPRETED,
         },
     )
 
