@@ -376,6 +376,20 @@ LIVE_DENSE = ScriptInterface(
     fields=("base_generation", "position", "chz_members", "chb_bitmap"),
 )
 
+LIVE_NEARBY = ScriptInterface(
+    name="live_nearby",
+    # LIVE_COUNTS and the window of LIVE_WINDOW around the entry "before" in one
+    # call (a live nearby read): one group per partition read (see LIVE_COUNTS).
+    key_group=LIVE_COUNTS.key_group,
+    # forward_limit / backward_limit: changed players to read after / before the
+    # entry (0 skips that read).
+    argv=(*LIVE_COUNTS.argv, "forward_limit", "backward_limit"),
+    argv_group=(*LIVE_COUNTS.argv_group, "snapshot_first", "snapshot_stop"),
+    # LIVE_COUNTS' fields first (a reply group is a counts reply too), then
+    # LIVE_WINDOW's last three.
+    fields=(*LIVE_COUNTS.fields, "forward", "backward", "snapshot"),
+)
+
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
     # One group per partition; the reply repeats the fields per group, flattened.
@@ -449,6 +463,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         FRIENDS_SCORES,
         LIVE_COUNTS,
         LIVE_DENSE,
+        LIVE_NEARBY,
         LIVE_STAMP,
         LIVE_WINDOW,
         READ_STAMP,

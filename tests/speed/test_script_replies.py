@@ -13,6 +13,7 @@ from speed.scripts import (
     INTERFACES,
     LIVE_COUNTS,
     LIVE_DENSE,
+    LIVE_NEARBY,
     LIVE_WINDOW,
     source,
 )
@@ -114,6 +115,69 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         ),
     )
     assert LIVE_WINDOW.field(narrow, "snapshot") == []
+
+    # live_nearby: live_counts' reply, then live_window's last three fields for
+    # the window around the entry "before", from one call.
+    entry = encode_entry(5, "p0")
+    nearby = run(
+        redis_client,
+        "live_nearby",
+        LIVE_NEARBY.keys_of(
+            {},
+            [
+                {**group, "totals": keys.totals(BOARD)},
+                {**other_group, "totals": other.totals(BOARD)},
+            ],
+        ),
+        LIVE_NEARBY.args_of(
+            {
+                "above": encode_score(5),
+                "before": entry,
+                "forward_limit": 5,
+                "backward_limit": 6,
+            },
+            [
+                {
+                    "verify_player": "p1",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 10,
+                },
+                {
+                    "verify_player": "",
+                    "chb_above": 0,
+                    "chb_before": 0,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 4,
+                },
+            ],
+        ),
+    )
+    around = run(
+        redis_client,
+        "live_window",
+        LIVE_WINDOW.keys_of({}, [group, other_group]),
+        LIVE_WINDOW.args_of(
+            {
+                "forward_start": b"(" + entry,
+                "forward_limit": 5,
+                "backward_start": b"(" + entry,
+                "backward_limit": 6,
+            },
+            [
+                {"snapshot_first": 0, "snapshot_stop": 10},
+                {"snapshot_first": 0, "snapshot_stop": 4},
+            ],
+        ),
+    )
+    assert [len(r) for r in nearby] == [len(LIVE_NEARBY.fields)] * 2
+    assert [r[: len(LIVE_COUNTS.fields)] for r in nearby] == both
+    assert [[LIVE_NEARBY.field(r, f) for f in LIVE_WINDOW.fields] for r in nearby] == (
+        around
+    )
+    assert LIVE_NEARBY.field(nearby[0], "backward") == [encode_entry(7, "p1")]
+    assert LIVE_NEARBY.field(nearby[0], "snapshot") == [2, 9]
 
     (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
     assert len(dense) == len(LIVE_DENSE.fields)
