@@ -385,13 +385,14 @@ class Window:
 class Around:
     """The window ``live_nearby.lua`` reads with a rank's counts: up to
     ``forward_limit`` changed players after the rank's entry and
-    ``backward_limit`` before it, and which base rows in [snap_lo, snap_hi)
-    (global rows) are changed."""
+    ``backward_limit`` before it, which base rows in [snap_lo, snap_hi) (global
+    rows) are changed, and the counts above score ``top`` (None: none)."""
 
     forward_limit: int
     backward_limit: int
     snap_lo: int
     snap_hi: int
+    top: int | None = None
 
 
 async def run_commands(
@@ -427,11 +428,27 @@ def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
 # read): checked here against speed/scripts.py at import.
 assert LIVE_COUNTS.argv_group == ("verify_player", "chb_above", "chb_before")
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
-assert LIVE_NEARBY.argv_group == (*LIVE_COUNTS.argv_group, *LIVE_WINDOW.argv_group)
+assert LIVE_NEARBY.argv_group == (
+    *LIVE_COUNTS.argv_group,
+    *LIVE_WINDOW.argv_group,
+    "chb_top",
+)
 assert LIVE_NEARBY.fields[: len(LIVE_COUNTS.fields)] == LIVE_COUNTS.fields
 # Where each field of a live_window.lua reply is in a live_nearby.lua one: a
 # nearby's window is read with its counts, and handled as a window reply.
 WINDOW_OF_NEARBY = [LIVE_NEARBY.fields.index(f) for f in LIVE_WINDOW.fields]
+# Where the first four fields of a live_counts.lua reply (all a count above a
+# score uses, LiveReader._counted_above) are in a live_nearby.lua one for its top.
+assert LIVE_COUNTS.fields[:4] == (
+    "base_generation",
+    "position",
+    "chz_above",
+    "chs_above",
+)
+TOP_OF_NEARBY = [
+    LIVE_NEARBY.fields.index(f)
+    for f in ("base_generation", "position", "chz_top", "chs_top")
+]
 
 # Boards whose script keys a LiveReader keeps (LiveReader._board_keys).
 KEYED_BOARDS = 1024
@@ -728,8 +745,9 @@ class LiveReader:
         calls, and those of any ``extra_scripts``, e.g. the stamp's) go in the
         same write. With ``around``, the counts are read by ``live_nearby.lua``
         with that window around ``before`` (the partitions' replies then hold
-        its fields, the counts first). As (the partitions' counts, the replies
-        of the ``extra`` commands, the flag)."""
+        its fields, the counts first, then the window and the counts above
+        ``around.top``). As (the partitions' counts, the replies of the
+        ``extra`` commands, the flag)."""
         commands: list[tuple[Any, ...]] = []
         flagged = read_flag and bool(player_id)
         if flagged:
@@ -784,11 +802,20 @@ class LiveReader:
         if around is None:
             return self._script_calls(self._counts.sha, keys, (above, before), groups)
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
+        top: bytes | str = ""
+        top_rows = [0] * partitions
+        if around.top is not None:
+            top = encode_score(around.top)
+            if counts is not None:
+                top_rows = counts.before(base.count_above(around.top))
         return self._script_calls(
             self._nearby_script.sha,
             keys,
-            (above, before, around.forward_limit, around.backward_limit),
-            [(*g, f, s) for g, f, s in zip(groups, first, stop, strict=True)],
+            (above, before, around.forward_limit, around.backward_limit, top),
+            [
+                (*g, f, s, t)
+                for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
+            ],
         )
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
@@ -827,8 +854,8 @@ class LiveReader:
         standing), and that row as ``base_row``; ``extra_scripts``: the scripts
         they call besides ``live_window.lua`` and ``live_counts.lua``.
         ``around_for(score, base, base_row)`` names a window to read with the
-        counts, in the same script call (``live_nearby.lua``): its replies come
-        back as ``window``, shaped as ``live_window.lua``'s."""
+        counts, in the same script call (``live_nearby.lua``): the partitions'
+        replies of that script come back as ``around``."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing, hint = self._guess(board, player_id)
@@ -915,9 +942,7 @@ class LiveReader:
                 "shadowed": bool(shadowed),
                 "extra": extra_replies,
                 "base_row": rows_before,
-                "window": None
-                if around is None
-                else [[r[i] for i in WINDOW_OF_NEARBY] for r in replies],
+                "around": None if around is None else replies,
             }
         raise NotExact("the player's score kept changing")
 
@@ -1181,21 +1206,6 @@ class LiveReader:
             window = Window(center, radius, center, radius + 1, lo, hi)
             return self._window_commands(board, window, base)
 
-        def around_of(score: int, base: Base, row: int) -> Around:
-            """window_of's first window, read with the rank's counts (around the
-            rank's entry, in the same script call: each partition's base and
-            position read once)."""
-            lo, hi = bounds(row, base, margin0)
-            return Around(radius, radius + 1, lo, hi)
-
-        def above_of(top: int, base: Base) -> list[tuple[Any, ...]]:
-            """The counts above ``top`` (the window's first score, for its rank)."""
-            above = base.count_above(top)
-            encoded = encode_score(top)
-            return self._counts_commands(
-                board, encoded, encoded, None, base, above, above
-            )
-
         def tied_top(score: int, base: Base, row: int) -> int | None:
             """The window's first score as the base alone places it, when the row
             above it ties with it (its rank then needs a count): a guess, so that
@@ -1215,32 +1225,35 @@ class LiveReader:
         # trips cannot keep the answer from settling (issue 23).
         top_guess: int | None = None
         for _ in range(ATTEMPTS):
-            # The window around the standing the rank assumes is read with the
-            # rank's counts: when that standing holds, no second trip is needed.
-            # The first attempt guesses the window's first score from the base;
-            # its counts go in the same round trip.
+            # The window around the standing the rank assumes, and the counts
+            # above the window's guessed first score (guessed from the base on
+            # the first attempt), are read with the rank's counts, in the same
+            # script call (live_nearby.lua: each partition's base and position
+            # read once): when that standing holds, no second trip is needed.
             chosen: list[int | None] = [top_guess]
 
-            def extra_for(
+            def around_of(
                 score: int,
-                achieved: int | None,
                 base: Base,
                 row: int,
                 top_guess: int | None = top_guess,
                 chosen: list[int | None] = chosen,
-            ) -> list[tuple[Any, ...]]:
+            ) -> Around:
                 guess = top_guess
                 if guess is None:
                     guess = tied_top(score, base, row)
                 chosen[0] = guess
-                return [] if guess is None else above_of(guess, base)
+                lo, hi = bounds(row, base, margin0)
+                return Around(radius, radius + 1, lo, hi, guess)
 
-            me = await self.rank(board, player_id, extra_for, around_for=around_of)
+            me = await self.rank(board, player_id, around_for=around_of)
             guessed = chosen[0]
             base: Base = me["base"]
-            # The guessed score's counts (none: no guess).
-            guessed_counts = _parts(me.pop("extra"))
-            first_window = me.pop("window")
+            me.pop("extra")
+            read = me.pop("around")
+            first_window = [[r[i] for i in WINDOW_OF_NEARBY] for r in read]
+            # The guessed score's counts, as live_counts.lua's first fields.
+            guessed_counts = [[r[i] for i in TOP_OF_NEARBY] for r in read]
             score, position = me["score"], me["position"]
             achieved, row = me["achieved"], me["base_row"]
             timed, unique = self._order(board)
@@ -1302,7 +1315,7 @@ class LiveReader:
                     previous,
                     first_position,
                     unique,
-                    guessed if guessed_counts else None,
+                    guessed,
                     guessed_counts,
                 )
                 if first_rank is None:

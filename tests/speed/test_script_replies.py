@@ -135,6 +135,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "before": entry,
                 "forward_limit": 5,
                 "backward_limit": 6,
+                "top": "",
             },
             [
                 {
@@ -143,6 +144,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_before": 10,
                     "snapshot_first": 0,
                     "snapshot_stop": 10,
+                    "chb_top": 0,
                 },
                 {
                     "verify_player": "",
@@ -150,6 +152,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_before": 0,
                     "snapshot_first": 0,
                     "snapshot_stop": 4,
+                    "chb_top": 0,
                 },
             ],
         ),
@@ -178,6 +181,49 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     )
     assert LIVE_NEARBY.field(nearby[0], "backward") == [encode_entry(7, "p1")]
     assert LIVE_NEARBY.field(nearby[0], "snapshot") == [2, 9]
+    assert [LIVE_NEARBY.field(nearby[0], f) for f in ("chz_top", "chs_top")] == [0, 0]
+    # With a top score: what live_counts counts above it, in the same call.
+    (topped,) = run(
+        redis_client,
+        "live_nearby",
+        LIVE_NEARBY.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_NEARBY.args_of(
+            {
+                "above": encode_score(5),
+                "before": entry,
+                "forward_limit": 0,
+                "backward_limit": 0,
+                "top": encode_score(6),
+            },
+            [
+                {
+                    "verify_player": "",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 0,
+                    "chb_top": 3,
+                }
+            ],
+        ),
+    )
+    (above_six,) = run(
+        redis_client,
+        "live_counts",
+        LIVE_COUNTS.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_COUNTS.args_of(
+            {"above": encode_score(6), "before": encode_score(6)},
+            [{"verify_player": "", "chb_above": 3, "chb_before": 3}],
+        ),
+    )
+    assert (
+        [LIVE_NEARBY.field(topped, f) for f in ("chz_top", "chs_top")]
+        == [
+            LIVE_COUNTS.field(above_six, "chz_above"),
+            LIVE_COUNTS.field(above_six, "chs_above"),
+        ]
+        == [1, 1]
+    )
 
     (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
     assert len(dense) == len(LIVE_DENSE.fields)
