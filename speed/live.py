@@ -55,6 +55,7 @@ from speed.scripts import (
     APPROX_TABLE,
     LIVE_COUNTS,
     LIVE_DENSE,
+    LIVE_NEARBY,
     LIVE_STAMP,
     LIVE_WINDOW,
     READ_STAMP,
@@ -380,6 +381,20 @@ class Window:
     snap_hi: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Around:
+    """The window ``live_nearby.lua`` reads with a rank's counts: up to
+    ``forward_limit`` changed players after the rank's entry and
+    ``backward_limit`` before it, which base rows in [snap_lo, snap_hi) (global
+    rows) are changed, and the counts above score ``top`` (None: none)."""
+
+    forward_limit: int
+    backward_limit: int
+    snap_lo: int
+    snap_hi: int
+    top: int | None = None
+
+
 async def run_commands(
     client: Any, script: Any, commands: list[tuple[Any, ...]]
 ) -> list[Any]:
@@ -413,6 +428,27 @@ def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
 # read): checked here against speed/scripts.py at import.
 assert LIVE_COUNTS.argv_group == ("verify_player", "chb_above", "chb_before")
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
+assert LIVE_NEARBY.argv_group == (
+    *LIVE_COUNTS.argv_group,
+    *LIVE_WINDOW.argv_group,
+    "chb_top",
+)
+assert LIVE_NEARBY.fields[: len(LIVE_COUNTS.fields)] == LIVE_COUNTS.fields
+# Where each field of a live_window.lua reply is in a live_nearby.lua one: a
+# nearby's window is read with its counts, and handled as a window reply.
+WINDOW_OF_NEARBY = [LIVE_NEARBY.fields.index(f) for f in LIVE_WINDOW.fields]
+# Where the first four fields of a live_counts.lua reply (all a count above a
+# score uses, LiveReader._counted_above) are in a live_nearby.lua one for its top.
+assert LIVE_COUNTS.fields[:4] == (
+    "base_generation",
+    "position",
+    "chz_above",
+    "chs_above",
+)
+TOP_OF_NEARBY = [
+    LIVE_NEARBY.fields.index(f)
+    for f in ("base_generation", "position", "chz_top", "chs_top")
+]
 
 # Boards whose script keys a LiveReader keeps (LiveReader._board_keys).
 KEYED_BOARDS = 1024
@@ -500,6 +536,7 @@ class LiveReader:
         self._counts = register(client, LIVE_COUNTS)
         self._dense_script = register(client, LIVE_DENSE)
         self._window_script = register(client, LIVE_WINDOW)
+        self._nearby_script = register(client, LIVE_NEARBY)
         self._approx = register(client, APPROX_RANK)
         self._approx_table = register(client, APPROX_TABLE)
         self._stamp_script = register(client, LIVE_STAMP)
@@ -648,11 +685,6 @@ class LiveReader:
         if len(self._standings) > REMEMBERED:
             self._standings.popitem(last=False)
 
-    @property
-    def _calls(self) -> int:
-        """Script calls per read of every partition (see ``fused``)."""
-        return 1 if self.fused else self.partitions
-
     def _keys_of(self, board: str) -> tuple[list[list[str]], list[str]]:
         """Per partition, the board's keys of ``live_window.lua`` and
         ``live_dense.lua`` (their groups), and its totals hash (the last key of a
@@ -702,6 +734,7 @@ class LiveReader:
         read_flag: bool = False,
         extra: list[tuple[Any, ...]] | None = None,
         extra_scripts: tuple[Any, ...] = (),
+        around: Around | None = None,
     ) -> tuple[list[list[Any]], list[Any], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
@@ -710,8 +743,11 @@ class LiveReader:
         ``base``; the replies name the base they were read against (the caller
         compares). ``extra`` commands (``live_window.lua`` and ``live_counts.lua``
         calls, and those of any ``extra_scripts``, e.g. the stamp's) go in the
-        same write. As (the partitions' counts, the replies of the ``extra``
-        commands, the flag)."""
+        same write. With ``around``, the counts are read by ``live_nearby.lua``
+        with that window around ``before`` (the partitions' replies then hold
+        its fields, the counts first, then the window and the counts above
+        ``around.top``). As (the partitions' counts, the replies of the
+        ``extra`` commands, the flag)."""
         commands: list[tuple[Any, ...]] = []
         flagged = read_flag and bool(player_id)
         if flagged:
@@ -719,13 +755,14 @@ class LiveReader:
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
         commands += self._counts_commands(
-            board, above, before, player_id, base, rows_above, rows_before
+            board, above, before, player_id, base, rows_above, rows_before, around
         )
         n = len(commands)
+        script = self._counts if around is None else self._nearby_script
         scripts = (
-            (self._counts, self._window_script, *extra_scripts)
+            (script, self._counts, self._window_script, *extra_scripts)
             if extra
-            else self._counts
+            else script
         )
         replies = await run_commands(
             self.speed.client, scripts, commands + extra if extra else commands
@@ -743,8 +780,10 @@ class LiveReader:
         base: Base,
         rows_above: int,
         rows_before: int,
+        around: Around | None = None,
     ) -> list[tuple[Any, ...]]:
-        """``live_counts.lua`` on every partition (see :meth:`_counts_round`)."""
+        """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
+        ``around`` (see :meth:`_counts_round`)."""
         partitions = self.partitions
         owner = partition_of(player_id, partitions) if player_id else -1
         counts = base.row_counts(partitions)
@@ -755,13 +794,27 @@ class LiveReader:
             else local_above
         )
         window, totals = self._keys_of(board)
+        keys = [[*group, t] for group, t in zip(window, totals, strict=True)]
+        groups = [
+            (player_id if p == owner else "", local_above[p], local_before[p])
+            for p in range(partitions)
+        ]
+        if around is None:
+            return self._script_calls(self._counts.sha, keys, (above, before), groups)
+        first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
+        top: bytes | str = ""
+        top_rows = [0] * partitions
+        if around.top is not None:
+            top = encode_score(around.top)
+            if counts is not None:
+                top_rows = counts.before(base.count_above(around.top))
         return self._script_calls(
-            self._counts.sha,
-            [[*group, t] for group, t in zip(window, totals, strict=True)],
-            (above, before),
+            self._nearby_script.sha,
+            keys,
+            (above, before, around.forward_limit, around.backward_limit, top),
             [
-                (player_id if p == owner else "", local_above[p], local_before[p])
-                for p in range(partitions)
+                (*g, f, s, t)
+                for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
         )
 
@@ -786,6 +839,7 @@ class LiveReader:
         extra_for: Callable[[int, int | None, Base, int], list[tuple[Any, ...]]]
         | None = None,
         extra_scripts: tuple[Any, ...] = (),
+        around_for: Callable[[int, Base, int], Around] | None = None,
     ) -> dict[str, Any]:
         """Exact live score, rank, position and population of one player (and
         ``above``: the players strictly above its score).
@@ -798,7 +852,10 @@ class LiveReader:
         standing's first row at or after it in the base); their replies come back
         as ``extra``, one per command (read with the counts that verified that
         standing), and that row as ``base_row``; ``extra_scripts``: the scripts
-        they call besides ``live_window.lua`` and ``live_counts.lua``."""
+        they call besides ``live_window.lua`` and ``live_counts.lua``.
+        ``around_for(score, base, base_row)`` names a window to read with the
+        counts, in the same script call (``live_nearby.lua``): the partitions'
+        replies of that script come back as ``around``."""
         owner = partition_of(player_id, self.partitions)
         _, unique = self._order(board)
         standing, hint = self._guess(board, player_id)
@@ -822,6 +879,7 @@ class LiveReader:
                 else base.rows_before(score, player_id, achieved)
             )
             extra = extra_for(score, achieved, base, rows_before) if extra_for else []
+            around = around_for(score, base, rows_before) if around_for else None
             replies, extra_replies, flag = await self._counts_round(
                 board,
                 encode_score(score),
@@ -833,6 +891,7 @@ class LiveReader:
                 read_flag=shadowed is None,
                 extra=extra,
                 extra_scripts=extra_scripts,
+                around=around,
             )
             if flag is not None:
                 shadowed = flag
@@ -883,6 +942,7 @@ class LiveReader:
                 "shadowed": bool(shadowed),
                 "extra": extra_replies,
                 "base_row": rows_before,
+                "around": None if around is None else replies,
             }
         raise NotExact("the player's score kept changing")
 
@@ -890,12 +950,7 @@ class LiveReader:
         self, board: str, window: Window, base: Base
     ) -> list[tuple[Any, ...]]:
         """``live_window.lua`` on every partition (see :meth:`_window`)."""
-        partitions = self.partitions
-        counts = base.row_counts(partitions)
-        first = stop = [0] * partitions
-        if counts is not None and window.snap_hi > window.snap_lo:
-            first = counts.before(window.snap_lo)
-            stop = counts.before(window.snap_hi)
+        first, stop = self._snapshot_bounds(base, window.snap_lo, window.snap_hi)
         args = (
             window.forward_from,
             window.forward_limit,
@@ -908,6 +963,17 @@ class LiveReader:
             args,
             list(zip(first, stop, strict=True)),
         )
+
+    def _snapshot_bounds(
+        self, base: Base, lo: int, hi: int
+    ) -> tuple[list[int], list[int]]:
+        """Global rows [lo, hi) of ``base`` as each partition's local rows
+        [first, stop) (speed/baserows.py)."""
+        partitions = self.partitions
+        counts = base.row_counts(partitions)
+        if counts is None or hi <= lo:
+            return [0] * partitions, [0] * partitions
+        return counts.before(lo), counts.before(hi)
 
     def _window_changed(self, replies: list[list[Any]], base: Base) -> set[int]:
         """The global rows of ``base`` the window replies name as changed."""
@@ -1140,14 +1206,6 @@ class LiveReader:
             window = Window(center, radius, center, radius + 1, lo, hi)
             return self._window_commands(board, window, base)
 
-        def above_of(top: int, base: Base) -> list[tuple[Any, ...]]:
-            """The counts above ``top`` (the window's first score, for its rank)."""
-            above = base.count_above(top)
-            encoded = encode_score(top)
-            return self._counts_commands(
-                board, encoded, encoded, None, base, above, above
-            )
-
         def tied_top(score: int, base: Base, row: int) -> int | None:
             """The window's first score as the base alone places it, when the row
             above it ties with it (its rank then needs a count): a guess, so that
@@ -1167,33 +1225,35 @@ class LiveReader:
         # trips cannot keep the answer from settling (issue 23).
         top_guess: int | None = None
         for _ in range(ATTEMPTS):
-            # The window around the standing the rank assumes goes in the rank's
-            # round trip: when that standing holds, no second trip is needed.
-            # The first attempt guesses the window's first score from the base.
+            # The window around the standing the rank assumes, and the counts
+            # above the window's guessed first score (guessed from the base on
+            # the first attempt), are read with the rank's counts, in the same
+            # script call (live_nearby.lua: each partition's base and position
+            # read once): when that standing holds, no second trip is needed.
             chosen: list[int | None] = [top_guess]
 
-            def extra_for(
+            def around_of(
                 score: int,
-                achieved: int | None,
                 base: Base,
                 row: int,
                 top_guess: int | None = top_guess,
                 chosen: list[int | None] = chosen,
-            ) -> list[tuple[Any, ...]]:
-                window = window_of(score, achieved, base, row, margin0)
+            ) -> Around:
                 guess = top_guess
                 if guess is None:
                     guess = tied_top(score, base, row)
                 chosen[0] = guess
-                return window + ([] if guess is None else above_of(guess, base))
+                lo, hi = bounds(row, base, margin0)
+                return Around(radius, radius + 1, lo, hi, guess)
 
-            me = await self.rank(board, player_id, extra_for)
+            me = await self.rank(board, player_id, around_for=around_of)
             guessed = chosen[0]
             base: Base = me["base"]
-            # The window's calls, then the guessed score's counts.
-            calls = self._calls
-            guessed_counts = _parts(me["extra"][calls:])
-            me["extra"] = _parts(me["extra"][:calls])
+            me.pop("extra")
+            read = me.pop("around")
+            first_window = [[r[i] for i in WINDOW_OF_NEARBY] for r in read]
+            # The guessed score's counts, as live_counts.lua's first fields.
+            guessed_counts = [[r[i] for i in TOP_OF_NEARBY] for r in read]
             score, position = me["score"], me["position"]
             achieved, row = me["achieved"], me["base_row"]
             timed, unique = self._order(board)
@@ -1201,8 +1261,8 @@ class LiveReader:
             margin = margin0
             for _ in range(ATTEMPTS * 2):
                 lo, hi = bounds(row, base, margin)
-                if margin == margin0 and me["extra"]:
-                    replies = me["extra"]
+                if margin == margin0:
+                    replies = first_window
                 else:
                     replies = _parts(
                         await run_commands(
@@ -1255,7 +1315,7 @@ class LiveReader:
                     previous,
                     first_position,
                     unique,
-                    guessed if guessed_counts else None,
+                    guessed,
                     guessed_counts,
                 )
                 if first_rank is None:

@@ -376,6 +376,34 @@ LIVE_DENSE = ScriptInterface(
     fields=("base_generation", "position", "chz_members", "chb_bitmap"),
 )
 
+LIVE_NEARBY = ScriptInterface(
+    name="live_nearby",
+    # LIVE_COUNTS and the window of LIVE_WINDOW around the entry "before" in one
+    # call (a live nearby read), with the count above a guessed top score: one
+    # group per partition read (see LIVE_COUNTS).
+    key_group=LIVE_COUNTS.key_group,
+    # forward_limit / backward_limit: changed players to read after / before the
+    # entry (0 skips that read); top: the encoded score to count above too ("":
+    # none), chb_top: the partition's base rows above it (local count).
+    argv=(*LIVE_COUNTS.argv, "forward_limit", "backward_limit", "top"),
+    argv_group=(
+        *LIVE_COUNTS.argv_group,
+        "snapshot_first",
+        "snapshot_stop",
+        "chb_top",
+    ),
+    # LIVE_COUNTS' fields first (a reply group is a counts reply too), then
+    # LIVE_WINDOW's last three, then LIVE_COUNTS' chz_above and chs_above for top.
+    fields=(
+        *LIVE_COUNTS.fields,
+        "forward",
+        "backward",
+        "snapshot",
+        "chz_top",
+        "chs_top",
+    ),
+)
+
 LIVE_STAMP = ScriptInterface(
     name="live_stamp",
     # One group per partition; the reply repeats the fields per group, flattened.
@@ -449,6 +477,7 @@ INTERFACES: dict[str, ScriptInterface] = {
         FRIENDS_SCORES,
         LIVE_COUNTS,
         LIVE_DENSE,
+        LIVE_NEARBY,
         LIVE_STAMP,
         LIVE_WINDOW,
         READ_STAMP,

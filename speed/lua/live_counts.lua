@@ -21,34 +21,12 @@
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local above = "(" .. ARGV[ARG.above]
 local before = "(" .. ARGV[ARG.before]
--- Set bits among the first n base rows of a partition (its chb bitmap).
-local function changed_rows_before(chb, n)
-  if n <= 0 then
-    return 0
-  end
-  return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
-end
+--#include live_counts_part
 
 local out = {}
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
-  local verified = "1"
-  local player = ARGV[a + ARG_GROUP.verify_player]
-  if player ~= "" then
-    verified = redis.call("HGET", KEYS[k + KEY_GROUP.totals], player) or ""
-  end
-  out[#out + 1] = {
-    tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
-    tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0"),
-    redis.call("ZLEXCOUNT", chz, "-", above),
-    changed_rows_before(chb, tonumber(ARGV[a + ARG_GROUP.chb_above])),
-    redis.call("ZLEXCOUNT", chz, "-", before),
-    changed_rows_before(chb, tonumber(ARGV[a + ARG_GROUP.chb_before])),
-    redis.call("ZCARD", chz),
-    redis.call("BITCOUNT", chb),
-    verified,
-  }
+  out[#out + 1] = counts_part(k, a, above, before)
   a = a + ARG_GROUP.size
 end
 return out

@@ -13,6 +13,7 @@ from speed.scripts import (
     INTERFACES,
     LIVE_COUNTS,
     LIVE_DENSE,
+    LIVE_NEARBY,
     LIVE_WINDOW,
     source,
 )
@@ -114,6 +115,115 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         ),
     )
     assert LIVE_WINDOW.field(narrow, "snapshot") == []
+
+    # live_nearby: live_counts' reply, then live_window's last three fields for
+    # the window around the entry "before", from one call.
+    entry = encode_entry(5, "p0")
+    nearby = run(
+        redis_client,
+        "live_nearby",
+        LIVE_NEARBY.keys_of(
+            {},
+            [
+                {**group, "totals": keys.totals(BOARD)},
+                {**other_group, "totals": other.totals(BOARD)},
+            ],
+        ),
+        LIVE_NEARBY.args_of(
+            {
+                "above": encode_score(5),
+                "before": entry,
+                "forward_limit": 5,
+                "backward_limit": 6,
+                "top": "",
+            },
+            [
+                {
+                    "verify_player": "p1",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 10,
+                    "chb_top": 0,
+                },
+                {
+                    "verify_player": "",
+                    "chb_above": 0,
+                    "chb_before": 0,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 4,
+                    "chb_top": 0,
+                },
+            ],
+        ),
+    )
+    around = run(
+        redis_client,
+        "live_window",
+        LIVE_WINDOW.keys_of({}, [group, other_group]),
+        LIVE_WINDOW.args_of(
+            {
+                "forward_start": b"(" + entry,
+                "forward_limit": 5,
+                "backward_start": b"(" + entry,
+                "backward_limit": 6,
+            },
+            [
+                {"snapshot_first": 0, "snapshot_stop": 10},
+                {"snapshot_first": 0, "snapshot_stop": 4},
+            ],
+        ),
+    )
+    assert [len(r) for r in nearby] == [len(LIVE_NEARBY.fields)] * 2
+    assert [r[: len(LIVE_COUNTS.fields)] for r in nearby] == both
+    assert [[LIVE_NEARBY.field(r, f) for f in LIVE_WINDOW.fields] for r in nearby] == (
+        around
+    )
+    assert LIVE_NEARBY.field(nearby[0], "backward") == [encode_entry(7, "p1")]
+    assert LIVE_NEARBY.field(nearby[0], "snapshot") == [2, 9]
+    assert [LIVE_NEARBY.field(nearby[0], f) for f in ("chz_top", "chs_top")] == [0, 0]
+    # With a top score: what live_counts counts above it, in the same call.
+    (topped,) = run(
+        redis_client,
+        "live_nearby",
+        LIVE_NEARBY.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_NEARBY.args_of(
+            {
+                "above": encode_score(5),
+                "before": entry,
+                "forward_limit": 0,
+                "backward_limit": 0,
+                "top": encode_score(6),
+            },
+            [
+                {
+                    "verify_player": "",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "snapshot_first": 0,
+                    "snapshot_stop": 0,
+                    "chb_top": 3,
+                }
+            ],
+        ),
+    )
+    (above_six,) = run(
+        redis_client,
+        "live_counts",
+        LIVE_COUNTS.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_COUNTS.args_of(
+            {"above": encode_score(6), "before": encode_score(6)},
+            [{"verify_player": "", "chb_above": 3, "chb_before": 3}],
+        ),
+    )
+    assert (
+        [LIVE_NEARBY.field(topped, f) for f in ("chz_top", "chs_top")]
+        == [
+            LIVE_COUNTS.field(above_six, "chz_above"),
+            LIVE_COUNTS.field(above_six, "chs_above"),
+        ]
+        == [1, 1]
+    )
 
     (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
     assert len(dense) == len(LIVE_DENSE.fields)

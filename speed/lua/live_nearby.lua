@@ -1,0 +1,62 @@
+-- live_nearby.lua: the partitions' parts of a live rank and the changed players
+-- around the player's entry, read atomically in one call (a live nearby read):
+-- live_counts.lua and live_window.lua in one, reading each partition's base and
+-- position once, with no second script call (bench/RESULTS.md), and the count
+-- above the window's first score when the caller guessed it (its rank needs one
+-- when the entry above the window ties with it).
+--
+-- One call names every partition on one Redis server; one per partition (one
+-- group) on a Redis Cluster (speed/live.py LiveReader).
+--
+-- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb, totals
+-- ARGV: encoded score enc(s), encoded entry enc(s)..playerId (as live_counts.lua),
+--       how many changed players to read after the entry and before it, encoded
+--       score enc(t) of the guessed top ("" for none), then per partition
+--       (ARG_GROUP) as live_counts.lua, first and stop of a range [first, stop)
+--       of its base rows, and its base rows above t (local rows,
+--       speed/baserows.py)
+-- Returns per partition live_counts.lua's fields, then chz members after the
+--          entry, chz members before it (nearest first), the changed local rows
+--          in [first, stop), ascending (live_window.lua's last three), then chz
+--          above t and changed base rows above t (0 and 0 without t)
+-- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
+-- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
+local above = "(" .. ARGV[ARG.above]
+local before = "(" .. ARGV[ARG.before]
+local forward_limit = tonumber(ARGV[ARG.forward_limit])
+local backward_limit = tonumber(ARGV[ARG.backward_limit])
+local top = ARGV[ARG.top]
+local above_top = "(" .. top
+--#include live_counts_part
+--#include changed_rows
+
+local out = {}
+local a = ARG_GROUP.start
+for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+  local part = counts_part(k, a, above, before)
+  local chz = KEYS[k + KEY_GROUP.chz]
+  local forward, backward = {}, {}
+  if forward_limit > 0 then
+    forward = redis.call("ZRANGEBYLEX", chz, before, "+", "LIMIT", 0, forward_limit)
+  end
+  if backward_limit > 0 then
+    backward = redis.call("ZREVRANGEBYLEX", chz, before, "-", "LIMIT", 0, backward_limit)
+  end
+  part[#part + 1] = forward
+  part[#part + 1] = backward
+  part[#part + 1] = changed_rows(
+    KEYS[k + KEY_GROUP.chb],
+    tonumber(ARGV[a + ARG_GROUP.snapshot_first]),
+    tonumber(ARGV[a + ARG_GROUP.snapshot_stop])
+  )
+  if top ~= "" then
+    part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
+    part[#part + 1] = changed_rows_before(KEYS[k + KEY_GROUP.chb], tonumber(ARGV[a + ARG_GROUP.chb_top]))
+  else
+    part[#part + 1] = 0
+    part[#part + 1] = 0
+  end
+  out[#out + 1] = part
+  a = a + ARG_GROUP.size
+end
+return out
