@@ -22,7 +22,8 @@ def speed_keys(client: redis.Redis) -> dict[bytes, Any]:
             continue
         parts = key.split(b":")
         if len(parts) == 5 and parts[2] in (b"rd", b"rc"):
-            records = state.setdefault(b":".join(parts[:3]), {})
+            # One entry per partition and kind ("lb:{pN}:rc:*"), whatever the epoch.
+            records = state.setdefault(b":".join([*parts[:3], b"*"]), {})
             records.update(client.hgetall(key))
             continue
         if len(parts) == 3 and parts[2] == b"base":
