@@ -49,16 +49,8 @@ NOOP = 'select("#", '
 ABLATIONS: dict[str, list[tuple[str, str]]] = {
     # The dedupe and contribution record lookups (every event then looks new).
     "lookups": [
-        (
-            'local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)',
-            "local saved = false",
-        ),
-        ('saved = redis.call("HGET", older, ev.dedupe_field)', "saved = false"),
-        (
-            'local raw = redis.call("HGET", contribution_key, ev.contribution_field)',
-            "local raw = false",
-        ),
-        ('raw = redis.call("HGET", older, ev.contribution_field)', "raw = false"),
+        ('saved = redis.call("HGET", key, ev.dedupe_field)', "saved = false"),
+        ('raw = redis.call("HGET", key, ev.contribution_field)', "raw = false"),
     ],
     # The record writes (values still encoded).
     "record_writes": [
@@ -97,7 +89,7 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     ],
     # Encoding the contribution record (its value becomes a constant).
     "contribution_value": [
-        ("encode_record(rec, ev.context, short_of))", '"x")'),
+        ("ev.rc_value = encode_record(rec, ev.context, short_of)", 'ev.rc_value = "x"'),
     ],
     # Bucket and changed-set bookkeeping per board of an event (track()).
     "track": [("  track(b, player, old, old_achieved, total)\n", "\n")],

@@ -34,6 +34,7 @@ from jobs.incremental import (
     link_board,
 )
 from jobs.land import BRONZE, bronze_path
+from jobs.landed import write_landed_index
 from jobs.phase_clock import PhaseClock
 from jobs.quarantine import extract_thresholds
 from jobs.rank import asc_boards, board_orders, oriented
@@ -149,6 +150,11 @@ def publish_segments(
                 else:
                     board_files[board] = link_board(previous, board, tmp, checksums)
             sides = _link_versions(previous, checksums, tmp, rewritten, sides)
+        # The records this generation landed (serving/landed.py): what answers a
+        # redelivery once the speed layer drops them at its rebase.
+        landed = write_landed_index(
+            settings, spark, generation, number, boundary, tmp, compact=compact
+        )
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -176,6 +182,7 @@ def publish_segments(
         landing_started_at=inputs.landing_started_at,
         build=_build_entry(build, base),
         versions={board: name for board, (name, _) in sides.items()},
+        landed=landed,
     )
     row = {
         "generation": generation,

@@ -66,6 +66,7 @@ def build_manifest(
     landing_started_at: datetime | None = None,
     build: Mapping[str, Any] | None = None,
     versions: Mapping[str, str] | None = None,
+    landed: Mapping[str, Any] | None = None,
 ) -> str:
     """The exact text of ``manifest.json`` (also stored in the gold manifest row).
 
@@ -95,6 +96,9 @@ def build_manifest(
         body["landingStartedAt"] = rfc3339(landing_started_at)
     if versions is not None:
         body["versions"] = {b: versions[b] for b in sorted(versions)}
+    if landed is not None:
+        # The landed records index (serving/landed.py): its chain of layers.
+        body["landed"] = dict(landed)
     if build:
         # Full or incremental (and from which generation); the fingerprint says
         # whether the next publish may extend this one (jobs/incremental.py).

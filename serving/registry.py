@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serving.landed import LandedIndex, chain_of
 from serving.layers import load_board
 from serving.manifest import (
     MANIFEST_FILE,
@@ -65,6 +66,19 @@ class Generation:
             if board not in self._boards:
                 self._boards[board] = load_board(self.directory, board, meta)
             return self._boards[board]
+
+    def landed(self) -> LandedIndex | None:
+        """The generation's landed records index (serving/landed.py), mapped once;
+        None when it has none."""
+        if "landed-index" not in self.memo:
+            layers = chain_of(self.manifest)
+            with self._lock:
+                if "landed-index" not in self.memo:
+                    self.memo["landed-index"] = (
+                        None if layers is None else LandedIndex(self.directory, layers)
+                    )
+        found: LandedIndex | None = self.memo["landed-index"]
+        return found
 
 
 class GenerationExpiredError(Exception):

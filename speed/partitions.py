@@ -69,15 +69,15 @@ class Keys:
         self.partition = partition
         self.base = f"{KEY_PREFIX}:{tag(partition)}"
 
-    def dedupe_bucket(self, slice_index: int, bucket: int) -> str:
+    def dedupe_bucket(self, epoch: int, bucket: int) -> str:
         """Hash of dedupe records: field = 8-byte identity hash -> fingerprint prefix
-        and saved result, for one acceptance slice and bucket (speed/records.py)."""
-        return f"{self.base}:rd:{slice_index}:{bucket}"
+        and saved result, for one record epoch and bucket (speed/records.py)."""
+        return f"{self.base}:rd:e{epoch}:{bucket}"
 
-    def contribution_bucket(self, slice_index: int, bucket: int) -> str:
+    def contribution_bucket(self, epoch: int, bucket: int) -> str:
         """Hash of contribution records: field = 8-byte hash of (playerId, matchId)
         -> the record's fields, encoded (speed/records.py)."""
-        return f"{self.base}:rc:{slice_index}:{bucket}"
+        return f"{self.base}:rc:e{epoch}:{bucket}"
 
     def rate(self, player_id: str) -> str:
         return f"{self.base}:rl:{player_id}"
@@ -165,7 +165,8 @@ class Keys:
 
     @property
     def base_generation(self) -> str:
-        """Hash: g = number of the base generation (0 = none), pos = its boundary."""
+        """Hash: g = number of the base generation (0 = none), pos = its boundary;
+        the record epochs (ep, n, s, h<e>, t<e>: speed/records.py)."""
         return f"{self.base}:base"
 
     def best(self, board: str, player_id: str) -> str:

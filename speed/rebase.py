@@ -10,6 +10,7 @@ generation, not the size of the boards.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from serving.segments import BoardSegment
 from speed.baserows import base_row, crc32_column, partition_rows
 from speed.connection import sync_client
 from speed.partitions import KEY_PREFIX, Keys, tag
+from speed.records import BUCKET_BITS, parse_epochs, slice_of
 from speed.scripts import REBASE_PARTITION, register
 from speed.server import resolve_redis_url
 
@@ -130,16 +132,42 @@ def _droppable(
     return drop
 
 
+# "Never" as a record lifetime (rebase without one: epochs leave only once landed).
+NEVER_SECONDS = 10**10
+
+
+def delete_epochs(client: redis.Redis, keys: Keys, epochs: list[int]) -> None:
+    """Delete the record buckets of epochs that left (rebase_partition.lua took
+    them out of the live list, so nothing reads or writes them any more). One key
+    per UNLINK: a cluster pipeline refuses multi-key commands."""
+    if not epochs:
+        return
+    pipe = client.pipeline(transaction=False)
+    for epoch in epochs:
+        for bucket in range(1 << BUCKET_BITS):
+            pipe.unlink(keys.dedupe_bucket(epoch, bucket))
+            pipe.unlink(keys.contribution_bucket(epoch, bucket))
+    pipe.execute()
+
+
 def rebase(
     client: redis.Redis,
     generation: Generation,
     partitions: int,
     exclude: Collection[str] = (),
+    lifetime_seconds: int | None = None,
 ) -> RebaseReport:
     """Rebase every partition onto ``generation``; idempotent (a partition already at
     or past it reports ``stale``). Boards in ``exclude`` (closed, final in this
-    generation: ``speed/closed.py``) get no speed-layer state back."""
+    generation: ``speed/closed.py``) get no speed-layer state back.
+
+    Each partition starts a new record epoch; when the generation has a landed
+    records index, the epochs all landed in it leave Redis (speed/records.py).
+    ``lifetime_seconds``: the record lifetime (closed epochs older than it are
+    forgotten; None: never by age)."""
     script = register(client, REBASE_PARTITION)
+    drop_records = 1 if generation.landed() is not None else 0
+    lifetime = lifetime_seconds if lifetime_seconds is not None else NEVER_SECONDS
     boundary = generation.boundary
     boards = [b for b in generation.board_names() if b not in exclude]
     segments = {board: generation.board(board) for board in boards}
@@ -206,6 +234,7 @@ def rebase(
                     "log": keys.log,
                     "landed": keys.landed,
                     "flags": keys.flags,
+                    "position": keys.position,
                 },
                 [
                     {
@@ -227,6 +256,14 @@ def rebase(
                     "n_boards": len(ordered),
                     "snapshot_json": orjson.dumps(snapshot),
                     "drop_json": orjson.dumps(drop),
+                    "drop_records": drop_records,
+                    "slice": (
+                        slice_of(time.time(), lifetime)
+                        if lifetime_seconds is not None
+                        else -1
+                    ),
+                    "wall_s": int(time.time()),
+                    "lifetime": lifetime,
                 },
                 rest=ordered,
             )
@@ -238,6 +275,8 @@ def rebase(
                 pending = {(b, p) for b, p in orjson.loads(payload)}
                 continue
             outcome = kind if kind == "ok" else f"{kind}: {payload}"
+            if kind == "ok":
+                delete_epochs(client, keys, parse_epochs(payload.partition("|")[2]))
             break
         if outcome != "ok":
             # Not switched (stale or unresolved): drop what was staged for it.
@@ -267,7 +306,13 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
     final = final_boards(load_boards(settings.boards_file), generation.manifest)
     client = sync_client(resolve_redis_url(settings))
     try:
-        report = rebase(client, generation, settings.partitions, exclude=final)
+        report = rebase(
+            client,
+            generation,
+            settings.partitions,
+            exclude=final,
+            lifetime_seconds=settings.record_ttl_seconds,
+        )
         # Closed windows leave Redis once their final generation is published.
         if final:
             drop_board_keys(client, settings.partitions, final)

@@ -69,14 +69,17 @@ from speed.events import fingerprint_of_logged, parse_rfc3339
 from speed.partitions import EPOCH_KEY, KEY_PREFIX, Keys, encode_entry, tag
 from speed.rebase import bucket_lowers, partition_counts
 from speed.records import (
+    EPOCHS_FIELD,
+    bucket_expire_at,
     compact_result,
     decode_contribution,
     dedupe_value,
     encode_contribution,
     event_periods,
     identity_hash,
+    identity_key,
+    live_epochs,
     record_lookups,
-    slice_expire_at,
     slice_of,
 )
 from speed.scripts import REBUILD_PARTITION, register
@@ -139,6 +142,10 @@ class PartitionState:
     best_ms: dict[tuple[str, str], int] = field(default_factory=dict)
     # (player, eventId) -> (dedupe record value, acceptance in ms)
     dedupe: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
+    # Position of the last write of each record: one at or before the boundary is
+    # landed (in the generation's landed records index, when it has one).
+    dedupe_pos: dict[tuple[str, str], int] = field(default_factory=dict)
+    contribution_pos: dict[tuple[str, str], int] = field(default_factory=dict)
     # Shadowed players of the partition (flags are not rebuilt: they are read).
     shadowed: set[str] = field(default_factory=set)
     # Plausibility history (``Keys.recent_matches``): player -> matchId -> occurredAt
@@ -294,6 +301,7 @@ class Folder:
             ),
             received,
         )
+        state.dedupe_pos[(who, event["eventId"])] = position
         items = result.get("boards") or []
         for item in items:
             board = item["board"]
@@ -313,6 +321,7 @@ class Folder:
                 state.changed[board].add(player)
         match = (who, event["matchId"])
         state.contribution_ms[match] = received
+        state.contribution_pos[match] = position
         # apply_event.lua rewrites the record, short against this event's periods.
         state.contribution_ctx[match] = (
             event_periods(parse_rfc3339(event["occurredAt"])),
@@ -613,7 +622,10 @@ def diff_partition(
     want_base = (
         {"g": str(generation.number), "pos": str(state.boundary)} if generation else {}
     )
-    have_base = {_text(k): _text(v) for k, v in base.items()}
+    # The record epochs' fields are not a function of the log (speed/records.py).
+    have_base = {
+        _text(k): _text(v) for k, v in base.items() if _text(k) in ("g", "pos")
+    }
     if have_base != want_base:
         out.append(Difference(p, None, "base", live=have_base, rebuilt=want_base))
     have_pos = int(client.get(keys.position) or 0)
@@ -700,17 +712,15 @@ def _locate_records(
     client: redis.Redis,
     bucket_key: Callable[[int, int], str],
     idents: list[tuple[str, str]],
-    now_ms: int,
-    lifetime_seconds: int,
+    epochs: list[int],
 ) -> list[tuple[str, bytes, bytes] | None]:
     """(bucket key, field, value) of each (player, other id) record in the newest
-    live slice holding it; None where none does (speed/records.py)."""
+    live epoch holding it; None where none does (speed/records.py)."""
     out: list[tuple[str, bytes, bytes] | None] = []
     for first in range(0, len(idents), PIPELINE_CHUNK):
         chunk = idents[first : first + PIPELINE_CHUNK]
         places = [
-            record_lookups(bucket_key, player, other, now_ms / 1000, lifetime_seconds)
-            for player, other in chunk
+            record_lookups(bucket_key, player, other, epochs) for player, other in chunk
         ]
         pipe = client.pipeline(transaction=False)
         for lookups in places:
@@ -736,44 +746,86 @@ def _find_records(
     client: redis.Redis,
     bucket_key: Callable[[int, int], str],
     idents: list[tuple[str, str]],
-    now_ms: int,
-    lifetime_seconds: int,
+    epochs: list[int],
 ) -> list[bytes | None]:
     """The live value of each (player, other id) record; None where none is."""
     return [
         place[2] if place else None
-        for place in _locate_records(
-            client, bucket_key, idents, now_ms, lifetime_seconds
-        )
+        for place in _locate_records(client, bucket_key, idents, epochs)
     ]
 
 
+def _landed_values(
+    generation: Generation | None, kind: int, idents: list[tuple[str, str]]
+) -> list[bytes | None]:
+    """Each record's value in the generation's landed records index (None: none,
+    or no index)."""
+    index = generation.landed() if generation is not None else None
+    if index is None:
+        return [None] * len(idents)
+    found = [identity_key(player, other) for player, other in idents]
+    return index.lookup(kind, [k for k, _ in found], [c for _, c in found])
+
+
+def _answered(
+    state: PartitionState,
+    generation: Generation | None,
+    positions: dict[tuple[str, str], int],
+    ident: tuple[str, str],
+) -> bool:
+    """Whether Redis need not hold the record: its last write is landed and the
+    generation has a landed records index, which answers for it."""
+    return (
+        generation is not None
+        and generation.landed() is not None
+        and positions[ident] <= state.boundary
+    )
+
+
 def diff_records(
-    client: redis.Redis, state: PartitionState, lifetime_seconds: int
+    client: redis.Redis,
+    state: PartitionState,
+    lifetime_seconds: int,
+    generation: Generation | None = None,
 ) -> list[Difference]:
-    """Contribution, best-of and dedupe records: missing or different live."""
+    """Contribution and dedupe records: missing or different live. A landed record
+    (its last write at or before the boundary of a generation with a landed records
+    index) is compared with what Redis holds, else with the index."""
+    from serving.landed import CONTRIBUTION, DEDUPE
+
     keys = Keys(state.partition)
     p = state.partition
     out: list[Difference] = []
     now_ms = int(time.time() * 1000)
+    epochs = live_epochs(client, keys.base_generation)
     contribution_keys = list(state.contributions)
     contributions_found = _find_records(
-        client, keys.contribution_bucket, contribution_keys, now_ms, lifetime_seconds
+        client, keys.contribution_bucket, contribution_keys, epochs
     )
+    contributions_landed = _landed_values(generation, CONTRIBUTION, contribution_keys)
     dedupe_keys = list(state.dedupe)
-    dedupe_found = _find_records(
-        client, keys.dedupe_bucket, dedupe_keys, now_ms, lifetime_seconds
-    )
-    for (player, match), have in zip(
-        contribution_keys, contributions_found, strict=True
+    dedupe_found = _find_records(client, keys.dedupe_bucket, dedupe_keys, epochs)
+    dedupe_landed = _landed_values(generation, DEDUPE, dedupe_keys)
+    for (player, match), have, landed in zip(
+        contribution_keys, contributions_found, contributions_landed, strict=True
     ):
+        if have is None and _answered(
+            state, generation, state.contribution_pos, (player, match)
+        ):
+            have = landed
         want = {k: str(v) for k, v in state.contributions[(player, match)].items()}
         have_text = decode_contribution(have) if have is not None else {}
         if have_text != want:
             out.append(
                 Difference(p, None, f"contribution {match}", player, have_text, want)
             )
-    for (player, event_id), have in zip(dedupe_keys, dedupe_found, strict=True):
+    for (player, event_id), have, landed in zip(
+        dedupe_keys, dedupe_found, dedupe_landed, strict=True
+    ):
+        if have is None and _answered(
+            state, generation, state.dedupe_pos, (player, event_id)
+        ):
+            have = landed
         value, received = state.dedupe[(player, event_id)]
         if have != value and _ttl_left(received, now_ms, lifetime_seconds) is not None:
             out.append(Difference(p, None, f"dedupe {event_id}", player, have, value))
@@ -821,17 +873,43 @@ def stage_partition(
     pipe.execute()
 
 
+def ensure_epoch(client: redis.Redis, keys: Keys, lifetime_seconds: int) -> int:
+    """The partition's current record epoch, started when it has none (a Redis that
+    lost its keys): what restored records are written into."""
+    epochs = live_epochs(client, keys.base_generation)
+    if epochs:
+        return epochs[0]
+    if client.hsetnx(keys.base_generation, EPOCHS_FIELD, "1"):
+        # As apply_event.lua's roll would start it (speed/records.py).
+        client.hset(
+            keys.base_generation,
+            mapping={"n": 1, "s": slice_of(time.time(), lifetime_seconds)},
+        )
+    return live_epochs(client, keys.base_generation)[0]
+
+
 def restore_records(
-    client: redis.Redis, state: PartitionState, retention_seconds: int
+    client: redis.Redis,
+    state: PartitionState,
+    retention_seconds: int,
+    generation: Generation | None = None,
 ) -> int:
     """Write contribution, best-of and dedupe records that are missing live (an
-    existing record is newer or equal: never overwritten). Returns records written."""
+    existing record is newer or equal: never overwritten) into the current record
+    epoch; a landed record of a generation with a landed records index is not
+    written (the index answers for it). Returns records written."""
     keys = Keys(state.partition)
     now_ms = int(time.time() * 1000)
     writes: list[tuple[str, Callable[[Any], None]]] = []
-    contribution_keys = list(state.contributions)
+    epoch = ensure_epoch(client, keys, retention_seconds)
+    epochs = live_epochs(client, keys.base_generation)
+    contribution_keys = [
+        ident
+        for ident in state.contributions
+        if not _answered(state, generation, state.contribution_pos, ident)
+    ]
     contributions_live = _find_records(
-        client, keys.contribution_bucket, contribution_keys, now_ms, retention_seconds
+        client, keys.contribution_bucket, contribution_keys, epochs
     )
     for (player, match), live in zip(
         contribution_keys, contributions_live, strict=True
@@ -839,7 +917,7 @@ def restore_records(
         touched = state.contribution_ms[(player, match)]
         if live is not None or _ttl_left(touched, now_ms, retention_seconds) is None:
             continue
-        # Into the slice of its last touch, encoded as that touch wrote it.
+        # Encoded as its last touch wrote it.
         encoded = encode_contribution(
             state.contributions[(player, match)],
             *state.contribution_ctx[(player, match)],
@@ -849,9 +927,9 @@ def restore_records(
                 "",
                 _bucket_write(
                     keys.contribution_bucket,
+                    epoch,
                     player,
                     match,
-                    touched,
                     encoded,
                     retention_seconds,
                 ),
@@ -870,10 +948,12 @@ def restore_records(
             pipe.expire(key, t)
 
         writes.append((key, write_mx))
-    dedupe_keys = list(state.dedupe)
-    dedupe_live = _find_records(
-        client, keys.dedupe_bucket, dedupe_keys, now_ms, retention_seconds
-    )
+    dedupe_keys = [
+        ident
+        for ident in state.dedupe
+        if not _answered(state, generation, state.dedupe_pos, ident)
+    ]
+    dedupe_live = _find_records(client, keys.dedupe_bucket, dedupe_keys, epochs)
     for (player, event_id), live in zip(dedupe_keys, dedupe_live, strict=True):
         value, received = state.dedupe[(player, event_id)]
         if live is not None or _ttl_left(received, now_ms, retention_seconds) is None:
@@ -883,9 +963,9 @@ def restore_records(
                 "",
                 _bucket_write(
                     keys.dedupe_bucket,
+                    epoch,
                     player,
                     event_id,
-                    received,
                     value,
                     retention_seconds,
                 ),
@@ -923,19 +1003,18 @@ def restore_records(
 
 def _bucket_write(
     bucket_key: Callable[[int, int], str],
+    epoch: int,
     player: str,
     other: str,
-    written_ms: int,
     value: str | bytes,
     lifetime_seconds: int,
 ) -> Callable[[Any], None]:
-    """Writes a record missing live into the bucket of the slice it was written
-    in, which expires as the live one would (speed/records.py); a record written
-    meanwhile (same field) is newer: HSETNX keeps it."""
-    at = slice_of(written_ms / 1000, lifetime_seconds)
+    """Writes a record missing live into the bucket of the current epoch, with the
+    expiry a live write gives it now (speed/records.py); a record written meanwhile
+    (same field) is newer: HSETNX keeps it."""
     bucket, record_field = identity_hash(player, other)
-    key = bucket_key(at, bucket)
-    expire_at = slice_expire_at(at, lifetime_seconds)
+    key = bucket_key(epoch, bucket)
+    expire_at = bucket_expire_at(time.time(), lifetime_seconds)
 
     def write(pipe: Any) -> None:
         pipe.hsetnx(key, record_field, value)
@@ -958,11 +1037,13 @@ def rewrite_rescored(
     keys = Keys(state.partition)
     matches = list(state.contributions)
     rewritten = 0
-    now_ms = int(time.time() * 1000)
     for first in range(0, len(matches), PIPELINE_CHUNK):
         chunk = matches[first : first + PIPELINE_CHUNK]
         places = _locate_records(
-            client, keys.contribution_bucket, chunk, now_ms, lifetime_seconds
+            client,
+            keys.contribution_bucket,
+            chunk,
+            live_epochs(client, keys.base_generation),
         )
         pipe = client.pipeline(transaction=False)
         for (player, match), place in zip(chunk, places, strict=True):
@@ -1144,7 +1225,9 @@ def rebuild(
                     state, generation, base_counts, final, settings.partitions
                 )
                 differences = diff_partition(client, state, built, generation)
-                differences += diff_records(client, state, settings.record_ttl_seconds)
+                differences += diff_records(
+                    client, state, settings.record_ttl_seconds, generation
+                )
                 if dry_run:
                     report.differences += differences
                     outcome = "dry-run"
@@ -1152,7 +1235,9 @@ def rebuild(
                 # Records first: an event arriving meanwhile writes its own (newer)
                 # record, which restore never overwrites, and forces a retry below.
                 # The lifetime the API gives records (speed/records.py slices by it).
-                restored = restore_records(client, state, settings.record_ttl_seconds)
+                restored = restore_records(
+                    client, state, settings.record_ttl_seconds, generation
+                )
                 restored += rewrite_rescored(client, state, settings.record_ttl_seconds)
                 stage_partition(client, state, built)
                 if before_switch is not None:

@@ -13,18 +13,27 @@ lower-case letters, ``-`` for negatives), an item that is only a board name has 
 total, version and status of the item before it (a player's global and regional
 boards often agree), and the partition is the key's own, so it is not stored.
 
-The hash key is ``lb:{pN}:rd:<slice>:<bucket>``. ``slice`` is the acceptance time
-(wall clock) in slices of half the record lifetime; ``bucket`` is a few more bits of
-the identity hash (:data:`BUCKET_BITS`). A whole bucket expires at once (EXPIREAT),
-a lifetime after its slice ends, so a record lives at least its lifetime and at
-most half a lifetime more; a lookup reads the current slice and the two before it
-(:data:`LOOKBACK_SLICES`), which hold every record younger than a lifetime. No key
-and no expiry entry per record: about 140 B per record instead of about 300 B
-(bench/RESULTS.md).
+The hash key is ``lb:{pN}:rd:e<epoch>:<bucket>``; ``bucket`` is a few more bits of
+the identity hash (:data:`BUCKET_BITS`). No key and no expiry entry per record.
+
+**Record epochs**: records go to the buckets of their partition's current *epoch*.
+A rebase onto a generation starts a new epoch and deletes every epoch whose events
+are all landed in that generation (the highest position handed out while it was
+current is at or before the generation's boundary) when the generation publishes a
+landed records index (serving/landed.py): a redelivery or correction of a landed
+event is then answered from that index, which the API passes into the owner
+transaction. So Redis holds only the records of the events since the last
+generation. An epoch is also closed when the wall-clock slice (half a record
+lifetime) moves on, and a closed epoch older than a lifetime is forgotten (its
+buckets expire a lifetime after their last write): a stack that never publishes
+keeps records as long as before. The partition's base hash holds, beside ``g`` and
+``pos``: ``ep`` the live epochs newest first (``7,5``), ``n`` the last epoch number,
+``s`` the slice the current epoch started in, ``h<e>``/``t<e>`` the highest position
+and the Unix time of each closed epoch's close.
 
 **Contribution records** (playerId, matchId) are fields of buckets likewise
-(``lb:{pN}:rc:<slice>:<bucket>``), moved to the current slice whenever an event of
-the match touches them (a record lives a lifetime from its last touch). The value
+(``lb:{pN}:rc:e<epoch>:<bucket>``), moved to the current epoch whenever an event of
+the match touches them. The value
 holds the record's fields (:func:`decode_contribution`)::
 
     <day>|<week>|<region>|<entry>;<entry>...
@@ -48,10 +57,10 @@ other board keeps its full id, which always holds a ``:``; a short name never do
 from __future__ import annotations
 
 import hashlib
-import time
 from datetime import datetime
 from typing import Any
 
+from conf.boards import DEFAULT_GAME, qualify
 from conf.periods import period_ids
 
 SHORT_WINDOW = {"daily": "d", "weekly": "w", "monthly": "m", "alltime": "a"}
@@ -72,10 +81,11 @@ STATUS_NAME = {code: name for name, code in STATUS_CODE.items()}
 # size of one hash (its table is rehashed, moved and expired as one piece) while
 # holding enough records each that a key's own overhead (~100 B) is shared.
 BUCKET_BITS = 6
-# A record lifetime spans this many slices; lookups read one more (the slice a
-# record was written in may have started up to a slice before its lifetime).
+# A record lifetime spans this many wall-clock slices; an epoch lasts at most one.
 SLICES_PER_LIFETIME = 2
-LOOKBACK_SLICES = SLICES_PER_LIFETIME + 1
+# Fields of the partition's base hash (speed/partitions.py Keys.base_generation)
+# that name its record epochs (apply_event.lua, rebase_partition.lua).
+EPOCHS_FIELD = "ep"
 # Buckets outlive their last possible record by this much (clock skew between API
 # processes: a record written by a slow clock into a slice still lives its time).
 EXPIRY_MARGIN_SECONDS = 3600
@@ -137,53 +147,100 @@ def identity_hash(player_id: str, other_id: str) -> tuple[int, bytes]:
     return bucket, digest[:8]
 
 
+def identity_key(player_id: str, other_id: str) -> tuple[int, int]:
+    """(key, check) of a record in the landed records index (serving/landed.py):
+    the same hash as :func:`identity_hash`, its first 64 bits and the 16 after."""
+    _, _, key, check = identity_parts(player_id, other_id)
+    return key, check
+
+
+def identity_parts(player_id: str, other_id: str) -> tuple[int, bytes, int, int]:
+    """(bucket, field) of :func:`identity_hash` and (key, check) of
+    :func:`identity_key`, from one hash (the write path needs both)."""
+    text = f"{len(player_id)}:{player_id}:{other_id}".encode()
+    digest = hashlib.blake2b(text, digest_size=10).digest()
+    tail = int.from_bytes(digest[8:10], "big")
+    field = digest[:8]
+    return tail >> (16 - BUCKET_BITS), field, int.from_bytes(field, "big"), tail
+
+
+def landed_entries(record: dict[str, Any]) -> list[tuple[int, int, int, int, bytes]]:
+    """The records a log record left in Redis, as landed records index entries
+    (kind, key, check, ms, value): its dedupe record (fingerprint prefix and saved
+    result, derived from the record as speed/rebuild.py does) and the contribution
+    record of its match as the event left it (the record's ``rc``, written by
+    apply_event.lua; a log record from before it carries none: no entry)."""
+    from serving.landed import CONTRIBUTION, DEDUPE
+    from speed.events import fingerprint_of_logged, parse_rfc3339
+
+    event = record["event"]
+    player = event["playerId"]
+    game = event.get("game")
+    # The player within its game (speed/events.py NormalizedEvent.identity).
+    who = player if not game or game == DEFAULT_GAME else qualify(game, player)
+    received = int(record["receivedAtMs"])
+    region = event.get("region", "")
+    periods = event_periods(parse_rfc3339(event["occurredAt"]))
+    value = dedupe_value(
+        fingerprint_of_logged(event), compact_result(record["result"], periods, region)
+    )
+    key, check = identity_key(who, event["eventId"])
+    out = [(DEDUPE, key, check, received, value)]
+    rc = record.get("rc")
+    if rc is not None:
+        key, check = identity_key(who, event["matchId"])
+        out.append((CONTRIBUTION, key, check, received, rc.encode()))
+    return out
+
+
 def slice_seconds(lifetime_seconds: int) -> int:
     return max(1, -(-lifetime_seconds // SLICES_PER_LIFETIME))
 
 
 def slice_of(now_seconds: float, lifetime_seconds: int) -> int:
-    """The slice a record written at ``now_seconds`` goes to."""
+    """The wall-clock slice of ``now_seconds`` (half a lifetime): an epoch started
+    in an earlier slice is closed by the next write (apply_event.lua)."""
     return int(now_seconds // slice_seconds(lifetime_seconds))
 
 
-def slice_expire_at(slice_index: int, lifetime_seconds: int) -> int:
-    """Unix time at which a slice's buckets expire: a lifetime after its end."""
-    return (
-        (slice_index + 1) * slice_seconds(lifetime_seconds)
-        + lifetime_seconds
-        + EXPIRY_MARGIN_SECONDS
-    )
+def bucket_expire_at(now_seconds: float, lifetime_seconds: int) -> int:
+    """Unix time a record bucket written at ``now_seconds`` expires at (a backstop:
+    a lifetime after its last write, plus the allowed clock skew)."""
+    return int(now_seconds) + lifetime_seconds + EXPIRY_MARGIN_SECONDS
 
 
-def lookup_slices(now_seconds: float, lifetime_seconds: int) -> list[int]:
-    """Slices that may hold a record younger than a lifetime, newest first."""
-    current = slice_of(now_seconds, lifetime_seconds)
-    return [current - k for k in range(LOOKBACK_SLICES)]
+def parse_epochs(text: bytes | str | None) -> list[int]:
+    """The live epochs of a partition (its base hash's ``ep``), newest first."""
+    if text is None:
+        return []
+    raw = text.decode() if isinstance(text, bytes) else text
+    return [int(e) for e in raw.split(",") if e]
 
 
 def record_lookups(
-    bucket_key: Any, player_id: str, other_id: str, now_seconds: float, lifetime: int
+    bucket_key: Any, player_id: str, other_id: str, epochs: list[int]
 ) -> list[tuple[str, bytes]]:
-    """(bucket key, field) of every slice that may hold the record of (playerId,
-    other id), newest first; ``bucket_key(slice, bucket)`` names a bucket
+    """(bucket key, field) of the record of (playerId, other id) in every live
+    epoch, newest first; ``bucket_key(epoch, bucket)`` names a bucket
     (:meth:`speed.partitions.Keys.dedupe_bucket` or ``contribution_bucket``)."""
     bucket, field = identity_hash(player_id, other_id)
-    return [
-        (bucket_key(s, bucket), field) for s in lookup_slices(now_seconds, lifetime)
-    ]
+    return [(bucket_key(e, bucket), field) for e in epochs]
+
+
+def live_epochs(client: Any, base_key: str) -> list[int]:
+    """The live epochs of a partition, read with a synchronous client."""
+    return parse_epochs(client.hget(base_key, EPOCHS_FIELD))
 
 
 def find_record(
-    client: Any,
-    bucket_key: Any,
-    player_id: str,
-    other_id: str,
-    lifetime: int,
-    now_seconds: float | None = None,
+    client: Any, keys: Any, kind: str, player_id: str, other_id: str
 ) -> bytes | None:
-    """The value of a record, read with a synchronous client (tools and tests)."""
-    moment = time.time() if now_seconds is None else now_seconds
-    for key, field in record_lookups(bucket_key, player_id, other_id, moment, lifetime):
+    """The value of a record in Redis (``kind`` "dedupe" or "contribution"; ``keys``
+    a :class:`speed.partitions.Keys`), read with a synchronous client (tools and
+    tests); None when Redis holds none (a landed one is in the index)."""
+    bucket_key = keys.dedupe_bucket if kind == "dedupe" else keys.contribution_bucket
+    epochs = live_epochs(client, keys.base_generation)
+    for key, field in record_lookups(bucket_key, player_id, other_id, epochs):
         value = client.hget(key, field)
         if value is not None:
             return bytes(value)

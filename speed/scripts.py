@@ -222,9 +222,19 @@ APPLY_EVENT = ScriptInterface(
         # The partition's base generation the base rows below refer to (-1: not
         # known yet): the script refuses the chunk with "rebased" otherwise.
         "base_generation",
-        # Unix time the dedupe buckets of the current slice expire at
-        # (speed/records.py).
+        # Unix time a record bucket written now expires at (a backstop: records
+        # leave with their epoch, speed/records.py).
         "record_expire_at",
+        # The partition's live record epochs as the caller read them (the base
+        # hash's "ep", newest first; "" when none yet): the event's record buckets
+        # below are those epochs'; the script refuses the chunk with "rebased"
+        # when the partition's differ.
+        "epochs",
+        "n_epochs",
+        # The wall-clock slice and Unix seconds now: an epoch started in an earlier
+        # slice is closed first (speed/records.py).
+        "slice",
+        "wall_s",
     ),
     # The chunk's board table: one group per board any of its events references.
     # sign: 1 on order "desc" boards, -1 on "asc" ones (oriented scores).
@@ -257,6 +267,12 @@ APPLY_EVENT = ScriptInterface(
                 # The event's field in the partition's quarantine hash, per game
                 # (speed/partitions.py Keys.held_field).
                 "held_field:bytes",
+                # The event's dedupe record and its match's contribution record in
+                # the landed records index of the base generation
+                # (serving/landed.py), "" when it has none: used when Redis holds
+                # none (the epoch holding it left at a rebase).
+                "landed_dedupe:bytes",
+                "landed_contribution:bytes",
             ),
         ),
         # board: 1-based index into the board table; best: KEYS index of the
@@ -279,22 +295,10 @@ APPLY_EVENT = ScriptInterface(
                 "base:bytes",
             ),
         ),
-        # The event's own keys, from KEYS[key_at]: the dedupe and the contribution
-        # record's buckets in the current slice and the two before it
-        # (speed/records.py), then the rest.
-        (
-            "EV_KEY",
-            (
-                "dedupe",
-                "dedupe_prev",
-                "dedupe_oldest",
-                "contribution",
-                "contribution_prev",
-                "contribution_oldest",
-                "rate",
-                "recent",
-            ),
-        ),
+        # The event's own keys, from KEYS[key_at]; after them (EV_KEY.size on) its
+        # dedupe record's bucket in each live epoch (n_epochs, newest first), then
+        # its contribution record's likewise (speed/records.py).
+        ("EV_KEY", ("rate", "recent")),
     ),
     # The reply holds one (kind, payload) pair per event, in order.
     statuses=(
@@ -443,11 +447,25 @@ LIVE_WINDOW = ScriptInterface(
 
 REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
-    keys=("base", "log", "landed", "flags"),
+    keys=("base", "log", "landed", "flags", "position"),
     key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
     # drop_json: per board, players whose totals leave Redis unless changed after
     # the boundary or shadowed (the generation holds their score and version).
-    argv=("generation", "boundary", "n_boards", "snapshot_json", "drop_json"),
+    # drop_records: 1 when the generation has a landed records index
+    # (serving/landed.py): record epochs all landed in it leave Redis; slice,
+    # wall_s, lifetime: the new record epoch's slice, now, and the record
+    # lifetime (closed epochs older than it are forgotten) (speed/records.py).
+    argv=(
+        "generation",
+        "boundary",
+        "n_boards",
+        "snapshot_json",
+        "drop_json",
+        "drop_records",
+        "slice",
+        "wall_s",
+        "lifetime",
+    ),
     argv_rest="boards",
     statuses=("ok", "stale", "retry"),
 )

@@ -27,21 +27,23 @@ from conf.boards import (
     qualify,
 )
 from conf.rules import Implausible, RuleRegistry, default_registry
+from serving.landed import CONTRIBUTION, DEDUPE
 from serving.registry import Generation
 from speed.baserows import base_entries
 from speed.connection import ReplicaWait, send_commands
 from speed.events import NormalizedEvent
 from speed.partitions import Keys, partition_of
 from speed.records import (
-    LOOKBACK_SLICES,
+    EPOCHS_FIELD,
+    bucket_expire_at,
     decode_compact,
     event_periods,
     fingerprint_prefix,
-    identity_hash,
-    lookup_slices,
+    identity_parts,
+    parse_epochs,
     record_context,
     short_board,
-    slice_expire_at,
+    slice_of,
 )
 from speed.scoring import score_event
 from speed.scripts import APPLY_EVENT, pack_strings, register
@@ -61,6 +63,8 @@ GROUP_SIZE = Histogram(
 )
 
 
+# (bucket, field, key, check) of a record identity (speed/records.py identity_parts).
+_Identity = tuple[int, bytes, int, int]
 # (local row, base) of a player not in the base segment (speed/baserows.py).
 NOT_IN_BASE = (-1, "")
 # The owner transaction's packed per-event records (speed/scripts.py declares them).
@@ -101,6 +105,10 @@ class _Call:
     extra_boards: list[str] = field(default_factory=list)
     # "apply", or "release" (a quarantined event, as of its acceptance time).
     mode: str = "apply"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def decode_result(
@@ -157,8 +165,10 @@ class SpeedLayer:
         # registry, speed/baserows.py registry_lookup); the owner transaction needs
         # each player's row in its partition's base generation.
         self.base_generations: Callable[[int], Generation | None] = lambda n: None
-        # Base generation per partition as last seen (-1: ask the script).
+        # Base generation per partition as last seen (-1: ask the script), and
+        # its live record epochs (the base hash's "ep", speed/records.py).
         self._bases: dict[int, int] = {}
+        self._epochs: dict[int, str] = {}
         # Group commit of concurrent small calls (see apply()).
         self.group_window_us = 0
         # (replicas, timeout ms) each master must count with WAIT after the owner
@@ -353,27 +363,40 @@ class SpeedLayer:
                 )
         # KEYS of the events follow the board table's (1-based, as in Lua).
         key_at = len(script_keys) + 1
-        # Dedupe and contribution records go by wall-clock slices (also for a
-        # release, whose now_ms is its past acceptance): the newest slice first.
-        slices = lookup_slices(self.clock(), self.retention_seconds)
-        assert len(slices) == LOOKBACK_SLICES
-        for call, feeding in per_event:
+        # Dedupe and contribution records are in the buckets of the live record
+        # epochs, newest first, or landed in the base generation's index.
+        # None known yet: the script starts epoch 1 if none is (apply_event.lua).
+        epochs = parse_epochs(self._epochs.get(partition)) or [1]
+        epochs_text = ",".join(map(str, epochs))
+        # Each event's record identities, hashed once: (bucket, field) in Redis,
+        # (key, check) in the landed records index (speed/records.py).
+        hashes = [
+            (
+                identity_parts(c.event.identity, c.event.event.eventId),
+                identity_parts(c.event.identity, c.event.event.matchId),
+            )
+            for c in calls
+        ]
+        landed_dedupe, landed_contribution = self._landed(generation, hashes)
+        wall = self.clock()
+        for n_call, (call, feeding) in enumerate(per_event):
             normalized = call.event
             event = normalized.event
             player = event.playerId
             occurred_ms = int(normalized.occurred_at.timestamp() * 1000)
             # Records of the player within its game (NormalizedEvent.identity).
             identity = normalized.identity
-            bucket, dedupe_field = identity_hash(identity, event.eventId)
-            match_bucket, contribution_field = identity_hash(identity, event.matchId)
+            (bucket, dedupe_field, _, _), (match_bucket, contribution_field, _, _) = (
+                hashes[n_call]
+            )
             event_keys += [
-                *(keys.dedupe_bucket(s, bucket) for s in slices),
-                *(keys.contribution_bucket(s, match_bucket) for s in slices),
                 keys.rate(identity),
                 keys.recent_matches(identity),
+                *(keys.dedupe_bucket(e, bucket) for e in epochs),
+                *(keys.contribution_bucket(e, match_bucket) for e in epochs),
             ]
             first_key = key_at
-            key_at += 2 * LOOKBACK_SLICES + 2
+            key_at += 2 + 2 * len(epochs)
             periods = self._periods_of(normalized)
             # One packed argument per event: its EV record, then its EV_BOARD ones.
             parts = [
@@ -395,6 +418,8 @@ class SpeedLayer:
                         contribution_field,
                         record_context(periods, event.region).encode(),
                         Keys.held_field(identity, event.eventId).encode(),
+                        landed_dedupe[n_call],
+                        landed_contribution[n_call],
                     )
                 ),
             ]
@@ -434,7 +459,11 @@ class SpeedLayer:
             len(calls),
             self.boards.rule,
             base_number,
-            slice_expire_at(slices[0], self.retention_seconds),
+            bucket_expire_at(wall, self.retention_seconds),
+            epochs_text,
+            len(epochs),
+            slice_of(wall, self.retention_seconds),
+            int(wall),
             *board_args,
             *event_args,
         ]
@@ -444,6 +473,30 @@ class SpeedLayer:
             event_keys += [keys.key_rate(call.event.key_id) for call in calls]
         all_keys = script_keys + event_keys
         return ["EVALSHA", self._apply.sha, len(all_keys), *all_keys, *args]
+
+    @staticmethod
+    def _landed(
+        generation: Generation | None, hashes: list[tuple[_Identity, _Identity]]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Each event's dedupe record and its match's contribution record in the
+        landed records index of the base generation (serving/landed.py), b"" when
+        none: one vectorised lookup per kind and layer for the chunk. ``hashes``:
+        per event, :func:`speed.records.identity_parts` of (identity, eventId) and
+        of (identity, matchId)."""
+        index = generation.landed() if generation is not None else None
+        if index is None or index.entries == 0:
+            empty = [b""] * len(hashes)
+            return empty, list(empty)
+        found_dedupe = index.lookup(
+            DEDUPE, [d[2] for d, _ in hashes], [d[3] for d, _ in hashes]
+        )
+        found_matches = index.lookup(
+            CONTRIBUTION, [m[2] for _, m in hashes], [m[3] for _, m in hashes]
+        )
+        return (
+            [v or b"" for v in found_dedupe],
+            [v or b"" for v in found_matches],
+        )
 
     def _ref_texts(
         self, board: str, periods: dict[str, str], region: str, base: str
@@ -575,14 +628,21 @@ class SpeedLayer:
             queues.setdefault(call.partition, []).append(i)
         unknown = [p for p in queues if p not in self._bases]
         if unknown:
-            # Once per partition and process: which generation its base is.
+            # Once per partition and process: which generation its base is, and
+            # its live record epochs.
             replies = await send_commands(
-                self.client, [("HGET", Keys(p).base_generation, "g") for p in unknown]
+                self.client,
+                [
+                    ("HMGET", Keys(p).base_generation, "g", EPOCHS_FIELD)
+                    for p in unknown
+                ],
             )
             for p, raw in zip(unknown, replies, strict=True):
                 if isinstance(raw, Exception):
                     raise raw
-                self._bases.setdefault(p, int(raw) if raw else 0)
+                number, epochs = raw
+                self._bases.setdefault(p, int(number) if number else 0)
+                self._epochs.setdefault(p, _text(epochs) if epochs else "")
         rebased = 0
         while queues:
             now_ms = release_at_ms
@@ -609,11 +669,14 @@ class SpeedLayer:
                     raise reply
                 first = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
                 if first == "rebased":
-                    # Nothing ran: name the rows of the partition's real base.
+                    # Nothing ran: name the rows of the partition's real base and
+                    # the buckets of its live record epochs.
                     rebased += 1
                     if rebased > MAX_REBASED:
                         raise BaseUnavailable("the base generation kept moving")
-                    number = int(reply[1])
+                    number_text, _, epochs_text = _text(reply[1]).partition("|")
+                    number = int(number_text)
+                    self._epochs[p] = epochs_text
                     if number > 0 and self.base_generations(number) is None:
                         raise BaseUnavailable(
                             f"partition {p}'s base generation g{number} is not "

@@ -23,17 +23,20 @@
 --            player is changed (or shadowed): its base row leaves the live merge
 --   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
 --   bk       bucket boundaries: zset member "<index>/<bucket count>", score = lower
--- Per event (EV_KEY, from the event's key_at): the dedupe record's bucket hash in the
---   current slice, the previous one and the one before (speed/records.py), field
+-- Per event (EV_KEY, from the event's key_at): rate-limit bucket, recent matches,
+--   then the dedupe record's bucket hash in each live record epoch, newest (the
+--   current one) first (speed/records.py), field
 --   EV.record_field (8-byte identity hash) -> <fingerprint prefix, 8 bytes><saved
 --   result>, the result kept compact: "<status letter>|<position>|<board>,<total>,
 --   <version>[,<status letter>];..." (the reply is the same compact form; a bucket
 --   expires whole at ARG.record_expire_at); contribution record (playerId, matchId): the
---   field EV.contribution_field of its bucket in the current slice or one of the two
---   before (moved to the current one whenever touched), holding the record's fields
+--   field EV.contribution_field of its bucket in each live epoch likewise (moved to
+--   the current one whenever touched), holding the record's fields
 --   r=<revision>, b:<board>=<points>, u=<rule version the points were scored under>,
 --   u:<board>=<its rule version> for a board whose rule is not u (q, qr while a
---   revision is held), encoded by encode_record (lib/records.lua, speed/records.py);
+--   revision is held), encoded by encode_record (lib/records.lua, speed/records.py).
+--   A record no live epoch holds may be in the base generation's landed records
+--   index: the caller passes it (EV.landed_dedupe, EV.landed_contribution);
 --   rate-limit bucket hash t=<tokens>, ts=<ms>; recent matches zset matchId ->
 --   occurredAt ms of the player's accepted new matches (plausibility bounds; kept only
 --   when a rule has such bounds). A reference to an aggregation "max" board names its
@@ -79,11 +82,33 @@ local n_boards = tonumber(ARGV[ARG.n_boards])
 local n_events = tonumber(ARGV[ARG.n_events])
 local default_rule = ARGV[ARG.default_rule]
 local record_expire_at = ARGV[ARG.record_expire_at]
+local n_epochs = tonumber(ARGV[ARG.n_epochs])
 
--- Base rows are positions in one generation's segments: refuse them for another.
-local base_generation = redis.call("HGET", KEYS[KEY.base], "g") or "0"
-if base_generation ~= ARGV[ARG.base_generation] then
-  return {"rebased", base_generation}
+--#include epochs
+
+-- Base rows are positions in one generation's segments, landed records that
+-- generation's index, record buckets those of the live epochs: refuse them for
+-- another base or other epochs ("rebased", "<generation>|<epochs>").
+local base_state = redis.call("HMGET", KEYS[KEY.base], "g", "ep", "s", "n")
+local base_generation = base_state[1] or "0"
+local live_epochs = base_state[2] or ""
+-- No epoch yet: epoch 1 starts now (a caller that knows none names its buckets).
+if live_epochs == "" and not base_state[4] then
+  live_epochs = "1"
+  base_state[3] = ARGV[ARG.slice]
+  redis.call("HSET", KEYS[KEY.base], "ep", live_epochs, "n", 1, "s", base_state[3])
+end
+-- The current epoch started in an earlier wall-clock slice (or, never so, none is
+-- live): a new one starts (records then expire with their epochs,
+-- speed/records.py); nothing ran, the caller sends the chunk again with its
+-- buckets.
+if live_epochs == "" or tonumber(base_state[3] or "0") < tonumber(ARGV[ARG.slice]) then
+  local ep = roll_epoch(KEYS[KEY.base], KEYS[KEY.position], ARGV[ARG.slice],
+    tonumber(ARGV[ARG.wall_s]), retention, nil)
+  return {"rebased", base_generation .. "|" .. ep}
+end
+if base_generation ~= ARGV[ARG.base_generation] or live_epochs ~= ARGV[ARG.epochs] then
+  return {"rebased", base_generation .. "|" .. live_epochs}
 end
 local HOUR_MS = 3600000
 
@@ -136,7 +161,9 @@ for e = 1, n_events do
     max_per_hour = v[EV.max_per_hour + 1], key_at = v[EV.key_at + 1],
     dedupe_field = v[EV.dedupe_field + 1],
     contribution_field = v[EV.contribution_field + 1], context = v[EV.context + 1],
-    held_field = v[EV.held_field + 1], refs = {},
+    held_field = v[EV.held_field + 1],
+    landed_dedupe = v[EV.landed_dedupe + 1],
+    landed_contribution = v[EV.landed_contribution + 1], refs = {},
   }
   local n_refs = v[EV.n_refs + 1]
   local format = refs_format[n_refs]
@@ -330,7 +357,8 @@ local function best_of(key)
   return tonumber(top[2])
 end
 
--- Record buckets of the current slice all expire at ARG.record_expire_at. A bucket
+-- Record buckets written now all expire at ARG.record_expire_at (a backstop: an
+-- epoch's buckets normally leave with it, at a rebase). A bucket
 -- given that expiry earlier in the chunk keeps it (HSET keeps a TTL), so it needs no
 -- second EXPIREAT, unless the time has passed already (a caller's clock behind
 -- Redis's: the EXPIREAT deleted the bucket, and a later write must delete it again,
@@ -368,28 +396,35 @@ end
 -- The event's own keys (EV_KEY, from its key_at), named once.
 local function event_keys(ev)
   local at = ev.key_at
-  ev.dedupe_key = KEYS[at + EV_KEY.dedupe]
-  ev.dedupe_older = {KEYS[at + EV_KEY.dedupe_prev], KEYS[at + EV_KEY.dedupe_oldest]}
-  ev.contribution_key = KEYS[at + EV_KEY.contribution]
-  ev.contribution_older = {
-    KEYS[at + EV_KEY.contribution_prev], KEYS[at + EV_KEY.contribution_oldest],
-  }
   ev.rate_key = KEYS[at + EV_KEY.rate]
   ev.recent_key = KEYS[at + EV_KEY.recent]
+  -- Then its record buckets in each live epoch, newest (the current one) first.
+  local dedupe_at = at + EV_KEY.size
+  local contribution_at = dedupe_at + n_epochs
+  ev.dedupe_keys, ev.contribution_keys = {}, {}
+  for i = 0, n_epochs - 1 do
+    ev.dedupe_keys[#ev.dedupe_keys + 1] = KEYS[dedupe_at + i]
+    ev.contribution_keys[#ev.contribution_keys + 1] = KEYS[contribution_at + i]
+  end
+  ev.dedupe_key = ev.dedupe_keys[1]
+  ev.contribution_key = ev.contribution_keys[1]
 end
 
 -- (a) dedupe. Guarantees: an identity seen before changes nothing and answers its
 -- saved result ("duplicate", same content) or "conflict" (other content); a release
 -- goes on only for an event still held ("noop" otherwise).
 local function dedupe(ev)
-  local dedupe_key = ev.dedupe_key
-  -- The record is in the newest slice's bucket that has it (it is written once).
-  local saved = redis.call("HGET", dedupe_key, ev.dedupe_field)
-  for _, older in ipairs(ev.dedupe_older) do
+  -- The record is in the newest epoch's bucket that has it, else (its epoch left
+  -- Redis once landed) in the base generation's landed records index.
+  local saved = false
+  for _, key in ipairs(ev.dedupe_keys) do
+    saved = redis.call("HGET", key, ev.dedupe_field)
     if saved then
       break
     end
-    saved = redis.call("HGET", older, ev.dedupe_field)
+  end
+  if not saved and ev.landed_dedupe ~= "" then
+    saved = ev.landed_dedupe
   end
   if mode == "release" then
     -- Only a held event is released, and only once.
@@ -416,16 +451,18 @@ local function stored_contribution(ev)
   for _, ref in ipairs(ev.refs) do
     given[ref.b.id] = true
   end
-  local contribution_key = ev.contribution_key
-  -- The record is in the newest slice's bucket that has it.
-  local raw = redis.call("HGET", contribution_key, ev.contribution_field)
-  local found_in = contribution_key
-  for _, older in ipairs(ev.contribution_older) do
+  -- The record is in the newest epoch's bucket that has it, else in the landed
+  -- records index (found_in nil: nothing in Redis to move).
+  local raw, found_in = false, nil
+  for _, key in ipairs(ev.contribution_keys) do
+    raw = redis.call("HGET", key, ev.contribution_field)
     if raw then
+      found_in = key
       break
     end
-    raw = redis.call("HGET", older, ev.contribution_field)
-    found_in = older
+  end
+  if not raw and ev.landed_contribution ~= "" then
+    raw = ev.landed_contribution
   end
   local rec = decode_record(raw)
   ev.raw, ev.found_in, ev.rec = raw, found_in, rec
@@ -658,21 +695,21 @@ local function outcome(ev, held, items, saved_as)
 end
 
 -- The contribution record's write. Guarantees: a record the event gave a revision
--- is written once, in the current slice's bucket (and leaves the older bucket it
+-- is written once, in the current epoch's bucket (and leaves the older bucket it
 -- was found in), with that bucket's expiry.
 local function save_contribution(ev)
   local rec = ev.rec
   local contribution_key = ev.contribution_key
-  -- Touched: the record lives on from now, in the current slice's bucket.
+  -- Touched: the record lives on from now, in the current epoch's bucket.
   if rec.r then
     local short_of = {}
     for _, ref in ipairs(ev.refs) do
       short_of[ref.b.id] = ref.saved_as
     end
-    redis.call("HSET", contribution_key, ev.contribution_field,
-      encode_record(rec, ev.context, short_of))
+    ev.rc_value = encode_record(rec, ev.context, short_of)
+    redis.call("HSET", contribution_key, ev.contribution_field, ev.rc_value)
     expire_bucket(contribution_key)
-    if ev.found_in ~= contribution_key and ev.raw then
+    if ev.found_in and ev.found_in ~= contribution_key then
       redis.call("HDEL", ev.found_in, ev.contribution_field)
     end
   end
@@ -692,9 +729,16 @@ local function append_log(ev, status, items, position, held)
   if mode == "release" then
     logged = "released"
   end
+  -- rc: the contribution record as this event left it (what save_contribution
+  -- wrote), so the batch layer's landed records index (serving/landed.py) takes it
+  -- from the record without folding the match's history.
+  local rc = ""
+  if ev.rc_value then
+    rc = ',"rc":' .. cjson.encode(ev.rc_value)
+  end
   local record = string.format(
-    '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s}',
-    partition, position, now_ms, logged, ev.event_json, result)
+    '{"partition":%d,"position":%d,"receivedAtMs":%d,"status":"%s","event":%s,"result":%s%s}',
+    partition, position, now_ms, logged, ev.event_json, result, rc)
   redis.call("XADD", KEYS[KEY.log], string.format("%d-0", position), "r", record)
   if held then
     redis.call("HSET", KEYS[KEY.quarantine], ev.held_field, record)

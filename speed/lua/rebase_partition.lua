@@ -5,7 +5,8 @@
 -- KEYS[2] partition log stream     KEYS[3] landed position
 -- KEYS[4] flags hash (playerId -> "shadow"): shadowed players stay out of chz and the
 --         Fenwick tree; one the generation still holds gets its chb bit (hidden)
--- then per board (7 keys each, from KEYS[5]): totals, chz, chb, fw, bk, bk-next, cnt-next
+-- KEYS[5] position counter (the closed record epoch's highest position)
+-- then per board (7 keys each, from KEYS[6]): totals, chz, chb, fw, bk, bk-next, cnt-next
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
 --       {"<board>": {"<playerId>": [score, achievedMs | null, local row] | null}}
 --       for the players changed after the boundary: their score in the new
@@ -14,6 +15,8 @@
 --       Members on first_achieved boards carry the time (see apply_event.lua).
 --       drop JSON {"<board>": [playerId, ...]}: players on the new generation's
 --       segment (with versions) whose totals may leave Redis.
+--       drop_records, slice, wall_s, lifetime: the record epochs' roll
+--       (lib/epochs.lua; speed/scripts.py REBASE_PARTITION).
 --
 -- Players whose last change is at or before the boundary leave the changed-sets (the
 -- generation now holds their score); those changed after it stay, with the bit of
@@ -22,7 +25,8 @@
 -- shadowed (apply_event.lua and the readers then take score and version from the
 -- generation). The Fenwick tree is
 -- the generation's per-bucket counts of this partition, moved by the same players.
--- Returns {"ok", n} | {"stale", why} | {"retry", json [[board, player], ...]}
+-- Returns {"ok", "<n>|<epochs that left, comma separated>"} | {"stale", why} |
+--         {"retry", json [[board, player], ...]}
 -- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local gen = tonumber(ARGV[ARG.generation])
@@ -78,6 +82,8 @@ if #missing > 0 then
 end
 
 --#include members
+
+--#include epochs
 
 local shadowed = {}
 local flags = redis.call("HGETALL", KEYS[KEY.flags])
@@ -215,5 +221,15 @@ for i = 1, n do
   end
   redis.call("DEL", cnt_next)
 end
+-- A new record epoch starts; epochs whose events are all landed in this generation
+-- leave when it publishes a landed records index (serving/landed.py answers for
+-- their records from now on), as do epochs older than a record lifetime. The
+-- caller deletes the buckets of those that left (returned after the "|").
+local drop_through = nil
+if ARGV[ARG.drop_records] == "1" then
+  drop_through = bpos
+end
+local _, gone = roll_epoch(KEYS[KEY.base], KEYS[KEY.position], ARGV[ARG.slice],
+  tonumber(ARGV[ARG.wall_s]), tonumber(ARGV[ARG.lifetime]), drop_through)
 redis.call("HSET", KEYS[KEY.base], "g", gen, "pos", bpos)
-return {"ok", tostring(rebased)}
+return {"ok", tostring(rebased) .. "|" .. table.concat(gone, ",")}

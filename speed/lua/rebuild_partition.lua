@@ -31,7 +31,9 @@ for i = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
     redis.call("DEL", live)
   end
 end
-redis.call("DEL", KEYS[KEY.base])
+-- The base hash's record epochs stay (speed/records.py): the records restored and
+-- kept are in their buckets.
+redis.call("HDEL", KEYS[KEY.base], "g", "pos")
 if gen > 0 then
   redis.call("HSET", KEYS[KEY.base], "g", gen, "pos", bpos)
 end

@@ -60,11 +60,7 @@ def test_v2_points_come_from_the_record(
     assert record["event"]["placement"] == 1
     # The contribution record names the rule of each board.
     raw = find_record(
-        redis_client,
-        Keys(partition_of("P2", 4)).contribution_bucket,
-        "P2",
-        "M1",
-        settings.record_ttl_seconds,
+        redis_client, Keys(partition_of("P2", 4)), "contribution", "P2", "M1"
     )
     assert raw is not None
     contribution = decode_contribution(raw)

@@ -1,7 +1,7 @@
 """Dedupe and contribution records as fields of bucket hashes (speed/records.py),
 on a real Redis: a redelivery among many records of one bucket gets its saved
 result, a reused eventId with other content is a conflict, a correction finds its
-contribution record across a slice boundary, and a record costs under 200 bytes."""
+contribution record across record epochs, and a record costs under 200 bytes."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from speed.events import NormalizedEvent, validate_event
 from speed.partitions import Keys
 from speed.records import (
     BUCKET_BITS,
+    bucket_expire_at,
     identity_hash,
-    slice_expire_at,
-    slice_of,
+    live_epochs,
     slice_seconds,
 )
 from speed.store import MAX_CHUNK, EventConflict, Outcome, SpeedLayer
@@ -126,12 +126,12 @@ def test_redelivery_among_many_records_and_bytes_per_record(
 
 
 @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)
-def test_records_across_slices(
+def test_records_across_epochs(
     settings: Settings, redis_client: redis.Redis, redis_url: str
 ) -> None:
-    """A slice later a redelivery still gets its saved result; a correction finds
-    the contribution record in the older slice and moves it to the current one; a
-    lifetime after its last touch a record is gone."""
+    """A slice later (a new record epoch) a redelivery still gets its saved result;
+    a correction finds the contribution record in the older epoch and moves it to
+    the current one; a lifetime after its epoch ended a record is gone."""
     step = slice_seconds(LIFETIME)
     original = sent(1, matchId="M", occurredAt="2026-11-20T10:00:00Z")
     correction = sent(
@@ -168,19 +168,18 @@ def test_records_across_slices(
 
     keys = Keys(accepted.body["partition"])
     bucket, field = identity_hash(player, "M")
-    first_slice = int(NOW.timestamp() // step)
-    assert not redis_client.hexists(
-        keys.contribution_bucket(first_slice, bucket), field
-    )
-    assert redis_client.hexists(
-        keys.contribution_bucket(first_slice + 2, bucket), field
-    )
-    # Every bucket expires as a whole, a lifetime after its slice ends.
-    ttl = redis_client.ttl(keys.contribution_bucket(first_slice + 2, bucket))
+    # One epoch per slice: the first, the redelivery's, the correction's.
+    epochs = live_epochs(redis_client, keys.base_generation)
+    assert len(epochs) == 3
+    current, first = epochs[0], epochs[-1]
+    assert not redis_client.hexists(keys.contribution_bucket(first, bucket), field)
+    assert redis_client.hexists(keys.contribution_bucket(current, bucket), field)
+    # Every bucket expires as a whole (a backstop: epochs leave at rebases).
+    ttl = redis_client.ttl(keys.contribution_bucket(current, bucket))
     assert ttl > 0
 
-    # Three slices after the correction (more than a lifetime): a new match again.
-    clock[0] = NOW.timestamp() + 5 * step
+    # A lifetime after the correction's epoch ended: a new match again.
+    clock[0] = NOW.timestamp() + 6 * step
     fresh = normalized(settings, [correction])
     again = asyncio.run(apply_all(redis_url, settings, [fresh], clock))[0][0]
     assert again.body is not None
@@ -201,7 +200,7 @@ def test_one_chunk_expires_each_bucket_and_numbers_positions(
     out = asyncio.run(apply_all(redis_url, settings, [events], clock))[0]
     assert all(o.body and o.body["status"] == "accepted" for o in out)
 
-    expire_at = slice_expire_at(slice_of(NOW.timestamp(), LIFETIME), LIFETIME)
+    expire_at = bucket_expire_at(NOW.timestamp(), LIFETIME)
     buckets = [
         *redis_client.scan_iter(match="lb:*:rd:*"),
         *redis_client.scan_iter(match="lb:*:rc:*"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from speed.partitions import Keys
 from speed.records import (
     BUCKET_BITS,
-    LOOKBACK_SLICES,
+    bucket_expire_at,
     compact_result,
     decode_compact,
     decode_contribution,
@@ -20,11 +20,14 @@ from speed.records import (
     event_periods,
     fingerprint_prefix,
     identity_hash,
+    identity_key,
+    identity_parts,
     long_board,
-    lookup_slices,
+    parse_epochs,
+    record_lookups,
     short_board,
-    slice_expire_at,
     slice_of,
+    slice_seconds,
 )
 from speed.store import decode_result
 
@@ -143,19 +146,39 @@ def test_identity_hash_is_length_prefixed_and_bounded() -> None:
     assert identity_hash("a:b", "c") != identity_hash("a", "b:c")
     bucket, field = identity_hash("player-" + "x" * 57, "event-" + "y" * 58)
     assert len(field) == 8 and 0 <= bucket < 2**BUCKET_BITS
-    assert Keys(3).dedupe_bucket(5, bucket).startswith("lb:{p3}:rd:5:")
+    assert Keys(3).dedupe_bucket(5, bucket).startswith("lb:{p3}:rd:e5:")
 
 
 @given(now=st.integers(0, 2**40), lifetime=st.integers(60, 10**9))
-def test_a_record_is_found_for_its_whole_lifetime(now: int, lifetime: int) -> None:
-    """Written at ``now``, a record's slice is among the slices looked up until a
-    lifetime has passed, and its bucket has not expired by then."""
-    written = slice_of(now, lifetime)
-    assert lookup_slices(now, lifetime)[0] == written
-    assert len(lookup_slices(now, lifetime)) == LOOKBACK_SLICES
-    for later in (now, now + lifetime // 2, now + lifetime - 1):
-        assert written in lookup_slices(later, lifetime)
-    assert slice_expire_at(written, lifetime) >= now + lifetime
+def test_a_bucket_outlives_its_last_write_by_a_lifetime(
+    now: int, lifetime: int
+) -> None:
+    """The expiry backstop: a bucket written at ``now`` lives at least a lifetime;
+    an epoch lasts at most one slice (half a lifetime), so a bucket goes at most
+    a slice and a half after its first write (plus the clock margin)."""
+    assert bucket_expire_at(now, lifetime) >= now + lifetime
+    assert (
+        slice_of(now + slice_seconds(lifetime), lifetime) == slice_of(now, lifetime) + 1
+    )
+
+
+def test_epochs_name_the_buckets_newest_first() -> None:
+    assert parse_epochs(b"7,5") == [7, 5]
+    assert parse_epochs("") == [] and parse_epochs(None) == []
+    bucket, field = identity_hash("p", "e")
+    lookups = record_lookups(Keys(1).dedupe_bucket, "p", "e", [7, 5])
+    assert lookups == [
+        (Keys(1).dedupe_bucket(7, bucket), field),
+        (Keys(1).dedupe_bucket(5, bucket), field),
+    ]
+
+
+def test_identity_key_is_the_identity_hash() -> None:
+    """The landed records index keys a record by the same hash as its Redis field
+    (64 bits) plus 16 more bits."""
+    key, check = identity_key("p1", "E1")
+    _, field = identity_hash("p1", "E1")
+    assert key.to_bytes(8, "big") == field and 0 <= check < 2**16
 
 
 contribution_fields = st.fixed_dictionaries(
@@ -201,3 +224,10 @@ def test_ten_board_contribution_is_compact() -> None:
     value = encode_contribution(fields, periods, "eu")
     # With its 3-byte header and NUL, the value fits jemalloc's 80-byte class.
     assert len(value) <= 76, value
+
+
+def test_identity_parts_are_both_hashes() -> None:
+    for player, other in (("p1", "E1"), ("a:b", "c"), ("x" * 60, "")):
+        bucket, field, key, check = identity_parts(player, other)
+        assert (bucket, field) == identity_hash(player, other)
+        assert (key, check) == identity_key(player, other)

@@ -1,0 +1,133 @@
+"""The landed records index format (serving/landed.py): layers, newest wins,
+compaction, the dedupe window's drop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from serving.landed import (
+    CONTRIBUTION,
+    DEDUPE,
+    Entry,
+    LandedIndex,
+    compact_layers,
+    layer_file,
+    write_layer,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_round_trip_one_layer(tmp_path: Path) -> None:
+    entries = [
+        Entry(DEDUPE, 5, 1, 1000, b"fp-a|a|1|dg,1,1"),
+        Entry(CONTRIBUTION, 5, 1, 1000, b"2026-11-20|2026-W47|eu|r=1;dg=3"),
+        Entry(DEDUPE, 2**64 - 1, 65535, 2000, b"top"),
+    ]
+    _, count = write_layer(tmp_path / layer_file("g1"), entries)
+    assert count == 3
+    index = LandedIndex(tmp_path, [layer_file("g1")])
+    assert index.get(DEDUPE, 5, 1) == b"fp-a|a|1|dg,1,1"
+    assert index.get(CONTRIBUTION, 5, 1) == b"2026-11-20|2026-W47|eu|r=1;dg=3"
+    assert index.get(DEDUPE, 2**64 - 1, 65535) == b"top"
+    # Same key, other check or other kind: absent.
+    assert index.get(DEDUPE, 5, 2) is None
+    assert index.get(CONTRIBUTION, 2**64 - 1, 65535) is None
+    assert index.get(DEDUPE, 6, 1) is None
+
+
+def test_within_a_layer_the_last_write_wins(tmp_path: Path) -> None:
+    entries = [
+        Entry(CONTRIBUTION, 9, 3, 1, b"r=1"),
+        Entry(CONTRIBUTION, 9, 3, 2, b"r=2"),
+    ]
+    _, count = write_layer(tmp_path / "l.arrow", entries)
+    assert count == 1
+    assert LandedIndex(tmp_path, ["l.arrow"]).get(CONTRIBUTION, 9, 3) == b"r=2"
+
+
+def test_newer_layer_wins_and_compaction_keeps_it(tmp_path: Path) -> None:
+    write_layer(
+        tmp_path / "a",
+        [Entry(CONTRIBUTION, 1, 0, 10, b"old"), Entry(DEDUPE, 1, 0, 10, b"d")],
+    )
+    write_layer(tmp_path / "b", [Entry(CONTRIBUTION, 1, 0, 20, b"new")])
+    index = LandedIndex(tmp_path, ["a", "b"])
+    assert index.get(CONTRIBUTION, 1, 0) == b"new"
+    assert index.get(DEDUPE, 1, 0) == b"d"
+    compact_layers(tmp_path, ["a", "b"], tmp_path / "c", cutoff_ms=None)
+    merged = LandedIndex(tmp_path, ["c"])
+    assert merged.entries == 2
+    assert merged.get(CONTRIBUTION, 1, 0) == b"new"
+
+
+def test_compaction_drops_records_older_than_the_window(tmp_path: Path) -> None:
+    write_layer(
+        tmp_path / "a",
+        [Entry(DEDUPE, 1, 0, 10, b"gone"), Entry(CONTRIBUTION, 2, 0, 10, b"old")],
+    )
+    # The match touched again later: its record lives on from that touch.
+    write_layer(tmp_path / "b", [Entry(CONTRIBUTION, 2, 0, 50, b"touched")])
+    compact_layers(tmp_path, ["a", "b"], tmp_path / "c", cutoff_ms=40)
+    merged = LandedIndex(tmp_path, ["c"])
+    assert merged.get(DEDUPE, 1, 0) is None
+    assert merged.get(CONTRIBUTION, 2, 0) == b"touched"
+    # An expired newest entry does not bring back an older one.
+    compact_layers(tmp_path, ["a", "b"], tmp_path / "d", cutoff_ms=60)
+    assert LandedIndex(tmp_path, ["d"]).entries == 0
+
+
+entry = st.builds(
+    Entry,
+    st.sampled_from([DEDUPE, CONTRIBUTION]),
+    # Few keys, so identities repeat across layers; checks 0/1 share keys.
+    st.integers(0, 40) | st.integers(2**64 - 3, 2**64 - 1),
+    st.integers(0, 1),
+    st.integers(0, 100),
+    st.binary(max_size=12),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layers=st.lists(st.lists(entry, max_size=20), min_size=1, max_size=4),
+    cutoff=st.none() | st.integers(0, 100),
+)
+def test_chain_answers_as_a_dict_of_the_writes_in_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    layers: list[list[Entry]],
+    cutoff: int | None,
+) -> None:
+    directory = tmp_path_factory.mktemp("landed")
+    names = []
+    expected: dict[tuple[int, int, int], Entry] = {}
+    for i, entries in enumerate(layers):
+        name = f"l{i}"
+        write_layer(directory / name, entries)
+        names.append(name)
+        for e in entries:
+            expected[(e.kind, e.key, e.check)] = e
+    index = LandedIndex(directory, names)
+    probes = [
+        (k, key, c)
+        for k in (DEDUPE, CONTRIBUTION)
+        for key in (0, 1, 7, 40, 2**64 - 1)
+        for c in (0, 1)
+    ]
+    probes += list(expected)
+    for kind in (DEDUPE, CONTRIBUTION):
+        asked = [p for p in probes if p[0] == kind]
+        got = index.lookup(kind, [p[1] for p in asked], [p[2] for p in asked])
+        want = [expected[p].value if p in expected else None for p in asked]
+        assert got == want
+    compact_layers(directory, names, directory / "merged", cutoff)
+    merged = LandedIndex(directory, ["merged"])
+    kept = {p: e for p, e in expected.items() if cutoff is None or e.ms >= cutoff}
+    assert merged.entries == len(kept)
+    for p in probes:
+        want_value = kept[p].value if p in kept else None
+        assert merged.get(*p) == want_value
