@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 import redis
 
+from conf.rule_state import load_rule_state
 from conf.settings import Settings
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
@@ -156,17 +157,19 @@ def rebase(
     partitions: int,
     exclude: Collection[str] = (),
     lifetime_seconds: int | None = None,
+    keep_records: bool = False,
 ) -> RebaseReport:
     """Rebase every partition onto ``generation``; idempotent (a partition already at
     or past it reports ``stale``). Boards in ``exclude`` (closed, final in this
     generation: ``speed/closed.py``) get no speed-layer state back.
 
     Each partition starts a new record epoch; when the generation has a landed
-    records index, the epochs all landed in it leave Redis (speed/records.py).
+    records index, the epochs all landed in it leave Redis (speed/records.py),
+    unless ``keep_records`` (a promoted rule: :func:`records_stay_in_redis`).
     ``lifetime_seconds``: the record lifetime (closed epochs older than it are
     forgotten; None: never by age)."""
     script = register(client, REBASE_PARTITION)
-    drop_records = 1 if generation.landed() is not None else 0
+    drop_records = 1 if generation.landed() is not None and not keep_records else 0
     lifetime = lifetime_seconds if lifetime_seconds is not None else NEVER_SECONDS
     boundary = generation.boundary
     boards = [b for b in generation.board_names() if b not in exclude]
@@ -290,6 +293,16 @@ def rebase(
     return RebaseReport(generation.id, report)
 
 
+def records_stay_in_redis(settings: Settings) -> bool:
+    """Whether landed records must stay in Redis instead of being answered by the
+    landed records index: while a season runs under a promoted rule (``lb replay
+    --promote``). The index holds contribution records as the log wrote them, with
+    points scored under the rule before the promotion, and a later correction
+    subtracts what the record says; ``lb rebuild`` (run by the promotion) rewrites the
+    rescored boards' points in records Redis holds, so Redis keeps them all."""
+    return bool(load_rule_state(settings.data_dir).promoted)
+
+
 def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
     """Rebase the speed layer of ``settings`` onto a generation just published."""
     registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
@@ -312,6 +325,7 @@ def rebase_published(settings: Settings, generation_id: str) -> RebaseReport:
             settings.partitions,
             exclude=final,
             lifetime_seconds=settings.record_ttl_seconds,
+            keep_records=records_stay_in_redis(settings),
         )
         # Closed windows leave Redis once their final generation is published.
         if final:

@@ -1182,10 +1182,15 @@ def rebuild(
     config = effective_boards(load_boards(settings.boards_file), rule_state)
     # Their totals in the log were scored under the rule before the promotion.
     promoted = set(rule_state.promoted)
+    # Under a promoted rule every record within its lifetime goes back into Redis, so
+    # that rewrite_rescored can rewrite the rescored boards' points in it: the landed
+    # records index keeps the points the log wrote, under the old rule
+    # (speed.rebase.records_stay_in_redis keeps them there afterwards).
     registry = GenerationRegistry(settings.segments_dir, settings.retained_generations)
     registry.refresh(force=True)
     generation = registry.latest()
     boundary = generation.boundary if generation else {}
+    index_generation = None if promoted else generation
     say(
         f"rebuilding from {generation.id if generation else 'no generation'}"
         f" and the log after its boundary"
@@ -1226,7 +1231,7 @@ def rebuild(
                 )
                 differences = diff_partition(client, state, built, generation)
                 differences += diff_records(
-                    client, state, settings.record_ttl_seconds, generation
+                    client, state, settings.record_ttl_seconds, index_generation
                 )
                 if dry_run:
                     report.differences += differences
@@ -1236,7 +1241,7 @@ def rebuild(
                 # record, which restore never overwrites, and forces a retry below.
                 # The lifetime the API gives records (speed/records.py slices by it).
                 restored = restore_records(
-                    client, state, settings.record_ttl_seconds, generation
+                    client, state, settings.record_ttl_seconds, index_generation
                 )
                 restored += rewrite_rescored(client, state, settings.record_ttl_seconds)
                 stage_partition(client, state, built)
