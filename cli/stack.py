@@ -122,7 +122,8 @@ def _take_lock(settings: Settings) -> int:
 
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # The API's uvicorn binds with SO_REUSEADDR too: same test, same answer.
+        # The API binds with SO_REUSEADDR too (and SO_REUSEPORT, which a socket
+        # without it cannot join): same test, same answer.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -66,24 +66,20 @@ BACKOFF_CAP_S = 5.0
 
 
 def api_command(host: str, port: int, *options: str) -> list[str]:
-    """The API's command line: uvicorn serving ``api.main:create_app`` on
-    ``host:port`` with ``options`` (workers, protocol), no access log, warnings
-    only. The supervisor's, and that of every API started beside a stack
-    (cli/cluster_demo.py, bench/harness.py)."""
+    """The API's command line: ``cli.api_server`` (uvicorn serving
+    ``api.main:create_app``; with ``--workers N`` each worker listens on its own
+    SO_REUSEPORT socket) on ``host:port`` with ``options`` (``--workers``,
+    ``--http``), no access log, warnings only. The supervisor's, and that of every
+    API started beside a stack (cli/cluster_demo.py, bench/harness.py)."""
     return [
         sys.executable,
         "-m",
-        "uvicorn",
-        "api.main:create_app",
-        "--factory",
+        "cli.api_server",
         "--host",
         host,
         "--port",
         str(port),
         *options,
-        "--no-access-log",
-        "--log-level",
-        "warning",
     ]
 
 
