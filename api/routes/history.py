@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import AuthorizationHeader, PlayerIdPath, viewer_of
+from api.direct import DirectRoute
 from api.errors import READ_ERROR_RESPONSES
 from api.history import HistoryService, WouldBlock
 from api.history_models import DiffOut, HistoryOut
@@ -21,8 +22,14 @@ from api.reads import is_own_read
 from api.responses import EncodedResponse
 from serving.orientation import real_body
 
+# DirectRoute (api/direct.py): the history read skips FastAPI's dependency solving
+# (the diff, a sync endpoint, keeps FastAPI's handler); api/main.py adds these
+# routes ahead of the included routers.
 router = APIRouter(
-    prefix="/v1/boards", tags=["history"], responses=READ_ERROR_RESPONSES
+    prefix="/v1/boards",
+    tags=["history"],
+    responses=READ_ERROR_RESPONSES,
+    route_class=DirectRoute,
 )
 
 
