@@ -130,6 +130,7 @@ class HistoryService:
         # Opening or updating the Delta table reads files: its own lock, so a
         # reader on the event loop never waits on it (self._lock stays brief).
         self._bronze_lock = threading.Lock()
+        self._bronze_seen = False
         self._views: OrderedDict[str, View] = OrderedDict()
         self._versions: dict[str, tuple[int, list[int]]] = {}
 
@@ -255,8 +256,13 @@ class HistoryService:
         """The season's complete award versions, listed again only when its
         directory changed (a version is renamed into place: the directory's
         mtime moves) or changed too recently to tell."""
+        root = versions_root(self.data_dir, season)
+        # os.access answers "absent" without raising (a season with no awards:
+        # every history read of its boards asks).
+        if not os.access(root, os.F_OK):
+            return []
         try:
-            mtime = os.stat(versions_root(self.data_dir, season)).st_mtime_ns
+            mtime = os.stat(root).st_mtime_ns
         except FileNotFoundError:
             return []
         with self._lock:
@@ -360,8 +366,12 @@ class HistoryService:
             if cached is not None:
                 self._contributions.move_to_end(key)
                 return cached
-        if not os.path.isdir(self._bronze_log):
-            return None
+        if not self._bronze_seen:
+            # Once there, the table stays (landing only appends); os.access
+            # answers "absent" without raising.
+            if not os.access(self._bronze_log, os.F_OK):
+                return None
+            self._bronze_seen = True
         if not block:
             raise WouldBlock
         import pyarrow.dataset as ds
