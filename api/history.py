@@ -17,6 +17,16 @@ only), cached per (board, player, newest boundary); the table is opened once and
 brought up to date per read (measured on a 6-partition demo table: about 0.9 s for
 the very first read, which loads ``deltalake``, then about 11 ms per player not yet
 cached and 0.2 ms per cached one; it grows with the partition's bronze files).
+Such a scan runs in the thread pool (below); bench/reads.py's direct publish
+writes no bronze table, so its history phase measures no contributions at all.
+
+Per read, everything derived from the snapshots is kept: per board a :class:`View`
+(the snapshots oldest first, their part of the answer cache's key, the labels),
+rebuilt when a generation, the config or the season's award versions change; the
+boards' arrays and the pairs' overlap indexes in :class:`serving.history.PairIndexes`.
+A read asked not to block (``block=False``: the route calls it on the event loop)
+raises :class:`WouldBlock` when it would read files, scan bronze or build an
+index; the route then runs it in the thread pool.
 """
 
 from __future__ import annotations
