@@ -17,12 +17,23 @@ only), cached per (board, player, newest boundary); the table is opened once and
 brought up to date per read (measured on a 6-partition demo table: about 0.9 s for
 the very first read, which loads ``deltalake``, then about 11 ms per player not yet
 cached and 0.2 ms per cached one; it grows with the partition's bronze files).
+Such a scan runs in the thread pool (below); bench/reads.py's direct publish
+writes no bronze table, so its history phase measures no contributions at all.
+
+Per read, everything derived from the snapshots is kept: per board a :class:`View`
+(the snapshots oldest first, their part of the answer cache's key, the labels),
+rebuilt when a generation, the config or the season's award versions change; the
+boards' arrays and the pairs' overlap indexes in :class:`serving.history.PairIndexes`.
+A read asked not to block (``block=False``: the route calls it on the event loop)
+raises :class:`WouldBlock` when it would read files, scan bronze or build an
+index; the route then runs it in the thread pool.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,10 +45,11 @@ import orjson
 from api.errors import InvalidRequest, PlayerNotFound
 from api.reads import Answer, check_board, encode, pin, top_percent
 from conf.boards import BoardsConfig, board_label
-from serving.awards import read_version, versions
+from serving.awards import read_version, versions, versions_root
 from serving.history import (
     DIFF_ROWS,
     AwardStandings,
+    NotKept,
     PairIndexes,
     SegmentStandings,
     Snapshot,
@@ -58,12 +70,36 @@ BRONZE_TABLE = "bronze_events"
 APPLIED = frozenset({"accepted", "released"})
 # Encoded history answers kept (LRU), each valid while its snapshots are.
 ANSWERS_KEPT = 4096
+# A directory changed this recently is listed again on every read: its mtime
+# ticks with the kernel's coarse clock, so a later change may not move it.
+SETTLED_NS = 1_000_000_000
+
+
+class WouldBlock(Exception):
+    """A read asked not to block (``block=False``: on the event loop) needs file
+    reads, a bronze scan or an O(n) build first: the caller runs it in a thread."""
 
 
 @dataclass(frozen=True, slots=True)
 class Contribution:
     position: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What every history read of one board over one set of snapshots shares
+    (built once per set, :meth:`HistoryService.view`): the snapshots oldest first
+    with the public standings, their part of the answer cache's key, the board's
+    labels; ``sources``: the generations and the config it was built from (held,
+    compared by identity)."""
+
+    sources: tuple[object, ...]
+    awards: tuple[int, ...]
+    snapshots: tuple[Snapshot, ...]
+    key: tuple[tuple[str, tuple[int, int]], ...]
+    labels: dict[str, Any]
+    described: dict[str, str]
 
 
 def labels(board: str) -> dict[str, Any]:
@@ -101,6 +137,12 @@ class HistoryService:
         self._award_points: dict[tuple[str, int], Any] = {}
         self._bronze_table: Any = None
         self._bronze_dataset_of: tuple[int, Any] = (-1, None)
+        # Opening or updating the Delta table reads files: its own lock, so a
+        # reader on the event loop never waits on it (self._lock stays brief).
+        self._bronze_lock = threading.Lock()
+        self._bronze_seen = False
+        self._views: OrderedDict[str, View] = OrderedDict()
+        self._versions: dict[str, tuple[int, list[int]]] = {}
 
     # -------------------------------------------------------------- snapshots
 
@@ -179,10 +221,17 @@ class HistoryService:
         return point
 
     def snapshots(
-        self, board: str, described: dict[str, str], own: str | None = None
+        self,
+        board: str,
+        described: dict[str, str],
+        own: str | None = None,
+        gens: tuple[Generation, ...] | None = None,
+        awards: tuple[int, ...] | None = None,
     ) -> list[Snapshot]:
+        """``gens``, ``awards``: the retained generations and the season's award
+        versions (default: as found now)."""
         out: list[Snapshot] = []
-        for gen in self.retained():
+        for gen in self.retained() if gens is None else gens:
             header, boundary, segment = self._generation_point(gen, board)
             out.append(
                 Snapshot(
@@ -198,7 +247,7 @@ class HistoryService:
             )
         if described.get("window") == "season":
             season = described["period"]
-            for number in versions(self.data_dir, season):
+            for number in self.award_versions(season) if awards is None else awards:
                 point = self._award_point(season, number)
                 if point is None:
                     continue
@@ -213,6 +262,83 @@ class HistoryService:
                 )
         return out
 
+    def award_versions(self, season: str) -> list[int]:
+        """The season's complete award versions, listed again only when its
+        directory changed (a version is renamed into place: the directory's
+        mtime moves) or changed too recently to tell."""
+        root = versions_root(self.data_dir, season)
+        # os.access answers "absent" without raising (a season with no awards:
+        # every history read of its boards asks).
+        if not os.access(root, os.F_OK):
+            return []
+        try:
+            mtime = os.stat(root).st_mtime_ns
+        except FileNotFoundError:
+            return []
+        with self._lock:
+            known = self._versions.get(season)
+        if known is not None and known[0] == mtime:
+            return known[1]
+        found = versions(self.data_dir, season)
+        if time.time_ns() - mtime > SETTLED_NS:
+            with self._lock:
+                self._versions[season] = (mtime, found)
+                while len(self._versions) > 64:
+                    self._versions.pop(next(iter(self._versions)))
+        return found
+
+    def view(self, board: str, block: bool = True) -> View:
+        """The board's :class:`View` over the snapshots retained now, built when
+        they change (``block=False``: :class:`WouldBlock` instead of building)."""
+        config = self.config()
+        gens = tuple(self.retained())
+        with self._lock:
+            view = self._views.get(board)
+        if view is not None and view.sources[0] is config:
+            described = view.described
+        else:
+            described = check_board(config, board)
+        season = described["period"] if described.get("window") == "season" else None
+        awards = tuple(self.award_versions(season)) if season is not None else ()
+        sources = (config, *gens)
+        if (
+            view is not None
+            and view.awards == awards
+            and len(view.sources) == len(sources)
+            and all(a is b for a, b in zip(view.sources, sources, strict=True))
+        ):
+            return view
+        if not block:
+            raise WouldBlock
+        snapshots = [
+            # The board's arrays are not held by the view: PairIndexes keeps a
+            # bounded number of them, fetched per read (:meth:`_standings`).
+            Snapshot(
+                s.header, s.boundary, s.order, SegmentStandings(s.standings.segment)
+            )
+            if isinstance(s.standings, SegmentStandings)
+            else s
+            for s in sorted(
+                self.snapshots(board, described, None, gens, awards),
+                key=lambda s: s.order,
+            )
+        ]
+        view = View(
+            sources,
+            awards,
+            tuple(snapshots),
+            tuple((s.header["id"], s.order) for s in snapshots),
+            labels(board),
+            described,
+        )
+        if len(snapshots) == len(gens) + len(awards):  # every award version read
+            with self._lock:
+                self._views[board] = view
+                self._views.move_to_end(board)
+                while len(self._views) > 256:
+                    self._views.popitem(last=False)
+        return view
+
     # ---------------------------------------------------------- contributions
 
     def _bronze_dataset(self) -> Any:
@@ -220,7 +346,7 @@ class HistoryService:
         its newest commit per read (reading the new log entries only)."""
         from deltalake import DeltaTable
 
-        with self._lock:
+        with self._bronze_lock:
             if self._bronze_table is None:
                 self._bronze_table = DeltaTable(str(self.bronze))
             else:
@@ -234,18 +360,30 @@ class HistoryService:
             return self._bronze_dataset_of[1]
 
     def _player_events(
-        self, board: str, player_id: str, partition: int, through: int
+        self,
+        board: str,
+        player_id: str,
+        partition: int,
+        through: int,
+        block: bool = True,
     ) -> list[Contribution] | None:
         """The player's events applied to the board up to ``through``, in log
-        order, with their delta; None when there is no bronze table."""
+        order, with their delta; None when there is no bronze table.
+        ``block=False``: :class:`WouldBlock` instead of scanning bronze."""
         key = (board, player_id, partition, through)
         with self._lock:
             cached = self._contributions.get(key)
             if cached is not None:
                 self._contributions.move_to_end(key)
                 return cached
-        if not os.path.isdir(self._bronze_log):
-            return None
+        if not self._bronze_seen:
+            # Once there, the table stays (landing only appends); os.access
+            # answers "absent" without raising.
+            if not os.access(self._bronze_log, os.F_OK):
+                return None
+            self._bronze_seen = True
+        if not block:
+            raise WouldBlock
         import pyarrow.dataset as ds
 
         table = self._bronze_dataset().to_table(
@@ -296,47 +434,79 @@ class HistoryService:
     # ------------------------------------------------------------------ reads
 
     def history(
-        self, board: str, player_id: str, limit: int, own: bool = False
+        self,
+        board: str,
+        player_id: str,
+        limit: int,
+        own: bool = False,
+        block: bool = True,
     ) -> Answer:
         """``own``: the player's own read (its token): a generation it is shadowed
-        in lists it as if present, as its own rank read does (api/reads/)."""
+        in lists it as if present, as its own rank read does (api/reads/).
+        ``block=False`` (on the event loop): :class:`WouldBlock` when the read
+        needs file reads, a bronze scan or a build first."""
         if not 1 <= limit <= 100:
             raise InvalidRequest("limit must be 1..100", field="limit")
-        described = check_board(self.config(), board)
-        snapshots = self.snapshots(board, described, player_id if own else None)
+        view = self.view(board, block)
         # Snapshots never change: the answer holds until one comes or goes.
-        key = (
-            board,
-            player_id,
-            own,
-            limit,
-            tuple((s.header["id"], s.order) for s in snapshots),
-        )
+        key = (board, player_id, own, limit, view.key)
         with self._lock:
             cached = self._answers.get(key)
             if cached is not None:
                 self._answers.move_to_end(key)
                 return cached
-        answer = self._history(board, player_id, limit, snapshots)
+        try:
+            snapshots = self._standings(view, player_id if own else None, block)
+            answer = self._history(board, player_id, limit, snapshots, view, block)
+        except NotKept:
+            raise WouldBlock from None
         with self._lock:
             self._answers[key] = answer
             while len(self._answers) > ANSWERS_KEPT:
                 self._answers.popitem(last=False)
         return answer
 
+    def _standings(
+        self, view: View, own: str | None, block: bool
+    ) -> tuple[Snapshot, ...]:
+        """The view's snapshots with each generation's standings as ``own`` reads
+        them, with the board's kept arrays (:class:`NotKept` when not built and
+        ``block`` is False)."""
+        out = []
+        for snapshot in view.snapshots:
+            standings = snapshot.standings
+            if isinstance(standings, SegmentStandings):
+                segment = standings.segment
+                snapshot = Snapshot(
+                    snapshot.header,
+                    snapshot.boundary,
+                    snapshot.order,
+                    SegmentStandings(segment, own, self._pairs.board(segment, block)),
+                )
+            out.append(snapshot)
+        return tuple(out)
+
     def _history(
-        self, board: str, player_id: str, limit: int, snapshots: list[Snapshot]
+        self,
+        board: str,
+        player_id: str,
+        limit: int,
+        ordered: tuple[Snapshot, ...],
+        view: View,
+        block: bool,
     ) -> Answer:
-        steps = player_steps(snapshots, player_id, limit, self._pairs)
+        """``ordered``: the snapshots, oldest first."""
+        steps = player_steps(
+            ordered, player_id, limit, self._pairs, block, ordered=True
+        )
         if not steps:
             raise PlayerNotFound(
                 f"player {player_id!r} is on no retained generation or award "
                 f"snapshot of {board}"
             )
-        ordered = sorted(snapshots, key=lambda s: s.order)
         partition = str(partition_of(player_id, self.partitions))
         newest = steps[0].snapshot.boundary.get(partition, 0)
-        events = self._player_events(board, player_id, int(partition), newest)
+        events = self._player_events(board, player_id, int(partition), newest, block)
         entries = []
         for step in steps:
             lower_snapshot = step.previous
@@ -357,7 +527,7 @@ class HistoryService:
                     "rankChange": step.rank_change,
                 }
             )
-        return encode({**labels(board), "playerId": player_id, "entries": entries})
+        return encode({**view.labels, "playerId": player_id, "entries": entries})
 
     def diff(self, board: str, from_id: str, to_id: str, limit: int) -> Answer:
         if not 1 <= limit <= DIFF_ROWS:

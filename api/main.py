@@ -190,7 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # reload and, with LB_READ_AUTH=token, the gate of every read.
     app.add_middleware(ApiMiddleware, gate_reads=settings.read_auth == "token")
     # The hot reads and the writes: the app's own routes, first (api/direct.py).
-    add_first(app, boards_routes.router, score_events.router)
+    add_first(app, boards_routes.router, score_events.router, history.router)
     app.include_router(health.router)
     app.include_router(awards.router)
     app.include_router(admin.router)
@@ -199,7 +199,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(flags.router)
     app.include_router(quarantine.router)
     app.include_router(histogram.router)
-    app.include_router(history.router)
     web.install(app)  # the page at / and its assets under /web/
 
     def openapi() -> dict[str, Any]:

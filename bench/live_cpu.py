@@ -61,7 +61,14 @@ from bench.harness import (
     stop_api,
     wait_api,
 )
-from bench.reads import BOARD, apply_events, player_id, publish_direct
+from bench.reads import (
+    BOARD,
+    READ_HEADERS,
+    apply_events,
+    player_id,
+    publish_direct,
+    use_read_auth,
+)
 
 HERE = Path(__file__).resolve().parent.parent
 KINDS = {
@@ -69,16 +76,23 @@ KINDS = {
     "live_nearby5": "/players/{p}/nearby?radius=5",
     "live_rank_dense": "/players/{p}?ranking=dense",
     "live_top100": "/top?limit=100",
+    # Why a rank changed (issue 27): needs g2, published from the live totals
+    # after the extra events when this kind is asked for.
+    "history": "/players/{p}/history",
 }
+# What every good answer of a kind holds.
+BASIS = {"history": b'"basis":"snapshot"'}
+LIVE = b'"basis":"live"'
 # Bodies compared across variants, per kind.
 COMPARED = 50
 
 
 async def fire(
-    base: str, paths: list[str], connections: int
+    base: str, paths: list[str], connections: int, kind: str = ""
 ) -> tuple[list[bytes], int]:
     """GET every path, ``connections`` at a time (closed loop): the bodies of the
-    first COMPARED in order, and how many answers were not 200 or not live."""
+    first COMPARED in order, and how many answers were not 200 or not of the
+    kind's basis (live unless :data:`BASIS` says otherwise)."""
     import aiohttp
 
     bodies: list[bytes] = [b""] * min(COMPARED, len(paths))
@@ -86,7 +100,7 @@ async def fire(
     queue = list(enumerate(paths))
     queue.reverse()
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connections)
+        headers=READ_HEADERS, connector=aiohttp.TCPConnector(limit=connections)
     ) as session:
 
         async def lane() -> None:
@@ -95,7 +109,7 @@ async def fire(
                 k, path = queue.pop()
                 async with session.get(base + path) as reply:
                     body = await reply.read()
-                    if reply.status != 200 or b'"basis":"live"' not in body:
+                    if reply.status != 200 or BASIS.get(kind, LIVE) not in body:
                         bad += 1
                 if k < len(bodies):
                     bodies[k] = body
@@ -132,11 +146,11 @@ def measure_variant(
         wait_api(proc, f"http://127.0.0.1:{port}/healthz", log)
         for kind, paths in reads.items():
             # Warm-up: maps the segments, builds the per-generation tables.
-            asyncio.run(fire(base, paths[: args.warmup], args.connections))
+            asyncio.run(fire(base, paths[: args.warmup], args.connections, kind))
             client.config_resetstat()
             api0, redis0 = _proc_cpu(proc.pid), _proc_cpu(redis_pid)
             t0 = time.monotonic()
-            got, bad = asyncio.run(fire(base, paths, args.connections))
+            got, bad = asyncio.run(fire(base, paths, args.connections, kind))
             t1 = time.monotonic()
             api1, redis1 = _proc_cpu(proc.pid), _proc_cpu(redis_pid)
             stats = commandstats(client)
@@ -179,7 +193,7 @@ def measure_variant(
                     stderr=subprocess.DEVNULL,
                 )
                 time.sleep(1.0)
-                asyncio.run(fire(base, paths, args.connections))
+                asyncio.run(fire(base, paths, args.connections, kind))
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
     finally:
@@ -208,12 +222,15 @@ async def interleaved(
     bodies: dict[str, dict[str, list[bytes]]] = {name: {} for name in names}
     sessions = {
         name: aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=args.connections)
+            headers=READ_HEADERS,
+            connector=aiohttp.TCPConnector(limit=args.connections),
         )
         for name in names
     }
 
-    async def fire_on(name: str, paths: list[str]) -> tuple[list[bytes], int]:
+    async def fire_on(
+        name: str, kind: str, paths: list[str]
+    ) -> tuple[list[bytes], int]:
         got: list[bytes] = [b""] * len(paths)
         bad = 0
         queue = list(enumerate(paths))
@@ -226,7 +243,7 @@ async def interleaved(
                 k, path = queue.pop()
                 async with session.get(bases[name] + path) as reply:
                     body = await reply.read()
-                    if reply.status != 200 or b'"basis":"live"' not in body:
+                    if reply.status != 200 or BASIS.get(kind, LIVE) not in body:
                         bad += 1
                 got[k] = body
 
@@ -236,7 +253,7 @@ async def interleaved(
     try:
         for kind, paths in reads.items():
             for name in names:
-                await fire_on(name, paths[: args.warmup])
+                await fire_on(name, kind, paths[: args.warmup])
             api_s = dict.fromkeys(names, 0.0)
             redis_s = dict.fromkeys(names, 0.0)
             bad = dict.fromkeys(names, 0)
@@ -245,7 +262,7 @@ async def interleaved(
                 chunk = paths[start : start + size]
                 for name in names if j % 2 == 0 else names[::-1]:
                     api0, redis0 = _proc_cpu(pids[name]), _proc_cpu(redis_pid)
-                    got, wrong = await fire_on(name, chunk)
+                    got, wrong = await fire_on(name, kind, chunk)
                     api_s[name] += _proc_cpu(pids[name]) - api0
                     redis_s[name] += _proc_cpu(redis_pid) - redis0
                     bad[name] += wrong
@@ -353,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         "chunks of N to each variant in turn, metered per chunk (a shared "
         "machine's drift then falls on all alike); 0: whole rounds per variant",
     )
+    parser.add_argument(
+        "--read-auth",
+        choices=("open", "token"),
+        default="open",
+        help="LB_READ_AUTH of the APIs; token: every read carries a reader token",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--py-spy",
@@ -373,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     server = RedisServer(data_dir / "redis", appendfsync="everysec").start()
     assert server.process is not None
     env["LB_REDIS_URL"] = server.url
+    use_read_auth(env, args.read_auth)
     os.environ.update({k: v for k, v in env.items() if k.startswith("LB_")})
     client = redis.Redis.from_url(server.url)
     report: dict[str, Any] = {
@@ -399,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"set-up: {m} more events ...", flush=True)
         report["setup_extra"] = asyncio.run(apply_events(server.url, more, "more"))
         kinds = args.kinds.split(",")
+        if "history" in kinds:
+            # g2 from the live totals (as bench/reads.py's history phase): each
+            # history answer then has two entries and a rankChange.
+            live = points.copy()
+            for i, extra in more:
+                live[i] += extra
+            report["publish_g2"] = publish_direct(server.url, live, 2, False)
         reads = {
             kind: [
                 KINDS[kind].format(p=player_id(rng.randrange(n)))

@@ -151,10 +151,16 @@ class AwardVersion:
         }
 
 
+def versions_root(data_dir: Path, season_id: str) -> str:
+    """The directory a season's versions are renamed into (its mtime moves when
+    one appears or goes)."""
+    return os.path.join(os.fspath(data_dir), "awards", season_id)
+
+
 def versions(data_dir: Path, season_id: str) -> list[int]:
     """Complete versions of a season's awards, ascending."""
     # String paths: every history read of a season board lists its versions.
-    root = os.path.join(os.fspath(data_dir), "awards", season_id)
+    root = versions_root(data_dir, season_id)
     try:
         names = os.listdir(root)
     except FileNotFoundError:

@@ -215,12 +215,17 @@ DIFF_ROWS = 1000
 KEY_BYTES = 8
 
 
+class NotKept(Exception):
+    """Raised instead of building (or waiting for a build) when the caller must not
+    block: an event-loop reader then hands the read to a thread (api/history.py)."""
+
+
 class Kept:
     """What a process derives once from immutable rows and keeps (LRU,
     thread-safe). A key is the ids of the objects read from; each entry holds
     them, so a kept key cannot be reused. Concurrent first readers of one key
     wait for one build (each doing the O(n) work would multiply it); readers of
-    other keys do not wait for it."""
+    other keys do not wait for it. ``block=False``: :class:`NotKept` unless kept."""
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
@@ -235,12 +240,14 @@ class Kept:
             self._items.move_to_end(key)
         return found
 
-    def get(self, sources: tuple[object, ...], build: Any) -> Any:
+    def get(self, sources: tuple[object, ...], build: Any, block: bool = True) -> Any:
         key = tuple(id(s) for s in sources)
         with self._lock:
             found = self._found(key)
             if found is not None:
                 return found[1]
+            if not block:
+                raise NotKept
             building = self._building.setdefault(key, threading.Lock())
         with building:
             with self._lock:
@@ -456,16 +463,17 @@ class PairIndexes:
         """Pair indexes built."""
         return self._indexes.builds
 
-    def get(self, before: Standings, after: Standings) -> PairIndex:
+    def get(self, before: Standings, after: Standings, block: bool = True) -> PairIndex:
         index: PairIndex = self._indexes.get(
             (before.rows, after.rows),
             lambda: PairIndex.build(before, after, self.block),
+            block,
         )
         return index
 
-    def board(self, segment: BoardSegment) -> BoardArrays:
+    def board(self, segment: BoardSegment, block: bool = True) -> BoardArrays:
         arrays: BoardArrays = self._boards.get(
-            (segment,), lambda: BoardArrays.build(segment)
+            (segment,), lambda: BoardArrays.build(segment), block
         )
         return arrays
 
@@ -484,11 +492,13 @@ def rank_change(
     after_rank: int,
     after_score: int,
     indexes: PairIndexes | None = None,
+    block: bool = True,
 ) -> dict[str, int]:
     """``{from, to, ownScoreChange, newlyAbove, noLongerAbove}`` between two
     snapshots the player is in. "Above" is the first ``rank - 1`` rows of each;
-    ``newlyAbove = |above_B| - |both|``, ``noLongerAbove = |above_A| - |both|``."""
-    index = (indexes or PairIndexes(kept=0)).get(before, after)
+    ``newlyAbove = |above_B| - |both|``, ``noLongerAbove = |above_A| - |both|``.
+    ``block=False``: :class:`NotKept` when the pair's index is not built yet."""
+    index = (indexes or PairIndexes(kept=0)).get(before, after, block)
     above_a = min(before_rank - 1, index.rows_a)
     above_b = min(after_rank - 1, index.rows_b)
     both = index.above_in_both(above_a, above_b)
@@ -506,14 +516,19 @@ def player_steps(
     player_id: str,
     limit: int,
     indexes: PairIndexes | None = None,
+    block: bool = True,
+    ordered: bool = False,
 ) -> list[Step]:
     """The player's steps, newest first, at most ``limit``: one per snapshot the
     player is on; each compared with the previous (older) snapshot the player is on.
     The previous step of the oldest listed one is looked up even beyond ``limit``.
+    ``ordered``: ``snapshots`` are already oldest first; ``block``: as
+    :func:`rank_change`.
     """
-    ordered = sorted(snapshots, key=lambda s: s.order)
+    if not ordered:
+        snapshots = sorted(snapshots, key=lambda s: s.order)
     found: list[tuple[Snapshot, int, int]] = []  # (snapshot, row, rank), oldest first
-    for snapshot in ordered:
+    for snapshot in snapshots:
         standings = snapshot.standings
         if standings is None:
             continue
@@ -540,6 +555,7 @@ def player_steps(
                 rank,
                 score,
                 indexes,
+                block,
             )
         steps.append(
             Step(snapshot, score, rank, standings.population, previous, change)

@@ -77,12 +77,23 @@ def real_buckets(
     return out
 
 
+# The last config asked about and its answer (asked per read of several routes;
+# a config is replaced, never changed, when the boards file is reloaded).
+_ASC_OF: tuple[object, bool] = (None, False)
+
+
 def has_asc_boards(config: BoardsConfig) -> bool:
-    return any(
+    global _ASC_OF
+    known, answer = _ASC_OF
+    if known is config:
+        return answer
+    answer = any(
         any(s.order == "asc" for s in boards.seasons)
         or any(boards.windows.of(w).order == "asc" for w in WINDOWS)
         for _, boards in config.each_game()
     )
+    _ASC_OF = (config, answer)
+    return answer
 
 
 def real_body(config: BoardsConfig, body: bytes) -> bytes | None:

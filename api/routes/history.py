@@ -1,25 +1,35 @@
 """Why a rank changed: GET /v1/boards/{board}/players/{playerId}/history and
 GET /v1/boards/{board}/diff (API.md). Thin: the reads are :mod:`api.history`.
 
-Plain (sync) endpoints: a history read may scan the bronze table, so it runs in
-the thread pool, off the event loop."""
+A history read runs on the event loop when everything it needs is built and
+kept (the usual read: a few array look-ups); one that must read files, scan the
+bronze table or build a pair's arrays first (``WouldBlock``) runs in the thread
+pool, off the loop. The diff is a plain (sync) endpoint: the thread pool."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import AuthorizationHeader, PlayerIdPath, viewer_of
+from api.direct import DirectRoute
 from api.errors import READ_ERROR_RESPONSES
-from api.history import HistoryService
+from api.history import HistoryService, WouldBlock
 from api.history_models import DiffOut, HistoryOut
 from api.reads import is_own_read
 from api.responses import EncodedResponse
 from serving.orientation import real_body
 
+# DirectRoute (api/direct.py): the history read skips FastAPI's dependency solving
+# (the diff, a sync endpoint, keeps FastAPI's handler); api/main.py adds these
+# routes ahead of the included routers.
 router = APIRouter(
-    prefix="/v1/boards", tags=["history"], responses=READ_ERROR_RESPONSES
+    prefix="/v1/boards",
+    tags=["history"],
+    responses=READ_ERROR_RESPONSES,
+    route_class=DirectRoute,
 )
 
 
@@ -28,7 +38,7 @@ def history_of(request: Request) -> HistoryService:
 
 
 @router.get("/{board}/players/{player_id}/history", response_model=HistoryOut)
-def read_history(
+async def read_history(
     request: Request,
     board: str,
     player_id: PlayerIdPath,
@@ -40,7 +50,10 @@ def read_history(
     ``rankChange`` (who moved above or below)."""
     own = is_own_read(viewer_of(request, authorization), player_id)
     service = history_of(request)
-    answer = service.history(board, player_id, limit, own)
+    try:
+        answer = service.history(board, player_id, limit, own, block=False)
+    except WouldBlock:
+        answer = await run_in_threadpool(service.history, board, player_id, limit, own)
     body = real_body(service.config(), answer.body) or answer.body
     return EncodedResponse(body, headers=answer.headers)
 

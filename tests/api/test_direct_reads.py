@@ -61,6 +61,12 @@ PLAIN = [
     f"{B}/top?unknown=1",  # ignored, as FastAPI does
     f"{B}/players/P3?mode=snap%73hot",  # decoded
     f"{B}/entries?limit=2",
+    # The history read (api/routes/history.py): a DirectRoute too.
+    f"{B}/players/P3/history",
+    f"{B}/players/P3/history?limit=1",
+    f"{B}/players/P9/history",
+    f"{B}/players/Jose\u0301/history",
+    "/v1/boards/nope:x:y/players/P1/history",
 ]
 # Judged by FastAPI's validation: what its parser would coerce or refuse.
 JUDGED = [
@@ -74,8 +80,11 @@ JUDGED = [
     f"{B}/top?generation=" + "g" * 33,
     f"{B}/players/P2/nearby?radius=101",
     f"{B}/players/P2/nearby?radius=-1",
+    f"{B}/players/P3/history?limit=0",
+    f"{B}/players/P3/history?limit=101",
+    f"{B}/players/P3/history?limit=+5",
 ]
-JUDGED_STATUSES = [422, 422, 422, 200, 200, 422, 422, 422, 422, 422]
+JUDGED_STATUSES = [422, 422, 422, 200, 200, 422, 422, 422, 422, 422, 422, 422, 200]
 # Decided by the router (a redirect, no route, a route with dependencies).
 ROUTED = [
     f"{B}/top/",
