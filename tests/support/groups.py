@@ -55,7 +55,6 @@ SPARK_SECONDS: dict[str, float] = {
     "tests/jobs/test_incremental.py": 502,
     "tests/jobs/test_cluster_publish.py": 201,
     "tests/jobs/test_season.py": 155,
-    "tests/jobs/test_season_kill.py": 140,
     "tests/docs/test_analysts_example.py": 102,
     "tests/api/test_board_options.py": 85,
     "tests/jobs/test_quarantine.py": 71,
@@ -64,6 +63,9 @@ SPARK_SECONDS: dict[str, float] = {
     "tests/cli/test_spark_quiet.py": 52,
     "tests/jobs/test_retention.py": 46,
     "tests/jobs/test_publish_steps.py": 40,
+    # Its SIGKILL drill moved to tests/drills (`make drills`); the incomplete-landing
+    # test left: 14 Spark jobs, not in the 25 slowest (< 48 s).
+    "tests/jobs/test_season_kill.py": 20,
     # Estimated from loaded runs (about a quarter of 554 s and 526 s at load 18).
     "tests/e2e/test_games_isolation.py": 140,
     "tests/jobs/test_games_publish.py": 130,
