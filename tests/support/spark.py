@@ -22,7 +22,6 @@ from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 # jobs) from 215.6 to 166.1 s in one JVM, one after the other (load 8-10). The
 # same setting for the tests' `lb` subprocesses: SUBPROCESS_ENV.
 SHUFFLE_PARTITIONS = 1
-SUBPROCESS_ENV = {"LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS)}
 
 # The session's queries are interpreted, not compiled: with rows in the tens,
 # generating Java source for every projection (Spark builds and formats the code,
@@ -31,13 +30,27 @@ SUBPROCESS_ENV = {"LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS)}
 # codegen on (75 s of samples, load ~13): 52 % of the JVM's Java samples in code
 # generation and Janino, 25 % in CodeFormatter.stripExtraNewLinesAndComments alone.
 # Results are the same either way (`python -m bench.spark_ab`: equal segment
-# bytes). The `lb` subprocesses (SUBPROCESS_ENV) and the cluster test's driver
-# keep production's whole-stage codegen, so `make test` still runs it, and
-# tests/jobs/test_cluster_publish.py compares its segments byte for byte with
-# this session's. Figures: bench/RESULTS.md, "Test suite".
+# bytes). The `lb` subprocesses run interpreted too (SUBPROCESS_ENV). Only the
+# cluster test's driver (tests/jobs/cluster_publish.py, started with the cluster's
+# environment, not SUBPROCESS_ENV) keeps production's whole-stage codegen, so
+# `make test` still runs it, and tests/jobs/test_cluster_publish.py compares its
+# segments byte for byte with this session's. Figures: bench/RESULTS.md, "Test
+# suite".
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+# The `lb` subprocesses' Spark settings. jobs/spark.py reads the shuffle partitions
+# from LB_SPARK_SHUFFLE_PARTITIONS; INTERPRETED goes in through PySpark's own
+# PYSPARK_SUBMIT_ARGS (spark-submit's defaults for the JVM it starts; get_spark
+# sets neither key, so they hold), production code unchanged.
+SUBPROCESS_ENV = {
+    "LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS),
+    "PYSPARK_SUBMIT_ARGS": " ".join(
+        [f"--conf {key}={value}" for key, value in INTERPRETED.items()]
+        + ["pyspark-shell"]
+    ),
 }
 
 
