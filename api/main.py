@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from api.direct import add_first
 from api.errors import install_error_handlers
 from api.games import GamePaths, document_games
+from api.heap import SurvivorFreezer
 from api.history import HistoryService
 from api.metrics import GcPauseTimer
 from api.middleware import ApiMiddleware
@@ -149,12 +150,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
         gc.freeze()
+        # And what it builds while serving, after each full collection (api/heap.py).
+        freezer = SurvivorFreezer()
+        freezer.install()
         gc_timer = GcPauseTimer()
         gc_timer.install()
         try:
             yield
         finally:
             gc_timer.remove()
+            freezer.remove()
             await app.state.reads.profile_cache.watch.stop()
             await client.aclose()
 

@@ -1,0 +1,56 @@
+"""The API worker's heap and the cyclic garbage collector.
+
+A full (generation-2) collection walks every tracked object not frozen. The worker
+freezes its start-up heap (api/main.py), but what it builds while serving (the
+mapped generations' per-board state, the live reader's kept standings and change
+sets, the answer caches) is long-lived too, and a full pass over it took 15-30 ms of
+CPU at 200,000 players and 32-73 ms of wall time at 1,000,000: one such pause queues
+every read behind it, and the phases with full collections were the ones whose p99
+missed 10 ms (bench/history/2026-12-03-2-session-17.md). Survivors of a full
+collection are by definition reachable, so moving them to the permanent generation
+loses nothing at that moment; later full passes then walk only what is newer
+(0.3-0.6 ms measured after the first).
+
+The cost: an object frozen while alive that later becomes part of a reference
+cycle is not reclaimed while frozen (acyclic garbage is still freed by reference
+counting). So every ``refresh_s`` seconds the permanent generation is thawed and the
+next full collection walks, and reclaims, everything once.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+# One full walk of everything (the pause the freezing avoids) per this many seconds.
+REFRESH_S = 600.0
+
+
+class SurvivorFreezer:
+    """A ``gc.callbacks`` entry: after each full collection, freeze its survivors;
+    every ``refresh_s``, thaw them so the next full collection sees all."""
+
+    def __init__(self, refresh_s: float = REFRESH_S) -> None:
+        self.refresh_s = refresh_s
+        self._thawed_at = time.monotonic()
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase != "stop" or info["generation"] != 2:
+            return
+        now = time.monotonic()
+        if now - self._thawed_at >= self.refresh_s:
+            # The next full collection walks everything, including cycles formed
+            # among frozen objects since the last thaw; it freezes again after.
+            self._thawed_at = now
+            gc.unfreeze()
+        else:
+            gc.freeze()
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
