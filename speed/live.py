@@ -39,7 +39,12 @@ from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
-from speed.connection import is_cluster, send_commands
+from speed.connection import (
+    is_cluster,
+    pack_with_prefix,
+    packed_prefix,
+    send_commands,
+)
 from speed.partitions import (
     EPOCH_KEY,
     SCORE_OFFSET,
@@ -552,6 +557,8 @@ class LiveReader:
             OrderedDict()
         )
         self._last_bases: list[int] | None = None
+        # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
+        self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
         # base generation when known (RowHint).
         self._standings: OrderedDict[
@@ -714,9 +721,22 @@ class LiveReader:
         ``key_groups`` (with their ``arg_groups``, after the fixed ``args``): one
         naming them all when ``fused``, else one per partition."""
         if self.fused:
-            keys = [k for group in key_groups for k in group]
-            rest = [a for group in arg_groups for a in group]
-            return [("EVALSHA", sha, len(keys), *keys, *args, *rest)]
+            # The EVALSHA, its sha and keys are packed once per script and keys
+            # (they are the same for every read of a board); only the arguments
+            # are packed per read.
+            keys = tuple(k for group in key_groups for k in group)
+            prefix = self._prefixes.get((sha, keys))
+            if prefix is None:
+                if len(self._prefixes) >= 4 * KEYED_BOARDS:
+                    self._prefixes.clear()
+                prefix = self._prefixes[(sha, keys)] = packed_prefix(
+                    ("EVALSHA", sha, len(keys), *keys)
+                )
+            return [
+                pack_with_prefix(
+                    prefix, [*args, *(a for group in arg_groups for a in group)]
+                )
+            ]
         return [
             ("EVALSHA", sha, len(keys), *keys, *args, *more)
             for keys, more in zip(key_groups, arg_groups, strict=True)
