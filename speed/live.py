@@ -548,6 +548,7 @@ class LiveReader:
         self._read_stamp_script = register(client, READ_STAMP)
         self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._read_stamp_keys: list[str] | None = None
+        self._flags_and_epoch: tuple[Any, ...] | None = None
         # One server: a live read is one script call naming every partition (one
         # atomic read of them all, one reply; bench/live_cpu.py measures it
         # against one call per partition). A cluster: one call per partition,
@@ -1133,12 +1134,30 @@ class LiveReader:
         the rank's counts, and must name the bases and positions the counts were
         read at; a partition that moved is read again (a second round trip), and
         must still be where the counts found it."""
-        calls, script = self._stamp_calls([])
-        me = await self.rank(
-            board, player_id, lambda *_: calls, extra_scripts=(script,)
-        )
-        stamp, _ = await self._stamp_of(me.pop("extra"), 0)
         parts = self.partitions
+        if is_cluster(self.speed.client):
+            calls, script = self._stamp_calls([])
+            me = await self.rank(
+                board, player_id, lambda *_: calls, extra_scripts=(script,)
+            )
+            stamp, _ = await self._stamp_of(me.pop("extra"), 0)
+        else:
+            # One server: the stamp's bases and positions are the ones the counts
+            # were read at (the rank checked them), so only the flags versions and
+            # the epoch are read with them, by one MGET: read_stamp.lua read the
+            # bases and positions again (25 calls inside a script per dense rank,
+            # issue 27). Read after the counts, as read_stamp.lua was.
+            flags_and_epoch = self._flags_and_epoch_command()
+            me = await self.rank(board, player_id, lambda *_: [flags_and_epoch])
+            (values,) = me.pop("extra")
+            base_read: Base = me["base"]
+            number = base_read.generation.number if base_read.generation else 0
+            stamp = (
+                *(number for _ in range(parts)),
+                *(int(me["asOf"][str(p)]) for p in range(parts)),
+                sum(int(v or 0) for v in values[:-1]),
+                await self._epoch(values[-1]),
+            )
         base: Base = me["base"]
         number = base.generation.number if base.generation is not None else 0
         distinct: int | None = None
@@ -1469,12 +1488,29 @@ class LiveReader:
             flat = reply[2 : 2 + 2 * partitions]
             values = reply[2 + 2 * partitions :]
         flags = int(head[0] or 0)
-        epoch = int(head[1] or 0)
-        if epoch == 0:
-            await client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
-            epoch = int(await client.get(EPOCH_KEY) or 0)
+        epoch = await self._epoch(head[1])
         stamp = (*flat[0::2], *flat[1::2], flags, epoch)
         return stamp, values
+
+    async def _epoch(self, raw: Any) -> int:
+        """The dataset's epoch as read (``raw``), set here when not set yet."""
+        epoch = int(raw or 0)
+        if epoch == 0:
+            client = self.speed.client
+            await client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            epoch = int(await client.get(EPOCH_KEY) or 0)
+        return epoch
+
+    def _flags_and_epoch_command(self) -> tuple[Any, ...]:
+        """One server: an MGET of every partition's flags version and the epoch
+        (what a stamp holds besides the bases and positions)."""
+        if self._flags_and_epoch is None:
+            self._flags_and_epoch = (
+                "MGET",
+                *(Keys(p).flags_version for p in range(self.partitions)),
+                EPOCH_KEY,
+            )
+        return self._flags_and_epoch
 
     def standing_fields(self, board: str, player_id: str) -> list[tuple[str, str]]:
         """(key, field) of the player's live total on the board and of its flag,
