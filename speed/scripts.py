@@ -387,9 +387,18 @@ LIVE_NEARBY = ScriptInterface(
     # group per partition read (see LIVE_COUNTS).
     key_group=LIVE_COUNTS.key_group,
     # forward_limit / backward_limit: changed players to read after / before the
-    # entry (0 skips that read); top: the encoded score to count above too ("":
-    # none), chb_top: the partition's base rows above it (local count).
-    argv=(*LIVE_COUNTS.argv, "forward_limit", "backward_limit", "top"),
+    # entry (0 skips that read), no further than forward_max / backward_min
+    # (ZRANGEBYLEX bounds: "+" / "-", or "[" and an entry); top: the encoded score
+    # to count above too ("": none), chb_top: the partition's base rows above it
+    # (local count).
+    argv=(
+        *LIVE_COUNTS.argv,
+        "forward_limit",
+        "backward_limit",
+        "forward_max",
+        "backward_min",
+        "top",
+    ),
     argv_group=(
         *LIVE_COUNTS.argv_group,
         "snapshot_first",

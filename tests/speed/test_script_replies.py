@@ -135,6 +135,8 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "before": entry,
                 "forward_limit": 5,
                 "backward_limit": 6,
+                "forward_max": "+",
+                "backward_min": "-",
                 "top": "",
             },
             [
@@ -182,6 +184,39 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     assert LIVE_NEARBY.field(nearby[0], "backward") == [encode_entry(7, "p1")]
     assert LIVE_NEARBY.field(nearby[0], "snapshot") == [2, 9]
     assert [LIVE_NEARBY.field(nearby[0], f) for f in ("chz_top", "chs_top")] == [0, 0]
+    # Bounded: the changed players read stop at backward_min (inclusive).
+    for bound, want in (
+        (b"[" + encode_entry(7, "p1"), [encode_entry(7, "p1")]),
+        (b"[" + encode_entry(6, "p9"), []),
+    ):
+        (bounded,) = run(
+            redis_client,
+            "live_nearby",
+            LIVE_NEARBY.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+            LIVE_NEARBY.args_of(
+                {
+                    "above": encode_score(5),
+                    "before": entry,
+                    "forward_limit": 5,
+                    "backward_limit": 6,
+                    "forward_max": "+",
+                    "backward_min": bound,
+                    "top": "",
+                },
+                [
+                    {
+                        "verify_player": "p1",
+                        "chb_above": 3,
+                        "chb_before": 10,
+                        "snapshot_first": 0,
+                        "snapshot_stop": 10,
+                        "chb_top": 0,
+                    }
+                ],
+            ),
+        )
+        assert LIVE_NEARBY.field(bounded, "backward") == want
+        assert bounded[: len(LIVE_COUNTS.fields)] == both[0]
     # With a top score: what live_counts counts above it, in the same call.
     (topped,) = run(
         redis_client,
@@ -193,6 +228,8 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "before": entry,
                 "forward_limit": 0,
                 "backward_limit": 0,
+                "forward_max": "+",
+                "backward_min": "-",
                 "top": encode_score(6),
             },
             [
