@@ -435,7 +435,17 @@ def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
 # The positional ARGV groups LiveReader sends per partition, in declared order
 # (built without the named-value dicts of ScriptInterface.args_of: they are per
 # read): checked here against speed/scripts.py at import.
-assert LIVE_COUNTS.argv_group == ("verify_player", "chb_above", "chb_before")
+assert LIVE_COUNTS.argv_group == (
+    "verify_player",
+    "chb_above",
+    "chb_before",
+    "known",
+)
+assert LIVE_COUNTS.keys == ("epoch",)
+# Where live_counts.lua's sizes, verified total and stamp are in its replies.
+assert [
+    LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size", "verified", "stamp")
+] == [6, 7, 8, 9]
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
 assert LIVE_NEARBY.argv_group == (
     *LIVE_COUNTS.argv_group,
@@ -558,10 +568,14 @@ class LiveReader:
         # against one call per partition). A cluster: one call per partition,
         # since a call's keys must share a hash slot. Settable (tests compare).
         self.fused = not is_cluster(client)
-        self._board_keys: OrderedDict[str, tuple[list[list[str]], list[str]]] = (
+        self._board_keys: OrderedDict[str, tuple[list[list[str]], list[list[str]]]] = (
             OrderedDict()
         )
         self._last_bases: list[int] | None = None
+        # Per board (fused only): per partition, (stamp, |chz|, changed base
+        # rows) as last counted, sent as "known" so that the script need not
+        # count them again while the stamp holds (_known_sizes).
+        self._sizes: dict[str, list[tuple[bytes, int, int] | None]] = {}
         # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
         self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
@@ -697,20 +711,27 @@ class LiveReader:
         if len(self._standings) > REMEMBERED:
             self._standings.popitem(last=False)
 
-    def _keys_of(self, board: str) -> tuple[list[list[str]], list[str]]:
+    def _keys_of(self, board: str) -> tuple[list[list[str]], list[list[str]]]:
         """Per partition, the board's keys of ``live_window.lua`` and
-        ``live_dense.lua`` (their groups), and its totals hash (the last key of a
-        ``live_counts.lua`` group): built once per board, not per read."""
+        ``live_dense.lua`` (their groups), and of ``live_counts.lua`` and
+        ``live_nearby.lua`` (theirs): built once per board, not per read."""
         cached = self._board_keys.get(board)
         if cached is None:
             groups = [_changed_keys(Keys(p), board) for p in range(self.partitions)]
             window = [LIVE_WINDOW.keys_of({}, [g]) for g in groups]
-            totals = [Keys(p).totals(board) for p in range(self.partitions)]
-            assert [
-                LIVE_COUNTS.keys_of({}, [{**g, "totals": t}])
-                for g, t in zip(groups, totals, strict=True)
-            ] == [[*w, t] for w, t in zip(window, totals, strict=True)]
-            cached = self._board_keys[board] = (window, totals)
+            counts = [
+                LIVE_COUNTS.keys_of({"epoch": EPOCH_KEY}, [g])[1:]
+                for g in (
+                    {
+                        **g,
+                        "totals": Keys(p).totals(board),
+                        "flags_version": Keys(p).flags_version,
+                    }
+                    for p, g in enumerate(groups)
+                )
+            ]
+            assert [c[:4] for c in counts] == window
+            cached = self._board_keys[board] = (window, counts)
             while len(self._board_keys) > KEYED_BOARDS:
                 self._board_keys.popitem(last=False)
         return cached
@@ -721,15 +742,20 @@ class LiveReader:
         key_groups: list[list[str]],
         args: tuple[Any, ...],
         arg_groups: list[tuple[Any, ...]],
-    ) -> list[tuple[Any, ...]]:
+        epoch_key: bool = False,
+    ) -> list[Any]:
         """EVALSHA commands of a live script reading the partitions of
         ``key_groups`` (with their ``arg_groups``, after the fixed ``args``): one
-        naming them all when ``fused``, else one per partition."""
+        naming them all when ``fused``, else one per partition. With
+        ``epoch_key`` the keys start with the epoch's (fused), or with the
+        group's second key, its position, on a cluster (one slot per call)."""
         if self.fused:
             # The EVALSHA, its sha and keys are packed once per script and keys
             # (they are the same for every read of a board); only the arguments
             # are packed per read.
             keys = tuple(k for group in key_groups for k in group)
+            if epoch_key:
+                keys = (EPOCH_KEY, *keys)
             prefix = self._prefixes.get((sha, keys))
             if prefix is None:
                 if len(self._prefixes) >= 4 * KEYED_BOARDS:
@@ -743,7 +769,15 @@ class LiveReader:
                 )
             ]
         return [
-            ("EVALSHA", sha, len(keys), *keys, *args, *more)
+            (
+                "EVALSHA",
+                sha,
+                len(keys) + epoch_key,
+                *((keys[1],) if epoch_key else ()),
+                *keys,
+                *args,
+                *more,
+            )
             for keys, more in zip(key_groups, arg_groups, strict=True)
         ]
 
@@ -779,8 +813,17 @@ class LiveReader:
             assert player_id is not None
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
+        known = self._known_sizes(board)
         commands += self._counts_commands(
-            board, above, before, player_id, base, rows_above, rows_before, around
+            board,
+            above,
+            before,
+            player_id,
+            base,
+            rows_above,
+            rows_before,
+            around,
+            known,
         )
         n = len(commands)
         script = self._counts if around is None else self._nearby_script
@@ -793,8 +836,40 @@ class LiveReader:
             self.speed.client, scripts, commands + extra if extra else commands
         )
         counts = _parts(replies[int(flagged) : n])
+        self._sized(board, counts, known)
         flag = replies[0] in (b"shadow", "shadow") if flagged else None
         return counts, replies[n:], flag
+
+    def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
+        """Per partition, (stamp, |chz|, changed base rows) as a live read last
+        counted them on ``board``, None when unknown; all None on a cluster (the
+        epoch cannot be read with a partition's keys there)."""
+        if not self.fused:
+            return [None] * self.partitions
+        known = self._sizes.get(board)
+        if known is None:
+            if len(self._sizes) >= KEYED_BOARDS:
+                self._sizes.clear()
+            known = self._sizes[board] = [None] * self.partitions
+        return list(known)
+
+    def _sized(
+        self,
+        board: str,
+        counts: list[list[Any]],
+        known: list[tuple[bytes, int, int] | None],
+    ) -> None:
+        """The sizes a counts reply left out (-1: the ``known`` ones, for the
+        stamp the script found) filled in, in place; the ones it counted kept
+        for the next read of the board."""
+        kept = self._sizes.get(board) if self.fused else None
+        for p, reply in enumerate(counts):
+            if reply[6] == -1:
+                sizes = known[p]
+                assert sizes is not None and sizes[0] == reply[9]
+                reply[6], reply[7] = sizes[1], sizes[2]
+            elif kept is not None:
+                kept[p] = (reply[9], reply[6], reply[7])
 
     def _counts_commands(
         self,
@@ -806,9 +881,11 @@ class LiveReader:
         rows_above: int,
         rows_before: int,
         around: Around | None = None,
+        known: list[tuple[bytes, int, int] | None] | None = None,
     ) -> list[tuple[Any, ...]]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
-        ``around`` (see :meth:`_counts_round`)."""
+        ``around`` (see :meth:`_counts_round`); ``known``: per partition the
+        sizes held for a stamp (:meth:`_known_sizes`)."""
         partitions = self.partitions
         owner = partition_of(player_id, partitions) if player_id else -1
         counts = base.row_counts(partitions)
@@ -818,14 +895,21 @@ class LiveReader:
             if counts and rows_before != rows_above
             else local_above
         )
-        window, totals = self._keys_of(board)
-        keys = [[*group, t] for group, t in zip(window, totals, strict=True)]
+        keys = self._keys_of(board)[1]
+        known = known or [None] * partitions
         groups = [
-            (player_id if p == owner else "", local_above[p], local_before[p])
-            for p in range(partitions)
+            (
+                player_id if p == owner else "",
+                local_above[p],
+                local_before[p],
+                b"" if k is None else k[0],
+            )
+            for p, k in enumerate(known)
         ]
         if around is None:
-            return self._script_calls(self._counts.sha, keys, (above, before), groups)
+            return self._script_calls(
+                self._counts.sha, keys, (above, before), groups, epoch_key=True
+            )
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
         top: bytes | str = ""
         top_rows = [0] * partitions
@@ -849,6 +933,7 @@ class LiveReader:
                 (*g, f, s, t)
                 for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
+            epoch_key=True,
         )
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:

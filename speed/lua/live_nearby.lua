@@ -38,10 +38,10 @@ local above_top = "(" .. top
 --#include changed_rows
 
 local out = {}
-local positions = positions_of_groups()
+local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  local part = counts_part(k, a, above, before, positions[#out + 1])
+  local part = counts_part(k, a, above, before, stamps[#out + 1])
   local chz = KEYS[k + KEY_GROUP.chz]
   local forward, backward = {}, {}
   if forward_limit > 0 then

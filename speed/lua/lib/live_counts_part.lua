@@ -2,15 +2,25 @@
 -- KEYS at k and of ARGV at a; above / before: the "(" exclusive ZLEXCOUNT bounds.
 -- Shared by live_counts.lua and live_nearby.lua (same KEY_GROUP / ARG_GROUP names).
 
--- Every group's log position in one MGET, in group order: one call instead of a
--- GET per partition (each redis.call costs its fixed overhead; on a cluster a call
--- names one group, so this is one key there).
-local function positions_of_groups()
+-- Every group's log position and flags version, and the epoch, in one MGET: one
+-- call instead of a GET per partition (each redis.call costs its fixed overhead;
+-- on a cluster a call names one group and the epoch slot names a key of its
+-- slot). Per group, in group order: {position, flags version, epoch}, false
+-- when missing.
+local function stamps_of_groups()
   local keys = {}
   for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
     keys[#keys + 1] = KEYS[k + KEY_GROUP.position]
+    keys[#keys + 1] = KEYS[k + KEY_GROUP.flags_version]
   end
-  return redis.call("MGET", unpack(keys))
+  keys[#keys + 1] = KEYS[KEY.epoch]
+  local values = redis.call("MGET", unpack(keys))
+  local epoch = values[#keys]
+  local out = {}
+  for i = 1, (#keys - 1) / 2 do
+    out[i] = {values[2 * i - 1], values[2 * i], epoch}
+  end
+  return out
 end
 
 -- Set bits among the first n base rows of a partition (its chb bitmap).
@@ -32,8 +42,8 @@ local function changed_rows_between(chb, first, stop)
   return redis.call("BITCOUNT", chb, first, stop - 1, "BIT")
 end
 
--- position: the group's log position as read (false when missing).
-local function counts_part(k, a, above, before, position)
+-- seen: the group's {position, flags version, epoch} (stamps_of_groups).
+local function counts_part(k, a, above, before, seen)
   local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
   local verified = "1"
   local player = ARGV[a + ARG_GROUP.verify_player]
@@ -48,24 +58,38 @@ local function counts_part(k, a, above, before, position)
   -- partition's bitmap is ~16 KB, so that was most of a live rank's Redis CPU
   -- after the calls' own cost). before < above does not happen (the entry is at
   -- or below its score); counted the long way if it does.
+  -- As read (strings: a number prints rounded past 14 digits, an epoch is 62 bits).
+  local g = redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"
+  local stamp = g .. "|" .. (seen[1] or "0") .. "|" .. (seen[2] or "0") .. "|" .. (seen[3] or "0")
+  -- The sizes move only with the stamp: the caller knows them for this one.
+  local sized = ARGV[a + ARG_GROUP.known] ~= stamp
   local chs_above = changed_rows_before(chb, chb_above)
-  local chs_before, chs_size
+  local chs_before
+  local chz_size, chs_size = -1, -1
   if chb_before >= chb_above then
     chs_before = chs_above + changed_rows_between(chb, chb_above, chb_before)
-    chs_size = chs_before + changed_rows_between(chb, math.max(chb_before, 0), nil)
+    if sized then
+      chs_size = chs_before + changed_rows_between(chb, math.max(chb_before, 0), nil)
+    end
   else
     chs_before = changed_rows_before(chb, chb_before)
-    chs_size = redis.call("BITCOUNT", chb)
+    if sized then
+      chs_size = redis.call("BITCOUNT", chb)
+    end
+  end
+  if sized then
+    chz_size = redis.call("ZCARD", chz)
   end
   return {
-    tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
-    tonumber(position or "0"),
+    tonumber(g),
+    tonumber(seen[1] or "0"),
     redis.call("ZLEXCOUNT", chz, "-", above),
     chs_above,
     redis.call("ZLEXCOUNT", chz, "-", before),
     chs_before,
-    redis.call("ZCARD", chz),
+    chz_size,
     chs_size,
     verified,
+    stamp,
   }
 end
