@@ -836,6 +836,9 @@ class LiveReader:
             self.speed.client, scripts, commands + extra if extra else commands
         )
         counts = _parts(replies[int(flagged) : n])
+        # Sizes are kept only under an epoch (a replaced dataset's positions
+        # restart; its new epoch tells its stamps apart): none is set here (a
+        # round trip), the read caches' stamps set it on their first use.
         self._sized(board, counts, known)
         flag = replies[0] in (b"shadow", "shadow") if flagged else None
         return counts, replies[n:], flag
@@ -858,18 +861,24 @@ class LiveReader:
         board: str,
         counts: list[list[Any]],
         known: list[tuple[bytes, int, int] | None],
-    ) -> None:
+    ) -> bool:
         """The sizes a counts reply left out (-1: the ``known`` ones, for the
         stamp the script found) filled in, in place; the ones it counted kept
-        for the next read of the board."""
+        for the next read of the board, unless their stamp names no epoch
+        (False then)."""
         kept = self._sizes.get(board) if self.fused else None
+        epoch = True
         for p, reply in enumerate(counts):
             if reply[6] == -1:
                 sizes = known[p]
                 assert sizes is not None and sizes[0] == reply[9]
                 reply[6], reply[7] = sizes[1], sizes[2]
             elif kept is not None:
-                kept[p] = (reply[9], reply[6], reply[7])
+                if reply[9].endswith(b"|0"):
+                    epoch = False
+                else:
+                    kept[p] = (reply[9], reply[6], reply[7])
+        return epoch
 
     def _counts_commands(
         self,
