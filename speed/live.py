@@ -39,7 +39,12 @@ from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import PartitionRows, partition_rows
-from speed.connection import is_cluster, send_commands
+from speed.connection import (
+    is_cluster,
+    pack_with_prefix,
+    packed_prefix,
+    send_commands,
+)
 from speed.partitions import (
     EPOCH_KEY,
     SCORE_OFFSET,
@@ -384,15 +389,19 @@ class Window:
 @dataclass(frozen=True, slots=True)
 class Around:
     """The window ``live_nearby.lua`` reads with a rank's counts: up to
-    ``forward_limit`` changed players after the rank's entry and
-    ``backward_limit`` before it, which base rows in [snap_lo, snap_hi) (global
-    rows) are changed, and the counts above score ``top`` (None: none)."""
+    ``forward_limit`` changed players after the rank's entry, no further than
+    ``forward_max``, and ``backward_limit`` before it, no further than
+    ``backward_min`` (ZRANGEBYLEX bounds), which base rows in [snap_lo, snap_hi)
+    (global rows) are changed, and the counts above score ``top`` (None:
+    none)."""
 
     forward_limit: int
     backward_limit: int
     snap_lo: int
     snap_hi: int
     top: int | None = None
+    forward_max: bytes | str = "+"
+    backward_min: bytes | str = "-"
 
 
 async def run_commands(
@@ -426,7 +435,17 @@ def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
 # The positional ARGV groups LiveReader sends per partition, in declared order
 # (built without the named-value dicts of ScriptInterface.args_of: they are per
 # read): checked here against speed/scripts.py at import.
-assert LIVE_COUNTS.argv_group == ("verify_player", "chb_above", "chb_before")
+assert LIVE_COUNTS.argv_group == (
+    "verify_player",
+    "chb_above",
+    "chb_before",
+    "known",
+)
+assert LIVE_COUNTS.keys == ("epoch",)
+# Where live_counts.lua's sizes, verified total and stamp are in its replies.
+assert [
+    LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size", "verified", "stamp")
+] == [6, 7, 8, 9]
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
 assert LIVE_NEARBY.argv_group == (
     *LIVE_COUNTS.argv_group,
@@ -543,15 +562,22 @@ class LiveReader:
         self._read_stamp_script = register(client, READ_STAMP)
         self._stamp_commands: list[tuple[Any, ...]] | None = None
         self._read_stamp_keys: list[str] | None = None
+        self._flags_and_epoch: tuple[Any, ...] | None = None
         # One server: a live read is one script call naming every partition (one
         # atomic read of them all, one reply; bench/live_cpu.py measures it
         # against one call per partition). A cluster: one call per partition,
         # since a call's keys must share a hash slot. Settable (tests compare).
         self.fused = not is_cluster(client)
-        self._board_keys: OrderedDict[str, tuple[list[list[str]], list[str]]] = (
+        self._board_keys: OrderedDict[str, tuple[list[list[str]], list[list[str]]]] = (
             OrderedDict()
         )
         self._last_bases: list[int] | None = None
+        # Per board (fused only): per partition, (stamp, |chz|, changed base
+        # rows) as last counted, sent as "known" so that the script need not
+        # count them again while the stamp holds (_known_sizes).
+        self._sizes: dict[str, list[tuple[bytes, int, int] | None]] = {}
+        # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
+        self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
         # base generation when known (RowHint).
         self._standings: OrderedDict[
@@ -685,20 +711,27 @@ class LiveReader:
         if len(self._standings) > REMEMBERED:
             self._standings.popitem(last=False)
 
-    def _keys_of(self, board: str) -> tuple[list[list[str]], list[str]]:
+    def _keys_of(self, board: str) -> tuple[list[list[str]], list[list[str]]]:
         """Per partition, the board's keys of ``live_window.lua`` and
-        ``live_dense.lua`` (their groups), and its totals hash (the last key of a
-        ``live_counts.lua`` group): built once per board, not per read."""
+        ``live_dense.lua`` (their groups), and of ``live_counts.lua`` and
+        ``live_nearby.lua`` (theirs): built once per board, not per read."""
         cached = self._board_keys.get(board)
         if cached is None:
             groups = [_changed_keys(Keys(p), board) for p in range(self.partitions)]
             window = [LIVE_WINDOW.keys_of({}, [g]) for g in groups]
-            totals = [Keys(p).totals(board) for p in range(self.partitions)]
-            assert [
-                LIVE_COUNTS.keys_of({}, [{**g, "totals": t}])
-                for g, t in zip(groups, totals, strict=True)
-            ] == [[*w, t] for w, t in zip(window, totals, strict=True)]
-            cached = self._board_keys[board] = (window, totals)
+            counts = [
+                LIVE_COUNTS.keys_of({"epoch": EPOCH_KEY}, [g])[1:]
+                for g in (
+                    {
+                        **g,
+                        "totals": Keys(p).totals(board),
+                        "flags_version": Keys(p).flags_version,
+                    }
+                    for p, g in enumerate(groups)
+                )
+            ]
+            assert [c[:4] for c in counts] == window
+            cached = self._board_keys[board] = (window, counts)
             while len(self._board_keys) > KEYED_BOARDS:
                 self._board_keys.popitem(last=False)
         return cached
@@ -709,16 +742,42 @@ class LiveReader:
         key_groups: list[list[str]],
         args: tuple[Any, ...],
         arg_groups: list[tuple[Any, ...]],
-    ) -> list[tuple[Any, ...]]:
+        epoch_key: bool = False,
+    ) -> list[Any]:
         """EVALSHA commands of a live script reading the partitions of
         ``key_groups`` (with their ``arg_groups``, after the fixed ``args``): one
-        naming them all when ``fused``, else one per partition."""
+        naming them all when ``fused``, else one per partition. With
+        ``epoch_key`` the keys start with the epoch's (fused), or with the
+        group's second key, its position, on a cluster (one slot per call)."""
         if self.fused:
-            keys = [k for group in key_groups for k in group]
-            rest = [a for group in arg_groups for a in group]
-            return [("EVALSHA", sha, len(keys), *keys, *args, *rest)]
+            # The EVALSHA, its sha and keys are packed once per script and keys
+            # (they are the same for every read of a board); only the arguments
+            # are packed per read.
+            keys = tuple(k for group in key_groups for k in group)
+            if epoch_key:
+                keys = (EPOCH_KEY, *keys)
+            prefix = self._prefixes.get((sha, keys))
+            if prefix is None:
+                if len(self._prefixes) >= 4 * KEYED_BOARDS:
+                    self._prefixes.clear()
+                prefix = self._prefixes[(sha, keys)] = packed_prefix(
+                    ("EVALSHA", sha, len(keys), *keys)
+                )
+            return [
+                pack_with_prefix(
+                    prefix, [*args, *(a for group in arg_groups for a in group)]
+                )
+            ]
         return [
-            ("EVALSHA", sha, len(keys), *keys, *args, *more)
+            (
+                "EVALSHA",
+                sha,
+                len(keys) + epoch_key,
+                *((keys[1],) if epoch_key else ()),
+                *keys,
+                *args,
+                *more,
+            )
             for keys, more in zip(key_groups, arg_groups, strict=True)
         ]
 
@@ -754,8 +813,17 @@ class LiveReader:
             assert player_id is not None
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
+        known = self._known_sizes(board)
         commands += self._counts_commands(
-            board, above, before, player_id, base, rows_above, rows_before, around
+            board,
+            above,
+            before,
+            player_id,
+            base,
+            rows_above,
+            rows_before,
+            around,
+            known,
         )
         n = len(commands)
         script = self._counts if around is None else self._nearby_script
@@ -768,8 +836,49 @@ class LiveReader:
             self.speed.client, scripts, commands + extra if extra else commands
         )
         counts = _parts(replies[int(flagged) : n])
+        # Sizes are kept only under an epoch (a replaced dataset's positions
+        # restart; its new epoch tells its stamps apart): none is set here (a
+        # round trip), the read caches' stamps set it on their first use.
+        self._sized(board, counts, known)
         flag = replies[0] in (b"shadow", "shadow") if flagged else None
         return counts, replies[n:], flag
+
+    def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
+        """Per partition, (stamp, |chz|, changed base rows) as a live read last
+        counted them on ``board``, None when unknown; all None on a cluster (the
+        epoch cannot be read with a partition's keys there)."""
+        if not self.fused:
+            return [None] * self.partitions
+        known = self._sizes.get(board)
+        if known is None:
+            if len(self._sizes) >= KEYED_BOARDS:
+                self._sizes.clear()
+            known = self._sizes[board] = [None] * self.partitions
+        return list(known)
+
+    def _sized(
+        self,
+        board: str,
+        counts: list[list[Any]],
+        known: list[tuple[bytes, int, int] | None],
+    ) -> bool:
+        """The sizes a counts reply left out (-1: the ``known`` ones, for the
+        stamp the script found) filled in, in place; the ones it counted kept
+        for the next read of the board, unless their stamp names no epoch
+        (False then)."""
+        kept = self._sizes.get(board) if self.fused else None
+        epoch = True
+        for p, reply in enumerate(counts):
+            if reply[6] == -1:
+                sizes = known[p]
+                assert sizes is not None and sizes[0] == reply[9]
+                reply[6], reply[7] = sizes[1], sizes[2]
+            elif kept is not None:
+                if reply[9].endswith(b"|0"):
+                    epoch = False
+                else:
+                    kept[p] = (reply[9], reply[6], reply[7])
+        return epoch
 
     def _counts_commands(
         self,
@@ -781,9 +890,11 @@ class LiveReader:
         rows_above: int,
         rows_before: int,
         around: Around | None = None,
+        known: list[tuple[bytes, int, int] | None] | None = None,
     ) -> list[tuple[Any, ...]]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
-        ``around`` (see :meth:`_counts_round`)."""
+        ``around`` (see :meth:`_counts_round`); ``known``: per partition the
+        sizes held for a stamp (:meth:`_known_sizes`)."""
         partitions = self.partitions
         owner = partition_of(player_id, partitions) if player_id else -1
         counts = base.row_counts(partitions)
@@ -793,14 +904,21 @@ class LiveReader:
             if counts and rows_before != rows_above
             else local_above
         )
-        window, totals = self._keys_of(board)
-        keys = [[*group, t] for group, t in zip(window, totals, strict=True)]
+        keys = self._keys_of(board)[1]
+        known = known or [None] * partitions
         groups = [
-            (player_id if p == owner else "", local_above[p], local_before[p])
-            for p in range(partitions)
+            (
+                player_id if p == owner else "",
+                local_above[p],
+                local_before[p],
+                b"" if k is None else k[0],
+            )
+            for p, k in enumerate(known)
         ]
         if around is None:
-            return self._script_calls(self._counts.sha, keys, (above, before), groups)
+            return self._script_calls(
+                self._counts.sha, keys, (above, before), groups, epoch_key=True
+            )
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
         top: bytes | str = ""
         top_rows = [0] * partitions
@@ -811,11 +929,20 @@ class LiveReader:
         return self._script_calls(
             self._nearby_script.sha,
             keys,
-            (above, before, around.forward_limit, around.backward_limit, top),
+            (
+                above,
+                before,
+                around.forward_limit,
+                around.backward_limit,
+                around.forward_max,
+                around.backward_min,
+                top,
+            ),
             [
                 (*g, f, s, t)
                 for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
+            epoch_key=True,
         )
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
@@ -1113,12 +1240,30 @@ class LiveReader:
         the rank's counts, and must name the bases and positions the counts were
         read at; a partition that moved is read again (a second round trip), and
         must still be where the counts found it."""
-        calls, script = self._stamp_calls([])
-        me = await self.rank(
-            board, player_id, lambda *_: calls, extra_scripts=(script,)
-        )
-        stamp, _ = await self._stamp_of(me.pop("extra"), 0)
         parts = self.partitions
+        if is_cluster(self.speed.client):
+            calls, script = self._stamp_calls([])
+            me = await self.rank(
+                board, player_id, lambda *_: calls, extra_scripts=(script,)
+            )
+            stamp, _ = await self._stamp_of(me.pop("extra"), 0)
+        else:
+            # One server: the stamp's bases and positions are the ones the counts
+            # were read at (the rank checked them), so only the flags versions and
+            # the epoch are read with them, by one MGET: read_stamp.lua read the
+            # bases and positions again (25 calls inside a script per dense rank,
+            # issue 27). Read after the counts, as read_stamp.lua was.
+            flags_and_epoch = self._flags_and_epoch_command()
+            me = await self.rank(board, player_id, lambda *_: [flags_and_epoch])
+            (values,) = me.pop("extra")
+            base_read: Base = me["base"]
+            number = base_read.generation.number if base_read.generation else 0
+            stamp = (
+                *(number for _ in range(parts)),
+                *(int(me["asOf"][str(p)]) for p in range(parts)),
+                sum(int(v or 0) for v in values[:-1]),
+                await self._epoch(values[-1]),
+            )
         base: Base = me["base"]
         number = base.generation.number if base.generation is not None else 0
         distinct: int | None = None
@@ -1244,7 +1389,23 @@ class LiveReader:
                     guess = tied_top(score, base, row)
                 chosen[0] = guess
                 lo, hi = bounds(row, base, margin0)
-                return Around(radius, radius + 1, lo, hi, guess)
+                # The changed players read go no further than the base rows the
+                # window reads, lo and hi - 1 (inclusive): a window settled from
+                # those rows (_window_around) has at least radius + 1 unchanged
+                # rows of [lo, row) before the entry and radius of [row, hi) after
+                # it, so no player past them is in it; when it is not settled, a
+                # wider one is read by live_window.lua, unbounded. Fewer members
+                # read: 5 + 6 per partition cost half a nearby's Redis CPU
+                # (issue 26).
+                return Around(
+                    radius,
+                    radius + 1,
+                    lo,
+                    hi,
+                    guess,
+                    b"[" + base.encoded(hi - 1) if hi < base.population else "+",
+                    b"[" + base.encoded(lo) if lo > 0 else "-",
+                )
 
             me = await self.rank(board, player_id, around_for=around_of)
             guessed = chosen[0]
@@ -1449,12 +1610,29 @@ class LiveReader:
             flat = reply[2 : 2 + 2 * partitions]
             values = reply[2 + 2 * partitions :]
         flags = int(head[0] or 0)
-        epoch = int(head[1] or 0)
-        if epoch == 0:
-            await client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
-            epoch = int(await client.get(EPOCH_KEY) or 0)
+        epoch = await self._epoch(head[1])
         stamp = (*flat[0::2], *flat[1::2], flags, epoch)
         return stamp, values
+
+    async def _epoch(self, raw: Any) -> int:
+        """The dataset's epoch as read (``raw``), set here when not set yet."""
+        epoch = int(raw or 0)
+        if epoch == 0:
+            client = self.speed.client
+            await client.set(EPOCH_KEY, secrets.randbits(62) + 1, nx=True)
+            epoch = int(await client.get(EPOCH_KEY) or 0)
+        return epoch
+
+    def _flags_and_epoch_command(self) -> tuple[Any, ...]:
+        """One server: an MGET of every partition's flags version and the epoch
+        (what a stamp holds besides the bases and positions)."""
+        if self._flags_and_epoch is None:
+            self._flags_and_epoch = (
+                "MGET",
+                *(Keys(p).flags_version for p in range(self.partitions)),
+                EPOCH_KEY,
+            )
+        return self._flags_and_epoch
 
     def standing_fields(self, board: str, player_id: str) -> list[tuple[str, str]]:
         """(key, field) of the player's live total on the board and of its flag,

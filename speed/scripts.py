@@ -354,12 +354,22 @@ LIVE_COUNTS = ScriptInterface(
     # One group per partition read: all of them in one call on one server, one
     # per call on a cluster (speed/live.py); the reply holds one list of the
     # fields per group.
-    key_group=("base", "position", "chz", "chb", "totals"),
+    # epoch: the read caches' epoch on one server; on a cluster (one group per
+    # call, keys of one slot) the group's position key stands in: nothing is
+    # known there (known ""), so what it holds is never compared.
+    keys=("epoch",),
+    key_group=("base", "position", "chz", "chb", "totals", "flags_version"),
     argv=("above", "before"),
     # chb_above / chb_before: the partition's base rows above the score / before
     # the entry (local counts, speed/baserows.py), read for the base generation
-    # the caller assumed; the reply names the real one.
-    argv_group=("verify_player", "chb_above", "chb_before"),
+    # the caller assumed; the reply names the real one. known: the stamp
+    # (see fields) the caller holds the partition's sizes for ("" none): when
+    # it is the partition's, chz_size and chs_size are not counted (-1).
+    argv_group=("verify_player", "chb_above", "chb_before", "known"),
+    # stamp: "g|position|flags version|epoch" as read: the changed-set's sizes
+    # move only with one of them (the owner transaction moves the position,
+    # flag_player.lua the flags version, a rebase or rebuild the base, a
+    # replaced dataset the epoch; as for the dense parts, speed/live.py).
     fields=(
         "base_generation",
         "position",
@@ -370,6 +380,7 @@ LIVE_COUNTS = ScriptInterface(
         "chz_size",
         "chs_size",
         "verified",
+        "stamp",
     ),
 )
 
@@ -385,11 +396,21 @@ LIVE_NEARBY = ScriptInterface(
     # LIVE_COUNTS and the window of LIVE_WINDOW around the entry "before" in one
     # call (a live nearby read), with the count above a guessed top score: one
     # group per partition read (see LIVE_COUNTS).
+    keys=LIVE_COUNTS.keys,
     key_group=LIVE_COUNTS.key_group,
     # forward_limit / backward_limit: changed players to read after / before the
-    # entry (0 skips that read); top: the encoded score to count above too ("":
-    # none), chb_top: the partition's base rows above it (local count).
-    argv=(*LIVE_COUNTS.argv, "forward_limit", "backward_limit", "top"),
+    # entry (0 skips that read), no further than forward_max / backward_min
+    # (ZRANGEBYLEX bounds: "+" / "-", or "[" and an entry); top: the encoded score
+    # to count above too ("": none), chb_top: the partition's base rows above it
+    # (local count).
+    argv=(
+        *LIVE_COUNTS.argv,
+        "forward_limit",
+        "backward_limit",
+        "forward_max",
+        "backward_min",
+        "top",
+    ),
     argv_group=(
         *LIVE_COUNTS.argv_group,
         "snapshot_first",

@@ -24,9 +24,10 @@ local before = "(" .. ARGV[ARG.before]
 --#include live_counts_part
 
 local out = {}
+local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  out[#out + 1] = counts_part(k, a, above, before)
+  out[#out + 1] = counts_part(k, a, above, before, stamps[#out + 1])
   a = a + ARG_GROUP.size
 end
 return out

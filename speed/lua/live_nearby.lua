@@ -10,8 +10,13 @@
 --
 -- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb, totals
 -- ARGV: encoded score enc(s), encoded entry enc(s)..playerId (as live_counts.lua),
---       how many changed players to read after the entry and before it, encoded
---       score enc(t) of the guessed top ("" for none), then per partition
+--       how many changed players to read after the entry and before it, and the
+--       lex bounds they are read up to ("+" and "-", or "[" and the entries of the
+--       base rows the caller's window ends at: a changed player past them is not
+--       in a window the caller can settle from those rows, and every member read
+--       costs its conversion to Lua and back, most of a nearby's Redis CPU at
+--       5 + 6 per partition), encoded score enc(t) of the guessed top ("" for
+--       none), then per partition
 --       (ARG_GROUP) as live_counts.lua, first and stop of a range [first, stop)
 --       of its base rows, and its base rows above t (local rows,
 --       speed/baserows.py)
@@ -25,22 +30,25 @@ local above = "(" .. ARGV[ARG.above]
 local before = "(" .. ARGV[ARG.before]
 local forward_limit = tonumber(ARGV[ARG.forward_limit])
 local backward_limit = tonumber(ARGV[ARG.backward_limit])
+local forward_max = ARGV[ARG.forward_max]
+local backward_min = ARGV[ARG.backward_min]
 local top = ARGV[ARG.top]
 local above_top = "(" .. top
 --#include live_counts_part
 --#include changed_rows
 
 local out = {}
+local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  local part = counts_part(k, a, above, before)
+  local part = counts_part(k, a, above, before, stamps[#out + 1])
   local chz = KEYS[k + KEY_GROUP.chz]
   local forward, backward = {}, {}
   if forward_limit > 0 then
-    forward = redis.call("ZRANGEBYLEX", chz, before, "+", "LIMIT", 0, forward_limit)
+    forward = redis.call("ZRANGEBYLEX", chz, before, forward_max, "LIMIT", 0, forward_limit)
   end
   if backward_limit > 0 then
-    backward = redis.call("ZREVRANGEBYLEX", chz, before, "-", "LIMIT", 0, backward_limit)
+    backward = redis.call("ZREVRANGEBYLEX", chz, before, backward_min, "LIMIT", 0, backward_limit)
   end
   part[#part + 1] = forward
   part[#part + 1] = backward

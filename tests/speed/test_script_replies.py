@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from speed.partitions import Keys, encode_entry, encode_score
+from speed.partitions import EPOCH_KEY, Keys, encode_entry, encode_score
 from speed.scripts import (
     APPROX_RANK,
     FRIENDS_SCORES,
@@ -53,23 +53,31 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         redis_client,
         "live_counts",
         LIVE_COUNTS.keys_of(
-            {},
+            {"epoch": EPOCH_KEY},
             [
-                {**group, "totals": keys.totals(BOARD)},
-                {**other_group, "totals": other.totals(BOARD)},
+                {
+                    **group,
+                    "totals": keys.totals(BOARD),
+                    "flags_version": keys.flags_version,
+                },
+                {
+                    **other_group,
+                    "totals": other.totals(BOARD),
+                    "flags_version": other.flags_version,
+                },
             ],
         ),
         LIVE_COUNTS.args_of(
             {"above": encode_score(5), "before": encode_entry(5, "p0")},
             [
-                {"verify_player": "p1", "chb_above": 3, "chb_before": 10},
-                {"verify_player": "", "chb_above": 0, "chb_before": 0},
+                {"verify_player": "p1", "chb_above": 3, "chb_before": 10, "known": ""},
+                {"verify_player": "", "chb_above": 0, "chb_before": 0, "known": ""},
             ],
         ),
     )
     assert len(both) == 2
     counts, empty = both
-    assert empty == [0, 0, 0, 0, 0, 0, 0, 0, b"1"]
+    assert empty == [0, 0, 0, 0, 0, 0, 0, 0, b"1", b"0|0|0|0"]
     assert len(counts) == len(LIVE_COUNTS.fields)
     assert LIVE_COUNTS.field(counts, "chz_above") == 1
     assert LIVE_COUNTS.field(counts, "chs_above") == 1
@@ -77,6 +85,49 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     assert LIVE_COUNTS.field(counts, "chs_size") == 2
     assert LIVE_COUNTS.field(counts, "position") == 3
     assert LIVE_COUNTS.field(counts, "verified") == b"7|1"
+    # "g|position|flags version|epoch" as read (no base, no flags, no epoch yet).
+    assert LIVE_COUNTS.field(counts, "stamp") == b"0|3|0|0"
+
+    # Sent back as known while it holds: the sizes are not counted (-1), the rest
+    # is the same; once the flags version moves, they are counted again.
+    def again() -> list:
+        return run(
+            redis_client,
+            "live_counts",
+            LIVE_COUNTS.keys_of(
+                {"epoch": EPOCH_KEY},
+                [
+                    {
+                        **group,
+                        "totals": keys.totals(BOARD),
+                        "flags_version": keys.flags_version,
+                    }
+                ],
+            ),
+            LIVE_COUNTS.args_of(
+                {"above": encode_score(5), "before": encode_entry(5, "p0")},
+                [
+                    {
+                        "verify_player": "p1",
+                        "chb_above": 3,
+                        "chb_before": 10,
+                        "known": b"0|3|0|0",
+                    }
+                ],
+            ),
+        )[0]
+
+    skipped = again()
+    sizes = [LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size")]
+    assert [skipped[i] for i in sizes] == [-1, -1]
+    assert [v for i, v in enumerate(skipped) if i not in sizes] == [
+        v for i, v in enumerate(counts) if i not in sizes
+    ]
+    redis_client.incr(keys.flags_version)
+    counted = again()
+    assert [counted[i] for i in sizes] == [1, 2]
+    assert LIVE_COUNTS.field(counted, "stamp") == b"0|3|1|0"
+    redis_client.delete(keys.flags_version)  # as before, for the reads below
 
     window, other_window = run(
         redis_client,
@@ -123,10 +174,18 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         redis_client,
         "live_nearby",
         LIVE_NEARBY.keys_of(
-            {},
+            {"epoch": EPOCH_KEY},
             [
-                {**group, "totals": keys.totals(BOARD)},
-                {**other_group, "totals": other.totals(BOARD)},
+                {
+                    **group,
+                    "totals": keys.totals(BOARD),
+                    "flags_version": keys.flags_version,
+                },
+                {
+                    **other_group,
+                    "totals": other.totals(BOARD),
+                    "flags_version": other.flags_version,
+                },
             ],
         ),
         LIVE_NEARBY.args_of(
@@ -135,6 +194,8 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "before": entry,
                 "forward_limit": 5,
                 "backward_limit": 6,
+                "forward_max": "+",
+                "backward_min": "-",
                 "top": "",
             },
             [
@@ -142,6 +203,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "verify_player": "p1",
                     "chb_above": 3,
                     "chb_before": 10,
+                    "known": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 10,
                     "chb_top": 0,
@@ -150,6 +212,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "verify_player": "",
                     "chb_above": 0,
                     "chb_before": 0,
+                    "known": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 4,
                     "chb_top": 0,
@@ -182,17 +245,71 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     assert LIVE_NEARBY.field(nearby[0], "backward") == [encode_entry(7, "p1")]
     assert LIVE_NEARBY.field(nearby[0], "snapshot") == [2, 9]
     assert [LIVE_NEARBY.field(nearby[0], f) for f in ("chz_top", "chs_top")] == [0, 0]
+    # Bounded: the changed players read stop at backward_min (inclusive).
+    for bound, want in (
+        (b"[" + encode_entry(7, "p1"), [encode_entry(7, "p1")]),
+        (b"[" + encode_entry(6, "p9"), []),
+    ):
+        (bounded,) = run(
+            redis_client,
+            "live_nearby",
+            LIVE_NEARBY.keys_of(
+                {"epoch": EPOCH_KEY},
+                [
+                    {
+                        **group,
+                        "totals": keys.totals(BOARD),
+                        "flags_version": keys.flags_version,
+                    }
+                ],
+            ),
+            LIVE_NEARBY.args_of(
+                {
+                    "above": encode_score(5),
+                    "before": entry,
+                    "forward_limit": 5,
+                    "backward_limit": 6,
+                    "forward_max": "+",
+                    "backward_min": bound,
+                    "top": "",
+                },
+                [
+                    {
+                        "verify_player": "p1",
+                        "chb_above": 3,
+                        "chb_before": 10,
+                        "known": "",
+                        "snapshot_first": 0,
+                        "snapshot_stop": 10,
+                        "chb_top": 0,
+                    }
+                ],
+            ),
+        )
+        assert LIVE_NEARBY.field(bounded, "backward") == want
+        assert bounded[: len(LIVE_COUNTS.fields)] == both[0]
     # With a top score: what live_counts counts above it, in the same call.
     (topped,) = run(
         redis_client,
         "live_nearby",
-        LIVE_NEARBY.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_NEARBY.keys_of(
+            {"epoch": EPOCH_KEY},
+            [
+                {
+                    **group,
+                    "totals": keys.totals(BOARD),
+                    "flags_version": keys.flags_version,
+                }
+            ],
+        ),
         LIVE_NEARBY.args_of(
             {
                 "above": encode_score(5),
                 "before": entry,
                 "forward_limit": 0,
                 "backward_limit": 0,
+                "forward_max": "+",
+                "backward_min": "-",
                 "top": encode_score(6),
             },
             [
@@ -200,6 +317,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "verify_player": "",
                     "chb_above": 3,
                     "chb_before": 10,
+                    "known": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 0,
                     "chb_top": 3,
@@ -210,10 +328,19 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     (above_six,) = run(
         redis_client,
         "live_counts",
-        LIVE_COUNTS.keys_of({}, [{**group, "totals": keys.totals(BOARD)}]),
+        LIVE_COUNTS.keys_of(
+            {"epoch": EPOCH_KEY},
+            [
+                {
+                    **group,
+                    "totals": keys.totals(BOARD),
+                    "flags_version": keys.flags_version,
+                }
+            ],
+        ),
         LIVE_COUNTS.args_of(
             {"above": encode_score(6), "before": encode_score(6)},
-            [{"verify_player": "", "chb_above": 3, "chb_before": 3}],
+            [{"verify_player": "", "chb_above": 3, "chb_before": 3, "known": ""}],
         ),
     )
     assert (

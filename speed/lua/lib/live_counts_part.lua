@@ -2,6 +2,27 @@
 -- KEYS at k and of ARGV at a; above / before: the "(" exclusive ZLEXCOUNT bounds.
 -- Shared by live_counts.lua and live_nearby.lua (same KEY_GROUP / ARG_GROUP names).
 
+-- Every group's log position and flags version, and the epoch, in one MGET: one
+-- call instead of a GET per partition (each redis.call costs its fixed overhead;
+-- on a cluster a call names one group and the epoch slot names a key of its
+-- slot). Per group, in group order: {position, flags version, epoch}, false
+-- when missing.
+local function stamps_of_groups()
+  local keys = {}
+  for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
+    keys[#keys + 1] = KEYS[k + KEY_GROUP.position]
+    keys[#keys + 1] = KEYS[k + KEY_GROUP.flags_version]
+  end
+  keys[#keys + 1] = KEYS[KEY.epoch]
+  local values = redis.call("MGET", unpack(keys))
+  local epoch = values[#keys]
+  local out = {}
+  for i = 1, (#keys - 1) / 2 do
+    out[i] = {values[2 * i - 1], values[2 * i], epoch}
+  end
+  return out
+end
+
 -- Set bits among the first n base rows of a partition (its chb bitmap).
 local function changed_rows_before(chb, n)
   if n <= 0 then
@@ -10,7 +31,19 @@ local function changed_rows_before(chb, n)
   return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
 end
 
-local function counts_part(k, a, above, before)
+-- Set bits of chb among rows [first, stop), or from first on when stop is nil.
+local function changed_rows_between(chb, first, stop)
+  if stop == nil then
+    return redis.call("BITCOUNT", chb, first, -1, "BIT")
+  end
+  if stop <= first then
+    return 0
+  end
+  return redis.call("BITCOUNT", chb, first, stop - 1, "BIT")
+end
+
+-- seen: the group's {position, flags version, epoch} (stamps_of_groups).
+local function counts_part(k, a, above, before, seen)
   local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
   local verified = "1"
   local player = ARGV[a + ARG_GROUP.verify_player]
@@ -19,22 +52,44 @@ local function counts_part(k, a, above, before)
   end
   local chb_above = tonumber(ARGV[a + ARG_GROUP.chb_above])
   local chb_before = tonumber(ARGV[a + ARG_GROUP.chb_before])
+  -- The bitmap counted in disjoint pieces, [0, above), [above, before) and
+  -- [before, end): each byte read once (a prefix, a longer prefix and the whole
+  -- bitmap read the rows before the entry three times; at 1M base rows a
+  -- partition's bitmap is ~16 KB, so that was most of a live rank's Redis CPU
+  -- after the calls' own cost). before < above does not happen (the entry is at
+  -- or below its score); counted the long way if it does.
+  -- As read (strings: a number prints rounded past 14 digits, an epoch is 62 bits).
+  local g = redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"
+  local stamp = g .. "|" .. (seen[1] or "0") .. "|" .. (seen[2] or "0") .. "|" .. (seen[3] or "0")
+  -- The sizes move only with the stamp: the caller knows them for this one.
+  local sized = ARGV[a + ARG_GROUP.known] ~= stamp
   local chs_above = changed_rows_before(chb, chb_above)
-  -- The same bound twice (a count above a score, or no tie before the entry):
-  -- one BITCOUNT.
-  local chs_before = chs_above
-  if chb_before ~= chb_above then
+  local chs_before
+  local chz_size, chs_size = -1, -1
+  if chb_before >= chb_above then
+    chs_before = chs_above + changed_rows_between(chb, chb_above, chb_before)
+    if sized then
+      chs_size = chs_before + changed_rows_between(chb, math.max(chb_before, 0), nil)
+    end
+  else
     chs_before = changed_rows_before(chb, chb_before)
+    if sized then
+      chs_size = redis.call("BITCOUNT", chb)
+    end
+  end
+  if sized then
+    chz_size = redis.call("ZCARD", chz)
   end
   return {
-    tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
-    tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0"),
+    tonumber(g),
+    tonumber(seen[1] or "0"),
     redis.call("ZLEXCOUNT", chz, "-", above),
     chs_above,
     redis.call("ZLEXCOUNT", chz, "-", before),
     chs_before,
-    redis.call("ZCARD", chz),
-    redis.call("BITCOUNT", chb),
+    chz_size,
+    chs_size,
     verified,
+    stamp,
   }
 end
