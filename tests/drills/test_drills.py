@@ -3,7 +3,8 @@
 Each drill ends with the same checks (tests/drills/harness.py): every acknowledged
 event is counted exactly once after redelivery, live and in the next generation, and
 the partition logs hold exactly the positions their counters handed out. Bounded: a
-few hundred events each. Run with `make drills` (also part of `make test`).
+few hundred events each. Run with `make drills` (CI runs it after `make test`,
+which leaves them out).
 """
 
 from __future__ import annotations
