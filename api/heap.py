@@ -27,7 +27,22 @@ from typing import Any
 REFRESH_S = 600.0
 
 
-class SurvivorFreezer:
+class GcCallback:
+    """A ``gc.callbacks`` entry (``__call__(phase, info)``), installed once."""
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+class SurvivorFreezer(GcCallback):
     """A ``gc.callbacks`` entry: after each full collection, freeze its survivors;
     every ``refresh_s``, thaw them so the next full collection sees all."""
 
@@ -46,11 +61,3 @@ class SurvivorFreezer:
             gc.unfreeze()
         else:
             gc.freeze()
-
-    def install(self) -> None:
-        if self not in gc.callbacks:
-            gc.callbacks.append(self)
-
-    def remove(self) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)

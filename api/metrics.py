@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gc
 import os
 import shutil
 import time
@@ -42,6 +41,7 @@ from redis.retry import Retry
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.heap import GcCallback
 from api.operations import SEASON_STATES, OpsState, collect_state
 from conf.boards import split_board
 from conf.settings import Settings
@@ -128,7 +128,7 @@ READ_ENDPOINTS = {
 }
 
 
-class GcPauseTimer:
+class GcPauseTimer(GcCallback):
     """Times each collection of this process into :data:`GC_PAUSES` (a
     ``gc.callbacks`` entry). A latency spike of a read is then either a
     collection (seen here) or something outside the worker (CPU steal, another
@@ -143,14 +143,6 @@ class GcPauseTimer:
             self._start = time.perf_counter()
         else:
             self._series[info["generation"]].observe(time.perf_counter() - self._start)
-
-    def install(self) -> None:
-        if self not in gc.callbacks:
-            gc.callbacks.append(self)
-
-    def remove(self) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
 
 
 def prepare_multiprocess_dir(settings: Settings) -> Path:
