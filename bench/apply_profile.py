@@ -76,6 +76,17 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
         ('redis.call("ZADD", b.chz,', NOOP + "b.chz,"),
         ('redis.call("BITFIELD", b.fw,', NOOP + "b.fw,"),
     ],
+    # The totals hash alone (issue 25 item 2): its write and its read (every total
+    # then comes from the base row, as for a player unchanged since the base).
+    "totals": [
+        ('redis.call("HSET", b.totals,', NOOP + "b.totals,"),
+        (
+            'local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))',
+            "local raw = {}",
+        ),
+    ],
+    # The totals hash's write alone.
+    "totals_write": [('redis.call("HSET", b.totals,', NOOP + "b.totals,")],
     # The result's JSON for the log record (cjson.encode).
     "result_json": [
         ("local result = cjson.encode({", 'local result = "{}" or cjson.encode({')
@@ -113,6 +124,90 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
+
+# --rewrite: other designs of a part of the owner transaction, priced against it on
+# the same events (not exact for the readers: only apply_event.lua changes).
+# "packed_totals" (issue 25 item 2, the alternative to per-board totals hashes):
+# every board's "total|version[|achievedMs]" of a player in one field
+# "<board>=<value>;..." of one hash per partition, read with one HMGET and written
+# with one HSET per chunk, instead of one field per board in ten hashes.
+PACKED_READ = """-- every board's total of a player, one packed field per player
+local packed_key = KEYS[KEY.base] .. ":pt"
+local packed = {}
+if #player_list > 0 then
+  local raw = redis.call("HMGET", packed_key, unpack(player_list))
+  for i, p in ipairs(player_list) do
+    local t = {}
+    if raw[i] then
+      for bid, val in string.gmatch(raw[i], "([^=;]+)=([^;]+)") do
+        t[bid] = val
+      end
+    end
+    packed[p] = t
+  end
+end
+for _, b in ipairs(boards) do
+  local probe, probe_players = {}, {}
+  if #b.wanted_list > 0 then
+    for i, p in ipairs(b.wanted_list) do
+      local cur = packed[p][b.id]
+"""
+PACKED_WRITE = """
+if #packed_dirty_list > 0 then
+  local fields = {}
+  for _, p in ipairs(packed_dirty_list) do
+    local parts = {}
+    for bid, val in pairs(packed[p]) do
+      parts[#parts + 1] = bid .. "=" .. val
+    end
+    fields[#fields + 1] = p
+    fields[#fields + 1] = table.concat(parts, ";")
+  end
+  redis.call("HSET", packed_key, unpack(fields))
+end
+return out
+"""
+REWRITES: dict[str, list[tuple[str, str]]] = {
+    "packed_totals": [
+        (
+            """for _, b in ipairs(boards) do
+  local probe, probe_players = {}, {}
+  if #b.wanted_list > 0 then
+    local raw = redis.call("HMGET", b.totals, unpack(b.wanted_list))
+    for i, p in ipairs(b.wanted_list) do
+      local cur = raw[i]
+""",
+            PACKED_READ,
+        ),
+        (
+            """      if cur[3] then
+        fields[#fields + 1] = p
+        fields[#fields + 1] = string.format("%d|%d|%d", cur[1], cur[2], cur[3])
+      else
+        fields[#fields + 1] = p
+        fields[#fields + 1] = string.format("%d|%d", cur[1], cur[2])
+      end
+""",
+            """      if cur[3] then
+        packed[p][b.id] = string.format("%d|%d|%d", cur[1], cur[2], cur[3])
+      else
+        packed[p][b.id] = string.format("%d|%d", cur[1], cur[2])
+      end
+      if not packed_dirty[p] then
+        packed_dirty[p] = true
+        packed_dirty_list[#packed_dirty_list + 1] = p
+      end
+""",
+        ),
+        ('    redis.call("HSET", b.totals, unpack(fields))\n', ""),
+        (
+            "-- Write the per-board structures once for the chunk.\n",
+            "-- Write the per-board structures once for the chunk.\n"
+            "local packed_dirty, packed_dirty_list = {}, {}\n",
+        ),
+        ("\nreturn out\n", PACKED_WRITE),
+    ],
+}
 
 # --sections: laps of the script's wall clock (Redis TIME, µs) taken before each of
 # these lines, summed per section into "prof:<section>" counters (the section is the
@@ -171,8 +266,10 @@ def _runnable(text: str) -> str:
     return text if text.startswith(header) else header + include(text)
 
 
-def ablated(script: str, name: str) -> str:
-    for old, new in ABLATIONS[name]:
+def ablated(
+    script: str, name: str, table: dict[str, list[tuple[str, str]]] = ABLATIONS
+) -> str:
+    for old, new in table[name]:
         if old not in script:
             raise SystemExit(f"--ablate {name}: {old!r} not in the script")
         script = script.replace(old, new)
@@ -350,6 +447,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a variant of apply_event.lua (repeatable; default: the shipped one)",
     )
     p.add_argument(
+        "--rewrite",
+        action="append",
+        choices=sorted(REWRITES),
+        default=[],
+        help="also run the script with this part redesigned (repeatable; REWRITES)",
+    )
+    p.add_argument(
         "--ablate",
         action="append",
         choices=sorted(ABLATIONS),
@@ -374,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     base = next(iter(variants.values()))
     for name in args.ablate:
         variants[f"without {name}"] = ablated(base, name)
+    for name in args.rewrite:
+        variants[f"rewritten {name}"] = ablated(base, name, REWRITES)
     if args.sections:
         for name, text in list(variants.items()):
             variants[f"{name} with sections"] = with_sections(text)
