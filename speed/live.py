@@ -80,6 +80,18 @@ class NotExact(Exception):
     """Exactness is impossible right now (a rebase in progress, base not mapped)."""
 
 
+class _Moved(Exception):
+    """A counts call found the player verified at another total than the one
+    guessed, and counted nothing (live_counts.lua's {"moved", total}): read
+    again at ``raw`` (its "total|version[|achievedMs]"); ``flag``: its shadow
+    flag when read in the same round trip, else None."""
+
+    def __init__(self, raw: bytes, flag: bool | None) -> None:
+        super().__init__("moved")
+        self.raw = raw
+        self.flag = flag
+
+
 class PlayerMissing(Exception):
     pass
 
@@ -794,6 +806,7 @@ class LiveReader:
         extra: list[tuple[Any, ...]] | None = None,
         extra_scripts: tuple[Any, ...] = (),
         around: Around | None = None,
+        expected: int | None = None,
     ) -> tuple[list[list[Any]], list[Any], bool | None]:
         """``live_counts.lua`` on every partition in one round trip; the partition
         owning ``player_id`` also returns that player's current total. With
@@ -806,7 +819,8 @@ class LiveReader:
         with that window around ``before`` (the partitions' replies then hold
         its fields, the counts first, then the window and the counts above
         ``around.top``). As (the partitions' counts, the replies of the
-        ``extra`` commands, the flag)."""
+        ``extra`` commands, the flag); :class:`_Moved` when ``player_id`` holds
+        another total than ``expected`` (its guessed one, None: not checked)."""
         commands: list[tuple[Any, ...]] = []
         flagged = read_flag and bool(player_id)
         if flagged:
@@ -824,6 +838,7 @@ class LiveReader:
             rows_before,
             around,
             known,
+            expected,
         )
         n = len(commands)
         script = self._counts if around is None else self._nearby_script
@@ -835,12 +850,16 @@ class LiveReader:
         replies = await run_commands(
             self.speed.client, scripts, commands + extra if extra else commands
         )
+        flag = replies[0] in (b"shadow", "shadow") if flagged else None
+        for reply in replies[int(flagged) : n]:
+            if reply and reply[0] in (b"moved", "moved"):
+                raw = reply[1]
+                raise _Moved(raw.encode() if isinstance(raw, str) else raw, flag)
         counts = _parts(replies[int(flagged) : n])
         # Sizes are kept only under an epoch (a replaced dataset's positions
         # restart; its new epoch tells its stamps apart): none is set here (a
         # round trip), the read caches' stamps set it on their first use.
         self._sized(board, counts, known)
-        flag = replies[0] in (b"shadow", "shadow") if flagged else None
         return counts, replies[n:], flag
 
     def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
@@ -891,6 +910,7 @@ class LiveReader:
         rows_before: int,
         around: Around | None = None,
         known: list[tuple[bytes, int, int] | None] | None = None,
+        expected: int | None = None,
     ) -> list[tuple[Any, ...]]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
         ``around`` (see :meth:`_counts_round`); ``known``: per partition the
@@ -915,9 +935,10 @@ class LiveReader:
             )
             for p, k in enumerate(known)
         ]
+        guessed = "" if expected is None else expected
         if around is None:
             return self._script_calls(
-                self._counts.sha, keys, (above, before), groups, epoch_key=True
+                self._counts.sha, keys, (above, before, guessed), groups, epoch_key=True
             )
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
         top: bytes | str = ""
@@ -932,6 +953,7 @@ class LiveReader:
             (
                 above,
                 before,
+                guessed,
                 around.forward_limit,
                 around.backward_limit,
                 around.forward_max,
@@ -1007,19 +1029,28 @@ class LiveReader:
             )
             extra = extra_for(score, achieved, base, rows_before) if extra_for else []
             around = around_for(score, base, rows_before) if around_for else None
-            replies, extra_replies, flag = await self._counts_round(
-                board,
-                encode_score(score),
-                encode_entry(score, player_id, achieved),
-                player_id,
-                base,
-                rows_above,
-                rows_before,
-                read_flag=shadowed is None,
-                extra=extra,
-                extra_scripts=extra_scripts,
-                around=around,
-            )
+            try:
+                replies, extra_replies, flag = await self._counts_round(
+                    board,
+                    encode_score(score),
+                    encode_entry(score, player_id, achieved),
+                    player_id,
+                    base,
+                    rows_above,
+                    rows_before,
+                    read_flag=shadowed is None,
+                    extra=extra,
+                    extra_scripts=extra_scripts,
+                    around=around,
+                    expected=score,
+                )
+            except _Moved as moved:
+                # Another total than guessed: nothing was counted (one HGET in
+                # Redis); read again at it, as below when a count finds it moved.
+                if moved.flag is not None:
+                    shadowed = moved.flag
+                standing = parse_standing(moved.raw)
+                continue
             if flag is not None:
                 shadowed = flag
             seen = [r[0] for r in replies]

@@ -359,7 +359,9 @@ LIVE_COUNTS = ScriptInterface(
     # known there (known ""), so what it holds is never compared.
     keys=("epoch",),
     key_group=("base", "position", "chz", "chb", "totals", "flags_version"),
-    argv=("above", "before"),
+    # expected: the total the caller guessed for verify_player ("" none): when
+    # that player holds another, the reply is {"moved", its total} alone.
+    argv=("above", "before", "expected"),
     # chb_above / chb_before: the partition's base rows above the score / before
     # the entry (local counts, speed/baserows.py), read for the base generation
     # the caller assumed; the reply names the real one. known: the stamp
@@ -382,6 +384,8 @@ LIVE_COUNTS = ScriptInterface(
         "verified",
         "stamp",
     ),
+    # {"moved", total} instead of the groups: see expected.
+    statuses=("moved",),
 )
 
 LIVE_DENSE = ScriptInterface(
@@ -427,6 +431,7 @@ LIVE_NEARBY = ScriptInterface(
         "chz_top",
         "chs_top",
     ),
+    statuses=LIVE_COUNTS.statuses,
 )
 
 LIVE_STAMP = ScriptInterface(

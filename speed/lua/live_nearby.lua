@@ -9,7 +9,8 @@
 -- group) on a Redis Cluster (speed/live.py LiveReader).
 --
 -- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb, totals
--- ARGV: encoded score enc(s), encoded entry enc(s)..playerId (as live_counts.lua),
+-- ARGV: encoded score enc(s), encoded entry enc(s)..playerId, the guessed total
+--       (as live_counts.lua),
 --       how many changed players to read after the entry and before it, and the
 --       lex bounds they are read up to ("+" and "-", or "[" and the entries of the
 --       base rows the caller's window ends at: a changed player past them is not
@@ -20,7 +21,8 @@
 --       (ARG_GROUP) as live_counts.lua, first and stop of a range [first, stop)
 --       of its base rows, and its base rows above t (local rows,
 --       speed/baserows.py)
--- Returns per partition live_counts.lua's fields, then chz members after the
+-- Returns {"moved", total} as live_counts.lua does, else per partition
+--          live_counts.lua's fields, then chz members after the
 --          entry, chz members before it (nearest first), the changed local rows
 --          in [first, stop), ascending (live_window.lua's last three), then chz
 --          above t and changed base rows above t (0 and 0 without t)
@@ -37,11 +39,15 @@ local above_top = "(" .. top
 --#include live_counts_part
 --#include changed_rows
 
+local moved, owner_raw = moved_from_guess(ARGV[ARG.expected])
+if moved then
+  return moved
+end
 local out = {}
 local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  local part = counts_part(k, a, above, before, stamps[#out + 1])
+  local part = counts_part(k, a, above, before, stamps[#out + 1], owner_raw)
   local chz = KEYS[k + KEY_GROUP.chz]
   local forward, backward = {}, {}
   if forward_limit > 0 then

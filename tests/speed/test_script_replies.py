@@ -68,7 +68,11 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
             ],
         ),
         LIVE_COUNTS.args_of(
-            {"above": encode_score(5), "before": encode_entry(5, "p0")},
+            {
+                "above": encode_score(5),
+                "before": encode_entry(5, "p0"),
+                "expected": "",
+            },
             [
                 {"verify_player": "p1", "chb_above": 3, "chb_before": 10, "known": ""},
                 {"verify_player": "", "chb_above": 0, "chb_before": 0, "known": ""},
@@ -105,7 +109,11 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 ],
             ),
             LIVE_COUNTS.args_of(
-                {"above": encode_score(5), "before": encode_entry(5, "p0")},
+                {
+                    "above": encode_score(5),
+                    "before": encode_entry(5, "p0"),
+                    "expected": "",
+                },
                 [
                     {
                         "verify_player": "p1",
@@ -128,6 +136,43 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     assert [counted[i] for i in sizes] == [1, 2]
     assert LIVE_COUNTS.field(counted, "stamp") == b"0|3|1|0"
     redis_client.delete(keys.flags_version)  # as before, for the reads below
+
+    # The player verified at another total than the caller guessed: nothing is
+    # counted, its total comes back alone; at the guessed total, the counts.
+    def guessed(total: str) -> list:
+        return run(
+            redis_client,
+            "live_counts",
+            LIVE_COUNTS.keys_of(
+                {"epoch": EPOCH_KEY},
+                [
+                    {
+                        **group,
+                        "totals": keys.totals(BOARD),
+                        "flags_version": keys.flags_version,
+                    }
+                ],
+            ),
+            LIVE_COUNTS.args_of(
+                {
+                    "above": encode_score(5),
+                    "before": encode_entry(5, "p0"),
+                    "expected": total,
+                },
+                [
+                    {
+                        "verify_player": "p1",
+                        "chb_above": 3,
+                        "chb_before": 10,
+                        "known": "",
+                    }
+                ],
+            ),
+        )
+
+    assert guessed("6") == [b"moved", b"7|1"]
+    (same,) = guessed("7")
+    assert same == counts
 
     window, other_window = run(
         redis_client,
@@ -192,6 +237,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
             {
                 "above": encode_score(5),
                 "before": entry,
+                "expected": "",
                 "forward_limit": 5,
                 "backward_limit": 6,
                 "forward_max": "+",
@@ -267,6 +313,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 {
                     "above": encode_score(5),
                     "before": entry,
+                    "expected": "",
                     "forward_limit": 5,
                     "backward_limit": 6,
                     "forward_max": "+",
@@ -306,6 +353,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
             {
                 "above": encode_score(5),
                 "before": entry,
+                "expected": "",
                 "forward_limit": 0,
                 "backward_limit": 0,
                 "forward_max": "+",
@@ -339,7 +387,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
             ],
         ),
         LIVE_COUNTS.args_of(
-            {"above": encode_score(6), "before": encode_score(6)},
+            {"above": encode_score(6), "before": encode_score(6), "expected": ""},
             [{"verify_player": "", "chb_above": 3, "chb_before": 3, "known": ""}],
         ),
     )
