@@ -13,7 +13,8 @@ An entry is one (board, player) item a log record applied
 status, or the record's, is ``accepted`` or ``released``). The index of a
 generation is a chain of layers, oldest first, each an Arrow IPC file
 (:func:`serving.files.write_arrow`) holding the entries of the log positions one
-or more consecutive generations landed, sorted by (key, partition, position)::
+or more consecutive generations landed, sorted by (key, board, player, partition,
+position)::
 
     contributions.<gen>.arrow   key u64, partition i32, position i64,
                                 board dictionary<i32, string>, player_id string,
@@ -55,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from serving.files import read_arrow, write_arrow
 from serving.segments import _StringColumn
@@ -151,74 +153,132 @@ def _empty() -> pa.Table:
     return SCHEMA.empty_table()
 
 
+ITEM_SCHEMA = pa.schema(
+    [
+        ("board", pa.string()),
+        ("player_id", pa.string()),
+        ("partition", pa.int32()),
+        ("position", pa.int64()),
+        ("event_id", pa.string()),
+        ("match_id", pa.string()),
+        ("kind", pa.string()),
+        ("occurred_at", pa.string()),
+        ("total", pa.int64()),
+    ]
+)
+# The file's order: one (board, player) run per key, then partition and position.
+SORT_KEYS = [
+    ("key", "ascending"),
+    ("board", "ascending"),
+    ("player_id", "ascending"),
+    ("partition", "ascending"),
+    ("position", "ascending"),
+]
+
+
+def items_table(items: Iterable[Applied]) -> pa.Table:
+    """Applied items as a table of :data:`ITEM_SCHEMA` (what :func:`layer_table`
+    takes; a writer with many items may build the columns itself)."""
+    rows = list(items)
+    return pa.table(
+        [pa.array([getattr(a, f.name) for a in rows], f.type) for f in ITEM_SCHEMA],
+        schema=ITEM_SCHEMA,
+    )
+
+
 def _sorted(table: pa.Table) -> pa.Table:
-    """Rows in (key, partition, position) order (stable)."""
+    """Rows in file order (:data:`SORT_KEYS`; the board compared by name)."""
     if table.num_rows == 0:
         return table
-    order = np.lexsort(
-        (
-            table.column("position").to_numpy(),
-            table.column("partition").to_numpy(),
-            table.column("key").to_numpy(),
-        )
+    keyed = table.set_column(
+        table.column_names.index("board"),
+        "board",
+        table.column("board").cast(pa.string()),
     )
-    return table.take(pa.array(order, pa.int64()))
+    return table.take(pc.sort_indices(keyed, sort_keys=SORT_KEYS))
+
+
+def _keys(boards: pa.Array, players: pa.Array) -> np.ndarray:
+    """:func:`key_of` per row (hashed once per distinct pair)."""
+    seen: dict[tuple[str, str], int] = {}
+    out = np.empty(len(boards), np.uint64)
+    for i, pair in enumerate(zip(boards.to_pylist(), players.to_pylist(), strict=True)):
+        key = seen.get(pair)
+        if key is None:
+            key = seen[pair] = key_of(*pair)
+        out[i] = key
+    return out
 
 
 def layer_table(
-    items: Iterable[Applied], parent: ContributionsIndex | None
+    items: Iterable[Applied] | pa.Table, parent: ContributionsIndex | None
 ) -> pa.Table:
     """A layer's rows from the applied items of positions after the parent's
-    boundary (any order): each item's delta is its total minus the total after the
-    player's previous item of the board in its partition (this layer's, else the
-    parent's newest, else 0)."""
-    rows = sorted(items, key=lambda a: (a.board, a.player_id, a.partition, a.position))
-    if not rows:
+    boundary (any order; a table of :data:`ITEM_SCHEMA` or :class:`Applied`):
+    each item's delta is its total minus the total after the player's previous
+    item of the board in its partition (this layer's, else the parent's newest,
+    else 0)."""
+    table = items if isinstance(items, pa.Table) else items_table(items)
+    table = table.select([f.name for f in ITEM_SCHEMA]).cast(ITEM_SCHEMA)
+    table = table.combine_chunks()
+    if table.num_rows == 0:
         return _empty()
-    firsts = [
-        i
-        for i, a in enumerate(rows)
-        if i == 0
-        or (a.board, a.player_id, a.partition)
-        != (rows[i - 1].board, rows[i - 1].player_id, rows[i - 1].partition)
-    ]
-    before = (
-        parent.last_totals(
-            [(rows[i].board, rows[i].player_id, rows[i].partition) for i in firsts]
+    boards = table.column("board").chunk(0)
+    players = table.column("player_id").chunk(0)
+    table = table.append_column("key", pa.array(_keys(boards, players), pa.uint64()))
+    table = _sorted(table).combine_chunks()
+    n = table.num_rows
+    key = table.column("key").to_numpy()
+    partition = table.column("partition").to_numpy()
+    total = table.column("total").to_numpy()
+    board = table.column("board").chunk(0)
+    player = table.column("player_id").chunk(0)
+    # A group is one (board, player, partition): its rows are consecutive.
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = (
+            (key[1:] != key[:-1])
+            | (partition[1:] != partition[:-1])
+            | pc.not_equal(board[1:], board[:-1]).to_numpy(zero_copy_only=False)
+            | pc.not_equal(player[1:], player[:-1]).to_numpy(zero_copy_only=False)
         )
-        if parent is not None
-        else [None] * len(firsts)
-    )
-    start = dict(zip(firsts, before, strict=True))
-    deltas = []
-    previous = 0
-    for i, a in enumerate(rows):
-        if i in start:
-            previous = start[i] or 0
-        deltas.append(a.total - previous)
-        previous = a.total
-    boards = sorted({a.board for a in rows})
-    code = {b: k for k, b in enumerate(boards)}
-    table = pa.table(
+    previous = np.empty(n, np.int64)
+    previous[1:] = total[:-1]
+    starts = np.nonzero(first)[0]
+    if parent is not None:
+        found = parent.last_totals(
+            list(
+                zip(
+                    board.take(pa.array(starts)).to_pylist(),
+                    player.take(pa.array(starts)).to_pylist(),
+                    partition[starts].tolist(),
+                    strict=True,
+                )
+            )
+        )
+        previous[starts] = [0 if t is None else t for t in found]
+    else:
+        previous[starts] = 0
+    delta = total - previous
+    codes = board.dictionary_encode()
+    return pa.table(
         [
-            pa.array([key_of(a.board, a.player_id) for a in rows], pa.uint64()),
-            pa.array([a.partition for a in rows], pa.int32()),
-            pa.array([a.position for a in rows], pa.int64()),
+            table.column("key"),
+            table.column("partition"),
+            table.column("position"),
             pa.DictionaryArray.from_arrays(
-                pa.array([code[a.board] for a in rows], pa.int32()),
-                pa.array(boards, pa.string()),
+                codes.indices.cast(pa.int32()), codes.dictionary
             ),
-            pa.array([a.player_id for a in rows], pa.string()),
-            pa.array([a.event_id for a in rows], pa.string()),
-            pa.array([a.match_id for a in rows], pa.string()),
-            pa.array([a.kind for a in rows], pa.string()),
-            pa.array([a.occurred_at for a in rows], pa.string()),
-            pa.array(deltas, pa.int64()),
-            pa.array([a.total for a in rows], pa.int64()),
+            player,
+            table.column("event_id"),
+            table.column("match_id"),
+            table.column("kind"),
+            table.column("occurred_at"),
+            pa.array(delta, pa.int64()),
+            table.column("total"),
         ],
         schema=SCHEMA,
     )
-    return _sorted(table)
 
 
 def _merge(tables: Sequence[pa.Table]) -> pa.Table:
@@ -385,7 +445,7 @@ def load(directory: Path, manifest: Mapping[str, Any]) -> ContributionsIndex | N
 def write_index(
     directory: Path,
     generation: str,
-    items: Iterable[Applied],
+    items: Iterable[Applied] | pa.Table,
     parent: tuple[Path, Mapping[str, Any]] | None,
     compact: bool = False,
 ) -> dict[str, Any]:
