@@ -21,8 +21,10 @@ position)::
                                 event_id, match_id, kind, occurred_at string
                                 (nullable), delta i64, total i64
 
-``key`` is the first 64 bits of blake2b(board NUL player): one player's entries on
-one board are one run per layer, found by two binary searches (the stored board
+``key`` is h(board) XOR h(player), h the first 64 bits of blake2b of the name's
+UTF-8 bytes after a byte of its own per field (so a writer hashes each distinct
+board and player once, not each pair): one player's entries on one board are one
+run per layer, found by two binary searches (the stored board
 and player are compared, so a collision of keys costs a few more rows, never a
 wrong answer). A layer's positions all follow its older neighbour's per partition
 (boundaries only grow), so the chain read oldest first is in log order. ``total``
@@ -92,11 +94,17 @@ def layer_file(generation: str) -> str:
     return f"contributions.{generation}.arrow"
 
 
-def key_of(board: str, player_id: str) -> int:
-    digest = hashlib.blake2b(
-        board.encode() + b"\0" + player_id.encode(), digest_size=8
-    ).digest()
+BOARD_FIELD = b"\x01"
+PLAYER_FIELD = b"\x02"
+
+
+def _hash(field: bytes, name: str) -> int:
+    digest = hashlib.blake2b(field + name.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
+
+
+def key_of(board: str, player_id: str) -> int:
+    return _hash(BOARD_FIELD, board) ^ _hash(PLAYER_FIELD, player_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,16 +206,18 @@ def _sorted(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(keyed, sort_keys=SORT_KEYS))
 
 
+def _field_hashes(field: bytes, names: pa.Array) -> np.ndarray:
+    """h(name) per row, hashed once per distinct name."""
+    codes = pc.dictionary_encode(names)
+    distinct = np.array(
+        [_hash(field, name) for name in codes.dictionary.to_pylist()], np.uint64
+    )
+    return distinct[codes.indices.to_numpy()]
+
+
 def _keys(boards: pa.Array, players: pa.Array) -> np.ndarray:
-    """:func:`key_of` per row (hashed once per distinct pair)."""
-    seen: dict[tuple[str, str], int] = {}
-    out = np.empty(len(boards), np.uint64)
-    for i, pair in enumerate(zip(boards.to_pylist(), players.to_pylist(), strict=True)):
-        key = seen.get(pair)
-        if key is None:
-            key = seen[pair] = key_of(*pair)
-        out[i] = key
-    return out
+    """:func:`key_of` per row."""
+    return _field_hashes(BOARD_FIELD, boards) ^ _field_hashes(PLAYER_FIELD, players)
 
 
 def layer_table(
