@@ -10,13 +10,14 @@ boundary, boundary]``, each with its ``delta`` computed when it was written. The
 newest retained generation's index holds every position up to its boundary, which
 is at or past every snapshot's (an award snapshot is taken from a generation), so
 one index answers a read. A look-up is a few binary searches per layer of the
-index's chain plus the found rows' fields; it is cached per (board, player, newest
-boundary). The index is mapped once per generation (opening its files: in the
-thread pool, below); a look-up in a mapped one runs on the event loop.
+index's chain plus the found rows' fields (57-80 us of CPU on a loaded machine,
+where the bronze scan it replaced cost 11-15 ms); it is cached per (board, player,
+newest boundary). The index is mapped once per generation (opening its files: in
+the thread pool, below); a look-up in a mapped one runs on the event loop.
 
-No fallback: a generation published before the index existed has none, and its
-history entries list no contributions until the next publish, which writes the
-whole index (jobs/contributions.py, from bronze, once).
+No fallback to bronze: while the newest retained generation was published before
+the index existed, history entries list no contributions; the next publish writes
+the whole index (jobs/contributions.py, from bronze, once).
 
 Per read, everything derived from the snapshots is kept: per board a :class:`View`
 (the snapshots oldest first, their part of the answer cache's key, the labels),
