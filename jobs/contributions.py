@@ -42,8 +42,14 @@ def write_contributions_index(
     after: Mapping[int, int] = {}
     if parent is not None and chain_of(parent[1]) is not None:
         after = {int(p): int(v) for p, v in parent[1].get("boundary", {}).items()}
-    else:
-        parent = None  # no index to extend: every landed position
+    if (
+        parent is None
+        or chain_of(parent[1]) is None
+        or any(int(boundary.get(p, 0)) < v for p, v in after.items())
+    ):
+        # No index to extend, or a parent past this boundary (its chain would
+        # hold positions this generation does not): every landed position.
+        parent, after = None, {}
     return write_index(
         directory,
         generation,

@@ -186,11 +186,14 @@ SORT_KEYS = [
 
 def items_table(items: Iterable[Applied]) -> pa.Table:
     """Applied items as a table of :data:`ITEM_SCHEMA` (what :func:`layer_table`
-    takes; a writer with many items may build the columns itself)."""
-    rows = list(items)
+    takes), filled column by column as ``items`` are produced: an item is not kept
+    as an object."""
+    columns: dict[str, list[Any]] = {f.name: [] for f in ITEM_SCHEMA}
+    for item in items:
+        for name, values in columns.items():
+            values.append(getattr(item, name))
     return pa.table(
-        [pa.array([getattr(a, f.name) for a in rows], f.type) for f in ITEM_SCHEMA],
-        schema=ITEM_SCHEMA,
+        [pa.array(columns[f.name], f.type) for f in ITEM_SCHEMA], schema=ITEM_SCHEMA
     )
 
 
