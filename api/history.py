@@ -3,30 +3,30 @@ retained generations and the board's award snapshots, and the diff of two
 generations. The computations are :mod:`serving.history`; this module picks the
 snapshots, adds the player's contributions and shapes the answers.
 
-Contributions between two snapshots come from the batch layer's bronze table
-(Delta, ``$LB_DATA_DIR/delta/bronze_events``, written by jobs/land.py), read
-without Spark through the ``deltalake`` package: the events of the player's
-partition with a log position in ``(previous boundary, boundary]``. Every position
-up to a generation's boundary is landed, so the table holds them all; the speed
-layer's log is trimmed once landed and is not consulted. A bronze row's ``raw``
-record carries the player's total per board after the event, so an event's
-``delta`` on the board is that total minus the total after the player's previous
-event applied to the board (0 before the first). Cost: one filtered scan of the
-player's partition in bronze per history read (files are pruned by partition
-only), cached per (board, player, newest boundary); the table is opened once and
-brought up to date per read (measured on a 6-partition demo table: about 0.9 s for
-the very first read, which loads ``deltalake``, then about 11 ms per player not yet
-cached and 0.2 ms per cached one; it grows with the partition's bronze files).
-Such a scan runs in the thread pool (below); bench/reads.py's direct publish
-writes no bronze table, so its history phase measures no contributions at all.
+Contributions between two snapshots come from the contributions index the publish
+job writes with every generation (serving/contributions.py owns the format): the
+player's entries on the board in its partition with a log position in ``(previous
+boundary, boundary]``, each with its ``delta`` computed when it was written. The
+newest retained generation's index holds every position up to its boundary, which
+is at or past every snapshot's (an award snapshot is taken from a generation), so
+one index answers a read. A look-up is a few binary searches per layer of the
+index's chain plus the found rows' fields (57-80 us of CPU on a loaded machine,
+where the bronze scan it replaced cost 11-15 ms); it is cached per (board, player,
+newest boundary). The index is mapped once per generation (opening its files: in
+the thread pool, below); a look-up in a mapped one runs on the event loop.
+
+No fallback to bronze: while the newest retained generation was published before
+the index existed, history entries list no contributions; the next publish writes
+the whole index (jobs/contributions.py, from bronze, once).
 
 Per read, everything derived from the snapshots is kept: per board a :class:`View`
 (the snapshots oldest first, their part of the answer cache's key, the labels),
 rebuilt when a generation, the config or the season's award versions change; the
 boards' arrays and the pairs' overlap indexes in :class:`serving.history.PairIndexes`.
 A read asked not to block (``block=False``: the route calls it on the event loop)
-raises :class:`WouldBlock` when it would read files, scan bronze or build an
-index; the route then runs it in the thread pool.
+raises :class:`WouldBlock` when it would read files (map a generation's
+contributions index among them) or build an index; the route then runs it in the
+thread pool.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from api.errors import InvalidRequest, PlayerNotFound
 from api.reads import Answer, check_board, encode, pin, top_percent
@@ -61,13 +59,11 @@ from serving.registry import (
     GenerationExpiredError,
     GenerationNotFoundError,
     GenerationRegistry,
+    NotMapped,
 )
 from serving.segments import BoardSegment
 from speed.partitions import partition_of
 
-# jobs/land.py's BRONZE (the API must not import jobs; a test holds them equal).
-BRONZE_TABLE = "bronze_events"
-APPLIED = frozenset({"accepted", "released"})
 # Encoded history answers kept (LRU), each valid while its snapshots are.
 ANSWERS_KEPT = 4096
 # A directory changed this recently is listed again on every read: its mtime
@@ -77,7 +73,7 @@ SETTLED_NS = 1_000_000_000
 
 class WouldBlock(Exception):
     """A read asked not to block (``block=False``: on the event loop) needs file
-    reads, a bronze scan or an O(n) build first: the caller runs it in a thread."""
+    reads or an O(n) build first: the caller runs it in a thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +110,11 @@ class HistoryService:
         config: Callable[[], BoardsConfig],
         registry: GenerationRegistry,
         data_dir: Path,
-        delta_dir: Path,
         partitions: int,
     ) -> None:
         self.config = config
         self.registry = registry
         self.data_dir = Path(data_dir)
-        self.bronze = Path(delta_dir) / BRONZE_TABLE
-        self._bronze_log = str(self.bronze / "_delta_log")
         self.partitions = partitions
         self._awards: OrderedDict[tuple[str, int, str], AwardStandings | None] = (
             OrderedDict()
@@ -135,12 +128,6 @@ class HistoryService:
         self._pairs = PairIndexes()
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
         self._award_points: dict[tuple[str, int], Any] = {}
-        self._bronze_table: Any = None
-        self._bronze_dataset_of: tuple[int, Any] = (-1, None)
-        # Opening or updating the Delta table reads files: its own lock, so a
-        # reader on the event loop never waits on it (self._lock stays brief).
-        self._bronze_lock = threading.Lock()
-        self._bronze_seen = False
         self._views: OrderedDict[str, View] = OrderedDict()
         self._versions: dict[str, tuple[int, list[int]]] = {}
 
@@ -341,90 +328,40 @@ class HistoryService:
 
     # ---------------------------------------------------------- contributions
 
-    def _bronze_dataset(self) -> Any:
-        """The bronze table as a pyarrow dataset, opened once and brought up to
-        its newest commit per read (reading the new log entries only)."""
-        from deltalake import DeltaTable
-
-        with self._bronze_lock:
-            if self._bronze_table is None:
-                self._bronze_table = DeltaTable(str(self.bronze))
-            else:
-                self._bronze_table.update_incremental()
-            version = self._bronze_table.version()
-            if self._bronze_dataset_of[0] != version:
-                self._bronze_dataset_of = (
-                    version,
-                    self._bronze_table.to_pyarrow_dataset(),
-                )
-            return self._bronze_dataset_of[1]
-
     def _player_events(
         self,
+        view: View,
         board: str,
         player_id: str,
         partition: int,
         through: int,
         block: bool = True,
     ) -> list[Contribution] | None:
-        """The player's events applied to the board up to ``through``, in log
-        order, with their delta; None when there is no bronze table.
-        ``block=False``: :class:`WouldBlock` instead of scanning bronze."""
+        """The player's entries on the board up to ``through``, in log order, with
+        their delta, from the newest retained generation's contributions index;
+        None when it has none. ``block=False``: :class:`WouldBlock` instead of
+        mapping the index."""
         key = (board, player_id, partition, through)
         with self._lock:
             cached = self._contributions.get(key)
             if cached is not None:
                 self._contributions.move_to_end(key)
                 return cached
-        if not self._bronze_seen:
-            # Once there, the table stays (landing only appends); os.access
-            # answers "absent" without raising.
-            if not os.access(self._bronze_log, os.F_OK):
-                return None
-            self._bronze_seen = True
-        if not block:
-            raise WouldBlock
-        import pyarrow.dataset as ds
-
-        table = self._bronze_dataset().to_table(
-            columns=["position", "raw"],
-            filter=(ds.field("partition") == partition)
-            & (ds.field("player_id") == player_id)
-            & (ds.field("position") <= through),
-        )
-        rows = sorted(
-            zip(
-                table.column("position").to_pylist(),
-                table.column("raw").to_pylist(),
-                strict=True,
+        newest = view.sources[-1]
+        if not isinstance(newest, Generation):
+            return None  # no retained generation: award snapshots only
+        try:
+            index = newest.contributions(block)
+        except NotMapped:
+            raise WouldBlock from None
+        if index is None:
+            return None
+        out = [
+            Contribution(position, body)
+            for position, body in index.contributions(
+                board, player_id, partition, through
             )
-        )
-        out: list[Contribution] = []
-        total = 0
-        for position, raw in rows:
-            record = orjson.loads(raw)
-            result = record.get("result") or {}
-            status = result.get("status") or record.get("status")
-            for item in result.get("boards") or []:
-                if item.get("board") != board or "total" not in item:
-                    continue
-                if (item.get("status") or status) not in APPLIED:
-                    continue
-                event = record.get("event") or {}
-                new_total = int(item["total"])
-                out.append(
-                    Contribution(
-                        int(position),
-                        {
-                            "eventId": event.get("eventId"),
-                            "matchId": event.get("matchId"),
-                            "kind": event.get("kind") or "result",
-                            "occurredAt": event.get("occurredAt"),
-                            "delta": new_total - total,
-                        },
-                    )
-                )
-                total = new_total
+        ]
         with self._lock:
             self._contributions[key] = out
             while len(self._contributions) > 256:
@@ -444,7 +381,7 @@ class HistoryService:
         """``own``: the player's own read (its token): a generation it is shadowed
         in lists it as if present, as its own rank read does (api/reads/).
         ``block=False`` (on the event loop): :class:`WouldBlock` when the read
-        needs file reads, a bronze scan or a build first."""
+        needs file reads or a build first."""
         if not 1 <= limit <= 100:
             raise InvalidRequest("limit must be 1..100", field="limit")
         view = self.view(board, block)
@@ -506,7 +443,9 @@ class HistoryService:
             )
         partition = str(partition_of(player_id, self.partitions))
         newest = steps[0].snapshot.boundary.get(partition, 0)
-        events = self._player_events(board, player_id, int(partition), newest, block)
+        events = self._player_events(
+            view, board, player_id, int(partition), newest, block
+        )
         entries = []
         for step in steps:
             lower_snapshot = step.previous

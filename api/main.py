@@ -184,7 +184,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lambda: app.state.boards,
         app.state.generations,
         settings.data_dir,
-        settings.delta_dir,
         settings.partitions,
     )
     install_error_handlers(app)

@@ -155,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(tempfile.mkdtemp(prefix="lb-history-http-"))
     env = stack_env(data)
     (data / "segments").symlink_to(source.resolve() / "segments")
+    if (source / "delta").exists():
+        # The bronze table (code that read contributions from it: before the
+        # contributions index).
+        (data / "delta").symlink_to(source.resolve() / "delta")
     server = RedisServer(data / "redis", appendfsync="everysec").start()
     env["LB_REDIS_URL"] = server.url
     use_read_auth(env, "token")

@@ -10,8 +10,12 @@ Set-up (not timed): generations g1 and g2 of ``season:BENCH:global`` written wit
 the production writer (``serving.segments.write_segments`` + ``build_manifest``),
 as bench/reads.py's direct publish does: g1 gives each of N players a random
 multiple of 10 in [0, 1000] (many ties), g2 adds one more such event to M distinct
-players. Kept in ``--data`` (reused when it already holds them). No bronze table,
-so a history entry lists no contributions (as in bench/reads.py's direct path).
+players. Kept in ``--data`` (reused when it already holds them). Each player's g1
+event and each g2 event is a log record (8 partitions, positions in player order):
+every generation has its contributions index (``serving.contributions.write_index``,
+g2's layered over g1's) and ``data/delta/bronze_events`` holds the records (written
+with ``deltalake``, as landing leaves them), so code that read contributions from
+bronze (before the index) and code that reads the index list the same ones.
 
 Measured, in one process, against ``api.history.HistoryService`` (what the route
 calls; the HTTP and auth layers are not in it):
@@ -98,10 +102,88 @@ def points_of(players: int, extra: int, seed: int) -> tuple[np.ndarray, np.ndarr
     return g1, g2
 
 
+PARTITIONS = 8
+OCCURRED_AT = "2026-11-20T10:00:00Z"
+
+
+def log_records(players: int, extra: int, seed: int) -> list[tuple[Any, Any, Any]]:
+    """Per generation: its applied items (``serving.contributions.ITEM_SCHEMA``),
+    its boundary and its bronze rows (partition, position, player_id, raw): g1 one
+    event per player (its g1 points), g2 one per changed player (the points added,
+    so each total is the generation's)."""
+    import orjson
+    import pyarrow as pa
+
+    from serving.contributions import ITEM_SCHEMA
+    from speed.partitions import partition_of
+
+    g1, g2 = points_of(players, extra, seed)
+    part = np.array([partition_of(player_id(i), PARTITIONS) for i in range(players)])
+    positions = np.zeros(PARTITIONS, np.int64)
+    out = []
+    for number, who in enumerate((np.arange(players), np.flatnonzero(g2 != g1)), 1):
+        points = g1 if number == 1 else g2
+        pos = np.empty(len(who), np.int64)
+        for k, i in enumerate(who.tolist()):
+            positions[part[i]] += 1
+            pos[k] = positions[part[i]]
+        pids = [player_id(i) for i in who.tolist()]
+        events = [f"g{number}-e{i}" for i in who.tolist()]
+        matches = [f"g{number}-m{i}" for i in who.tolist()]
+        totals = points[who]
+        items = pa.table(
+            [
+                pa.array([BOARD] * len(who), pa.string()),
+                pa.array(pids, pa.string()),
+                pa.array(part[who], pa.int32()),
+                pa.array(pos, pa.int64()),
+                pa.array(events, pa.string()),
+                pa.array(matches, pa.string()),
+                pa.array(["result"] * len(who), pa.string()),
+                pa.array([OCCURRED_AT] * len(who), pa.string()),
+                pa.array(totals, pa.int64()),
+            ],
+            schema=ITEM_SCHEMA,
+        )
+        raw = [
+            orjson.dumps(
+                {
+                    "partition": int(part[i]),
+                    "position": int(pos[k]),
+                    "status": "accepted",
+                    "event": {
+                        "eventId": events[k],
+                        "playerId": pids[k],
+                        "matchId": matches[k],
+                        "kind": "result",
+                        "occurredAt": OCCURRED_AT,
+                    },
+                    "result": {
+                        "status": "accepted",
+                        "boards": [{"board": BOARD, "total": int(totals[k])}],
+                    },
+                }
+            ).decode()
+            for k, i in enumerate(who.tolist())
+        ]
+        bronze = pa.table(
+            {
+                "partition": pa.array(part[who], pa.int32()),
+                "position": pa.array(pos, pa.int64()),
+                "player_id": pa.array(pids, pa.string()),
+                "raw": pa.array(raw, pa.string()),
+            }
+        )
+        boundary = {p: int(positions[p]) for p in range(PARTITIONS)}
+        out.append((items, boundary, bronze))
+    return out
+
+
 def build(data: Path, players: int, extra: int, seed: int) -> None:
     """g1 and g2 under ``data/segments`` (skipped when both are there)."""
     import pyarrow as pa
 
+    from serving.contributions import write_index
     from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
     from serving.segments import write_segments
 
@@ -109,6 +191,8 @@ def build(data: Path, players: int, extra: int, seed: int) -> None:
     if all((segments / g / MANIFEST_FILE).exists() for g in ("g1", "g2")):
         return
     ids = pa.array([player_id(i) for i in range(players)], pa.string())
+    logs = log_records(players, extra, seed)
+    rows: list[pa.Table] = []
     for number, points in enumerate(points_of(players, extra, seed), start=1):
         order = np.lexsort((np.arange(players), -points))  # score desc, id asc
         table = pa.table(
@@ -121,10 +205,33 @@ def build(data: Path, players: int, extra: int, seed: int) -> None:
         directory = segments / generation_id(number)
         directory.mkdir(parents=True, exist_ok=True)
         files = write_segments(table, directory, 1000)
+        items, boundary, bronze = logs[number - 1]
+        rows.append(bronze)
+        parent = segments / f"g{number - 1}"
+        contributions = write_index(
+            directory,
+            generation_id(number),
+            items,
+            (parent, json.loads((parent / MANIFEST_FILE).read_text()))
+            if number > 1
+            else None,
+        )
         manifest = build_manifest(
-            generation_id(number), datetime.now(UTC), {0: number}, files
+            generation_id(number),
+            datetime.now(UTC),
+            boundary,
+            files,
+            contributions=contributions,
         )
         (directory / MANIFEST_FILE).write_text(manifest)
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        str(data / "delta" / "bronze_events"),
+        pa.concat_tables(rows),
+        partition_by=["partition"],
+        mode="overwrite",
+    )
     (data / "params.json").write_text(
         json.dumps({"players": players, "extra": extra, "seed": seed})
     )
@@ -192,9 +299,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     oracle = Oracle(*points_of(params["players"], params["extra"], params["seed"]))
     config = bench_boards()
     registry = GenerationRegistry(data / "segments", retained=10)
-    service = HistoryService(
-        lambda: config, registry, data, data / "delta", partitions=8
-    )
+    service = HistoryService(lambda: config, registry, data, partitions=PARTITIONS)
     out: dict[str, Any] = {
         "code": str(Path(serving.history.__file__).resolve().parent.parent),
         "players": params["players"],
@@ -271,9 +376,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         # This tree's diff shares the pair's arrays with history reads: the first
         # diff of a fresh service builds them all (the old code's first diff
         # above is already that).
-        fresh = HistoryService(
-            lambda: config, registry, data, data / "delta", partitions=8
-        )
+        fresh = HistoryService(lambda: config, registry, data, partitions=PARTITIONS)
         t0, c0 = time.perf_counter(), time.process_time()
         cold = orjson.loads(fresh.diff(BOARD, "g1", "g2", 20).body)
         out["diff_cold_ms"] = {

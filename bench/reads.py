@@ -242,6 +242,7 @@ def publish_direct(
     from conf.boards import board_order, load_boards
     from conf.settings import Settings
     from jobs.segments import DEFAULT_BUCKET_TARGET
+    from serving.contributions import write_index
     from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
     from serving.segments import write_segments
     from speed.partitions import Keys
@@ -288,7 +289,22 @@ def publish_direct(
     directory.mkdir(parents=True)
     orders = {b: board_order(config, b) for b in boards}
     files = write_segments(table, directory, DEFAULT_BUCKET_TARGET, orders)
-    manifest = build_manifest(generation, datetime.now(UTC), boundary, files)
+    # The contributions index, as the Spark publisher writes it: the items the
+    # log records since the last boundary applied, layered over g<number - 1>'s.
+    t_index = time.perf_counter()
+    parent_dir = settings.segments_dir / f"g{number - 1}"
+    parent = (
+        (parent_dir, json.loads((parent_dir / MANIFEST_FILE).read_text()))
+        if number > 1 and (parent_dir / MANIFEST_FILE).exists()
+        else None
+    )
+    contributions = write_index(
+        directory, generation, log_items(client, boundary), parent
+    )
+    index_s = time.perf_counter() - t_index
+    manifest = build_manifest(
+        generation, datetime.now(UTC), boundary, files, contributions=contributions
+    )
     (directory / MANIFEST_FILE).write_text(manifest)
     # What landing leaves behind: the log is in Delta up to the boundary.
     for p, position in boundary.items():
@@ -302,9 +318,45 @@ def publish_direct(
         "generation": generation,
         "publish": "direct",
         "write_segments_s": round(t1 - t0, 1),
+        "contributions_index_s": round(index_s, 1),
+        "contributions": contributions["rows"],
         "rebase_s": round(t2 - t1, 1),
         "rebase": {str(k): v for k, v in report.partitions.items()},
     }
+
+
+def log_items(client: redis.Redis, boundary: dict[int, int]) -> Any:
+    """The board items the log records after each partition's landed position and
+    up to ``boundary`` applied (serving.contributions.record_contributions), as a
+    table of its ``ITEM_SCHEMA``: what landing would have put in bronze."""
+    import orjson
+    import pyarrow as pa
+
+    from serving.contributions import ITEM_SCHEMA, record_contributions
+    from speed.partitions import Keys
+
+    columns: dict[str, list[Any]] = {f.name: [] for f in ITEM_SCHEMA}
+    for p, through in boundary.items():
+        start = f"{int(client.get(Keys(p).landed) or 0) + 1}-0"
+        while True:
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+                Keys(p).log, min=start, max=str(through), count=10_000
+            )
+            if not entries:
+                break
+            for entry_id, fields in entries:
+                position = int(entry_id.decode().split("-", 1)[0])
+                record = orjson.loads(fields[b"r"])
+                player = (record.get("event") or {}).get("playerId")
+                if player is None:
+                    continue
+                for item in record_contributions(record, player, p, position):
+                    for name in columns:
+                        columns[name].append(getattr(item, name))
+            start = f"({entries[-1][0].decode()}"
+    return pa.table(
+        [pa.array(columns[f.name], f.type) for f in ITEM_SCHEMA], schema=ITEM_SCHEMA
+    )
 
 
 def boundary_version(
@@ -416,8 +468,9 @@ class Checker:
         truths: tuple[Truth, Truth],
     ) -> None:
         """A player's history over g1 and g2 (API.md "Why a rank changed"): newest
-        first, each generation's score and rank, and the step's rankChange with
-        exact newlyAbove / noLongerAbove counts from the two offline sorts."""
+        first, each generation's score and rank, the step's rankChange with
+        exact newlyAbove / noLongerAbove counts from the two offline sorts, and
+        contributions whose deltas add up to the totals."""
         self.checked += 1
         old, new = truths
         entries = body.get("entries") or []
@@ -445,6 +498,17 @@ class Checker:
             self.fail(
                 f"history {player_id(i)}: rankChange {entries[0].get('rankChange')}, "
                 f"want {change}"
+            )
+            return
+        # The contributions (the generations' contributions index): g1, the first
+        # listed, lists every event up to its boundary, g2 those after; their
+        # deltas add up to each generation's total and to the step's change.
+        sums = [sum(c["delta"] for c in e.get("changes") or []) for e in entries]
+        want_sums = [change["ownScoreChange"], int(old.totals[i])]
+        if sums != want_sums or not entries[1].get("changes"):
+            self.fail(
+                f"history {player_id(i)}: contributions add up to {sums}, "
+                f"want {want_sums}"
             )
 
     def diff(self, body: dict[str, Any], want: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, board_rules
 from conf.settings import Settings
+from jobs.contributions import write_contributions_index
 from jobs.incremental import (
     MODE_INCREMENTAL,
     Build,
@@ -155,6 +156,11 @@ def publish_segments(
         landed = write_landed_index(
             settings, spark, generation, number, boundary, tmp, compact=compact
         )
+        # Each applied item landed (serving/contributions.py): what a history
+        # read lists between two snapshots.
+        contributions = write_contributions_index(
+            settings, spark, generation, number, boundary, tmp, compact=compact
+        )
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -183,6 +189,7 @@ def publish_segments(
         build=_build_entry(build, base),
         versions={board: name for board, (name, _) in sides.items()},
         landed=landed,
+        contributions=contributions,
     )
     row = {
         "generation": generation,

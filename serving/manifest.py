@@ -67,6 +67,7 @@ def build_manifest(
     build: Mapping[str, Any] | None = None,
     versions: Mapping[str, str] | None = None,
     landed: Mapping[str, Any] | None = None,
+    contributions: Mapping[str, Any] | None = None,
 ) -> str:
     """The exact text of ``manifest.json`` (also stored in the gold manifest row).
 
@@ -99,6 +100,9 @@ def build_manifest(
     if landed is not None:
         # The landed records index (serving/landed.py): its chain of layers.
         body["landed"] = dict(landed)
+    if contributions is not None:
+        # The contributions index (serving/contributions.py): its chain of layers.
+        body["contributions"] = dict(contributions)
     if build:
         # Full or incremental (and from which generation); the fingerprint says
         # whether the next publish may extend this one (jobs/incremental.py).

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serving import contributions as contributions_index
+from serving.contributions import ContributionsIndex
 from serving.landed import LandedIndex, chain_of
 from serving.layers import load_board
 from serving.manifest import (
@@ -79,6 +81,25 @@ class Generation:
                     )
         found: LandedIndex | None = self.memo["landed-index"]
         return found
+
+    def contributions(self, block: bool = True) -> ContributionsIndex | None:
+        """The generation's contributions index (serving/contributions.py), mapped
+        once; None when it has none. ``block=False``: :class:`NotMapped` instead of
+        mapping it (it opens files)."""
+        if "contributions-index" not in self.memo:
+            if not block:
+                raise NotMapped(self.id)
+            with self._lock:
+                if "contributions-index" not in self.memo:
+                    self.memo["contributions-index"] = contributions_index.load(
+                        self.directory, self.manifest
+                    )
+        found: ContributionsIndex | None = self.memo["contributions-index"]
+        return found
+
+
+class NotMapped(Exception):
+    """A read asked not to block needs a file of the generation mapped first."""
 
 
 class GenerationExpiredError(Exception):

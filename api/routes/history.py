@@ -2,9 +2,10 @@
 GET /v1/boards/{board}/diff (API.md). Thin: the reads are :mod:`api.history`.
 
 A history read runs on the event loop when everything it needs is built and
-kept (the usual read: a few array look-ups); one that must read files, scan the
-bronze table or build a pair's arrays first (``WouldBlock``) runs in the thread
-pool, off the loop. The diff is a plain (sync) endpoint: the thread pool."""
+kept (the usual read: a few array look-ups); one that must read files (map a
+generation's contributions index) or build a pair's arrays first (``WouldBlock``)
+runs in the thread pool, off the loop. The diff is a plain (sync) endpoint: the
+thread pool."""
 
 from __future__ import annotations
 

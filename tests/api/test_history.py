@@ -58,7 +58,7 @@ def test_history_newest_first_with_rank_changes(published: SignedClient) -> None
         "noLongerAbove": 1,
     }
     assert entries[2]["rankChange"] is None
-    # No bronze table in this test: no contributions to list.
+    # No contributions index in these generations: no contributions to list.
     assert all(e["changes"] == [] for e in entries)
     limited = published.get(
         f"/v1/boards/{BOARD}/players/P3/history", params={"limit": 1}
@@ -136,12 +136,66 @@ def test_diff_errors(api: SignedClient, settings: Any) -> None:
     assert [e["generation"]["id"] for e in body["entries"]] == ["g4", "g3", "g2"]
 
 
-def test_bronze_table_name_is_the_batch_layers() -> None:
-    # api/history.py names the table itself (the API must not import jobs).
-    from api.history import BRONZE_TABLE
-    from jobs.land import BRONZE
+def record(
+    partition: int, position: int, event: str, match: str, kind: str, total: int
+) -> Any:
+    return {
+        "partition": partition,
+        "position": position,
+        "status": "accepted",
+        "event": {
+            "eventId": event,
+            "playerId": "P3",
+            "matchId": match,
+            "kind": kind,
+            "occurredAt": "2026-11-20T10:00:00.000Z",
+        },
+        "result": {
+            "status": "accepted",
+            "boards": [{"board": BOARD, "total": total, "version": 1}],
+        },
+    }
 
-    assert BRONZE_TABLE == BRONZE
+
+def test_history_lists_the_contributions_of_the_index(
+    api: SignedClient, settings: Any
+) -> None:
+    """The changes of each entry come from the newest generation's contributions
+    index (serving/contributions.py), layered per generation."""
+    from speed.partitions import partition_of
+    from tests.support.segments import write_contributions
+
+    k = partition_of("P3", settings.partitions)
+    p = str(k)
+    boundaries = [{p: 1}, {p: 3}, {p: 3}]
+    landed = [
+        [record(k, 1, "E1", "M1", "result", 900)],
+        [
+            record(k, 2, "E2", "M2", "result", 1000),
+            record(k, 3, "E3", "M1", "correction", 950),
+        ],
+        [],
+    ]
+    for number, rows in enumerate((G1, G2, G3), start=1):
+        write_generation(
+            settings.segments_dir, number, {BOARD: rows}, boundaries[number - 1]
+        )
+        write_contributions(
+            settings.segments_dir, number, landed[number - 1], number - 1 or None
+        )
+    api.client.app.state.generations.refresh(force=True)
+    body = api.get(f"/v1/boards/{BOARD}/players/P3/history").json()
+    HistoryOut.model_validate(body)
+    changes = [
+        [(c["eventId"], c["matchId"], c["kind"], c["delta"]) for c in e["changes"]]
+        for e in body["entries"]
+    ]
+    assert changes == [
+        [],
+        [("E2", "M2", "result", 100), ("E3", "M1", "correction", -50)],
+        [("E1", "M1", "result", 900)],
+    ]
+    assert body["entries"][1]["changes"][0]["occurredAt"] == "2026-11-20T10:00:00.000Z"
 
 
 def test_a_shadowed_players_history_is_its_own(

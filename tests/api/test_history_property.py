@@ -1,9 +1,10 @@
 """History and diff (api/history.py, serving/history.py) against a brute-force
 oracle: random events (ties, corrections, events of other boards, events not
-applied) cut into generations written with the test writer, their log records in
-a bronze Delta table written without Spark (``deltalake``), and an award
-snapshot of the last generation. Every count of every history entry and diff is
-checked against scores recomputed from the events."""
+applied) cut into generations written with the test writer, each with the
+contributions index of the log records it landed (serving/contributions.py's
+writer, layered over its parent's), and an award snapshot of the last generation.
+Every count of every history entry and diff is checked against scores recomputed
+from the events."""
 
 from __future__ import annotations
 
@@ -15,17 +16,16 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from api.history import BRONZE_TABLE, HistoryService, WouldBlock
+from api.history import HistoryService, WouldBlock
 from conf.boards import load_boards
 from serving.awards import rank_board, write_version
 from serving.registry import GenerationRegistry
 from speed.partitions import partition_of
-from tests.support.segments import write_generation
+from tests.support.segments import write_contributions, write_generation
 
 pytestmark = pytest.mark.unit
 BOARD = "season:S4:global"
@@ -60,11 +60,13 @@ def rank_in(scores: dict[str, int], player: str) -> int:
 def build(
     root: Path, events: list[tuple[str, str, int, str, bool]], cuts: list[int]
 ) -> tuple[list[dict[str, int]], list[dict[str, int]], dict[str, list[Any]]]:
-    """Write generations (one per cut) and bronze; return each generation's
-    scores and boundary, and per player its applied events (position, body)."""
+    """Write generations (one per cut) with their contributions indexes; return
+    each generation's scores and boundary, and per player its applied events
+    (position, body)."""
     contributions: dict[tuple[str, str], int] = {}
     positions = [0] * PARTITIONS
-    rows: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    landed: list[list[dict[str, Any]]] = []
     applied: dict[str, list[Any]] = {}
     generations: list[dict[str, int]] = []
     boundaries: list[dict[str, int]] = []
@@ -99,15 +101,10 @@ def build(
             "event": event,
             "result": {"status": status, "boards": items},
         }
-        rows.append(
-            {
-                "partition": partition,
-                "position": position,
-                "player_id": player,
-                "raw": orjson.dumps(record).decode(),
-            }
-        )
+        records.append(record)
         if index in cuts:
+            landed.append(records)
+            records = []
             generations.append(dict(totals))
             boundaries.append({str(p): positions[p] for p in range(PARTITIONS)})
     segments = root / "segments"
@@ -117,21 +114,9 @@ def build(
     ):
         boards = {BOARD: scores} if scores else {}
         write_generation(segments, number, boards, boundary)
-    write_deltalake(
-        str(root / "delta" / BRONZE_TABLE),
-        pa.Table.from_pylist(
-            rows,
-            schema=pa.schema(
-                [
-                    ("partition", pa.int32()),
-                    ("position", pa.int64()),
-                    ("player_id", pa.string()),
-                    ("raw", pa.string()),
-                ]
-            ),
-        ),
-        partition_by=["partition"],
-    )
+        write_contributions(
+            segments, number, landed[number - 1], number - 1 if number > 1 else None
+        )
     return generations, boundaries, applied
 
 
@@ -186,9 +171,7 @@ def test_history_and_diff_match_the_oracle(
                 closed_at=datetime.now(UTC),
             )
         registry = GenerationRegistry(root / "segments", retained=10)
-        service = HistoryService(
-            lambda: CONFIG, registry, root, root / "delta", PARTITIONS
-        )
+        service = HistoryService(lambda: CONFIG, registry, root, PARTITIONS)
         # The snapshots oldest first, as (scores, boundary, generation id, award).
         snapshots: list[tuple[dict[str, int], dict[str, int], str, int | None]] = [
             (scores, boundary, f"g{i}", None)
@@ -211,7 +194,7 @@ def test_history_and_diff_match_the_oracle(
                 continue
             limit = data.draw(st.integers(1, len(present) + 1))
             # A read of every entry builds what the player's reads need (the
-            # pairs, the bronze scan); the checked read with another limit then
+            # pairs, the index mapped); the checked read with another limit then
             # runs as on the event loop (block=False) and must not need a thread.
             service.history(BOARD, player, 100)
             body = orjson.loads(service.history(BOARD, player, limit, block=False).body)
@@ -291,9 +274,7 @@ def test_a_kept_view_follows_a_new_award_version() -> None:
         root = Path(tmp)
         generations, boundaries, _ = build(root, events, [1, 2])
         registry = GenerationRegistry(root / "segments", retained=10)
-        service = HistoryService(
-            lambda: CONFIG, registry, root, root / "delta", PARTITIONS
-        )
+        service = HistoryService(lambda: CONFIG, registry, root, PARTITIONS)
         before = orjson.loads(service.history(BOARD, "P0", 10).body)["entries"]
         assert [e["generation"]["id"] for e in before] == ["g2", "g1"]
         last = generations[-1]

@@ -1,22 +1,18 @@
 """The page's "Why the rank changed" card (api/web/history.js), in a real headless
-Chromium against the API over TCP (generations from the test writer, one bronze
-row written without Spark): the rank chart has a point per generation, the table
-lists each step's rank change and contributions, and text from the data (here
-markup in a match id) is shown as text, never parsed."""
+Chromium against the API over TCP (generations from the test writer, one
+contribution in g2's contributions index): the rank chart has a point per
+generation, the table lists each step's rank change and contributions, and text
+from the data (here markup in a match id) is shown as text, never parsed."""
 
 from __future__ import annotations
 
-import orjson
-import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
 
-from api.history import BRONZE_TABLE
 from conf.settings import Settings
 from speed.partitions import partition_of
 from tests.live_server import serve
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, require_chromium
-from tests.support.segments import write_generation
+from tests.support.segments import write_contributions, write_generation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 BOARD = "season:S4:global"
@@ -50,18 +46,8 @@ def test_the_page_shows_why_a_rank_changed(settings: Settings) -> None:
             "boards": [{"board": BOARD, "total": 2, "version": 2}],
         },
     }
-    write_deltalake(
-        str(settings.delta_dir / BRONZE_TABLE),
-        pa.table(
-            {
-                "partition": pa.array([partition], pa.int32()),
-                "position": pa.array([1], pa.int64()),
-                "player_id": ["P3"],
-                "raw": [orjson.dumps(record).decode()],
-            }
-        ),
-        partition_by=["partition"],
-    )
+    write_contributions(settings.segments_dir, 1, [], None)
+    write_contributions(settings.segments_dir, 2, [record], 1)
     with serve(settings) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -105,3 +106,35 @@ def write_generation(
         manifest["quarantine"] = quarantine
     (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
     return gen
+
+
+def write_contributions(
+    segments_dir: Path,
+    number: int,
+    records: list[dict[str, Any]],
+    parent: int | None,
+    compact: bool = False,
+) -> dict[str, Any]:
+    """Add generation g<number>'s contributions index (serving/contributions.py,
+    the production writer) to its manifest: ``records`` are the log records (each
+    with ``partition``, ``position`` and ``event.playerId``) landed since
+    g<parent>'s boundary (every one when ``parent`` is None)."""
+    from serving.contributions import record_contributions, write_index
+
+    directory = segments_dir / f"g{number}"
+    items = [
+        item
+        for r in records
+        for item in record_contributions(
+            r, r["event"]["playerId"], r["partition"], r["position"]
+        )
+    ]
+    before = None
+    if parent is not None:
+        parent_dir = segments_dir / f"g{parent}"
+        before = (parent_dir, orjson.loads((parent_dir / "manifest.json").read_bytes()))
+    entry = write_index(directory, f"g{number}", items, before, compact=compact)
+    manifest = orjson.loads((directory / "manifest.json").read_bytes())
+    manifest["contributions"] = entry
+    (directory / "manifest.json").write_bytes(orjson.dumps(manifest))
+    return entry
