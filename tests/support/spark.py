@@ -78,6 +78,13 @@ def start_spark(warehouse: Path) -> SparkSession:
             # one JVM, load 11-17). Spark's parallel file listing (32+ paths) uses it
             # too: the tests' tables are small.
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+            # Adaptive query execution off: with one shuffle partition and rows in
+            # the tens it has nothing to coalesce or re-plan, and it runs each query
+            # stage as a job of its own (a publish pair: 301 -> 209 Spark jobs).
+            # Production (jobs/spark.py) and the `lb` subprocesses keep it on, so
+            # tests/jobs/test_cluster_publish.py compares segments built with it on
+            # (the cluster's driver) against this session's, byte for byte.
+            "spark.sql.adaptive.enabled": "false",
             **INTERPRETED,
         },
     )
