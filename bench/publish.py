@@ -12,7 +12,10 @@ e.g. ``make bench-publish BENCH_PUBLISH_ARGS="--players 20000 --events 200000
    ``jobs/land.py`` writes: results, redeliveries of the same eventId (defensive),
    corrections (higher revision; some downward, some moving the match to another
    day), stale revisions (not above the stored one), late events for the season,
-   points from a small range (many ties). ``raw`` is null unless ``--raw``.
+   points from a small range (many ties). ``raw`` is null unless ``--raw``, and
+   the publish's landed index (jobs/landed.py) parses ``raw``: without ``--raw``
+   it stops at the first null one, so time a publish with ``--raw`` (its records
+   carry no ``rc``, so the index is skipped, as for records logged before it).
 2. Writes it as the Delta bronze table (not timed), then times ``run_publish`` with
    ``land=False`` (bronze counts as landed through its max position per partition)
    phase by phase.
@@ -421,7 +424,7 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
         args.incremental_events,
         args.partitions,
         args.seed + 1,
-        False,
+        args.raw,  # the landed index (jobs/landed.py) parses every new record's raw
         cutoff,
     )
     offset = pa.array(

@@ -14,7 +14,17 @@ or run it as a script):
 3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
    competition rank = 1 + players with a strictly higher score;
 4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
-   generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``).
+   generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``);
+5. read the board's *full* ranking of the generation from ``gold_snapshots`` (every
+   position, as of the recorded version) and check it against the whole of our
+   ranking and the manifest's population.
+
+Layered generations (``LB_LAYERS_MAX_CHAIN`` >= 1: the serving segments of a
+touched board are a base plus layers of the changed rows) change none of this:
+``gold_snapshots`` holds every generation's full ranking whatever the serving files
+look like, so step 5's query (``FULL_RANKING_SQL``) is the full ranking of any
+generation, layered or not; the test suite checks it against a full recompute of
+the same boundary.
 
 Without Spark: the ``deltalake`` package reads the tables (and time-travels) through
 its ``QueryBuilder``, which applies deletion vectors (silver has them: an incremental
@@ -51,6 +61,16 @@ FROM {totals}
 WHERE board = '{board}'
 ORDER BY position
 LIMIT {limit}
+"""
+
+# The full published ranking of one board in one generation (layered or not: gold
+# holds every generation's whole ranking). Read gold as of the generation's
+# recorded version; on a large board, select only the columns you need.
+FULL_RANKING_SQL = """
+SELECT position, rank, player_id, score
+FROM {gold}
+WHERE generation = '{generation}' AND board = '{board}'
+ORDER BY position
 """
 
 # Totals are the contributions added up (sum boards) or the best one (max boards);
@@ -145,6 +165,43 @@ def gold_duckdb(
     return [tuple(row) for row in rows.fetchall()]
 
 
+def ranking_duckdb(
+    delta_dir: Path, versions: dict[str, int], board: str, generation: str
+) -> list[tuple[int, int, str, int]]:
+    """The board's full ranking in ``generation`` from gold (every position).
+
+    Only the generation's gold partition becomes Arrow: the filter is pushed into
+    the ``QueryBuilder`` query (gold is partitioned by generation)."""
+    query = QueryBuilder().register(
+        "gold_snapshots",
+        DeltaTable(
+            str(delta_dir / "gold_snapshots"), version=versions["gold_snapshots"]
+        ),
+    )
+    gold = pa.table(
+        query.execute(
+            "SELECT generation, board, position, rank, player_id, score "
+            "FROM gold_snapshots "
+            f"WHERE generation = '{generation}' AND board = '{board}'"
+        )
+    )
+    con = duckdb.connect()
+    con.register("gold", gold)
+    rows = con.sql(
+        FULL_RANKING_SQL.format(gold="gold", generation=generation, board=board)
+    )
+    return [tuple(row) for row in rows.fetchall()]
+
+
+def ranked_duckdb(
+    delta_dir: Path, versions: dict[str, int], board: str
+) -> list[tuple[int, int, str, int]]:
+    """Our whole ranking of the board from silver as of the generation."""
+    con = duckdb_session(delta_dir, {"silver_totals": versions["silver_totals"]})
+    sql = RANK_SQL.format(totals="silver_totals", board=board, limit="ALL")
+    return [tuple(row) for row in con.sql(sql).fetchall()]
+
+
 # %% 2b. The same with Spark SQL: time travel with VERSION AS OF
 def top_spark(
     spark: Any,
@@ -158,6 +215,26 @@ def top_spark(
         f"VERSION AS OF {versions['silver_totals']}) AS silver_totals"
     )
     rows = spark.sql(RANK_SQL.format(totals=totals, board=board, limit=limit))
+    return [
+        (r["position"], r["rank"], r["player_id"], r["score"]) for r in rows.collect()
+    ]
+
+
+def ranking_spark(
+    spark: Any,
+    delta_dir: Path,
+    versions: dict[str, int],
+    board: str,
+    generation: str,
+) -> list[tuple[int, int, str, int]]:
+    """The board's full ranking in ``generation`` from gold, in Spark SQL."""
+    gold = (
+        f"(SELECT * FROM delta.`{delta_dir / 'gold_snapshots'}` "
+        f"VERSION AS OF {versions['gold_snapshots']}) AS gold_snapshots"
+    )
+    rows = spark.sql(
+        FULL_RANKING_SQL.format(gold=gold, generation=generation, board=board)
+    )
     return [
         (r["position"], r["rank"], r["player_id"], r["score"]) for r in rows.collect()
     ]
@@ -196,6 +273,10 @@ def check(
         ours = top_spark(get_spark("analysts-example"), delta_dir, versions, board)
     gold = gold_duckdb(delta_dir, versions, board, gen)
     served = top_api(api, board, gen) if api else None
+    # 5. The full ranking: every gold row of the board, against our whole ranking
+    # and the number of players the manifest says the generation ranked.
+    full = ranking_duckdb(delta_dir, versions, board, gen)
+    population = int(manifest["boards"].get(board, {}).get("population", 0))
     return {
         "generation": gen,
         "tableVersions": versions,
@@ -205,6 +286,10 @@ def check(
         "matches_gold": ours == gold,
         "matches_api": None if served is None else ours == served,
         "top": ours,
+        "full_rows": len(full),
+        "full_matches_ranking": full == ranked_duckdb(delta_dir, versions, board)
+        and len(full) == population
+        and [row[0] for row in full] == list(range(1, population + 1)),
     }
 
 
@@ -225,10 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     for position, rank, player, score in result["top"][:10]:
         print(f"  {position:>3}  rank {rank:>3}  {player:<16} {score:>10,}")
     print(f"  ... {result['rows']} rows reproduced")
+    print(f"  full ranking: {result['full_rows']} rows in gold_snapshots")
     checks = {
         "totals = contributions added up": result["totals_match_contributions"],
         "our ranking = gold_snapshots": result["matches_gold"],
         "our ranking = the API": result["matches_api"],
+        "full ranking = gold_snapshots, every position": result["full_matches_ranking"],
     }
     for name, ok in checks.items():
         print(f"{'skipped' if ok is None else 'ok' if ok else 'DIFFERS'}: {name}")

@@ -21,6 +21,7 @@ from jobs.publish import run_publish
 from speed.rebase import rebase_published
 from tests.conftest import SignedClient, event
 from tests.live_server import serve
+from tests.support.generations import board_reads, gold_entries
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -174,3 +175,93 @@ def test_example_reproduces_top100_of_an_older_generation_and_reports_a_differen
     assert f"generation {g2}" in done.stdout
     assert "DIFFERS: our ranking = gold_snapshots" in done.stdout
     assert "skipped: our ranking = the API" in done.stdout
+
+
+@pytest.fixture
+def layering_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layered generations through the environment, as an operator turns them on
+    (requested before ``settings``, which reads it)."""
+    monkeypatch.setenv("LB_LAYERS_MAX_CHAIN", "5")
+
+
+@pytest.mark.timeout(1800)  # three Spark publishes: minutes on a loaded machine
+def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
+    layering_on: None,
+    spark: SparkSession,
+    settings: Settings,
+    api: SignedClient,
+    tmp_path: Path,
+) -> None:
+    """With layering on, an incremental generation's serving files are layers, and
+    the documented query (``FULL_RANKING_SQL`` over ``gold_snapshots`` as of the
+    recorded version, in DuckDB and in Spark SQL) still gives its full ranking:
+    equal to a full recompute of the same boundary, to the merged layers the API
+    serves, and to the example's silver ranking."""
+    assert settings.layers_max_chain == 5  # from LB_LAYERS_MAX_CHAIN
+    boards_file = tmp_path / "boards.yaml"
+    boards_file.write_text(BOARDS_YAML)
+    settings = settings.model_copy(update={"boards_file": boards_file})
+    for i in range(130):
+        _send(api, f"P{i:03d}", "M1", (i * 37) % 11 * 10)
+        _send(api, f"P{i:03d}", "M2", (i * 13) % 5 * 10)
+    generations = [run_publish(settings, spark=spark, bucket_target=10)]
+    rebase_published(settings, generations[-1])
+    # A small delta (under LB_LAYERS_MAX_FRACTION of each board): a downward
+    # correction and a few new matches; the publish is incremental and writes the
+    # touched boards as a layer over g1's.
+    _send(api, "P002", "M1", 0, rev=2)
+    for i in range(0, 30, 3):
+        _send(api, f"P{i:03d}", "M3", 20)
+    generations.append(run_publish(settings, spark=spark, bucket_target=10))
+    rebase_published(settings, generations[-1])
+    manifests = {
+        g: json.loads((settings.segments_dir / g / "manifest.json").read_text())
+        for g in generations
+    }
+    g1, g2 = generations
+    assert "layers" not in manifests[g1]["boards"][BOARD]
+    assert len(manifests[g2]["boards"][BOARD]["layers"]) == 1
+    assert manifests[g2]["build"]["mode"] == "incremental"
+    # A full recompute of g2's boundary: a full base on every board.
+    g3 = run_publish(settings, spark=spark, bucket_target=10, full=True)
+    m3 = json.loads((settings.segments_dir / g3 / "manifest.json").read_text())
+    assert m3["boundary"] == manifests[g2]["boundary"]
+    assert "layers" not in m3["boards"][BOARD]
+
+    example = _example()
+    delta_dir = settings.delta_dir
+    full = {
+        g: example.ranking_duckdb(delta_dir, m["tableVersions"], BOARD, g)
+        for g, m in {**manifests, g3: m3}.items()
+    }
+    assert full[g2] == full[g3]
+    assert len(full[g2]) == 130
+    assert full[g1] != full[g2]  # time travel matters: g2 moved players
+    versions = manifests[g2]["tableVersions"]
+    # Spark SQL gives the same rows as DuckDB.
+    assert example.ranking_spark(spark, delta_dir, versions, BOARD, g2) == full[g2]
+    # The merged layers (what the API serves for g2) are the same ranking.
+    meta = manifests[g2]["boards"][BOARD]
+    assert board_reads(settings.segments_dir / g2, BOARD, meta)["entries"] == full[g2]
+    # The full recompute's gold and segment agree too (the same query, a full base).
+    assert gold_entries(spark, delta_dir, g3)[BOARD] == full[g3]
+    meta = m3["boards"][BOARD]
+    assert board_reads(settings.segments_dir / g3, BOARD, meta)["entries"] == full[g3]
+    with serve(settings) as url:
+        result = example.check(delta_dir, url, BOARD, g2)
+        assert result["matches_gold"] is True
+        assert result["matches_api"] is True
+        assert result["full_matches_ranking"] is True
+        assert result["full_rows"] == 130
+        done = _run(
+            "--api",
+            url,
+            "--board",
+            BOARD,
+            "--generation",
+            g2,
+            data_dir=settings.data_dir,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: full ranking = gold_snapshots, every position" in done.stdout
+    assert "full ranking: 130 rows in gold_snapshots" in done.stdout
