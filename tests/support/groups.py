@@ -62,7 +62,9 @@ SPARK_SECONDS: dict[str, float] = {
     "tests/jobs/test_games_publish.py": 100,  # 95 s (196 s in 282ed10's run)
     "tests/jobs/test_season.py": 155,
     "tests/e2e/test_publish_then_live.py": 115,  # 58 + 55 s
-    "tests/docs/test_analysts_example.py": 290,  # 135 s, and about 150 s for the layered generation test (three more publishes; an estimate, not a CI figure)
+    # 135 s, and about 150 s (an estimate) for the layered generation test's
+    # three more publishes
+    "tests/docs/test_analysts_example.py": 290,
     # The close 75 s; the module's `lb up` stack, two reads tests.
     "tests/e2e/test_games_isolation.py": 100,
     # A Redis kill 57 s and two restart tests (each under 48 s).
