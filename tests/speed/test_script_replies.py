@@ -92,9 +92,9 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     # "g|position|flags version|epoch" as read (no base, no flags, no epoch yet).
     assert LIVE_COUNTS.field(counts, "stamp") == b"0|3|0|0"
 
-    # Sent back as known while it holds: the sizes are not counted (-1), the rest
-    # is the same; once the flags version moves, they are counted again.
-    def again() -> list:
+    def call(*, known: str | bytes = "", expected: str = "") -> list:
+        """live_counts on the same board and player, with what the caller knows
+        (the stamp of its sizes) and the total it guessed."""
         return run(
             redis_client,
             "live_counts",
@@ -112,18 +112,23 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 {
                     "above": encode_score(5),
                     "before": encode_entry(5, "p0"),
-                    "expected": "",
+                    "expected": expected,
                 },
                 [
                     {
                         "verify_player": "p1",
                         "chb_above": 3,
                         "chb_before": 10,
-                        "known": b"0|3|0|0",
+                        "known": known,
                     }
                 ],
             ),
-        )[0]
+        )
+
+    # Sent back as known while it holds: the sizes are not counted (-1), the rest
+    # is the same; once the flags version moves, they are counted again.
+    def again() -> list:
+        return call(known=b"0|3|0|0")[0]
 
     skipped = again()
     sizes = [LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size")]
@@ -140,35 +145,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     # The player verified at another total than the caller guessed: nothing is
     # counted, its total comes back alone; at the guessed total, the counts.
     def guessed(total: str) -> list:
-        return run(
-            redis_client,
-            "live_counts",
-            LIVE_COUNTS.keys_of(
-                {"epoch": EPOCH_KEY},
-                [
-                    {
-                        **group,
-                        "totals": keys.totals(BOARD),
-                        "flags_version": keys.flags_version,
-                    }
-                ],
-            ),
-            LIVE_COUNTS.args_of(
-                {
-                    "above": encode_score(5),
-                    "before": encode_entry(5, "p0"),
-                    "expected": total,
-                },
-                [
-                    {
-                        "verify_player": "p1",
-                        "chb_above": 3,
-                        "chb_before": 10,
-                        "known": "",
-                    }
-                ],
-            ),
-        )
+        return call(expected=total)
 
     assert guessed("6") == [b"moved", b"7|1"]
     (same,) = guessed("7")
