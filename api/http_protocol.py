@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol with a deadline for a request's headers.
+"""uvicorn's HTTP protocol with a deadline for a request's headers, and each
+response's head and body written to the socket at once.
 
 uvicorn closes an idle keep-alive connection after ``--timeout-keep-alive``, but a
 connection that never sends a complete request head -- nothing at all, or half a
@@ -7,6 +8,14 @@ connections stayed open for 20 s (issue 23). Here a connection must finish each
 request's headers within :data:`HEADER_TIMEOUT_SECONDS` of being opened or of its
 previous response, else it is closed. ``lb up`` starts uvicorn with
 ``--http api.http_protocol:HeaderTimeoutProtocol``.
+
+uvicorn writes a response's status line and headers as soon as the app sends
+``http.response.start`` and its body on ``http.response.body``: two ``send`` calls
+to the kernel, two segments to the client and two wake-ups of its reader for every
+answer, though an app like ours sends both messages in one go. Here the head waits
+for the body (:class:`CoalescingTransport`): one write per plain response. It waits
+at most until the event loop's next turn, so a head whose body comes later (a
+streamed response, a HEAD request, which has none) still goes out at once.
 """
 
 from __future__ import annotations
@@ -24,6 +33,51 @@ except ImportError:  # pragma: no cover - uvicorn without httptools
     )
 
 HEADER_TIMEOUT_SECONDS = 5.0
+# uvicorn's status lines (``STATUS_LINE``) all start so; a head ends with an
+# empty line.
+_HEAD_START = b"HTTP/"
+_HEAD_END = b"\r\n\r\n"
+
+
+class CoalescingTransport:
+    """The connection's transport as uvicorn's protocol and request cycles see it:
+    a write that is a response head is held and joined to the next write, or
+    written on the event loop's next turn, or before a close; writes keep their
+    order whatever they are. Everything else is the transport's own."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(
+        self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(_HEAD_START) and data.endswith(_HEAD_END):
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class HeaderTimeoutProtocol(_Protocol):  # type: ignore[misc, valid-type]
@@ -57,6 +111,9 @@ class HeaderTimeoutProtocol(_Protocol):  # type: ignore[misc, valid-type]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # After uvicorn read the addresses and built its flow control on the
+        # transport itself: the request cycles it starts write through this.
+        self.transport = CoalescingTransport(transport, self.loop)
         self._arm_header_timer()
 
     def on_response_complete(self) -> None:

@@ -37,7 +37,7 @@ import httpx
 import yaml
 
 from api.security import sign
-from cli.supervisor import api_command
+from cli.supervisor import HTTP_PROTOCOL, api_command
 
 KEY_ID = "dev"
 SECRET = b"dev-secret"
@@ -175,13 +175,14 @@ def start_api(
     tree: Path, env: dict[str, str], port: int, log: Path
 ) -> subprocess.Popen[bytes]:
     """One single-worker uvicorn of ``tree``'s API (``api.main:create_app`` with
-    ``tree`` on PYTHONPATH and as working directory) on 127.0.0.1:``port``, in a
+    ``tree`` on PYTHONPATH and as working directory, uvicorn's protocol as ``lb up``
+    gives it) on 127.0.0.1:``port``, in a
     session of its own, its output appended to ``log``: the API a bench compares
     across code trees (``lb up`` runs this tree's only). Not waited for
     (:func:`wait_api`), stopped by :func:`stop_api`."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            api_command("127.0.0.1", port),
+            api_command("127.0.0.1", port, *HTTP_PROTOCOL),
             cwd=tree,
             env={**env, "PYTHONPATH": str(tree)},
             stdin=subprocess.DEVNULL,

@@ -47,7 +47,7 @@ import orjson
 import yaml
 
 from api.security import sign
-from cli.supervisor import api_command
+from cli.supervisor import HTTP_PROTOCOL, api_command
 from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 from speed.cluster_server import RedisClusterServer
 from speed.server import RedisServerError, free_port
@@ -219,7 +219,7 @@ def second_api(env: dict[str, str], root: Path) -> Iterator[Api]:
     metrics.mkdir()
     with (root / "api-2.log").open("wb") as out:
         proc = subprocess.Popen(
-            api_command("127.0.0.1", port),
+            api_command("127.0.0.1", port, *HTTP_PROTOCOL),
             env={**env, "PROMETHEUS_MULTIPROC_DIR": str(metrics)},
             cwd=REPO,
             stdin=subprocess.DEVNULL,

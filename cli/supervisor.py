@@ -65,6 +65,11 @@ PORT_FREE_SECONDS = 20.0
 BACKOFF_CAP_S = 5.0
 
 
+# uvicorn's protocol of every API started here: a deadline for each request's
+# headers (half-open connections), one write per response (api/http_protocol.py).
+HTTP_PROTOCOL = ("--http", "api.http_protocol:HeaderTimeoutProtocol")
+
+
 def api_command(host: str, port: int, *options: str) -> list[str]:
     """The API's command line: ``cli.api_server`` (uvicorn serving
     ``api.main:create_app``; with ``--workers N`` each worker listens on its own
@@ -293,9 +298,7 @@ class Supervisor:
                 self.port,
                 "--workers",
                 str(self.settings.api_workers),
-                # A deadline for each request's headers (half-open connections).
-                "--http",
-                "api.http_protocol:HeaderTimeoutProtocol",
+                *HTTP_PROTOCOL,
             ),
             env=self._env(
                 LB_REDIS_URL=self.redis_url, **{MULTIPROC_ENV: self.metrics_dir}

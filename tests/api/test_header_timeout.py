@@ -101,6 +101,32 @@ def test_complete_requests_and_keep_alive_are_unaffected(served: int) -> None:
         assert _closed_within(sock, TIMEOUT + 5) is not None
 
 
+@pytest.mark.integration
+def test_every_answer_arrives_whole_with_heads_written_with_their_bodies(
+    served: int,
+) -> None:
+    """The head of each answer waits for its body (one write); a HEAD request's
+    head, which has no body, still arrives; pipelined requests answer in order."""
+    with socket.create_connection(("127.0.0.1", served)) as sock:
+        sock.settimeout(10)
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 ") and b"content-length" in head.lower()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" * 2)
+        replies = b""
+        while replies.count(b"HTTP/1.1 200") < 2 or not replies.endswith(b"}"):
+            chunk = sock.recv(4096)
+            assert chunk, replies
+            replies += chunk
+        for answer in replies.split(b"HTTP/1.1 200")[1:]:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert body.startswith(b"{") and body.endswith(b"}"), answer
+
+
 @pytest.mark.e2e
 def test_lb_up_closes_half_open_connections(tmp_path: Path) -> None:
     data_dir = tmp_path / "lb"
