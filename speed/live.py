@@ -25,6 +25,7 @@ stamp plus a few bisections while the partitions stay put; no write-path cost.
 
 from __future__ import annotations
 
+import bisect
 import secrets
 import weakref
 from collections import OrderedDict
@@ -383,6 +384,56 @@ class DenseChanges:
         return self.merged
 
 
+# Members (and changed base rows) of a partition's changed-set up to which a
+# live read holds it whole to count in itself (HeldPart): reading it whole costs
+# about what a few hundred reads' counts in Redis cost at this size.
+HELD_MEMBERS = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPart:
+    """One partition's changed-set of a board as of ``stamp`` (a live_counts.lua
+    stamp, "g|position|flags version|epoch": the changed-set changes only with
+    it), held by the API so that a live read counts in it itself while the stamp
+    holds: ``live_counts.lua`` then reads the stamp and the verified total only,
+    not a ZLEXCOUNT and BITCOUNT each per partition (BITCOUNT reads the bitmap's
+    bytes up to the entry: ~16 KB per partition at 1,000,000 players).
+
+    ``members``: the chz members in Redis' (byte) order; ``rows``: the set bits
+    of chb (changed local base rows), ascending."""
+
+    stamp: bytes
+    members: list[bytes]
+    rows: list[int]
+
+    def counts(
+        self, above: bytes, before: bytes, rows_above: int, rows_before: int
+    ) -> tuple[int, int, int, int, int, int]:
+        """live_counts.lua's six counts for these bounds: ZLEXCOUNT chz - "(x" is
+        the members below x; BITCOUNT of bits [0, n) the set rows below n."""
+        members, rows = self.members, self.rows
+        return (
+            bisect.bisect_left(members, above),
+            bisect.bisect_left(rows, rows_above),
+            bisect.bisect_left(members, before),
+            bisect.bisect_left(rows, rows_before),
+            len(members),
+            len(rows),
+        )
+
+
+def held_part(reply: list[Any]) -> HeldPart:
+    """A :class:`HeldPart` from a ``live_dense.lua`` reply group."""
+    members = [m.encode() if isinstance(m, str) else bytes(m) for m in reply[2]]
+    bitmap = reply[3]
+    rows: list[int] = []
+    if bitmap:
+        bits = np.unpackbits(np.frombuffer(bytes(bitmap), dtype=np.uint8))
+        rows = np.flatnonzero(bits).tolist()
+    stamp = reply[4]
+    return HeldPart(stamp.encode() if isinstance(stamp, str) else stamp, members, rows)
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """What ``live_window.lua`` reads on every partition: up to ``forward_limit``
@@ -452,6 +503,7 @@ assert LIVE_COUNTS.argv_group == (
     "chb_above",
     "chb_before",
     "known",
+    "held",
 )
 assert LIVE_COUNTS.keys == ("epoch",)
 # Where live_counts.lua's sizes, verified total and stamp are in its replies.
@@ -459,6 +511,7 @@ assert [
     LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size", "verified", "stamp")
 ] == [6, 7, 8, 9]
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
+assert LIVE_DENSE.fields[4] == "stamp" and LIVE_DENSE.key_group == LIVE_COUNTS.key_group
 assert LIVE_NEARBY.argv_group == (
     *LIVE_COUNTS.argv_group,
     *LIVE_WINDOW.argv_group,
@@ -588,6 +641,10 @@ class LiveReader:
         # rows) as last counted, sent as "known" so that the script need not
         # count them again while the stamp holds (_known_sizes).
         self._sizes: dict[str, list[tuple[bytes, int, int] | None]] = {}
+        # Per board (fused only): per partition, its changed-set as of a stamp,
+        # held to count in while the stamp holds (HeldPart); read once the same
+        # stamp was seen by two reads in a row (_hold).
+        self._held: dict[str, list[HeldPart | None]] = {}
         # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
         self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
@@ -828,7 +885,8 @@ class LiveReader:
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
         known = self._known_sizes(board)
-        commands += self._counts_commands(
+        held = self._held_parts(board)
+        counted, bounds = self._counts_commands(
             board,
             above,
             before,
@@ -839,7 +897,9 @@ class LiveReader:
             around,
             known,
             expected,
+            held,
         )
+        commands += counted
         n = len(commands)
         script = self._counts if around is None else self._nearby_script
         scripts = (
@@ -856,11 +916,93 @@ class LiveReader:
                 raw = reply[1]
                 raise _Moved(raw.encode() if isinstance(raw, str) else raw, flag)
         counts = _parts(replies[int(flagged) : n])
+        self._count_held(counts, held, above, before, bounds, around is not None)
+        # Stamps the script found unchanged since the last read (sizes left out)
+        # and not held yet: held from now on (_hold), below.
+        stable = [
+            p for p, reply in enumerate(counts) if reply[6] == -1 and held[p] is None
+        ]
+        kept = self._held.get(board)
+        for p, (part, reply) in enumerate(zip(held, counts, strict=True)):
+            if part is not None and part.stamp != reply[9] and kept is not None:
+                # Moved since it was read: read again once its new stamp holds.
+                if kept[p] is part:
+                    kept[p] = None
         # Sizes are kept only under an epoch (a replaced dataset's positions
         # restart; its new epoch tells its stamps apart): none is set here (a
         # round trip), the read caches' stamps set it on their first use.
         self._sized(board, counts, known)
+        if stable:
+            await self._hold(board, counts, stable)
         return counts, replies[n:], flag
+
+    def _held_parts(self, board: str) -> list[HeldPart | None]:
+        """Per partition, the changed-set held for ``board`` (None: none); all
+        None on a cluster (see :meth:`_known_sizes`)."""
+        if not self.fused:
+            return [None] * self.partitions
+        held = self._held.get(board)
+        if held is None:
+            if len(self._held) >= KEYED_BOARDS:
+                self._held.clear()
+            held = self._held[board] = [None] * self.partitions
+        return list(held)
+
+    @staticmethod
+    def _count_held(
+        counts: list[list[Any]],
+        held: list[HeldPart | None],
+        above: bytes,
+        before: bytes,
+        bounds: tuple[list[int], list[int], bytes, list[int]],
+        around: bool,
+    ) -> None:
+        """The counts a reply left to the caller (-1: it holds the partition's
+        changed-set for the reply's stamp) counted in the held parts, in place;
+        with ``around`` (live_nearby.lua replies) the counts above its top too."""
+        local_above, local_before, top, top_rows = bounds
+        for p, reply in enumerate(counts):
+            if reply[2] != -1:
+                continue
+            part = held[p]
+            assert part is not None and part.stamp == reply[9]
+            reply[2:8] = part.counts(above, before, local_above[p], local_before[p])
+            if around and top:
+                reply[TOP_OF_NEARBY[2]] = bisect.bisect_left(part.members, top)
+                reply[TOP_OF_NEARBY[3]] = bisect.bisect_left(part.rows, top_rows[p])
+
+    async def _hold(
+        self, board: str, counts: list[list[Any]], stable: list[int]
+    ) -> None:
+        """Reads whole the changed-sets of the ``stable`` partitions (their stamp
+        unchanged since the read before: one round trip, once per stamp) to hold
+        them (:class:`HeldPart`) while their stamp holds; not those larger than
+        ``HELD_MEMBERS`` (sizes as ``counts`` found them) or whose stamp names no
+        epoch (as sizes, :meth:`_sized`)."""
+        stable = [
+            p
+            for p in stable
+            if max(counts[p][6], counts[p][7]) <= HELD_MEMBERS
+            and not counts[p][9].endswith(b"|0")
+        ]
+        held = self._held.get(board)
+        if not stable or held is None:
+            return
+        keys = self._keys_of(board)[1]
+        commands = self._script_calls(
+            self._dense_script.sha,
+            [keys[p] for p in stable],
+            (),
+            [()] * len(stable),
+            epoch_key=True,
+        )
+        replies = _parts(
+            await run_commands(self.speed.client, self._dense_script, commands)
+        )
+        for p, reply in zip(stable, replies, strict=True):
+            part = held_part(reply)
+            if not part.stamp.endswith(b"|0"):
+                held[p] = part
 
     def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
         """Per partition, (stamp, |chz|, changed base rows) as a live read last
@@ -911,10 +1053,14 @@ class LiveReader:
         around: Around | None = None,
         known: list[tuple[bytes, int, int] | None] | None = None,
         expected: int | None = None,
-    ) -> list[tuple[Any, ...]]:
+        held: list[HeldPart | None] | None = None,
+    ) -> tuple[list[tuple[Any, ...]], tuple[list[int], list[int], bytes, list[int]]]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
         ``around`` (see :meth:`_counts_round`); ``known``: per partition the
-        sizes held for a stamp (:meth:`_known_sizes`)."""
+        sizes held for a stamp (:meth:`_known_sizes`); ``held``: the changed-sets
+        held (:meth:`_held_parts`). As (the commands, the bounds the held parts
+        are counted at: per partition the local rows above and before, the
+        encoded top score (b"" none) and the local rows above it)."""
         partitions = self.partitions
         owner = partition_of(player_id, partitions) if player_id else -1
         counts = base.row_counts(partitions)
@@ -926,23 +1072,25 @@ class LiveReader:
         )
         keys = self._keys_of(board)[1]
         known = known or [None] * partitions
+        held = held or [None] * partitions
         groups = [
             (
                 player_id if p == owner else "",
                 local_above[p],
                 local_before[p],
-                b"" if k is None else k[0],
+                h.stamp if h is not None else b"" if k is None else k[0],
+                b"" if h is None else b"1",
             )
-            for p, k in enumerate(known)
+            for p, (k, h) in enumerate(zip(known, held, strict=True))
         ]
         guessed = "" if expected is None else expected
+        top = b""
+        top_rows = [0] * partitions
         if around is None:
             return self._script_calls(
                 self._counts.sha, keys, (above, before, guessed), groups, epoch_key=True
-            )
+            ), (local_above, local_before, top, top_rows)
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
-        top: bytes | str = ""
-        top_rows = [0] * partitions
         if around.top is not None:
             top = encode_score(around.top)
             if counts is not None:
@@ -965,7 +1113,7 @@ class LiveReader:
                 for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
             epoch_key=True,
-        )
+        ), (local_above, local_before, top, top_rows)
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time, else the latest generation: a
@@ -1324,16 +1472,27 @@ class LiveReader:
     ) -> list[DensePart] | None:
         """The changed-sets of ``partitions``, read whole (one round trip) and
         decoded against ``base``; None when a partition was rebased since."""
-        keys = self._keys_of(board)[0]
+        keys = self._keys_of(board)[1]
         commands = self._script_calls(
             self._dense_script.sha,
             [keys[p] for p in partitions],
             (),
             [()] * len(partitions),
+            epoch_key=True,
         )
         replies = _parts(
             await run_commands(self.speed.client, self._dense_script, commands)
         )
+        held = self._held.get(board) if self.fused else None
+        if held is not None:
+            # What a live rank counts in while the stamps hold (HeldPart).
+            for p, reply in zip(partitions, replies, strict=True):
+                part = held_part(reply)
+                if (
+                    not part.stamp.endswith(b"|0")
+                    and max(len(part.members), len(part.rows)) <= HELD_MEMBERS
+                ):
+                    held[p] = part
         if not _based_on(replies, base):
             return None
         segment = base.segment

@@ -25,7 +25,8 @@
 --          live_counts.lua's fields, then chz members after the
 --          entry, chz members before it (nearest first), the changed local rows
 --          in [first, stop), ascending (live_window.lua's last three), then chz
---          above t and changed base rows above t (0 and 0 without t)
+--          above t and changed base rows above t (0 and 0 without t; -1 and -1
+--          when the counts are -1: held by the caller, as live_counts.lua)
 -- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local above = "(" .. ARGV[ARG.above]
@@ -63,7 +64,11 @@ for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
     tonumber(ARGV[a + ARG_GROUP.snapshot_first]),
     tonumber(ARGV[a + ARG_GROUP.snapshot_stop])
   )
-  if top ~= "" then
+  if top ~= "" and part[3] == -1 then
+    -- Held by the caller (live_counts_part.lua): it counts above t itself.
+    part[#part + 1] = -1
+    part[#part + 1] = -1
+  elseif top ~= "" then
     part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
     part[#part + 1] = changed_rows_before(KEYS[k + KEY_GROUP.chb], tonumber(ARGV[a + ARG_GROUP.chb_top]))
   else

@@ -74,8 +74,20 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "expected": "",
             },
             [
-                {"verify_player": "p1", "chb_above": 3, "chb_before": 10, "known": ""},
-                {"verify_player": "", "chb_above": 0, "chb_before": 0, "known": ""},
+                {
+                    "verify_player": "p1",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "known": "",
+                    "held": "",
+                },
+                {
+                    "verify_player": "",
+                    "chb_above": 0,
+                    "chb_before": 0,
+                    "known": "",
+                    "held": "",
+                },
             ],
         ),
     )
@@ -92,9 +104,10 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     # "g|position|flags version|epoch" as read (no base, no flags, no epoch yet).
     assert LIVE_COUNTS.field(counts, "stamp") == b"0|3|0|0"
 
-    def call(*, known: str | bytes = "", expected: str = "") -> list:
+    def call(*, known: str | bytes = "", expected: str = "", held: str = "") -> list:
         """live_counts on the same board and player, with what the caller knows
-        (the stamp of its sizes) and the total it guessed."""
+        (the stamp of its sizes, whether it holds the changed-set) and the total
+        it guessed."""
         return run(
             redis_client,
             "live_counts",
@@ -120,6 +133,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                         "chb_above": 3,
                         "chb_before": 10,
                         "known": known,
+                        "held": held,
                     }
                 ],
             ),
@@ -140,6 +154,12 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     counted = again()
     assert [counted[i] for i in sizes] == [1, 2]
     assert LIVE_COUNTS.field(counted, "stamp") == b"0|3|1|0"
+    # Held by the caller for the stamp: none of the six counts is counted (-1),
+    # the player is still verified; at another stamp, all are counted.
+    held = call(known=b"0|3|1|0", held="1")[0]
+    assert held[2:8] == [-1] * 6
+    assert held[:2] == counted[:2] and held[8:] == counted[8:]
+    assert call(known=b"0|3|0|0", held="1")[0] == counted
     redis_client.delete(keys.flags_version)  # as before, for the reads below
 
     # The player verified at another total than the caller guessed: nothing is
@@ -227,6 +247,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 3,
                     "chb_before": 10,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 10,
                     "chb_top": 0,
@@ -236,6 +257,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 0,
                     "chb_before": 0,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 4,
                     "chb_top": 0,
@@ -303,6 +325,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                         "chb_above": 3,
                         "chb_before": 10,
                         "known": "",
+                        "held": "",
                         "snapshot_first": 0,
                         "snapshot_stop": 10,
                         "chb_top": 0,
@@ -343,6 +366,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 3,
                     "chb_before": 10,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 0,
                     "chb_top": 3,
@@ -365,7 +389,15 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         ),
         LIVE_COUNTS.args_of(
             {"above": encode_score(6), "before": encode_score(6), "expected": ""},
-            [{"verify_player": "", "chb_above": 3, "chb_before": 3, "known": ""}],
+            [
+                {
+                    "verify_player": "",
+                    "chb_above": 3,
+                    "chb_before": 3,
+                    "known": "",
+                    "held": "",
+                }
+            ],
         ),
     )
     assert (
@@ -377,10 +409,23 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         == [1, 1]
     )
 
-    (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
+    counts_group = {
+        **group,
+        "totals": keys.totals(BOARD),
+        "flags_version": keys.flags_version,
+    }
+    (dense,) = run(
+        redis_client,
+        "live_dense",
+        LIVE_DENSE.keys_of({"epoch": EPOCH_KEY}, [counts_group]),
+        [],
+    )
     assert len(dense) == len(LIVE_DENSE.fields)
     assert LIVE_DENSE.field(dense, "chz_members") == [encode_entry(7, "p1")]
     assert LIVE_DENSE.field(dense, "position") == 3
+    # The stamp a live_counts.lua reply of the same partition names.
+    (counts_now,) = call()
+    assert LIVE_DENSE.field(dense, "stamp") == LIVE_COUNTS.field(counts_now, "stamp")
 
     friends = run(
         redis_client,
