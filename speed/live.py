@@ -422,6 +422,22 @@ class HeldPart:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class HeldBounds:
+    """What a counts call asked per partition, for counting in held parts: the
+    local base rows above the score and before the entry, and with a nearby's
+    window (``around``) the encoded top score (b"": none), the local rows above
+    it and the snapshot rows [first, stop) the window reads."""
+
+    rows_above: list[int]
+    rows_before: list[int]
+    around: Around | None = None
+    top: bytes = b""
+    top_rows: list[int] | None = None
+    first: list[int] | None = None
+    stop: list[int] | None = None
+
+
 def held_part(reply: list[Any]) -> HeldPart:
     """A :class:`HeldPart` from a ``live_dense.lua`` reply group."""
     members = [m.encode() if isinstance(m, str) else bytes(m) for m in reply[2]]
@@ -512,6 +528,14 @@ assert [
 ] == [6, 7, 8, 9]
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
 assert LIVE_DENSE.fields[4] == "stamp" and LIVE_DENSE.key_group == LIVE_COUNTS.key_group
+# Where a live_nearby.lua reply's window and top counts are (LiveReader._count_held).
+assert LIVE_NEARBY.fields[10:] == (
+    "forward",
+    "backward",
+    "snapshot",
+    "chz_top",
+    "chs_top",
+)
 assert LIVE_NEARBY.argv_group == (
     *LIVE_COUNTS.argv_group,
     *LIVE_WINDOW.argv_group,
@@ -536,6 +560,30 @@ TOP_OF_NEARBY = [
 
 # Boards whose script keys a LiveReader keeps (LiveReader._board_keys).
 KEYED_BOARDS = 1024
+
+
+def _lex_bound(bound: bytes | str) -> bytes:
+    return bound.encode() if isinstance(bound, str) else bound
+
+
+def _lex_stop(members: list[bytes], bound: bytes | str) -> int:
+    """Where members up to ZRANGEBYLEX max ``bound`` ("+", or "[" and a member:
+    inclusive) end in ascending ``members``."""
+    raw = _lex_bound(bound)
+    if raw == b"+":
+        return len(members)
+    assert raw[:1] == b"["
+    return bisect.bisect_right(members, raw[1:])
+
+
+def _lex_start(members: list[bytes], bound: bytes | str) -> int:
+    """Where members from ZREVRANGEBYLEX min ``bound`` ("-", or "[" and a member:
+    inclusive) start in ascending ``members``."""
+    raw = _lex_bound(bound)
+    if raw == b"-":
+        return 0
+    assert raw[:1] == b"["
+    return bisect.bisect_left(members, raw[1:])
 
 
 def _parts(replies: list[Any]) -> list[list[Any]]:
@@ -916,7 +964,7 @@ class LiveReader:
                 raw = reply[1]
                 raise _Moved(raw.encode() if isinstance(raw, str) else raw, flag)
         counts = _parts(replies[int(flagged) : n])
-        self._count_held(counts, held, above, before, bounds, around is not None)
+        self._count_held(counts, held, above, before, bounds)
         # Stamps the script found unchanged since the last read (sizes left out)
         # and not held yet: held from now on (_hold), below.
         stable = [
@@ -954,22 +1002,52 @@ class LiveReader:
         held: list[HeldPart | None],
         above: bytes,
         before: bytes,
-        bounds: tuple[list[int], list[int], bytes, list[int]],
-        around: bool,
+        bounds: HeldBounds,
     ) -> None:
-        """The counts a reply left to the caller (-1: it holds the partition's
-        changed-set for the reply's stamp) counted in the held parts, in place;
-        with ``around`` (live_nearby.lua replies) the counts above its top too."""
-        local_above, local_before, top, top_rows = bounds
+        """What a reply left to the caller (-1: it holds the partition's
+        changed-set for the reply's stamp) counted and read in the held parts, in
+        place: the six counts, and for a live_nearby.lua reply its window (as
+        ZRANGEBYLEX, ZREVRANGEBYLEX and the chb bits there would) and the counts
+        above its top."""
+        around = bounds.around
         for p, reply in enumerate(counts):
             if reply[2] != -1:
                 continue
             part = held[p]
             assert part is not None and part.stamp == reply[9]
-            reply[2:8] = part.counts(above, before, local_above[p], local_before[p])
-            if around and top:
-                reply[TOP_OF_NEARBY[2]] = bisect.bisect_left(part.members, top)
-                reply[TOP_OF_NEARBY[3]] = bisect.bisect_left(part.rows, top_rows[p])
+            reply[2:8] = part.counts(
+                above, before, bounds.rows_above[p], bounds.rows_before[p]
+            )
+            if around is None:
+                continue
+            assert bounds.first is not None and bounds.stop is not None
+            assert bounds.top_rows is not None
+            members, rows = part.members, part.rows
+            forward: list[bytes] = []
+            if around.forward_limit > 0:
+                start = bisect.bisect_right(members, before)
+                end = _lex_stop(members, around.forward_max)
+                forward = members[start : min(end, start + around.forward_limit)]
+            backward: list[bytes] = []
+            if around.backward_limit > 0:
+                end = bisect.bisect_left(members, before)
+                low = _lex_start(members, around.backward_min)
+                backward = members[max(low, end - around.backward_limit) : end][::-1]
+            first, stop = bounds.first[p], bounds.stop[p]
+            snapshot = (
+                rows[bisect.bisect_left(rows, first) : bisect.bisect_left(rows, stop)]
+                if stop > first
+                else []
+            )
+            top_counts = (
+                [
+                    bisect.bisect_left(members, bounds.top),
+                    bisect.bisect_left(rows, bounds.top_rows[p]),
+                ]
+                if bounds.top
+                else [0, 0]
+            )
+            reply[10:15] = [forward, backward, snapshot, *top_counts]
 
     async def _hold(
         self, board: str, counts: list[list[Any]], stable: list[int]
@@ -1054,7 +1132,7 @@ class LiveReader:
         known: list[tuple[bytes, int, int] | None] | None = None,
         expected: int | None = None,
         held: list[HeldPart | None] | None = None,
-    ) -> tuple[list[tuple[Any, ...]], tuple[list[int], list[int], bytes, list[int]]]:
+    ) -> tuple[list[tuple[Any, ...]], HeldBounds]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
         ``around`` (see :meth:`_counts_round`); ``known``: per partition the
         sizes held for a stamp (:meth:`_known_sizes`); ``held``: the changed-sets
@@ -1089,7 +1167,7 @@ class LiveReader:
         if around is None:
             return self._script_calls(
                 self._counts.sha, keys, (above, before, guessed), groups, epoch_key=True
-            ), (local_above, local_before, top, top_rows)
+            ), HeldBounds(local_above, local_before)
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
         if around.top is not None:
             top = encode_score(around.top)
@@ -1113,7 +1191,7 @@ class LiveReader:
                 for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
             epoch_key=True,
-        ), (local_above, local_before, top, top_rows)
+        ), HeldBounds(local_above, local_before, around, top, top_rows, first, stop)
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time, else the latest generation: a

@@ -86,6 +86,14 @@ def test_held_changed_sets_follow_every_write_shadow_and_publish(
     stats = redis_client.info("commandstats")
     assert "cmdstat_evalsha" in stats
     assert not {"cmdstat_zlexcount", "cmdstat_bitcount"} & set(stats), stats
+    # Nor does a live nearby read its window there.
+    redis_client.config_resetstat()
+    near = api.get(f"/v1/boards/{BOARD}/players/p0/nearby", params={"radius": 2})
+    assert near.json()["basis"] == "live"
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_evalsha" in stats
+    read_there = {"zlexcount", "bitcount", "zrangebylex", "zrevrangebylex", "getrange"}
+    assert not {f"cmdstat_{c}" for c in read_there} & set(stats), stats
 
     # A write between two reads: its partition's part is dropped and read again
     # at the new stamp; the answers follow it.

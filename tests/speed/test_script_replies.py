@@ -472,3 +472,114 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         APPROX_RANK.args_of({"score": 7, "bucket": 1, "size": 1}),
     )
     assert given == approx
+
+
+def test_counting_in_a_held_changed_set_equals_redis(
+    redis_client: redis.Redis,
+) -> None:
+    """What a live read counts and reads in a changed-set it holds
+    (speed/live.py HeldPart, LiveReader._count_held) equals what live_nearby.lua
+    counts and reads in Redis, for every bound: ties, a shared score prefix,
+    windows bounded or not, limits shorter and longer than what is there."""
+    from random import Random
+
+    from speed.live import Around, HeldBounds, LiveReader, held_part
+
+    rng = Random(7)
+    keys = Keys(0)
+    chz, chb = keys.changed_live(BOARD), keys.changed_snapshot(BOARD)
+    members = sorted(
+        {encode_entry(rng.randrange(6), f"p{rng.randrange(40)}") for _ in range(30)}
+    )
+    redis_client.zadd(chz, dict.fromkeys(members, 0))
+    for row in rng.sample(range(70), 12):
+        redis_client.setbit(chb, row, 1)
+    redis_client.set(keys.position, 5)
+    redis_client.set(EPOCH_KEY, 99)
+    group = {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "chz": chz,
+        "chb": chb,
+        "totals": keys.totals(BOARD),
+        "flags_version": keys.flags_version,
+    }
+    ((*dense,),) = run(
+        redis_client,
+        "live_dense",
+        LIVE_DENSE.keys_of({"epoch": EPOCH_KEY}, [group]),
+        [],
+    )
+    part = held_part(dense)
+    assert part.members == members and part.stamp == b"0|5|0|99"
+    probes = [*members, encode_entry(3, ""), encode_entry(9, "z"), encode_entry(0, "~")]
+    for _ in range(200):
+        score = rng.randrange(-1, 8)
+        entry = rng.choice(probes)
+        forward_max = rng.choice([b"+", b"[" + rng.choice(probes)])
+        backward_min = rng.choice([b"-", b"[" + rng.choice(probes)])
+        first = rng.randrange(0, 80)
+        stop = rng.randrange(0, 80)
+        # Local rows: the entry is at or below its score (before >= above >= 0).
+        rows_above = rng.randrange(0, 80)
+        groups = {
+            "verify_player": "",
+            "chb_above": rows_above,
+            "chb_before": rng.randrange(rows_above, 80),
+            "snapshot_first": first,
+            "snapshot_stop": stop,
+            "chb_top": rng.randrange(0, 80),
+        }
+        top = rng.choice([b"", encode_score(rng.randrange(0, 7))])
+        limits = (rng.randrange(0, 8), rng.randrange(0, 8))
+
+        named = {
+            "above": encode_score(score),
+            "before": entry,
+            "expected": "",
+            "forward_limit": limits[0],
+            "backward_limit": limits[1],
+            "forward_max": forward_max,
+            "backward_min": backward_min,
+            "top": top,
+        }
+
+        def nearby(named: dict, groups: dict, held: bool) -> list:
+            (reply,) = run(
+                redis_client,
+                "live_nearby",
+                LIVE_NEARBY.keys_of({"epoch": EPOCH_KEY}, [group]),
+                LIVE_NEARBY.args_of(
+                    named,
+                    [
+                        {
+                            **groups,
+                            "known": part.stamp if held else "",
+                            "held": "1" if held else "",
+                        }
+                    ],
+                ),
+            )
+            return reply  # type: ignore[no-any-return]
+
+        want = nearby(named, groups, False)
+        got = nearby(named, groups, True)
+        assert got[2:8] == [-1] * 6 and got[10:] == [-1] * 5
+        assert got[:2] + got[8:10] == want[:2] + want[8:10]
+        around = Around(*limits, 0, 0, None, forward_max, backward_min)
+        LiveReader._count_held(
+            [got],
+            [part],
+            encode_score(score),
+            entry,
+            HeldBounds(
+                [groups["chb_above"]],
+                [groups["chb_before"]],
+                around,
+                top,
+                [groups["chb_top"]],
+                [first],
+                [stop],
+            ),
+        )
+        assert got == want, (score, entry, forward_max, backward_min, groups, top)
