@@ -21,6 +21,18 @@ partition at once (two partitions can hold the same value), so it cannot be kept
 per partition by the owner transaction; the API decodes each partition's
 changed-set once per log position (:class:`DenseChanges`) and a dense read is the
 stamp plus a few bisections while the partitions stay put; no write-path cost.
+
+Held changed-sets: a partition's changed-set changes only with its stamp ("g|position|
+flags version|epoch", the one live_counts.lua already keys its sizes by). Once two
+reads in a row found a partition at the same stamp, the API reads its changed-set
+whole (``live_dense.lua``, one round trip, once per stamp) and holds it
+(:class:`HeldPart`); while the stamp holds, ``live_counts.lua`` and
+``live_nearby.lua`` only verify it and the player's total there, and the API counts
+and reads the window in what it holds (bisections). A partition written to between
+two reads is counted in Redis again, as before; so a write-heavy board costs what
+it did, and a board read far more often than written is counted without a
+ZLEXCOUNT, BITCOUNT (the bitmap's bytes up to the entry) or window read per
+partition and read.
 """
 
 from __future__ import annotations
@@ -976,10 +988,13 @@ class LiveReader:
                 # Moved since it was read: read again once its new stamp holds.
                 if kept[p] is part:
                     kept[p] = None
-        # Sizes are kept only under an epoch (a replaced dataset's positions
-        # restart; its new epoch tells its stamps apart): none is set here (a
-        # round trip), the read caches' stamps set it on their first use.
-        self._sized(board, counts, known)
+        # Sizes (and changed-sets) are kept only under an epoch (a replaced
+        # dataset's positions restart; its new epoch tells its stamps apart):
+        # the read caches' stamps set it on their first use, else the first
+        # fused read that finds none (a round trip, once per dataset: without
+        # it a board read only by live ranks and nearbys never held a part).
+        if not self._sized(board, counts, known) and self.fused:
+            await self._epoch(0)
         if stable:
             await self._hold(board, counts, stable)
         return counts, replies[n:], flag
@@ -1057,12 +1072,7 @@ class LiveReader:
         them (:class:`HeldPart`) while their stamp holds; not those larger than
         ``HELD_MEMBERS`` (sizes as ``counts`` found them) or whose stamp names no
         epoch (as sizes, :meth:`_sized`)."""
-        stable = [
-            p
-            for p in stable
-            if max(counts[p][6], counts[p][7]) <= HELD_MEMBERS
-            and not counts[p][9].endswith(b"|0")
-        ]
+        stable = [p for p in stable if max(counts[p][6], counts[p][7]) <= HELD_MEMBERS]
         held = self._held.get(board)
         if not stable or held is None:
             return

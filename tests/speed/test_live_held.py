@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from speed.partitions import partition_of
+from speed.partitions import EPOCH_KEY, partition_of
 from tests.conftest import SignedClient
 from tests.support.live import (
     ALL_BOARDS,
@@ -132,3 +132,22 @@ def test_held_changed_sets_follow_every_write_shadow_and_publish(
     assert all(
         part is not None and part.stamp.startswith(b"2|") for part in live._held[BOARD]
     )
+
+
+def test_a_board_read_only_by_live_ranks_is_held(
+    api: SignedClient, redis_client: redis.Redis, settings: Any
+) -> None:
+    """No read cache has set the dataset's epoch (stamps end "|0"): the first live
+    rank sets it, and the partitions are held two reads later."""
+    oracle = Oracle(OPTIONS_RULES)
+    for player, points in (("p0", 10), ("p1", 5), ("p2", 10)):
+        send(api, oracle, player, 0, points)
+    assert redis_client.get(EPOCH_KEY) is None
+    expected = oracle.ordered(BOARD)
+    for _ in range(3):
+        for want in expected:
+            body = api.get(f"/v1/boards/{BOARD}/players/{want['playerId']}").json()
+            assert (body["rank"], body["position"]) == (want["rank"], want["position"])
+    assert redis_client.get(EPOCH_KEY) is not None
+    held = api.client.app.state.live._held[BOARD]
+    assert all(part is not None for part in held)
