@@ -76,7 +76,7 @@ def test_held_changed_sets_follow_every_write_shadow_and_publish(
     send(api, oracle, "p3", 1, 3)
     send(api, oracle, "p5", 0, 7)
     reads(api, oracle)
-    live = api.client.app.state.live
+    live = api.client.app.state.live  # type: ignore[attr-defined]
     held = live._held[BOARD]
     assert all(part is not None for part in held)
     before = list(held)
@@ -149,5 +149,5 @@ def test_a_board_read_only_by_live_ranks_is_held(
             body = api.get(f"/v1/boards/{BOARD}/players/{want['playerId']}").json()
             assert (body["rank"], body["position"]) == (want["rank"], want["position"])
     assert redis_client.get(EPOCH_KEY) is not None
-    held = api.client.app.state.live._held[BOARD]
+    held = api.client.app.state.live._held[BOARD]  # type: ignore[attr-defined]
     assert all(part is not None for part in held)
