@@ -396,10 +396,14 @@ class DenseChanges:
         return self.merged
 
 
-# Members (and changed base rows) of a partition's changed-set up to which a
-# live read holds it whole to count in itself (HeldPart): reading it whole costs
-# about what a few hundred reads' counts in Redis cost at this size.
-HELD_MEMBERS = 20_000
+# Members (and changed base rows) of a board's changed-sets, all partitions
+# together, up to which a live read holds them whole to count in itself
+# (HeldPart): reading a partition's whole costs about what a few hundred reads'
+# counts in Redis cost at this size. With HELD_BOARDS, what a LiveReader holds is
+# bounded (16 boards x 100,000 members and rows: ~150 MB at the worst).
+HELD_MEMBERS = 100_000
+# Boards whose changed-sets a LiveReader holds (all dropped when one more comes).
+HELD_BOARDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -993,7 +997,7 @@ class LiveReader:
             return [None] * self.partitions
         held = self._held.get(board)
         if held is None:
-            if len(self._held) >= KEYED_BOARDS:
+            if len(self._held) >= HELD_BOARDS:
                 self._held.clear()
             held = self._held[board] = [None] * self.partitions
         return list(held)
@@ -1063,10 +1067,12 @@ class LiveReader:
     ) -> None:
         """Reads whole the changed-sets of the ``stable`` partitions (their stamp
         unchanged since the read before: one round trip, once per stamp) to hold
-        them (:class:`HeldPart`) while their stamp holds; not those larger than
-        ``HELD_MEMBERS`` (sizes as ``counts`` found them) or whose stamp names no
-        epoch (as sizes, :meth:`_sized`)."""
-        stable = [p for p in stable if max(counts[p][6], counts[p][7]) <= HELD_MEMBERS]
+        them (:class:`HeldPart`) while their stamp holds; none when the board's
+        changed-sets hold more than ``HELD_MEMBERS`` in all (sizes as ``counts``
+        found them), nor those whose stamp names no epoch (as sizes,
+        :meth:`_sized`)."""
+        if sum(max(reply[6], reply[7]) for reply in counts) > HELD_MEMBERS:
+            return
         held = self._held.get(board)
         if not stable or held is None:
             return
@@ -1572,7 +1578,8 @@ class LiveReader:
                 part = held_part(reply)
                 if (
                     not part.stamp.endswith(b"|0")
-                    and max(len(part.members), len(part.rows)) <= HELD_MEMBERS
+                    and max(len(part.members), len(part.rows)) * self.partitions
+                    <= HELD_MEMBERS
                 ):
                     held[p] = part
         if not _based_on(replies, base):
