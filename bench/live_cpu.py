@@ -169,6 +169,12 @@ def measure_variant(
                 "evalsha_usec_per_read": round(evalsha[1] / n, 1),
                 "evalsha_per_read": round(evalsha[0] / n, 2),
                 "redis_calls_per_read": round(calls / n, 2),
+                # Per command (those run by scripts too): calls and usec per read.
+                "commands_per_read": {
+                    c: [round(k / n, 2), round(u / n, 1)]
+                    for c, (k, u) in sorted(stats.items())
+                    if c != "info"
+                },
             }
             bodies[kind] = got
             print(f"  {name} {kind}: {out[kind]}", flush=True)

@@ -21,10 +21,23 @@ partition at once (two partitions can hold the same value), so it cannot be kept
 per partition by the owner transaction; the API decodes each partition's
 changed-set once per log position (:class:`DenseChanges`) and a dense read is the
 stamp plus a few bisections while the partitions stay put; no write-path cost.
+
+Held changed-sets: a partition's changed-set changes only with its stamp ("g|position|
+flags version|epoch", the one live_counts.lua already keys its sizes by). Once two
+reads in a row found a partition at the same stamp, the API reads its changed-set
+whole (``live_dense.lua``, one round trip, once per stamp) and holds it
+(:class:`HeldPart`); while the stamp holds, ``live_counts.lua`` and
+``live_nearby.lua`` only verify it and the player's total there, and the API counts
+and reads the window in what it holds (bisections). A partition written to between
+two reads is counted in Redis again, as before; so a write-heavy board costs what
+it did, and a board read far more often than written is counted without a
+ZLEXCOUNT, BITCOUNT (the bitmap's bytes up to the entry) or window read per
+partition and read.
 """
 
 from __future__ import annotations
 
+import bisect
 import secrets
 import weakref
 from collections import OrderedDict
@@ -383,6 +396,63 @@ class DenseChanges:
         return self.merged
 
 
+# Members (and changed base rows) of a board's changed-sets, all partitions
+# together, up to which a live read holds them whole to count in itself
+# (HeldPart): reading a partition's whole costs about what a few hundred reads'
+# counts in Redis cost at this size. With HELD_BOARDS, what a LiveReader holds is
+# bounded (16 boards x 100,000 members and rows: ~150 MB at the worst).
+HELD_MEMBERS = 100_000
+# Boards whose changed-sets a LiveReader holds (all dropped when one more comes).
+HELD_BOARDS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPart:
+    """One partition's changed-set of a board as of ``stamp`` (a live_counts.lua
+    stamp, "g|position|flags version|epoch": the changed-set changes only with
+    it), held by the API so that a live read counts in it itself while the stamp
+    holds: ``live_counts.lua`` then reads the stamp and the verified total only,
+    not a ZLEXCOUNT and BITCOUNT each per partition (BITCOUNT reads the bitmap's
+    bytes up to the entry: ~16 KB per partition at 1,000,000 players).
+
+    ``members``: the chz members in Redis' (byte) order; ``rows``: the set bits
+    of chb (changed local base rows), ascending: ZLEXCOUNT chz - "(x" is then the
+    members below x, BITCOUNT of bits [0, n) the rows below n
+    (:meth:`LiveReader._count_held`)."""
+
+    stamp: bytes
+    members: list[bytes]
+    rows: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBounds:
+    """What a counts call asked per partition, for counting in held parts: the
+    local base rows above the score and before the entry, and with a nearby's
+    window (``around``) the encoded top score (b"": none), the local rows above
+    it and the snapshot rows [first, stop) the window reads."""
+
+    rows_above: list[int]
+    rows_before: list[int]
+    around: Around | None = None
+    top: bytes = b""
+    top_rows: list[int] | None = None
+    first: list[int] | None = None
+    stop: list[int] | None = None
+
+
+def held_part(reply: list[Any]) -> HeldPart:
+    """A :class:`HeldPart` from a ``live_dense.lua`` reply group."""
+    members = [m.encode() if isinstance(m, str) else bytes(m) for m in reply[2]]
+    bitmap = reply[3]
+    rows: list[int] = []
+    if bitmap:
+        bits = np.unpackbits(np.frombuffer(bytes(bitmap), dtype=np.uint8))
+        rows = np.flatnonzero(bits).tolist()
+    stamp = reply[4]
+    return HeldPart(stamp.encode() if isinstance(stamp, str) else stamp, members, rows)
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """What ``live_window.lua`` reads on every partition: up to ``forward_limit``
@@ -452,6 +522,7 @@ assert LIVE_COUNTS.argv_group == (
     "chb_above",
     "chb_before",
     "known",
+    "held",
 )
 assert LIVE_COUNTS.keys == ("epoch",)
 # Where live_counts.lua's sizes, verified total and stamp are in its replies.
@@ -459,6 +530,15 @@ assert [
     LIVE_COUNTS.fields.index(f) for f in ("chz_size", "chs_size", "verified", "stamp")
 ] == [6, 7, 8, 9]
 assert LIVE_WINDOW.argv_group == ("snapshot_first", "snapshot_stop")
+assert LIVE_DENSE.fields[4] == "stamp" and LIVE_DENSE.key_group == LIVE_COUNTS.key_group
+# Where a live_nearby.lua reply's window and top counts are (LiveReader._count_held).
+assert LIVE_NEARBY.fields[10:] == (
+    "forward",
+    "backward",
+    "snapshot",
+    "chz_top",
+    "chs_top",
+)
 assert LIVE_NEARBY.argv_group == (
     *LIVE_COUNTS.argv_group,
     *LIVE_WINDOW.argv_group,
@@ -483,6 +563,30 @@ TOP_OF_NEARBY = [
 
 # Boards whose script keys a LiveReader keeps (LiveReader._board_keys).
 KEYED_BOARDS = 1024
+
+
+def _lex_bound(bound: bytes | str) -> bytes:
+    return bound.encode() if isinstance(bound, str) else bound
+
+
+def _lex_stop(members: list[bytes], bound: bytes | str) -> int:
+    """Where members up to ZRANGEBYLEX max ``bound`` ("+", or "[" and a member:
+    inclusive) end in ascending ``members``."""
+    raw = _lex_bound(bound)
+    if raw == b"+":
+        return len(members)
+    assert raw[:1] == b"["
+    return bisect.bisect_right(members, raw[1:])
+
+
+def _lex_start(members: list[bytes], bound: bytes | str) -> int:
+    """Where members from ZREVRANGEBYLEX min ``bound`` ("-", or "[" and a member:
+    inclusive) start in ascending ``members``."""
+    raw = _lex_bound(bound)
+    if raw == b"-":
+        return 0
+    assert raw[:1] == b"["
+    return bisect.bisect_left(members, raw[1:])
 
 
 def _parts(replies: list[Any]) -> list[list[Any]]:
@@ -588,6 +692,10 @@ class LiveReader:
         # rows) as last counted, sent as "known" so that the script need not
         # count them again while the stamp holds (_known_sizes).
         self._sizes: dict[str, list[tuple[bytes, int, int] | None]] = {}
+        # Per board (fused only): per partition, its changed-set as of a stamp,
+        # held to count in while the stamp holds (HeldPart); read once the same
+        # stamp was seen by two reads in a row (_hold).
+        self._held: dict[str, list[HeldPart | None]] = {}
         # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
         self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
@@ -828,7 +936,8 @@ class LiveReader:
             owner = partition_of(player_id, self.partitions)
             commands.append(("HGET", Keys(owner).flags, player_id))
         known = self._known_sizes(board)
-        commands += self._counts_commands(
+        held = self._held_parts(board)
+        counted, bounds = self._counts_commands(
             board,
             above,
             before,
@@ -839,7 +948,9 @@ class LiveReader:
             around,
             known,
             expected,
+            held,
         )
+        commands += counted
         n = len(commands)
         script = self._counts if around is None else self._nearby_script
         scripts = (
@@ -856,11 +967,130 @@ class LiveReader:
                 raw = reply[1]
                 raise _Moved(raw.encode() if isinstance(raw, str) else raw, flag)
         counts = _parts(replies[int(flagged) : n])
-        # Sizes are kept only under an epoch (a replaced dataset's positions
-        # restart; its new epoch tells its stamps apart): none is set here (a
-        # round trip), the read caches' stamps set it on their first use.
-        self._sized(board, counts, known)
+        self._count_held(counts, held, above, before, bounds)
+        # Stamps the script found unchanged since the last read (sizes left out)
+        # and not held yet: held from now on (_hold), below.
+        stable = [
+            p for p, reply in enumerate(counts) if reply[6] == -1 and held[p] is None
+        ]
+        kept = self._held.get(board)
+        for p, (part, reply) in enumerate(zip(held, counts, strict=True)):
+            if part is not None and part.stamp != reply[9] and kept is not None:
+                # Moved since it was read: read again once its new stamp holds.
+                if kept[p] is part:
+                    kept[p] = None
+        # Sizes (and changed-sets) are kept only under an epoch (a replaced
+        # dataset's positions restart; its new epoch tells its stamps apart):
+        # the read caches' stamps set it on their first use, else the first
+        # fused read that finds none (a round trip, once per dataset: without
+        # it a board read only by live ranks and nearbys never held a part).
+        if not self._sized(board, counts, known) and self.fused:
+            await self._epoch(0)
+        if stable:
+            await self._hold(board, counts, stable)
         return counts, replies[n:], flag
+
+    def _held_parts(self, board: str) -> list[HeldPart | None]:
+        """Per partition, the changed-set held for ``board`` (None: none); all
+        None on a cluster (see :meth:`_known_sizes`)."""
+        if not self.fused:
+            return [None] * self.partitions
+        held = self._held.get(board)
+        if held is None:
+            if len(self._held) >= HELD_BOARDS:
+                self._held.clear()
+            held = self._held[board] = [None] * self.partitions
+        return list(held)
+
+    @staticmethod
+    def _count_held(
+        counts: list[list[Any]],
+        held: list[HeldPart | None],
+        above: bytes,
+        before: bytes,
+        bounds: HeldBounds,
+    ) -> None:
+        """What a reply left to the caller (-1: it holds the partition's
+        changed-set for the reply's stamp) counted and read in the held parts, in
+        place: the six counts, and for a live_nearby.lua reply its window (as
+        ZRANGEBYLEX, ZREVRANGEBYLEX and the chb bits there would) and the counts
+        above its top."""
+        around = bounds.around
+        left = bisect.bisect_left
+        rows_above, rows_before = bounds.rows_above, bounds.rows_before
+        # Inlined (HeldPart.counts per partition cost twice as much in calls and
+        # tuples as the bisections themselves).
+        for p, reply in enumerate(counts):
+            if reply[2] != -1:
+                continue
+            part = held[p]
+            assert part is not None and part.stamp == reply[9]
+            members, rows = part.members, part.rows
+            reply[2] = left(members, above)
+            reply[3] = left(rows, rows_above[p])
+            reply[4] = left(members, before)
+            reply[5] = left(rows, rows_before[p])
+            reply[6] = len(members)
+            reply[7] = len(rows)
+            if around is None:
+                continue
+            assert bounds.first is not None and bounds.stop is not None
+            assert bounds.top_rows is not None
+            forward: list[bytes] = []
+            if around.forward_limit > 0:
+                start = bisect.bisect_right(members, before)
+                end = _lex_stop(members, around.forward_max)
+                forward = members[start : min(end, start + around.forward_limit)]
+            backward: list[bytes] = []
+            if around.backward_limit > 0:
+                end = bisect.bisect_left(members, before)
+                low = _lex_start(members, around.backward_min)
+                backward = members[max(low, end - around.backward_limit) : end][::-1]
+            first, stop = bounds.first[p], bounds.stop[p]
+            snapshot = (
+                rows[bisect.bisect_left(rows, first) : bisect.bisect_left(rows, stop)]
+                if stop > first
+                else []
+            )
+            top_counts = (
+                [
+                    bisect.bisect_left(members, bounds.top),
+                    bisect.bisect_left(rows, bounds.top_rows[p]),
+                ]
+                if bounds.top
+                else [0, 0]
+            )
+            reply[10:15] = [forward, backward, snapshot, *top_counts]
+
+    async def _hold(
+        self, board: str, counts: list[list[Any]], stable: list[int]
+    ) -> None:
+        """Reads whole the changed-sets of the ``stable`` partitions (their stamp
+        unchanged since the read before: one round trip, once per stamp) to hold
+        them (:class:`HeldPart`) while their stamp holds; none when the board's
+        changed-sets hold more than ``HELD_MEMBERS`` in all (sizes as ``counts``
+        found them), nor those whose stamp names no epoch (as sizes,
+        :meth:`_sized`)."""
+        if sum(max(reply[6], reply[7]) for reply in counts) > HELD_MEMBERS:
+            return
+        held = self._held.get(board)
+        if not stable or held is None:
+            return
+        keys = self._keys_of(board)[1]
+        commands = self._script_calls(
+            self._dense_script.sha,
+            [keys[p] for p in stable],
+            (),
+            [()] * len(stable),
+            epoch_key=True,
+        )
+        replies = _parts(
+            await run_commands(self.speed.client, self._dense_script, commands)
+        )
+        for p, reply in zip(stable, replies, strict=True):
+            part = held_part(reply)
+            if not part.stamp.endswith(b"|0"):
+                held[p] = part
 
     def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
         """Per partition, (stamp, |chz|, changed base rows) as a live read last
@@ -911,10 +1141,14 @@ class LiveReader:
         around: Around | None = None,
         known: list[tuple[bytes, int, int] | None] | None = None,
         expected: int | None = None,
-    ) -> list[tuple[Any, ...]]:
+        held: list[HeldPart | None] | None = None,
+    ) -> tuple[list[tuple[Any, ...]], HeldBounds]:
         """``live_counts.lua`` on every partition, or ``live_nearby.lua`` with
         ``around`` (see :meth:`_counts_round`); ``known``: per partition the
-        sizes held for a stamp (:meth:`_known_sizes`)."""
+        sizes held for a stamp (:meth:`_known_sizes`); ``held``: the changed-sets
+        held (:meth:`_held_parts`). As (the commands, the bounds the held parts
+        are counted at: per partition the local rows above and before, the
+        encoded top score (b"" none) and the local rows above it)."""
         partitions = self.partitions
         owner = partition_of(player_id, partitions) if player_id else -1
         counts = base.row_counts(partitions)
@@ -926,23 +1160,25 @@ class LiveReader:
         )
         keys = self._keys_of(board)[1]
         known = known or [None] * partitions
+        held = held or [None] * partitions
         groups = [
             (
                 player_id if p == owner else "",
                 local_above[p],
                 local_before[p],
-                b"" if k is None else k[0],
+                h.stamp if h is not None else b"" if k is None else k[0],
+                b"" if h is None else b"1",
             )
-            for p, k in enumerate(known)
+            for p, (k, h) in enumerate(zip(known, held, strict=True))
         ]
         guessed = "" if expected is None else expected
+        top = b""
+        top_rows = [0] * partitions
         if around is None:
             return self._script_calls(
                 self._counts.sha, keys, (above, before, guessed), groups, epoch_key=True
-            )
+            ), HeldBounds(local_above, local_before)
         first, stop = self._snapshot_bounds(base, around.snap_lo, around.snap_hi)
-        top: bytes | str = ""
-        top_rows = [0] * partitions
         if around.top is not None:
             top = encode_score(around.top)
             if counts is not None:
@@ -965,7 +1201,7 @@ class LiveReader:
                 for g, f, s, t in zip(groups, first, stop, top_rows, strict=True)
             ],
             epoch_key=True,
-        )
+        ), HeldBounds(local_above, local_before, around, top, top_rows, first, stop)
 
     async def _assumed_base(self, board: str) -> tuple[list[int], Base]:
         """The base the partitions had last time, else the latest generation: a
@@ -1324,16 +1560,28 @@ class LiveReader:
     ) -> list[DensePart] | None:
         """The changed-sets of ``partitions``, read whole (one round trip) and
         decoded against ``base``; None when a partition was rebased since."""
-        keys = self._keys_of(board)[0]
+        keys = self._keys_of(board)[1]
         commands = self._script_calls(
             self._dense_script.sha,
             [keys[p] for p in partitions],
             (),
             [()] * len(partitions),
+            epoch_key=True,
         )
         replies = _parts(
             await run_commands(self.speed.client, self._dense_script, commands)
         )
+        held = self._held.get(board) if self.fused else None
+        if held is not None:
+            # What a live rank counts in while the stamps hold (HeldPart).
+            for p, reply in zip(partitions, replies, strict=True):
+                part = held_part(reply)
+                if (
+                    not part.stamp.endswith(b"|0")
+                    and max(len(part.members), len(part.rows)) * self.partitions
+                    <= HELD_MEMBERS
+                ):
+                    held[p] = part
         if not _based_on(replies, base):
             return None
         segment = base.segment

@@ -367,7 +367,12 @@ LIVE_COUNTS = ScriptInterface(
     # the caller assumed; the reply names the real one. known: the stamp
     # (see fields) the caller holds the partition's sizes for ("" none): when
     # it is the partition's, chz_size and chs_size are not counted (-1).
-    argv_group=("verify_player", "chb_above", "chb_before", "known"),
+    # held: "1" when the caller also holds the partition's whole changed-set
+    # for the known stamp (speed/live.py HeldPart): when that stamp is the
+    # partition's, nothing is counted (all six counts -1: the caller counts them
+    # in what it holds; a ZLEXCOUNT or BITCOUNT each, and the bitmap's bytes up
+    # to the entry, per partition and read otherwise).
+    argv_group=("verify_player", "chb_above", "chb_before", "known", "held"),
     # stamp: "g|position|flags version|epoch" as read: the changed-set's sizes
     # move only with one of them (the owner transaction moves the position,
     # flag_player.lua the flags version, a rebase or rebuild the base, a
@@ -391,8 +396,11 @@ LIVE_COUNTS = ScriptInterface(
 LIVE_DENSE = ScriptInterface(
     name="live_dense",
     # One group per partition read (see LIVE_COUNTS); one reply list per group.
-    key_group=("base", "position", "chz", "chb"),
-    fields=("base_generation", "position", "chz_members", "chb_bitmap"),
+    # LIVE_COUNTS' keys (its totals are not read): the reply's stamp is built as
+    # a live_counts.lua reply's, so what it read is held for that stamp.
+    keys=LIVE_COUNTS.keys,
+    key_group=LIVE_COUNTS.key_group,
+    fields=("base_generation", "position", "chz_members", "chb_bitmap", "stamp"),
 )
 
 LIVE_NEARBY = ScriptInterface(

@@ -15,7 +15,9 @@
 --          missing), chz above s, changed base rows above s, chz before entry,
 --          changed base rows before entry, |chz|, changed base rows, verified ("1",
 --          or the player's current "total|version" when it moved since the caller
---          read it, "" when it has no total)}; or {"moved", its "total|version"}
+--          read it, "" when it has no total)};
+--          the six counts -1 when the caller holds the changed-set for the stamp
+--          (ARG_GROUP held); or {"moved", its "total|version"}
 --          alone when it holds another total than the one guessed (nothing counted)
 -- The base row counts are right for the base generation the caller assumed; the
 -- caller checks it against the one returned.

@@ -25,7 +25,8 @@
 --          live_counts.lua's fields, then chz members after the
 --          entry, chz members before it (nearest first), the changed local rows
 --          in [first, stop), ascending (live_window.lua's last three), then chz
---          above t and changed base rows above t (0 and 0 without t)
+--          above t and changed base rows above t (0 and 0 without t); all five
+--          -1 when the counts are -1 (held by the caller, as live_counts.lua)
 -- Offsets (KEY, ARG, ...): generated from speed/scripts.py, prepended by
 -- speed.scripts.source (tests/unit/test_script_interfaces.py checks the names used).
 local above = "(" .. ARGV[ARG.above]
@@ -48,27 +49,35 @@ local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
   local part = counts_part(k, a, above, before, stamps[#out + 1], owner_raw)
-  local chz = KEYS[k + KEY_GROUP.chz]
-  local forward, backward = {}, {}
-  if forward_limit > 0 then
-    forward = redis.call("ZRANGEBYLEX", chz, before, forward_max, "LIMIT", 0, forward_limit)
-  end
-  if backward_limit > 0 then
-    backward = redis.call("ZREVRANGEBYLEX", chz, before, backward_min, "LIMIT", 0, backward_limit)
-  end
-  part[#part + 1] = forward
-  part[#part + 1] = backward
-  part[#part + 1] = changed_rows(
-    KEYS[k + KEY_GROUP.chb],
-    tonumber(ARGV[a + ARG_GROUP.snapshot_first]),
-    tonumber(ARGV[a + ARG_GROUP.snapshot_stop])
-  )
-  if top ~= "" then
-    part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
-    part[#part + 1] = changed_rows_before(KEYS[k + KEY_GROUP.chb], tonumber(ARGV[a + ARG_GROUP.chb_top]))
+  if part[3] == -1 then
+    -- Held by the caller for the stamp (live_counts_part.lua): it reads the
+    -- window and counts above t in what it holds.
+    for _ = 1, 5 do
+      part[#part + 1] = -1
+    end
   else
-    part[#part + 1] = 0
-    part[#part + 1] = 0
+    local chz = KEYS[k + KEY_GROUP.chz]
+    local forward, backward = {}, {}
+    if forward_limit > 0 then
+      forward = redis.call("ZRANGEBYLEX", chz, before, forward_max, "LIMIT", 0, forward_limit)
+    end
+    if backward_limit > 0 then
+      backward = redis.call("ZREVRANGEBYLEX", chz, before, backward_min, "LIMIT", 0, backward_limit)
+    end
+    part[#part + 1] = forward
+    part[#part + 1] = backward
+    part[#part + 1] = changed_rows(
+      KEYS[k + KEY_GROUP.chb],
+      tonumber(ARGV[a + ARG_GROUP.snapshot_first]),
+      tonumber(ARGV[a + ARG_GROUP.snapshot_stop])
+    )
+    if top ~= "" then
+      part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
+      part[#part + 1] = changed_rows_before(KEYS[k + KEY_GROUP.chb], tonumber(ARGV[a + ARG_GROUP.chb_top]))
+    else
+      part[#part + 1] = 0
+      part[#part + 1] = 0
+    end
   end
   out[#out + 1] = part
   a = a + ARG_GROUP.size

@@ -74,8 +74,20 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                 "expected": "",
             },
             [
-                {"verify_player": "p1", "chb_above": 3, "chb_before": 10, "known": ""},
-                {"verify_player": "", "chb_above": 0, "chb_before": 0, "known": ""},
+                {
+                    "verify_player": "p1",
+                    "chb_above": 3,
+                    "chb_before": 10,
+                    "known": "",
+                    "held": "",
+                },
+                {
+                    "verify_player": "",
+                    "chb_above": 0,
+                    "chb_before": 0,
+                    "known": "",
+                    "held": "",
+                },
             ],
         ),
     )
@@ -92,9 +104,10 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     # "g|position|flags version|epoch" as read (no base, no flags, no epoch yet).
     assert LIVE_COUNTS.field(counts, "stamp") == b"0|3|0|0"
 
-    def call(*, known: str | bytes = "", expected: str = "") -> list:
+    def call(*, known: str | bytes = "", expected: str = "", held: str = "") -> list:
         """live_counts on the same board and player, with what the caller knows
-        (the stamp of its sizes) and the total it guessed."""
+        (the stamp of its sizes, whether it holds the changed-set) and the total
+        it guessed."""
         return run(
             redis_client,
             "live_counts",
@@ -120,6 +133,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                         "chb_above": 3,
                         "chb_before": 10,
                         "known": known,
+                        "held": held,
                     }
                 ],
             ),
@@ -140,6 +154,12 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
     counted = again()
     assert [counted[i] for i in sizes] == [1, 2]
     assert LIVE_COUNTS.field(counted, "stamp") == b"0|3|1|0"
+    # Held by the caller for the stamp: none of the six counts is counted (-1),
+    # the player is still verified; at another stamp, all are counted.
+    held = call(known=b"0|3|1|0", held="1")[0]
+    assert held[2:8] == [-1] * 6
+    assert held[:2] == counted[:2] and held[8:] == counted[8:]
+    assert call(known=b"0|3|0|0", held="1")[0] == counted
     redis_client.delete(keys.flags_version)  # as before, for the reads below
 
     # The player verified at another total than the caller guessed: nothing is
@@ -227,6 +247,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 3,
                     "chb_before": 10,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 10,
                     "chb_top": 0,
@@ -236,6 +257,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 0,
                     "chb_before": 0,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 4,
                     "chb_top": 0,
@@ -303,6 +325,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                         "chb_above": 3,
                         "chb_before": 10,
                         "known": "",
+                        "held": "",
                         "snapshot_first": 0,
                         "snapshot_stop": 10,
                         "chb_top": 0,
@@ -343,6 +366,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
                     "chb_above": 3,
                     "chb_before": 10,
                     "known": "",
+                    "held": "",
                     "snapshot_first": 0,
                     "snapshot_stop": 0,
                     "chb_top": 3,
@@ -365,7 +389,15 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         ),
         LIVE_COUNTS.args_of(
             {"above": encode_score(6), "before": encode_score(6), "expected": ""},
-            [{"verify_player": "", "chb_above": 3, "chb_before": 3, "known": ""}],
+            [
+                {
+                    "verify_player": "",
+                    "chb_above": 3,
+                    "chb_before": 3,
+                    "known": "",
+                    "held": "",
+                }
+            ],
         ),
     )
     assert (
@@ -377,10 +409,23 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         == [1, 1]
     )
 
-    (dense,) = run(redis_client, "live_dense", LIVE_DENSE.keys_of({}, [group]), [])
+    counts_group = {
+        **group,
+        "totals": keys.totals(BOARD),
+        "flags_version": keys.flags_version,
+    }
+    (dense,) = run(
+        redis_client,
+        "live_dense",
+        LIVE_DENSE.keys_of({"epoch": EPOCH_KEY}, [counts_group]),
+        [],
+    )
     assert len(dense) == len(LIVE_DENSE.fields)
     assert LIVE_DENSE.field(dense, "chz_members") == [encode_entry(7, "p1")]
     assert LIVE_DENSE.field(dense, "position") == 3
+    # The stamp a live_counts.lua reply of the same partition names.
+    (counts_now,) = call()
+    assert LIVE_DENSE.field(dense, "stamp") == LIVE_COUNTS.field(counts_now, "stamp")
 
     friends = run(
         redis_client,
@@ -427,3 +472,114 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         APPROX_RANK.args_of({"score": 7, "bucket": 1, "size": 1}),
     )
     assert given == approx
+
+
+def test_counting_in_a_held_changed_set_equals_redis(
+    redis_client: redis.Redis,
+) -> None:
+    """What a live read counts and reads in a changed-set it holds
+    (speed/live.py HeldPart, LiveReader._count_held) equals what live_nearby.lua
+    counts and reads in Redis, for every bound: ties, a shared score prefix,
+    windows bounded or not, limits shorter and longer than what is there."""
+    from random import Random
+
+    from speed.live import Around, HeldBounds, LiveReader, held_part
+
+    rng = Random(7)
+    keys = Keys(0)
+    chz, chb = keys.changed_live(BOARD), keys.changed_snapshot(BOARD)
+    members = sorted(
+        {encode_entry(rng.randrange(6), f"p{rng.randrange(40)}") for _ in range(30)}
+    )
+    redis_client.zadd(chz, dict.fromkeys(members, 0))
+    for row in rng.sample(range(70), 12):
+        redis_client.setbit(chb, row, 1)
+    redis_client.set(keys.position, 5)
+    redis_client.set(EPOCH_KEY, 99)
+    group = {
+        "base": keys.base_generation,
+        "position": keys.position,
+        "chz": chz,
+        "chb": chb,
+        "totals": keys.totals(BOARD),
+        "flags_version": keys.flags_version,
+    }
+    ((*dense,),) = run(
+        redis_client,
+        "live_dense",
+        LIVE_DENSE.keys_of({"epoch": EPOCH_KEY}, [group]),
+        [],
+    )
+    part = held_part(dense)
+    assert part.members == members and part.stamp == b"0|5|0|99"
+    probes = [*members, encode_entry(3, ""), encode_entry(9, "z"), encode_entry(0, "~")]
+    for _ in range(200):
+        score = rng.randrange(-1, 8)
+        entry = rng.choice(probes)
+        forward_max = rng.choice([b"+", b"[" + rng.choice(probes)])
+        backward_min = rng.choice([b"-", b"[" + rng.choice(probes)])
+        first = rng.randrange(0, 80)
+        stop = rng.randrange(0, 80)
+        # Local rows: the entry is at or below its score (before >= above >= 0).
+        rows_above = rng.randrange(0, 80)
+        groups = {
+            "verify_player": "",
+            "chb_above": rows_above,
+            "chb_before": rng.randrange(rows_above, 80),
+            "snapshot_first": first,
+            "snapshot_stop": stop,
+            "chb_top": rng.randrange(0, 80),
+        }
+        top = rng.choice([b"", encode_score(rng.randrange(0, 7))])
+        limits = (rng.randrange(0, 8), rng.randrange(0, 8))
+
+        named = {
+            "above": encode_score(score),
+            "before": entry,
+            "expected": "",
+            "forward_limit": limits[0],
+            "backward_limit": limits[1],
+            "forward_max": forward_max,
+            "backward_min": backward_min,
+            "top": top,
+        }
+
+        def nearby(named: dict, groups: dict, held: bool) -> list:
+            (reply,) = run(
+                redis_client,
+                "live_nearby",
+                LIVE_NEARBY.keys_of({"epoch": EPOCH_KEY}, [group]),
+                LIVE_NEARBY.args_of(
+                    named,
+                    [
+                        {
+                            **groups,
+                            "known": part.stamp if held else "",
+                            "held": "1" if held else "",
+                        }
+                    ],
+                ),
+            )
+            return reply  # type: ignore[no-any-return]
+
+        want = nearby(named, groups, False)
+        got = nearby(named, groups, True)
+        assert got[2:8] == [-1] * 6 and got[10:] == [-1] * 5
+        assert got[:2] + got[8:10] == want[:2] + want[8:10]
+        around = Around(*limits, 0, 0, None, forward_max, backward_min)
+        LiveReader._count_held(
+            [got],
+            [part],
+            encode_score(score),
+            entry,
+            HeldBounds(
+                [groups["chb_above"]],
+                [groups["chb_before"]],
+                around,
+                top,
+                [groups["chb_top"]],
+                [first],
+                [stop],
+            ),
+        )
+        assert got == want, (score, entry, forward_max, backward_min, groups, top)

@@ -99,6 +99,10 @@ local function counts_part(k, a, above, before, seen, owner_raw)
   local stamp = g .. "|" .. (seen[1] or "0") .. "|" .. (seen[2] or "0") .. "|" .. (seen[3] or "0")
   -- The sizes move only with the stamp: the caller knows them for this one.
   local sized = ARGV[a + ARG_GROUP.known] ~= stamp
+  if not sized and ARGV[a + ARG_GROUP.held] == "1" then
+    -- The caller holds this changed-set as of the stamp and counts in it itself.
+    return {tonumber(g), tonumber(seen[1] or "0"), -1, -1, -1, -1, -1, -1, verified, stamp}
+  end
   local chs_above = changed_rows_before(chb, chb_above)
   local chs_before
   local chz_size, chs_size = -1, -1

@@ -1,0 +1,153 @@
+"""Live reads count in the changed-sets they hold (speed/live.py ``HeldPart``) while
+a partition's stamp ("g|position|flags version|epoch") holds: a partition is held
+once two reads in a row found it at the same stamp, ``live_counts.lua`` then counts
+nothing there, and a write, a shadow, a restore or a publish between two reads
+changes the answers exactly as the offline sort does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from speed.partitions import EPOCH_KEY, partition_of
+from tests.conftest import SignedClient
+from tests.support.live import (
+    ALL_BOARDS,
+    OPTIONS_RULES,
+    Oracle,
+    options_settings,
+    positions,
+    publish,
+    send,
+)
+from tests.support.shadow import flag
+
+pytestmark = pytest.mark.integration
+
+BOARD = "season:S4:global"
+
+
+@pytest.fixture
+def settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Any:
+    return options_settings(redis_url, tmp_path)
+
+
+def reads(
+    api: SignedClient, oracle: Oracle, hidden: frozenset[str] = frozenset()
+) -> None:
+    """Every visible player's live rank, dense rank and nearby, twice each (the
+    second read counts in what the first left held), against the oracle."""
+    expected = oracle.ordered(BOARD, hidden)
+    dense = oracle.dense(BOARD, hidden)
+    for _ in range(2):
+        for want in expected:
+            player = want["playerId"]
+            path = f"/v1/boards/{BOARD}/players/{player}"
+            body = api.get(path).json()
+            assert body["basis"] == "live", body
+            assert (body["score"], body["rank"], body["position"]) == (
+                want["score"],
+                want["rank"],
+                want["position"],
+            ), (player, body)
+            assert body["population"] == len(expected)
+            mine = api.get(path, params={"ranking": "dense"}).json()
+            assert mine["rank"] == dense[player], (player, mine)
+            near = api.get(f"{path}/nearby", params={"radius": 2}).json()
+            i = want["position"] - 1
+            assert near["entries"] == expected[max(0, i - 2) : i + 3], player
+
+
+def test_held_changed_sets_follow_every_write_shadow_and_publish(
+    api: SignedClient, redis_client: redis.Redis, settings: Any
+) -> None:
+    oracle = Oracle(OPTIONS_RULES)
+    for player, points in (("p0", 10), ("p1", 10), ("p2", 10), ("p3", 5), ("p4", 0)):
+        send(api, oracle, player, 0, points)
+    state = (
+        positions(redis_client, settings.partitions),
+        {b: oracle.totals(b) for b in ALL_BOARDS},
+        oracle.versions(),
+    )
+    publish(api, redis_client, state, 1, settings.partitions)
+    send(api, oracle, "p3", 1, 3)
+    send(api, oracle, "p5", 0, 7)
+    reads(api, oracle)
+    live = api.client.app.state.live  # type: ignore[attr-defined]
+    held = live._held[BOARD]
+    assert all(part is not None for part in held)
+    before = list(held)
+    # All held: a live rank counts nothing in Redis.
+    redis_client.config_resetstat()
+    assert api.get(f"/v1/boards/{BOARD}/players/p0").json()["basis"] == "live"
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_evalsha" in stats
+    assert not {"cmdstat_zlexcount", "cmdstat_bitcount"} & set(stats), stats
+    # Nor does a live nearby read its window there.
+    redis_client.config_resetstat()
+    near = api.get(f"/v1/boards/{BOARD}/players/p0/nearby", params={"radius": 2})
+    assert near.json()["basis"] == "live"
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_evalsha" in stats
+    read_there = {"zlexcount", "bitcount", "zrangebylex", "zrevrangebylex", "getrange"}
+    assert not {f"cmdstat_{c}" for c in read_there} & set(stats), stats
+
+    # A write between two reads: its partition's part is dropped and read again
+    # at the new stamp; the answers follow it.
+    send(api, oracle, "p4", 1, 10)
+    reads(api, oracle)
+    moved = partition_of("p4", settings.partitions)
+    after = live._held[BOARD]
+    for p, (old, new) in enumerate(zip(before, after, strict=True)):
+        assert new is not None
+        assert (old is new) == (p != moved), p
+    assert after[moved].stamp != before[moved].stamp
+
+    # A shadow moves no position, the flags version: every answer follows.
+    assert flag(api, "p5", "shadow").status_code == 200
+    hidden = frozenset({"p5"})
+    expected = oracle.ordered(BOARD, hidden)
+    for want in expected:
+        body = api.get(f"/v1/boards/{BOARD}/players/{want['playerId']}").json()
+        assert (body["rank"], body["position"], body["population"]) == (
+            want["rank"],
+            want["position"],
+            len(expected),
+        )
+    assert flag(api, "p5", "restore").status_code == 200
+    reads(api, oracle)
+
+    # A publish (the rebase) between reads: counted against the new base.
+    state = (
+        positions(redis_client, settings.partitions),
+        {b: oracle.totals(b) for b in ALL_BOARDS},
+        oracle.versions(),
+    )
+    publish(api, redis_client, state, 2, settings.partitions)
+    send(api, oracle, "p0", 1, 1)
+    reads(api, oracle)
+    assert all(
+        part is not None and part.stamp.startswith(b"2|") for part in live._held[BOARD]
+    )
+
+
+def test_a_board_read_only_by_live_ranks_is_held(
+    api: SignedClient, redis_client: redis.Redis, settings: Any
+) -> None:
+    """No read cache has set the dataset's epoch (stamps end "|0"): the first live
+    rank sets it, and the partitions are held two reads later."""
+    oracle = Oracle(OPTIONS_RULES)
+    for player, points in (("p0", 10), ("p1", 5), ("p2", 10)):
+        send(api, oracle, player, 0, points)
+    assert redis_client.get(EPOCH_KEY) is None
+    expected = oracle.ordered(BOARD)
+    for _ in range(3):
+        for want in expected:
+            body = api.get(f"/v1/boards/{BOARD}/players/{want['playerId']}").json()
+            assert (body["rank"], body["position"]) == (want["rank"], want["position"])
+    assert redis_client.get(EPOCH_KEY) is not None
+    held = api.client.app.state.live._held[BOARD]  # type: ignore[attr-defined]
+    assert all(part is not None for part in held)
