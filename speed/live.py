@@ -23,9 +23,11 @@ changed-set once per log position (:class:`DenseChanges`) and a dense read is th
 stamp plus a few bisections while the partitions stay put; no write-path cost.
 
 Held changed-sets: a partition's changed-set changes only with its stamp ("g|position|
-flags version|epoch", the one live_counts.lua already keys its sizes by). Once two
-reads in a row found a partition at the same stamp, the API reads its changed-set
-whole (``live_dense.lua``, one round trip, once per stamp) and holds it
+flags version|epoch", the one live_counts.lua already keys its sizes by). Once enough
+reads in a row found a partition at the same stamp (two, or one per
+``HOLD_MEMBERS_PER_READ`` members of its changed-set: reading it whole is then paid
+for by the counting it saves), the API reads its changed-set whole
+(``live_dense.lua``, one round trip, once per stamp) and holds it
 (:class:`HeldPart`); while the stamp holds, ``live_counts.lua`` and
 ``live_nearby.lua`` only verify it and the player's total there, and the API counts
 and reads the window in what it holds (bisections). A partition written to between
@@ -38,6 +40,7 @@ partition and read.
 from __future__ import annotations
 
 import bisect
+import math
 import secrets
 import weakref
 from collections import OrderedDict
@@ -404,6 +407,15 @@ class DenseChanges:
 HELD_MEMBERS = 100_000
 # Boards whose changed-sets a LiveReader holds (all dropped when one more comes).
 HELD_BOARDS = 16
+# A partition's changed-set is read whole only once reads at its stamp have
+# counted in Redis about what reading it whole costs (ski rental: a partition
+# written between every few reads is never read whole, and one that stays put
+# costs at most twice the counting it saves). Reading it whole costs Redis about
+# 0.2 µs per member or row and the API as much to decode; counting in Redis
+# costs a partition about 20 µs per read (2 ZLEXCOUNT, 2 BITCOUNT): one read's
+# worth per HOLD_MEMBERS_PER_READ members, and never fewer than two reads (the
+# stamp seen twice).
+HOLD_MEMBERS_PER_READ = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -693,9 +705,12 @@ class LiveReader:
         # count them again while the stamp holds (_known_sizes).
         self._sizes: dict[str, list[tuple[bytes, int, int] | None]] = {}
         # Per board (fused only): per partition, its changed-set as of a stamp,
-        # held to count in while the stamp holds (HeldPart); read once the same
-        # stamp was seen by two reads in a row (_hold).
+        # held to count in while the stamp holds (HeldPart); read once enough
+        # reads in a row found the same stamp (_stable, _hold).
         self._held: dict[str, list[HeldPart | None]] = {}
+        # Per board (fused only): per partition, how many reads in a row found
+        # its stamp unchanged (_stable).
+        self._streaks: dict[str, list[int]] = {}
         # Per (script sha, keys): the fused EVALSHA's packed head (_script_calls).
         self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         # Per (board, player): its standing as last read, and where it is in a
@@ -968,11 +983,8 @@ class LiveReader:
                 raise _Moved(raw.encode() if isinstance(raw, str) else raw, flag)
         counts = _parts(replies[int(flagged) : n])
         self._count_held(counts, held, above, before, bounds)
-        # Stamps the script found unchanged since the last read (sizes left out)
-        # and not held yet: held from now on (_hold), below.
-        stable = [
-            p for p, reply in enumerate(counts) if reply[6] == -1 and held[p] is None
-        ]
+        # Stamps the script found unchanged since the last read (sizes left out).
+        unchanged = [reply[6] == -1 for reply in counts]
         kept = self._held.get(board)
         for p, (part, reply) in enumerate(zip(held, counts, strict=True)):
             if part is not None and part.stamp != reply[9] and kept is not None:
@@ -986,9 +998,36 @@ class LiveReader:
         # it a board read only by live ranks and nearbys never held a part).
         if not self._sized(board, counts, known) and self.fused:
             await self._epoch(0)
+        stable = self._stable(board, counts, held, unchanged)
         if stable:
             await self._hold(board, counts, stable)
         return counts, replies[n:], flag
+
+    def _stable(
+        self,
+        board: str,
+        counts: list[list[Any]],
+        held: list[HeldPart | None],
+        unchanged: list[bool],
+    ) -> list[int]:
+        """Partitions not held whose stamp enough reads in a row found unchanged
+        to be read whole now (``HOLD_MEMBERS_PER_READ``); ``counts`` with their
+        sizes filled in (:meth:`_sized`). Counts this read in the streaks."""
+        if not self.fused:
+            return []
+        streaks = self._streaks.get(board)
+        if streaks is None:
+            if len(self._streaks) >= KEYED_BOARDS:
+                self._streaks.clear()
+            streaks = self._streaks[board] = [0] * self.partitions
+        stable = []
+        for p, reply in enumerate(counts):
+            streaks[p] = streaks[p] + 1 if unchanged[p] else 1
+            if held[p] is None and streaks[p] >= max(
+                2, math.ceil(max(reply[6], reply[7]) / HOLD_MEMBERS_PER_READ)
+            ):
+                stable.append(p)
+        return stable
 
     def _held_parts(self, board: str) -> list[HeldPart | None]:
         """Per partition, the changed-set held for ``board`` (None: none); all
@@ -1066,7 +1105,8 @@ class LiveReader:
         self, board: str, counts: list[list[Any]], stable: list[int]
     ) -> None:
         """Reads whole the changed-sets of the ``stable`` partitions (their stamp
-        unchanged since the read before: one round trip, once per stamp) to hold
+        unchanged over enough reads, :meth:`_stable`: one round trip, once per
+        stamp) to hold
         them (:class:`HeldPart`) while their stamp holds; none when the board's
         changed-sets hold more than ``HELD_MEMBERS`` in all (sizes as ``counts``
         found them), nor those whose stamp names no epoch (as sizes,

@@ -1,6 +1,6 @@
 """Live reads count in the changed-sets they hold (speed/live.py ``HeldPart``) while
 a partition's stamp ("g|position|flags version|epoch") holds: a partition is held
-once two reads in a row found it at the same stamp, ``live_counts.lua`` then counts
+once enough reads in a row found it at the same stamp, ``live_counts.lua`` then counts
 nothing there, and a write, a shadow, a restore or a publish between two reads
 changes the answers exactly as the offline sort does."""
 
@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 import redis
 
+import speed.live
 from speed.partitions import EPOCH_KEY, partition_of
 from tests.conftest import SignedClient
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
+    PLAYERS,
     Oracle,
     options_settings,
     positions,
@@ -151,3 +153,47 @@ def test_a_board_read_only_by_live_ranks_is_held(
     assert redis_client.get(EPOCH_KEY) is not None
     held = api.client.app.state.live._held[BOARD]  # type: ignore[attr-defined]
     assert all(part is not None for part in held)
+
+
+def test_a_partition_is_read_whole_only_once_reads_paid_for_it(
+    api: SignedClient,
+    redis_client: redis.Redis,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ski rental (speed/live.py ``HOLD_MEMBERS_PER_READ``): a partition is read
+    whole only after as many reads in a row at its stamp as its changed-set has
+    members per HOLD_MEMBERS_PER_READ (here 0.5: two reads per member, so that
+    the test's few players count), and a write starts the count again: a
+    partition written between every few reads is never read whole."""
+    monkeypatch.setattr(speed.live, "HOLD_MEMBERS_PER_READ", 0.5)
+    oracle = Oracle(OPTIONS_RULES)
+    for i, player in enumerate(PLAYERS):
+        send(api, oracle, player, 0, 10 + i)
+    by_partition: dict[int, list[str]] = {}
+    for player in PLAYERS:
+        by_partition.setdefault(partition_of(player, settings.partitions), []).append(
+            player
+        )
+    mates = max(by_partition.values(), key=len)
+    owner = partition_of(mates[0], settings.partitions)
+    needed = max(2, 2 * len(mates))
+    live = api.client.app.state.live  # type: ignore[attr-defined]
+    path = f"/v1/boards/{BOARD}/players/{mates[0]}"
+
+    def held_after(reads: int) -> bool:
+        for _ in range(reads):
+            body = api.get(path).json()
+            want = next(w for w in oracle.ordered(BOARD) if w["playerId"] == mates[0])
+            assert (body["score"], body["rank"]) == (want["score"], want["rank"])
+        return live._held[BOARD][owner] is not None
+
+    # The first read sets the dataset's epoch (no stamp is kept without one),
+    # the next finds a new stamp: a streak of one.
+    assert not held_after(1)
+    assert not held_after(needed - 1)
+    assert held_after(1)
+    # A write to the partition: dropped, and held again only after as many reads.
+    send(api, oracle, mates[-1], 1, 1)
+    assert not held_after(needed - 1)
+    assert held_after(1)
