@@ -113,7 +113,7 @@ class HeaderTimeoutProtocol(_Protocol):  # type: ignore[misc, valid-type]
         super().connection_made(transport)
         # After uvicorn read the addresses and built its flow control on the
         # transport itself: the request cycles it starts write through this.
-        self.transport = CoalescingTransport(transport, self.loop)
+        self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
         self._arm_header_timer()
 
     def on_response_complete(self) -> None:
