@@ -76,107 +76,6 @@ def _run(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_example_reproduces_top100_of_an_older_generation_and_reports_a_difference(
-    spark: SparkSession, settings: Settings, api: SignedClient, tmp_path: Path
-) -> None:
-    """Then the check can fail: a tampered gold row is reported and exits 1 (on the
-    same two generations: one publish fewer than a test of its own)."""
-    boards_file = tmp_path / "boards.yaml"
-    boards_file.write_text(BOARDS_YAML)
-    settings = settings.model_copy(update={"boards_file": boards_file})
-    # 130 players (more than 100) on a coarse grid, so that ties cross position 100.
-    for i in range(130):
-        _send(api, f"P{i:03d}", "M1", (i * 37) % 11 * 10)
-        _send(api, f"P{i:03d}", "M2", (i * 13) % 5 * 10)
-    g1 = run_publish(settings, spark=spark, bucket_target=10)
-    rebase_published(settings, g1)
-    # g2 changes scores (a downward correction, new matches): silver is overwritten,
-    # so g1 can only be reproduced by time travel to g1's table versions.
-    _send(api, "P005", "M1", 0, rev=2)
-    for i in range(0, 130, 3):
-        _send(api, f"P{i:03d}", "M3", 50)
-    g2 = run_publish(settings, spark=spark, bucket_target=10)
-    rebase_published(settings, g2)
-
-    manifests = [
-        json.loads((settings.segments_dir / g / "manifest.json").read_text())
-        for g in (g1, g2)
-    ]
-    v1, v2 = (m["tableVersions"] for m in manifests)
-    assert set(v1) == {
-        "bronze_events",
-        "silver_contributions",
-        "silver_totals",
-        "gold_snapshots",
-    }
-    assert all(v2[t] > v1[t] for t in v1), (v1, v2)
-
-    example = _example()
-    delta_dir = settings.delta_dir
-    with serve(settings) as url:
-        for generation in (g1, g2):
-            result = example.check(delta_dir, url, BOARD, generation)
-            assert result["rows"] == 100
-            assert result["totals_match_contributions"] is True
-            assert result["matches_gold"] is True
-            assert result["matches_api"] is True
-        # Time travel matters: g1's ranking differs from g2's.
-        first = example.check(delta_dir, None, BOARD, g1)["top"]
-        assert first != example.check(delta_dir, None, BOARD, g2)["top"]
-        # Spark SQL (VERSION AS OF) gives the same rows.
-        assert example.top_spark(spark, delta_dir, v1, BOARD) == first
-        # Bronze as of g1 ends exactly at g1's boundary.
-        bronze = spark.sql(
-            f"SELECT partition, max(position) AS last FROM delta.`"
-            f"{delta_dir / 'bronze_events'}` VERSION AS OF {v1['bronze_events']} "
-            "GROUP BY partition"
-        ).collect()
-        boundary = {str(r["partition"]): r["last"] for r in bronze}
-        assert boundary == {p: v for p, v in manifests[0]["boundary"].items() if v}
-
-        # The runnable script, as an analyst runs it.
-        done = _run(
-            "--api",
-            url,
-            "--board",
-            BOARD,
-            "--generation",
-            g1,
-            data_dir=settings.data_dir,
-        )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"generation {g1}" in done.stdout
-    for line in (
-        "ok: totals = contributions added up",
-        "ok: our ranking = gold_snapshots",
-        "ok: our ranking = the API",
-    ):
-        assert line in done.stdout
-
-    # The check can fail. gold changed after publication: time travel to the
-    # recorded version still reads the published rows...
-    ok: dict[str, Any] = example.check(delta_dir, None, BOARD, g2)
-    assert ok["matches_gold"] is True and ok["rows"] == 100
-    spark.sql(
-        f"UPDATE delta.`{delta_dir / 'gold_snapshots'}` SET score = score + 1 "
-        f"WHERE generation = '{g2}' AND board = '{BOARD}' AND position = 1"
-    )
-    assert example.check(delta_dir, None, BOARD, g2)["matches_gold"] is True
-    # ...and a manifest pointing at the changed version is caught (exit 1).
-    version = ok["tableVersions"]["gold_snapshots"]
-    assert version == v2["gold_snapshots"]
-    spark.sql(
-        f"UPDATE delta.`{delta_dir / 'gold_manifest'}` SET manifest_json = replace("
-        f"manifest_json, '\"gold_snapshots\": {version}', "
-        f"'\"gold_snapshots\": {version + 1}') WHERE generation = '{g2}'"
-    )
-    done = _run("--board", BOARD, data_dir=settings.data_dir)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert f"generation {g2}" in done.stdout
-    assert "DIFFERS: our ranking = gold_snapshots" in done.stdout
-    assert "skipped: our ranking = the API" in done.stdout
-
-
 @pytest.fixture
 def layering_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """Layered generations through the environment, as an operator turns them on
@@ -185,22 +84,33 @@ def layering_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.timeout(1800)  # three Spark publishes: minutes on a loaded machine
-def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
+def test_example_reproduces_older_and_layered_generations_and_reports_a_difference(
     layering_on: None,
     spark: SparkSession,
     settings: Settings,
     api: SignedClient,
     tmp_path: Path,
 ) -> None:
-    """With layering on, an incremental generation's serving files are layers, and
-    the documented query (``FULL_RANKING_SQL`` over ``gold_snapshots`` as of the
-    recorded version, in DuckDB and in Spark SQL) still gives its full ranking:
-    equal to a full recompute of the same boundary, to the merged layers the API
-    serves, and to the example's silver ranking."""
+    """One chain of three publishes for every check of the example (these were two
+    tests of two and three publishes, the first publish of each on the same 260
+    events; a Spark publish is most of their time): g1 a full base; g2 incremental
+    with layering on, its serving files a layer over g1's; g3 a full recompute of
+    g2's boundary.
+
+    - The top 100 of each generation reproduced from the Delta tables as of its
+      recorded versions equals gold and the API; g1 only by time travel (g2
+      overwrote silver and moved players).
+    - The documented full-ranking query (``FULL_RANKING_SQL`` over
+      ``gold_snapshots``, DuckDB and Spark SQL) gives the layered g2's full
+      ranking: equal to the full recompute g3, to the merged layers the API
+      serves, and to the example's silver ranking.
+    - The check can fail: a tampered gold row of the newest generation is
+      reported and the script exits 1."""
     assert settings.layers_max_chain == 5  # from LB_LAYERS_MAX_CHAIN
     boards_file = tmp_path / "boards.yaml"
     boards_file.write_text(BOARDS_YAML)
     settings = settings.model_copy(update={"boards_file": boards_file})
+    # 130 players (more than 100) on a coarse grid, so that ties cross position 100.
     for i in range(130):
         _send(api, f"P{i:03d}", "M1", (i * 37) % 11 * 10)
         _send(api, f"P{i:03d}", "M2", (i * 13) % 5 * 10)
@@ -208,7 +118,8 @@ def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
     rebase_published(settings, generations[-1])
     # A small delta (under LB_LAYERS_MAX_FRACTION of each board): a downward
     # correction and a few new matches; the publish is incremental and writes the
-    # touched boards as a layer over g1's.
+    # touched boards as a layer over g1's. Silver is overwritten, so g1 can only
+    # be reproduced by time travel to g1's table versions.
     _send(api, "P002", "M1", 0, rev=2)
     for i in range(0, 30, 3):
         _send(api, f"P{i:03d}", "M3", 20)
@@ -222,6 +133,14 @@ def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
     assert "layers" not in manifests[g1]["boards"][BOARD]
     assert len(manifests[g2]["boards"][BOARD]["layers"]) == 1
     assert manifests[g2]["build"]["mode"] == "incremental"
+    v1, v2 = (manifests[g]["tableVersions"] for g in generations)
+    assert set(v1) == {
+        "bronze_events",
+        "silver_contributions",
+        "silver_totals",
+        "gold_snapshots",
+    }
+    assert all(v2[t] > v1[t] for t in v1), (v1, v2)
     # A full recompute of g2's boundary: a full base on every board.
     g3 = run_publish(settings, spark=spark, bucket_target=10, full=True)
     m3 = json.loads((settings.segments_dir / g3 / "manifest.json").read_text())
@@ -237,9 +156,8 @@ def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
     assert full[g2] == full[g3]
     assert len(full[g2]) == 130
     assert full[g1] != full[g2]  # time travel matters: g2 moved players
-    versions = manifests[g2]["tableVersions"]
     # Spark SQL gives the same rows as DuckDB.
-    assert example.ranking_spark(spark, delta_dir, versions, BOARD, g2) == full[g2]
+    assert example.ranking_spark(spark, delta_dir, v2, BOARD, g2) == full[g2]
     # The merged layers (what the API serves for g2) are the same ranking.
     meta = manifests[g2]["boards"][BOARD]
     assert board_reads(settings.segments_dir / g2, BOARD, meta)["entries"] == full[g2]
@@ -247,12 +165,50 @@ def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
     assert gold_entries(spark, delta_dir, g3)[BOARD] == full[g3]
     meta = m3["boards"][BOARD]
     assert board_reads(settings.segments_dir / g3, BOARD, meta)["entries"] == full[g3]
+
     with serve(settings) as url:
+        for generation in (g1, g2, g3):
+            result = example.check(delta_dir, url, BOARD, generation)
+            assert result["rows"] == 100
+            assert result["totals_match_contributions"] is True
+            assert result["matches_gold"] is True
+            assert result["matches_api"] is True
         result = example.check(delta_dir, url, BOARD, g2)
-        assert result["matches_gold"] is True
-        assert result["matches_api"] is True
         assert result["full_matches_ranking"] is True
         assert result["full_rows"] == 130
+        # Time travel matters: g1's top 100 differs from g2's.
+        first = example.check(delta_dir, None, BOARD, g1)["top"]
+        assert first != example.check(delta_dir, None, BOARD, g2)["top"]
+        # Spark SQL (VERSION AS OF) gives the same rows.
+        assert example.top_spark(spark, delta_dir, v1, BOARD) == first
+        # Bronze as of g1 ends exactly at g1's boundary.
+        bronze = spark.sql(
+            f"SELECT partition, max(position) AS last FROM delta.`"
+            f"{delta_dir / 'bronze_events'}` VERSION AS OF {v1['bronze_events']} "
+            "GROUP BY partition"
+        ).collect()
+        boundary = {str(r["partition"]): r["last"] for r in bronze}
+        assert boundary == {p: v for p, v in manifests[g1]["boundary"].items() if v}
+
+        # The runnable script, as an analyst runs it: an older generation...
+        done = _run(
+            "--api",
+            url,
+            "--board",
+            BOARD,
+            "--generation",
+            g1,
+            data_dir=settings.data_dir,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"generation {g1}" in done.stdout
+        for line in (
+            "ok: totals = contributions added up",
+            "ok: our ranking = gold_snapshots",
+            "ok: our ranking = the API",
+        ):
+            assert line in done.stdout
+        # ...and the layered one, every position of its full ranking.
         done = _run(
             "--api",
             url,
@@ -265,3 +221,27 @@ def test_full_ranking_of_a_layered_generation_equals_a_full_recompute(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok: full ranking = gold_snapshots, every position" in done.stdout
     assert "full ranking: 130 rows in gold_snapshots" in done.stdout
+
+    # The check can fail (last: it changes the tables). gold changed after
+    # publication: time travel to the recorded version still reads the
+    # published rows...
+    ok: dict[str, Any] = example.check(delta_dir, None, BOARD, g3)
+    assert ok["matches_gold"] is True and ok["rows"] == 100
+    spark.sql(
+        f"UPDATE delta.`{delta_dir / 'gold_snapshots'}` SET score = score + 1 "
+        f"WHERE generation = '{g3}' AND board = '{BOARD}' AND position = 1"
+    )
+    assert example.check(delta_dir, None, BOARD, g3)["matches_gold"] is True
+    # ...and a manifest pointing at the changed version is caught (exit 1).
+    version = ok["tableVersions"]["gold_snapshots"]
+    assert version == m3["tableVersions"]["gold_snapshots"]
+    spark.sql(
+        f"UPDATE delta.`{delta_dir / 'gold_manifest'}` SET manifest_json = replace("
+        f"manifest_json, '\"gold_snapshots\": {version}', "
+        f"'\"gold_snapshots\": {version + 1}') WHERE generation = '{g3}'"
+    )
+    done = _run("--board", BOARD, data_dir=settings.data_dir)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"generation {g3}" in done.stdout
+    assert "DIFFERS: our ranking = gold_snapshots" in done.stdout
+    assert "skipped: our ranking = the API" in done.stdout
