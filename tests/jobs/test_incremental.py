@@ -12,7 +12,9 @@ the same boundary (``full=True``); the second and third must match.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -288,30 +290,6 @@ def _record(match: int, revision: int, points: int, kind: int = 0) -> dict[str, 
     }
 
 
-def test_incremental_rederives_only_touched_pairs(
-    spark: SparkSession, redis_server: RedisServer
-) -> None:
-    """A touched player's untouched matches are not re-derived: the build reads the
-    delta's (player, match) pairs' records and the records sharing an eventId with
-    them, not the player's whole history."""
-    history = [
-        _record(0, 1, 4),  # E0, match M0
-        _record(1, 1, 3),  # M1: untouched by the delta
-        _record(1, 2, 1),  # M1 corrected
-        # M2's first record reuses E0 (3 % 3 = 0): a duplicate of M0's record, so
-        # first acceptance drops it and the delta's record below (same revision)
-        # is M2's accepted one. Re-deriving M2 without M0's E0 record would keep
-        # the duplicate and reject the new record (and score 5 instead of 2).
-        _record(2, 1, 5, kind=1),
-        _record(2, 1, 2),  # the delta: one record of M2
-    ]
-    build = check_history(spark, redis_server, history, 4)
-    # M2's two records and M0's record sharing E0; not M1's two (the old build
-    # re-derived all five of a's records).
-    assert build["rederivedRecords"] == 3
-    assert build["touchedBoards"] == 12
-
-
 # In `make test`: the explicit example below and one random history with both
 # batches non-empty (three publishes each). Hypothesis always draws its simplest
 # history first (two like records, an empty first batch); the assume() rejects it
@@ -426,43 +404,93 @@ def publish_with_flags(
     )
 
 
-def test_incremental_keeps_shadowed_players_hidden(
+# One history for two checks (the re-derived records, a shadowed player across an
+# incremental build): one publish chain instead of two, each test's assertions as
+# they were. a's records come first so that its duplicate (kind 1, E3) still
+# reuses E0 (the id is picked by the record's index); Zed and b joined a's
+# history, and a's second delta record moved from M1 to a new match M3, so that
+# M1 stays untouched.
+SHARED_HISTORY = [
+    _record(0, 1, 4),  # E0, match M0
+    _record(1, 1, 3),  # M1: untouched by the delta
+    _record(1, 2, 1),  # M1 corrected
+    # M2's first record reuses E0 (3 % 3 = 0): a duplicate of M0's record, so
+    # first acceptance drops it and the delta's record below (same revision)
+    # is M2's accepted one. Re-deriving M2 without M0's E0 record would keep
+    # the duplicate and reject the new record (and score 5 instead of 2).
+    _record(2, 1, 5, kind=1),
+    {**_record(0, 1, 6), "player": "Zed"},
+    {**_record(0, 1, 2), "player": "b"},
+    # The delta: one record of a's M2; Zed (shadowed) and a both change on the
+    # same boards.
+    _record(2, 1, 2),
+    {**_record(1, 1, 3), "player": "Zed"},
+    _record(3, 1, 1),
+]
+SHARED_SPLIT = 6
+
+
+@pytest.fixture(scope="module")
+def shadowed_chain(
     spark: SparkSession, redis_server: RedisServer
-) -> None:
-    """A player shadowed across an incremental build stays out of the rewritten
-    boards' gold and in their hidden files (taken from silver by the build's
-    shadowed players), byte for byte as a full build writes them."""
-    history = [
-        _record(0, 1, 4),
-        {**_record(0, 1, 6), "player": "Zed"},
-        {**_record(0, 1, 2), "player": "b"},
-        # The delta: Zed (shadowed) and a both change on the same boards.
-        {**_record(1, 1, 3), "player": "Zed"},
-        _record(1, 1, 1),
-    ]
-    lines = log_lines(history)
+) -> Iterator[Settings]:
+    """SHARED_HISTORY published as the Airflow phases do with Zed shadowed: g1
+    full, g2 incremental, g3 full at g2's boundary."""
+    lines = log_lines(SHARED_HISTORY)
+    assert lines[3]["event"]["eventId"] == "E0"  # the duplicate
     client = redis.Redis.from_url(redis_server.url)
     flags = Keys(PLAYERS["Zed"]).flags
     client.hset(flags, "Zed", "shadow")
     try:
         with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
             settings = make_settings(Path(tmp), redis_server)
-            append_bronze(spark, settings, lines[:3])
+            append_bronze(spark, settings, lines[:SHARED_SPLIT])
             assert publish_with_flags(settings, spark) == "g1"
-            append_bronze(spark, settings, lines[3:])
+            append_bronze(spark, settings, lines[SHARED_SPLIT:])
             assert publish_with_flags(settings, spark) == "g2"
-            g2 = manifest(settings, "g2")
-            assert g2["build"]["mode"] == "incremental"
-            assert g2["build"]["touchedBoards"] == 12
-            meta = g2["boards"]["season:S4:eu"]
-            hidden = read_arrow(settings.segments_dir / "g2" / meta["hidden"])
-            assert hidden.to_pydict() == {"player_id": ["Zed"], "score": [9]}
-            assert "Zed" not in {r[3] for r in gold_rows(spark, settings, "g2")}
             assert publish_with_flags(settings, spark, full=True) == "g3"
-            assert_same_generation(settings, "g2", "g3", spark)
+            client.delete(flags)
+            yield settings
     finally:
         client.delete(flags)
         client.close()
+
+
+def test_incremental_rederives_only_touched_pairs(
+    spark: SparkSession, shadowed_chain: Settings
+) -> None:
+    """A touched player's untouched matches are not re-derived: the build reads the
+    delta's (player, match) pairs' records and the records sharing an eventId with
+    them, not the player's whole history."""
+    settings = shadowed_chain
+    assert manifest(settings, "g1")["build"]["mode"] == "full"
+    build = manifest(settings, "g2")["build"]
+    assert build["mode"] == "incremental" and build["from"] == "g1"
+    assert build["touchedPlayers"] == 2  # a and Zed
+    # a's M2's two records and M0's record sharing E0, Zed's M1 record and a's
+    # M3 record; not a's M1's two (the old build re-derived all six of a's
+    # records and both of Zed's).
+    assert build["rederivedRecords"] == 5
+    assert build["touchedBoards"] == 12
+    assert manifest(settings, "g3")["build"]["mode"] == "full"
+    assert_same_generation(settings, "g2", "g3", spark)
+
+
+def test_incremental_keeps_shadowed_players_hidden(
+    spark: SparkSession, shadowed_chain: Settings
+) -> None:
+    """A player shadowed across an incremental build stays out of the rewritten
+    boards' gold and in their hidden files (taken from silver by the build's
+    shadowed players), byte for byte as a full build writes them."""
+    settings = shadowed_chain
+    g2 = manifest(settings, "g2")
+    assert g2["build"]["mode"] == "incremental"
+    assert g2["build"]["touchedBoards"] == 12
+    meta = g2["boards"]["season:S4:eu"]
+    hidden = read_arrow(settings.segments_dir / "g2" / meta["hidden"])
+    assert hidden.to_pydict() == {"player_id": ["Zed"], "score": [9]}
+    assert "Zed" not in {r[3] for r in gold_rows(spark, settings, "g2")}
+    assert_same_generation(settings, "g2", "g3", spark)
 
 
 def _event(player: str, occurred: str, region: str, **fields: Any) -> dict[str, Any]:
@@ -498,9 +526,8 @@ def _strip_versions(spark: SparkSession, settings: Settings, generation: str) ->
     )
 
 
-@pytest.mark.parametrize("older_previous", [False, True], ids=["side", "no-side"])
 def test_versions_of_pairs_named_without_a_total(
-    spark: SparkSession, redis_server: RedisServer, older_previous: bool
+    spark: SparkSession, redis_server: RedisServer
 ) -> None:
     """A held record names its boards without a total; a ``released`` record in
     the next delta (with other fields, so it names other boards) makes the held
@@ -508,7 +535,12 @@ def test_versions_of_pairs_named_without_a_total(
     file, not from the delta (on October's boards, named only by the release,
     and on November's na boards, with no row at all in g1, only the side file
     has them). ``no-side``: the previous generation predates side files, so the
-    segments are written in full from the whole log's versions."""
+    segments are written in full from the whole log's versions.
+
+    Both cases continue from the same g1 (published once, then its data
+    directory copied: Delta's logs and the manifests name files relative to
+    their directory), one publish fewer than publishing it for each; what each
+    case checks after g1 is unchanged."""
     held_at, other_at, moved_to = OCCURRED[2], OCCURRED[0], OCCURRED[3]
     history = [
         _event("a", held_at, "na", kind=2),  # E0 held: names the na boards
@@ -523,29 +555,34 @@ def test_versions_of_pairs_named_without_a_total(
     released_only = _boards(held_at, "na") - _boards(other_at, "na")
     assert "daily:2026-11-16:na" in released_only
     with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
-        settings = make_settings(Path(tmp), redis_server)
-        append_bronze(spark, settings, lines[:2])
-        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g1"
-        g1_side = side_versions(settings, "g1")
+        side = make_settings(Path(tmp) / "side", redis_server)
+        append_bronze(spark, side, lines[:2])
+        assert run_publish(side, spark=spark, land=False, bucket_target=2) == "g1"
+        g1_side = side_versions(side, "g1")
         # a's held pairs, on boards with no row at all (na) and beside c (global).
         assert {g1_side[(b, "a")] for b in released_only} == {1}
-        assert "daily:2026-11-16:na" not in manifest(settings, "g1")["boards"]
-        if older_previous:
-            _strip_versions(spark, settings, "g1")
-        append_bronze(spark, settings, lines[2:])
-        assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g2"
-        build = manifest(settings, "g2")["build"]
-        assert build["mode"] == "incremental"
-        assert ("segments" in build) == older_previous
-        for board in released_only:
-            assert segment_version(settings, "g2", board, "a") == 1, board
-        # The release names October's boards without a total there: side only.
-        g2_side = side_versions(settings, "g2")
-        for board in _boards(other_at, "na") - _boards(held_at, "na"):
-            assert g2_side[(board, "a")] == 1, board
-        g3 = run_publish(settings, spark=spark, land=False, bucket_target=2, full=True)
-        assert g3 == "g3"
-        assert_same_generation(settings, "g2", "g3", spark)
+        assert "daily:2026-11-16:na" not in manifest(side, "g1")["boards"]
+        no_side = make_settings(Path(tmp) / "no-side", redis_server)
+        shutil.copytree(side.data_dir, no_side.data_dir)
+        _strip_versions(spark, no_side, "g1")
+        for settings, older_previous in ((side, False), (no_side, True)):
+            append_bronze(spark, settings, lines[2:])
+            g2 = run_publish(settings, spark=spark, land=False, bucket_target=2)
+            assert g2 == "g2", older_previous
+            build = manifest(settings, "g2")["build"]
+            assert build["mode"] == "incremental"
+            assert ("segments" in build) == older_previous
+            for board in released_only:
+                assert segment_version(settings, "g2", board, "a") == 1, board
+            # The release names October's boards without a total there: side only.
+            g2_side = side_versions(settings, "g2")
+            for board in _boards(other_at, "na") - _boards(held_at, "na"):
+                assert g2_side[(board, "a")] == 1, board
+            g3 = run_publish(
+                settings, spark=spark, land=False, bucket_target=2, full=True
+            )
+            assert g3 == "g3"
+            assert_same_generation(settings, "g2", "g3", spark)
 
 
 def test_versions_of_a_total_that_vanishes_then_returns(
