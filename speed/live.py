@@ -1116,17 +1116,7 @@ class LiveReader:
         held = self._held.get(board)
         if not stable or held is None:
             return
-        keys = self._keys_of(board)[1]
-        commands = self._script_calls(
-            self._dense_script.sha,
-            [keys[p] for p in stable],
-            (),
-            [()] * len(stable),
-            epoch_key=True,
-        )
-        replies = _parts(
-            await run_commands(self.speed.client, self._dense_script, commands)
-        )
+        replies = await self._read_whole(board, stable)
         for p, reply in zip(stable, replies, strict=True):
             part = held_part(reply)
             if not part.stamp.endswith(b"|0"):
@@ -1595,11 +1585,9 @@ class LiveReader:
             dense.popitem(last=False)
         return changes
 
-    async def _dense_parts(
-        self, board: str, base: Base, partitions: list[int]
-    ) -> list[DensePart] | None:
-        """The changed-sets of ``partitions``, read whole (one round trip) and
-        decoded against ``base``; None when a partition was rebased since."""
+    async def _read_whole(self, board: str, partitions: list[int]) -> list[list[Any]]:
+        """``live_dense.lua``'s replies for ``partitions`` of ``board``: each
+        changed-set read whole with its stamp, in one round trip."""
         keys = self._keys_of(board)[1]
         commands = self._script_calls(
             self._dense_script.sha,
@@ -1608,9 +1596,16 @@ class LiveReader:
             [()] * len(partitions),
             epoch_key=True,
         )
-        replies = _parts(
+        return _parts(
             await run_commands(self.speed.client, self._dense_script, commands)
         )
+
+    async def _dense_parts(
+        self, board: str, base: Base, partitions: list[int]
+    ) -> list[DensePart] | None:
+        """The changed-sets of ``partitions``, read whole (one round trip) and
+        decoded against ``base``; None when a partition was rebased since."""
+        replies = await self._read_whole(board, partitions)
         held = self._held.get(board) if self.fused else None
         if held is not None:
             # What a live rank counts in while the stamps hold (HeldPart).
