@@ -22,13 +22,11 @@ from conf.boards import load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.rules import default_registry
 from conf.settings import Settings
-from jobs.publish import run_publish
 from jobs.rebuild import run_rebuild
-from jobs.replay import GOLD_REPLAY_DIFFS, run_replay
+from jobs.replay import GOLD_REPLAY_DIFFS, promote_season, run_replay
 from jobs.season import close_season
 from jobs.tables import SILVER_TOTALS
 from jobs.verify import run_verify
-from speed.rebase import rebase_published
 from tests.support.clients import SignedClient, event
 from tests.support.lb import lb, lb_env
 from tests.support.season import iso, wait_until
@@ -128,33 +126,6 @@ def test_two_games_stay_apart_through_publish_verify_rebuild_and_close(
                 assert reply.status_code == 200, reply.text
                 assert reply.json()["status"] == "accepted", reply.text
 
-        generation = run_publish(base, spark=spark)
-        assert set(rebase_published(base, generation).partitions.values()) == {"ok"}
-        client.app.state.generations.refresh(force=True)
-        for game, want in EXPECTED.items():
-            prefix = f"/v1/games/{game}/boards/{BOARD}"
-            snap = api.get(f"{prefix}/top", params={"mode": "snapshot"}).json()
-            assert snap["basis"] == "snapshot", snap
-            assert scores(snap) == want, (game, snap)
-            assert scores(api.get(f"{prefix}/top").json()) == want, game
-        # Delta: bronze from the events, silver from the boards.
-        bronze = spark.read.format("delta").load(str(base.delta_dir / "bronze_events"))
-        assert {r["game"] for r in bronze.select("game").collect()} == set(EVENTS)
-        totals = spark.read.format("delta").load(str(base.delta_dir / SILVER_TOTALS))
-        season_rows = totals.where(totals.board.endswith(BOARD)).collect()
-        assert {(r["game"], r["player_id"], r["score"]) for r in season_rows} == {
-            (g, p, s) for g, want in EXPECTED.items() for p, s in want.items()
-        }
-
-        for game in EXPECTED:
-            with served_reads(base) as served:
-                result = run_verify(
-                    base, served, spark=spark, board=BOARD, sample=5, seed=1, game=game
-                )
-            assert result.ok, (game, result.divergences)
-        intact = run_rebuild(base, spark=spark, dry_run=True)
-        assert intact.differences == [], [str(d) for d in intact.differences[:5]]
-
         # lb replay --game: an unknown game, and a season the game does not have,
         # are usage errors naming them (before any Spark or Redis).
         env = lb_env(tmp_path, LB_BOARDS_FILE=str(base.boards_file))
@@ -165,15 +136,68 @@ def test_two_games_stay_apart_through_publish_verify_rebuild_and_close(
             done = lb("replay", *args, "--rule", "v2", env=env)
             assert done.returncode == 2, done.stderr
             assert says in done.stderr, done.stderr
-        # Replay and promote arena's S9 under v2: the game default's S9 (same season,
-        # board and player ids) keeps its rule, boards and (no) awards.
+        # One publish for both games: the replay of arena's S9 under v2 (it
+        # publishes every board plus arena's S9@v2 boards, and rebases). Until
+        # session 20 a plain publish (g1) came first; the replay's generation holds
+        # the same boards, so the publish checks below read it.
         v2 = offline_v2_arena()
         assert v2 != EXPECTED["arena"]  # the premise: v2 reorders arena's S9
-        summary = run_replay(
-            base, "S9", "v2", k=0, promote=True, reason="v2", spark=spark, game="arena"
+        summary = run_replay(base, "S9", "v2", k=0, spark=spark, game="arena")
+        assert (summary.generation, summary.promoted) == ("g1", None)
+        assert "S9 of game arena under v2 in g1" in summary.lines()[0]
+        state = load_rule_state(base.data_dir)
+        assert state.replays == [("arena~S9", "v2")]
+        assert state.promoted == {}
+        client.app.state.generations.refresh(force=True)
+        for game, want in EXPECTED.items():
+            prefix = f"/v1/games/{game}/boards/{BOARD}"
+            snap = api.get(f"{prefix}/top", params={"mode": "snapshot"}).json()
+            assert snap["basis"] == "snapshot", snap
+            assert (snap["generation"]["id"], scores(snap)) == ("g1", want), game
+            assert scores(api.get(f"{prefix}/top").json()) == want, game
+        # Delta: bronze from the events, silver from the boards.
+        bronze = spark.read.format("delta").load(str(base.delta_dir / "bronze_events"))
+        assert {r["game"] for r in bronze.select("game").collect()} == set(EVENTS)
+        totals = spark.read.format("delta").load(str(base.delta_dir / SILVER_TOTALS))
+        season_rows = totals.where(totals.board.endswith(BOARD)).collect()
+        assert {(r["game"], r["player_id"], r["score"]) for r in season_rows} == {
+            (g, p, s) for g, want in EXPECTED.items() for p, s in want.items()
+        }
+        # `lb verify --game` per game of one generation (the same ids in both) is
+        # tests/e2e/test_games_isolation.py's, after its close; arena's verify under
+        # v2 is below.
+        intact = run_rebuild(base, spark=spark, dry_run=True)
+        assert intact.differences == [], [str(d) for d in intact.differences[:5]]
+        # The diff rows: arena's, old (v1, best match) against new (v2) ranks.
+        diffs = spark.read.format("delta").load(str(base.delta_dir / GOLD_REPLAY_DIFFS))
+        old_rank = {"P1": 1, "P2": 2}
+        new_rank = {p: 1 + sum(1 for o in v2.values() if o > s) for p, s in v2.items()}
+        assert {
+            (r["game"], r["replay"], r["scope"], r["player_id"])
+            + (r["old_score"], r["new_score"], r["move"])
+            for r in diffs.collect()
+        } == {
+            ("arena", "arena~S9@v2", scope, p, EXPECTED["arena"][p], v2[p])
+            + (old_rank[p] - new_rank[p],)
+            for scope in ("global", DAILY_SCOPE)
+            for p in v2
+        }
+
+        # Promote arena's S9 to v2: the game default's S9 (same season, board and
+        # player ids) keeps its rule, boards and (no) awards. (`run_replay(...,
+        # promote=True)`, the two in one call, is tests/jobs/test_replay.py's.)
+        promoted = promote_season(
+            base,
+            "S9",
+            "v2",
+            actor="cli",
+            reason="v2",
+            replay_generation=summary.generation,
+            scopes=summary.scopes,
+            spark=spark,
+            game="arena",
         )
-        assert (summary.generation, summary.promoted) == ("g2", "g3")
-        assert "S9 of game arena under v2 in g2" in summary.lines()[0]
+        assert promoted == "g2"
         state = load_rule_state(base.data_dir)
         assert state.replays == [("arena~S9", "v2")]
         assert state.promoted == {"arena~S9": "v2"}
@@ -195,25 +219,11 @@ def test_two_games_stay_apart_through_publish_verify_rebuild_and_close(
             (f"/v1/boards/{BOARD}", EXPECTED["default"]),
         ):
             snap = api.get(f"{path}/top", params={"mode": "snapshot"}).json()
-            assert (snap["generation"]["id"], scores(snap)) == ("g3", want), path
+            assert (snap["generation"]["id"], scores(snap)) == ("g2", want), path
             if "@" not in path:  # live: the promotion's rebuild of the speed layer
                 assert scores(api.get(f"{path}/top").json()) == want, path
         listed = api.get("/v1/games/arena/boards").json()["boards"]
         assert not any("@" in b["board"] for b in listed)
-        # The diff rows: arena's, old (v1, best match) against new (v2) ranks.
-        diffs = spark.read.format("delta").load(str(base.delta_dir / GOLD_REPLAY_DIFFS))
-        old_rank = {"P1": 1, "P2": 2}
-        new_rank = {p: 1 + sum(1 for o in v2.values() if o > s) for p, s in v2.items()}
-        assert {
-            (r["game"], r["replay"], r["scope"], r["player_id"])
-            + (r["old_score"], r["new_score"], r["move"])
-            for r in diffs.collect()
-        } == {
-            ("arena", "arena~S9@v2", scope, p, EXPECTED["arena"][p], v2[p])
-            + (old_rank[p] - new_rank[p],)
-            for scope in ("global", DAILY_SCOPE)
-            for p in v2
-        }
         with served_reads(base) as served:
             result = run_verify(
                 base,
