@@ -3,6 +3,8 @@ signed by the admin key."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 import httpx
@@ -115,3 +117,19 @@ def get_many(
 
     assert client.portal is not None, "get_many needs a started TestClient (`with`)"
     return client.portal.call(send)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None: still open after
+    ``seconds``); what it sent before closing is skipped (the header-timeout
+    tests: tests/api/test_header_timeout.py, tests/e2e/test_stack.py)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
