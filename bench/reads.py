@@ -285,8 +285,10 @@ def publish_direct(
             p: int(client.get(Keys(p).position) or 0)
             for p in range(settings.partitions)
         }
-    boards: set[str] = set()
-    for p in range(settings.partitions):
+    # The previous generation's boards when the chain has one (after a rebase the
+    # speed layer holds change keys only of boards with changes since).
+    boards: set[str] = set(chain.entries) if chain is not None else set()
+    for p in range(settings.partitions if not boards else 0):
         prefix = f"{Keys(p).base}:chz:"
         for key in client.scan_iter(match=f"{prefix}*", count=1000):
             boards.add(key.decode()[len(prefix) :])

@@ -98,6 +98,26 @@ def test_layered_direct_publish_reads_equal_the_truth(
         key = Keys(partition_of(pid, 4)).totals(reads.BOARD)
         assert redis_client.hget(key, pid) is None
 
+    # The layers carry the speed layer's versions: the next event of a player
+    # changed in the last layer (and of one never changed) counts on from the
+    # version the served generation holds for it.
+    assert chain.versions is not None
+    last = int(np.flatnonzero(served != points)[-1])
+    never = int(np.flatnonzero(served == points)[0])
+    segment = load_board(layered, reads.BOARD, meta)
+    held = {
+        i: segment.version_at(segment.row_of(reads.player_id(i)) or 0)
+        for i in (last, never)
+    }
+    assert held[last] == chain.versions[last] > chain.versions[never] == held[never]
+    asyncio.run(reads.apply_events(redis_url, [(last, 10), (never, 10)], "probe"))
+    for i in (last, never):
+        pid = reads.player_id(i)
+        raw = redis_client.hget(Keys(partition_of(pid, 4)).totals(reads.BOARD), pid)
+        assert raw is not None
+        assert raw.split(b"|")[:2] == [b"%d" % (served[i] + 10), b"%d" % (held[i] + 1)]
+    # (Live changes after the boundary: g5, at g4's boundary, does not hold them.)
+
     # --compare-compacted: the same totals and boundary as one full generation.
     boundary = {int(p): v for p, v in _manifest(layered)["boundary"].items()}
     compacted = reads.publish_direct(
