@@ -2595,9 +2595,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--publish",
         choices=("spark", "direct"),
-        default="spark",
-        help="spark: `lb publish` in a child process (timed); direct: write the "
-        "same serving files from the bench's totals (seconds, reads only)",
+        default=None,
+        help="spark (the default without --layers): `lb publish` in a child "
+        "process (timed); direct (the default with --layers, which needs it): "
+        "write the same serving files from the bench's totals (seconds, reads only)",
     )
     p.add_argument(
         "--layers",
@@ -2623,7 +2624,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "p99s and API CPU per request side by side",
     )
     p.add_argument("--publish-child", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.publish is None:
+        args.publish = "direct" if args.layers else "spark"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
