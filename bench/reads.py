@@ -496,7 +496,7 @@ def publish_layer(
         )
         layer_rows += layer["rows"]
         sums.update(layer.pop("checksums"))
-        entry = {
+        entry: dict[str, Any] = {
             k: meta[k]
             for k in ("file", "index", "buckets", "sha256", "tieBreak", "rank")
             if k in meta
