@@ -87,7 +87,7 @@ bench: setup ## ingest benchmark and the naive MVP yardstick in the same run (pr
 bench-games: setup ## ingest with two games against one, alternating rounds on two stacks up at once (issue 26: within 5 %)
 	$(PY) -m bench.ingest_games $(BENCH_ARGS)
 
-bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct")
+bench-reads: setup ## read benchmark (issue 13 shape: make bench-reads BENCH_ARGS="--players 1000000 --publish direct"; a chain of 5 layers vs compacted: add "--layers 5 --compare-compacted")
 	$(PY) -m bench.reads $(BENCH_ARGS)
 
 SOAK_ARGS ?=

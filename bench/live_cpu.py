@@ -76,12 +76,18 @@ KINDS = {
     "live_nearby5": "/players/{p}/nearby?radius=5",
     "live_rank_dense": "/players/{p}?ranking=dense",
     "live_top100": "/top?limit=100",
+    "approx_rank": "/players/{p}?mode=approx",
+    "snapshot_rank": "/players/{p}?mode=snapshot",
     # Why a rank changed (issue 27): needs g2, published from the live totals
     # after the extra events when this kind is asked for.
     "history": "/players/{p}/history",
 }
 # What every good answer of a kind holds.
-BASIS = {"history": b'"basis":"snapshot"'}
+BASIS = {
+    "history": b'"basis":"snapshot"',
+    "approx_rank": b'"basis":"histogram"',
+    "snapshot_rank": b'"basis":"snapshot"',
+}
 LIVE = b'"basis":"live"'
 # Bodies compared across variants, per kind.
 COMPARED = 50

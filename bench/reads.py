@@ -4,6 +4,8 @@ outside on loopback against the real stack (`lb up`).
     python -m bench.reads [--players N] [--extra-events M] [--rate R] [--seconds S]
                           [--sample K] [--closed-seconds S] [--closed-connections C]
                           [--profile] [--keep-data] [--out DIR]
+                          [--publish direct --layers K [--layer-events L]
+                           [--compare-compacted]]
 
 Set-up (not timed as reads):
 
@@ -20,6 +22,14 @@ Set-up (not timed as reads):
 3. Publish a generation exactly as `lb publish` does (``jobs.publish.run_publish`` then
    ``speed.rebase.rebase_published``), in a child process so the Spark JVM is gone
    before reads are measured; both are timed (the publish-time data point for N).
+   ``--layers K`` (with ``--publish direct``): then K generations g2..g<K+1>, each
+   after one event for each of L distinct players (``--layer-events``; default the
+   players x LB_LAYERS_MAX_FRACTION's default / K, the longest chain the publisher
+   keeps before it compacts) applied through the speed layer, each published as
+   one layer per board over its parent (serving/layers.py's ``write_board_layer``,
+   the parent's base and layers hard-linked, the manifest entry the Spark
+   publisher writes) and rebased: the reads are of a board with a chain of K
+   layers (issue 24's target: p99 within 10 % of a compacted generation).
 4. M more events for M distinct existing players (so changed-sets hold ~M players).
 
 The bench keeps every player's generation and live total itself, so every answer it
@@ -36,6 +46,14 @@ send time; a lean client of asyncio protocols on keep-alive connections, the sam
    sorted set of the same board built in the same Redis for comparison;
 5. approximate error vs exact live rank on a sample, and errorBound violations;
 6. serving-segment bytes per player.
+
+``--compare-compacted`` (with ``--layers``): after the phases above on the layered
+generation, the same totals are published as one full generation (direct, at the
+layered one's boundary: no new events, the M changes stay live) and rebased, and
+the same phases run again against the same truths; the report prints both p99s and
+the API's CPU per request side by side with their ratios. History and diff (which
+model two generations, g1 and a g2 of the live totals) are not run with
+``--layers``.
 """
 
 from __future__ import annotations
@@ -225,7 +243,13 @@ def publish_spark() -> dict[str, Any]:
 
 
 def publish_direct(
-    redis_url: str, points: np.ndarray, number: int = 1, versions: bool = True
+    redis_url: str,
+    points: np.ndarray,
+    number: int = 1,
+    versions: bool = True,
+    *,
+    boundary: dict[int, int] | None = None,
+    chain: DirectChain | None = None,
 ) -> dict[str, Any]:
     """Publish generation g<number> straight from the bench's own totals, in the serving
     format (``serving.segments.write_segments`` + ``build_manifest``: the files the
@@ -236,27 +260,35 @@ def publish_direct(
     boards are the ones the bulk load fed (found from the speed layer's keys);
     every player had one event, so a board's total is the player's points (g2,
     for the history and diff reads: the live totals, without the version column,
-    ``versions=False``: the pairs' versions then differ)."""
+    ``versions=False``: the pairs' versions then differ).
+
+    ``chain`` (``--layers``): the pairs' versions are ``chain.versions`` when set
+    (pairs changed since g1 differ), and the boards' entries are kept in it for the
+    layers that follow; ``boundary``: the generation's boundary instead of the
+    partitions' positions (the compacted generation of ``--compare-compacted``
+    has the layered one's, so the events applied since stay live changes)."""
     import pyarrow as pa
 
     from conf.boards import board_order, load_boards
     from conf.settings import Settings
     from jobs.segments import DEFAULT_BUCKET_TARGET
-    from serving.contributions import write_index
-    from serving.manifest import MANIFEST_FILE, build_manifest, generation_id
+    from serving.manifest import generation_id
     from serving.segments import write_segments
     from speed.partitions import Keys
-    from speed.rebase import rebase_published
 
     settings = Settings()
     config = load_boards(settings.boards_file)
     client = redis.Redis.from_url(redis_url)
     t0 = time.perf_counter()
-    boundary = {
-        p: int(client.get(Keys(p).position) or 0) for p in range(settings.partitions)
-    }
-    boards: set[str] = set()
-    for p in range(settings.partitions):
+    if boundary is None:
+        boundary = {
+            p: int(client.get(Keys(p).position) or 0)
+            for p in range(settings.partitions)
+        }
+    # The previous generation's boards when the chain has one (after a rebase the
+    # speed layer holds change keys only of boards with changes since).
+    boards: set[str] = set(chain.entries) if chain is not None else set()
+    for p in range(settings.partitions if not boards else 0):
         prefix = f"{Keys(p).base}:chz:"
         for key in client.scan_iter(match=f"{prefix}*", count=1000):
             boards.add(key.decode()[len(prefix) :])
@@ -264,31 +296,61 @@ def publish_direct(
     ids = np.array([player_id(i) for i in range(n)], dtype=object)
     order = np.lexsort((np.arange(n), -points))  # score desc, id asc (= index asc)
     in_region = {region: order[order % 2 == k] for k, region in enumerate(REGIONS)}
-    names, players, scores = [], [], []
+    names, players, scores, board_rows = [], [], [], []
     for board in sorted(boards):
         scope = board.rsplit(":", 1)[1]
         rows = order if scope not in REGIONS else in_region[scope]
         names.append(np.full(len(rows), board, dtype=object))
         players.append(ids[rows])
         scores.append(points[rows])
+        board_rows.append(rows)
     rows_total = sum(len(b) for b in names)
     columns = {
         "board": pa.array(np.concatenate(names), pa.string()),
         "player_id": pa.array(np.concatenate(players), pa.string()),
         "score": pa.array(np.concatenate(scores), pa.int64()),
     }
-    if versions:
+    if versions and chain is not None and chain.versions is not None:
+        # Every player's version, the same on each of its boards (read_versions).
+        columns["version"] = pa.array(
+            np.concatenate([chain.versions[rows] for rows in board_rows]), pa.int64()
+        )
+    elif versions:
         version = boundary_version(client, settings.partitions, sorted(boards), n)
         # As the production writer (jobs/versions.py): each pair's version at
         # the boundary, so the rebase drops the totals of unchanged players
         # (issue 11, only deltas in Redis) and the memory line is issue 11's.
         columns["version"] = pa.array(np.full(rows_total, version), pa.int64())
+        if chain is not None:
+            chain.versions = np.full(n, version, dtype=np.int64)
     table = pa.table(columns)
     generation = generation_id(number)
     directory = settings.segments_dir / generation
     directory.mkdir(parents=True)
     orders = {b: board_order(config, b) for b in boards}
     files = write_segments(table, directory, DEFAULT_BUCKET_TARGET, orders)
+    if chain is not None:
+        chain.entries = files
+    return _finish_direct(client, settings, generation, number, boundary, files, t0)
+
+
+def _finish_direct(
+    client: redis.Redis,
+    settings: Any,
+    generation: str,
+    number: int,
+    boundary: dict[int, int],
+    files: dict[str, dict[str, Any]],
+    t0: float,
+) -> dict[str, Any]:
+    """The rest of a direct publish once the boards' files are written: the
+    contributions index, ``manifest.json`` last, the log landed, the rebase."""
+    from serving.contributions import write_index
+    from serving.manifest import MANIFEST_FILE, build_manifest
+    from speed.partitions import Keys
+    from speed.rebase import rebase_published
+
+    directory = settings.segments_dir / generation
     # The contributions index, as the Spark publisher writes it: the items the
     # log records since the last boundary applied, layered over g<number - 1>'s.
     t_index = time.perf_counter()
@@ -323,6 +385,193 @@ def publish_direct(
         "rebase_s": round(t2 - t1, 1),
         "rebase": {str(k): v for k, v in report.partitions.items()},
     }
+
+
+class DirectChain:
+    """What the direct path carries from one generation to the next (``--layers``):
+    every player's version (the same on each of its boards) and the last
+    generation's board entries with their files' checksums (which the Spark
+    publisher keeps in the gold manifest row, not in ``manifest.json``)."""
+
+    def __init__(self) -> None:
+        self.versions: np.ndarray | None = None
+        self.entries: dict[str, dict[str, Any]] = {}
+
+
+def read_versions(
+    client: redis.Redis,
+    partitions: int,
+    boards: list[str],
+    changed: np.ndarray,
+    points: np.ndarray,
+) -> np.ndarray:
+    """The (total, version) the speed layer holds for each changed player on each
+    of its boards ("total|version" in the totals hashes), checked against the
+    bench's own totals; returns the versions, which must agree across boards."""
+    from speed.partitions import Keys, partition_of
+
+    pipe = client.pipeline(transaction=False)
+    asked: list[tuple[int, str]] = []
+    for i in changed.tolist():
+        pid = player_id(i)
+        key_of = Keys(partition_of(pid, partitions))
+        for board in boards:
+            if board_holds(board, i):
+                pipe.hget(key_of.totals(board), pid)
+                asked.append((i, board))
+    seen: dict[int, int] = {}
+    for (i, board), raw in zip(asked, pipe.execute(), strict=True):
+        if raw is None:
+            raise RuntimeError(f"no total for {player_id(i)} on {board}")
+        total, version = (int(x) for x in bytes(raw).split(b"|")[:2])
+        if total != int(points[i]) or seen.setdefault(i, version) != version:
+            raise RuntimeError(
+                f"{player_id(i)} on {board}: total|version {total}|{version}, "
+                f"want {int(points[i])} (version {seen[i]})"
+            )
+    return np.array([seen[i] for i in changed.tolist()], dtype=np.int64)
+
+
+def board_holds(board: str, i: int) -> bool:
+    """Whether player i is on the board (the region boards hold their region's)."""
+    scope = board.rsplit(":", 1)[1]
+    return scope not in REGIONS or REGIONS[i % 2] == scope
+
+
+def publish_layer(
+    redis_url: str,
+    number: int,
+    chain: DirectChain,
+    changed: np.ndarray,
+    points: np.ndarray,
+) -> dict[str, Any]:
+    """Publish g<number> as one layer per board over g<number - 1> (serving/layers.py)
+    from the bench's totals, as the Spark publisher writes a layered generation
+    (``write_layer_over``): the parent's base and layer files hard-linked into the
+    new directory, a layer of the changed players' new rows (with their pairs'
+    versions) replacing their parent rows, and the same manifest entry ("base",
+    "basePopulation", "layers" oldest first); then the contributions index,
+    ``manifest.json``, landing and the rebase as :func:`publish_direct`.
+
+    Only the changed rows are sorted and written (the bench knows them; the
+    publisher finds them by comparing the board's new rows with the parent's).
+    ``points``: every player's total at this generation; ``chain.versions``
+    already holds the changed pairs' versions."""
+    from conf.settings import Settings
+    from serving.layers import base_population, chain_files, write_board_layer
+    from serving.manifest import generation_id
+    from speed.partitions import Keys
+
+    assert chain.versions is not None
+    settings = Settings()
+    client = redis.Redis.from_url(redis_url)
+    t0 = time.perf_counter()
+    boundary = {
+        p: int(client.get(Keys(p).position) or 0) for p in range(settings.partitions)
+    }
+    generation = generation_id(number)
+    parent_dir = settings.segments_dir / generation_id(number - 1)
+    directory = settings.segments_dir / generation
+    directory.mkdir(parents=True)
+    files: dict[str, dict[str, Any]] = {}
+    layer_rows = 0
+    for board, meta in sorted(chain.entries.items()):
+        sums: dict[str, str] = {}
+        for name in chain_files(meta):
+            os.link(parent_dir / name, directory / name)
+            sums[name] = meta["checksums"][name]
+        rows = [i for i in changed.tolist() if board_holds(board, i)]
+        if not rows:  # untouched: linked as jobs/incremental.link_board links it
+            files[board] = {**meta, "checksums": sums}
+            continue
+        layer = write_board_layer(
+            directory,
+            board,
+            generation,
+            (
+                (player_id(i), int(points[i]), None, int(chain.versions[i]))
+                for i in rows
+            ),
+            [player_id(i) for i in rows],
+        )
+        layer_rows += layer["rows"]
+        sums.update(layer.pop("checksums"))
+        entry: dict[str, Any] = {
+            k: meta[k]
+            for k in ("file", "index", "buckets", "sha256", "tieBreak", "rank")
+            if k in meta
+        }
+        entry["population"] = meta["population"]  # every changed player was on it
+        entry["base"] = meta.get("base", parent_dir.name)
+        entry["basePopulation"] = base_population(meta)
+        entry["layers"] = [*meta.get("layers", ()), layer]
+        entry["checksums"] = sums
+        files[board] = entry
+    chain.entries = files
+    result = _finish_direct(client, settings, generation, number, boundary, files, t0)
+    result["publish"] = "direct-layer"
+    result["layer_rows"] = layer_rows
+    return result
+
+
+def build_layers(
+    args: argparse.Namespace,
+    redis_url: str,
+    points: np.ndarray,
+    chain: DirectChain,
+    steps: int,
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """``--layers K``: K generations g2..g<K+1>, each after one event for each of a
+    slice of distinct players (applied through the speed layer, as the extra
+    events) and published as one layer per board over its parent, then rebased.
+    Returns every player's total at the last one and each step's report."""
+    from conf.settings import Settings
+
+    settings = Settings()
+    n, k = len(points), args.layers
+    # Default: LB_LAYERS_MAX_FRACTION's share of the players over K layers, the
+    # longest chain of that many the publisher keeps before it compacts.
+    fraction = Settings.model_fields["layers_max_fraction"].default
+    per = args.layer_events or int(n * fraction / k)
+    per = max(1, min(per, n // k))
+    # Its own random stream: the extra events are the ones of --layers 0.
+    rng = random.Random(args.seed + 23)
+    chosen = np.array(rng.sample(range(n), per * k), dtype=np.int64)
+    points = points.copy()
+    client = redis.Redis.from_url(redis_url)
+    steps_report = []
+    try:
+        for step in range(k):
+            changed = chosen[step * per : (step + 1) * per]
+            extra = [(rng.randrange(steps) + 1) * args.points_step for _ in changed]
+            print(
+                f"set-up: layer {step + 1}/{k}: {per} events for {per} distinct "
+                "players, publish (direct, one layer per board) + rebase ...",
+                flush=True,
+            )
+            applied = asyncio.run(
+                apply_events(
+                    redis_url,
+                    list(zip(changed.tolist(), extra, strict=True)),
+                    f"layer{step + 1}",
+                )
+            )
+            points[changed] += np.array(extra, dtype=np.int64)
+            assert chain.versions is not None
+            chain.versions[changed] = read_versions(
+                client, settings.partitions, sorted(chain.entries), changed, points
+            )
+            publish = publish_layer(redis_url, step + 2, chain, changed, points)
+            publish["events"] = {
+                key: v
+                for key, v in applied.items()
+                if key in ("statuses", "events_per_s")
+            }
+            print(f"  {publish}", flush=True)
+            steps_report.append(publish)
+    finally:
+        client.close()
+    return points, steps_report
 
 
 def log_items(client: redis.Redis, boundary: dict[int, int]) -> Any:
@@ -1886,8 +2135,9 @@ def run(
     print(f"set-up: publish ({args.publish}) + rebase ...", flush=True)
     before = loadavg()
     meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
+    chain = DirectChain() if args.layers else None
     if args.publish == "direct":
-        publish = publish_direct(redis_url, gen_points)
+        publish = publish_direct(redis_url, gen_points, chain=chain)
     else:
         publish = publish_spark()
     publish["cpu"] = meter.stop(0)
@@ -1895,6 +2145,14 @@ def run(
     report["publish"] = publish
     generation = publish["generation"]
     print(f"  {publish}", flush=True)
+    # --layers K: the served generation is g<K+1>, a chain of K layers per board
+    # over g1's bases; its totals are the truth of every snapshot read.
+    served_points = gen_points
+    if chain is not None:
+        served_points, report["layers"] = build_layers(
+            args, redis_url, gen_points, chain, steps
+        )
+        generation = report["layers"][-1]["generation"]
 
     m = min(args.extra_events, n)
     changed_idx = rng.sample(range(n), m)
@@ -1907,10 +2165,10 @@ def run(
     )
     report["setup_extra"] = extra
     print(f"  {extra}", flush=True)
-    live_points = gen_points.copy()
+    live_points = served_points.copy()
     for i, pts in zip(changed_idx, extra_points, strict=True):
         live_points[i] += pts
-    gen_truth, live_truth = Truth(gen_points), Truth(live_points)
+    gen_truth, live_truth = Truth(served_points), Truth(live_points)
     time.sleep(1.0)  # the API notices the generation within 0.5 s
 
     print("reads:", flush=True)
@@ -1933,6 +2191,30 @@ def run(
                 )
             )
         )
+        if args.compare_compacted:
+            report["compacted"] = compare_compacted(
+                runner,
+                url,
+                args,
+                pids,
+                redis_url,
+                (gen_truth, live_truth),
+                set(changed_idx),
+                chain,
+                stamp,
+                r,
+            )
+            report["compacted"]["layered_generation"] = generation
+            report["compacted"]["comparison"] = layered_vs_compacted(report)
+            verification = report["verification"]
+            # Each half's own count in the comparison; the report's is both.
+            report["compacted"]["layered_verification"] = {
+                "checked": verification["checked"],
+                "bad": list(verification["bad"]),
+            }
+            verification["checked"] += report["compacted"]["verification"]["checked"]
+            verification["bad"] += report["compacted"]["verification"]["bad"]
+            generation = report["compacted"]["publish"]["generation"]
 
     print("memory ...", flush=True)
     from conf.boards import load_boards  # noqa: F401 - same process settings
@@ -1962,7 +2244,12 @@ def run(
     # 7. Why a rank changed (API.md): history and diff need a second generation;
     # they run last (after the memory report, which g2 would change).
     only = args.only.split(",") if args.only else ["history", "diff"]
-    if "history" in only or "diff" in only:
+    if args.layers and ("history" in only or "diff" in only):
+        # Checker.history and diff_truth model two generations (g1, g2 from the
+        # live totals); a chain has more, and g2 is its first layer.
+        print("history and diff: not run with --layers", flush=True)
+        report["history_diff"] = "not run with --layers"
+    elif "history" in only or "diff" in only:
         checker = Checker()
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             report["phases"].update(
@@ -1977,6 +2264,56 @@ def run(
         verification["bad"] += checker.bad
     report["load_after"] = {"loadavg": loadavg(), "top": top_processes()}
     r.close()
+
+
+def compare_compacted(
+    runner: asyncio.Runner,
+    url: str,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    redis_url: str,
+    truths: tuple[Truth, Truth],
+    changed: set[int],
+    chain: DirectChain | None,
+    stamp: str,
+    r: redis.Redis,
+) -> dict[str, Any]:
+    """``--compare-compacted``: publish the layered generation's totals as one full
+    generation (a full direct publish at its boundary: no new events, so the
+    changes applied since stay the live ones), rebase, and measure the same phases
+    against the same truths."""
+    from conf.settings import Settings
+
+    assert chain is not None
+    settings = Settings()
+    layered = max(
+        (d for d in settings.segments_dir.iterdir() if (d / "manifest.json").exists()),
+        key=lambda d: int(d.name[1:]),
+    )
+    manifest = orjson.loads((layered / "manifest.json").read_bytes())
+    boundary = {int(p): int(v) for p, v in manifest["boundary"].items()}
+    number = int(layered.name[1:]) + 1
+    print(
+        f"set-up: compacted g{number} (direct, full, {layered.name}'s totals and "
+        "boundary) + rebase ...",
+        flush=True,
+    )
+    before = loadavg()
+    meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
+    gen_truth, live_truth = truths
+    publish = publish_direct(
+        redis_url, gen_truth.totals, number, boundary=boundary, chain=chain
+    )
+    publish["cpu"] = meter.stop(0)
+    publish["loadavg_before"], publish["loadavg_after"] = before, loadavg()
+    print(f"  {publish}", flush=True)
+    time.sleep(1.0)  # the API notices the generation within 0.5 s
+    print("reads (compacted):", flush=True)
+    result = runner.run(
+        measure(url, args, pids, gen_truth, live_truth, changed, stamp, r)
+    )
+    result["publish"] = publish
+    return result
 
 
 def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -2039,6 +2376,16 @@ def verdicts(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"<= {limit} ms",
                 ok,
             )
+    for cmp in report.get("compacted", {}).get("comparison", []):
+        # Raw ZREVRANGE does not read the generation: the machine's drift between
+        # the halves (in the table), not a verdict.
+        if cmp["p99_ratio"] is not None and not cmp["phase"].startswith("redis_"):
+            row(
+                f"{cmp['phase']} p99 layered / compacted",
+                f"{cmp['p99_ms'][0]} / {cmp['p99_ms'][1]} ms = {cmp['p99_ratio']}",
+                "<= 1.10",
+                cmp["p99_ratio"] <= 1.10,
+            )
     boards = mem.get("boards", {})
     if BOARD in boards:
         v = boards[BOARD]["changed_bytes_per_changed_player"]
@@ -2080,6 +2427,63 @@ def api_cpu(cpu: dict[str, Any]) -> float:
     )
 
 
+def layered_vs_compacted(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each phase measured on both generations (``--compare-compacted``): p99 and
+    the API's CPU per answered request, layered and compacted, and their ratios."""
+    layered, compacted = report.get("phases", {}), report["compacted"]["phases"]
+    rows = []
+    for name, a in layered.items():
+        b = compacted.get(name)
+        if b is None or "p99_ms" not in b:
+            continue
+        cpu = [
+            round(api_cpu(p["cpu"]) * 1e6 / max(1, p.get("ok") or 0), 1) for p in (a, b)
+        ]
+        rows.append(
+            {
+                "phase": name,
+                "p99_ms": [a["p99_ms"], b["p99_ms"]],
+                "p99_ratio": round(a["p99_ms"] / b["p99_ms"], 3)
+                if b["p99_ms"]
+                else None,
+                "api_cpu_us_per_request": cpu,
+                "cpu_ratio": round(cpu[0] / cpu[1], 3) if cpu[1] else None,
+            }
+        )
+    return rows
+
+
+def print_comparison(report: dict[str, Any]) -> None:
+    chain = report.get("layers") or [{}]
+    print(
+        f"\nlayered {report['compacted'].get('layered_generation')} (chain of "
+        f"{len(report.get('layers', []))} layers, {chain[-1].get('layer_rows')} rows "
+        f"in the last) vs compacted {report['compacted']['publish']['generation']}:"
+    )
+    print(
+        f"{'phase':<24}{'p99 layered':>12}{'compacted':>11}{'ratio':>8}"
+        f"{'cpu us/req L':>14}{'C':>8}{'ratio':>8}"
+    )
+    for row in report["compacted"]["comparison"]:
+        print(
+            f"{row['phase']:<24}{row['p99_ms'][0]:>12}{row['p99_ms'][1]:>11}"
+            f"{row['p99_ratio']!s:>8}{row['api_cpu_us_per_request'][0]:>14}"
+            f"{row['api_cpu_us_per_request'][1]:>8}{row['cpu_ratio']!s:>8}"
+        )
+    print(
+        "(redis_*: raw Redis, no generation read: the machine's drift between halves)"
+    )
+    halves = [
+        report["compacted"].get(key, {})
+        for key in ("layered_verification", "verification")
+    ]
+    print(
+        "answers checked / wrong: layered "
+        f"{halves[0].get('checked')} / {len(halves[0].get('bad', []))}, compacted "
+        f"{halves[1].get('checked')} / {len(halves[1].get('bad', []))}"
+    )
+
+
 def print_table(report: dict[str, Any]) -> None:
     ph = report.get("phases", {})
     print()
@@ -2096,6 +2500,8 @@ def print_table(report: dict[str, Any]) -> None:
             f"{p['max_ms']:>9}{sum(p['errors'].values()):>8}{api_cpu(cpu):>9}"
             f"{cpu['other_processes_cpu_s']:>10}{p['loadavg_after'][0]:>7}"
         )
+    if "compacted" in report:
+        print_comparison(report)
     if "approx_error" in report:
         ae = report["approx_error"]
         print(
@@ -2194,12 +2600,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--publish",
         choices=("spark", "direct"),
-        default="spark",
-        help="spark: `lb publish` in a child process (timed); direct: write the "
-        "same serving files from the bench's totals (seconds, reads only)",
+        default=None,
+        help="spark (the default without --layers): `lb publish` in a child "
+        "process (timed); direct (the default with --layers, which needs it): "
+        "write the same serving files from the bench's totals (seconds, reads only)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=0,
+        help="after g1, K more generations each one layer per board over its "
+        "parent (serving/layers.py; direct publish only); the reads are measured "
+        "on g<K+1> (issue 24: a chain of 5 layers)",
+    )
+    p.add_argument(
+        "--layer-events",
+        type=int,
+        default=0,
+        help="events (distinct players) per layer (default: players x "
+        "LB_LAYERS_MAX_FRACTION's default / K, the longest chain the publisher "
+        "keeps uncompacted)",
+    )
+    p.add_argument(
+        "--compare-compacted",
+        action="store_true",
+        help="with --layers: then publish the same totals as one full generation "
+        "(same boundary), rebase, measure the same phases again, and print both "
+        "p99s and API CPU per request side by side",
     )
     p.add_argument("--publish-child", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.publish is None:
+        args.publish = "direct" if args.layers else "spark"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -2207,6 +2640,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish_child:
         publish_child()
         return 0
+    if args.layers < 0 or (args.layers and args.publish != "direct"):
+        print("--layers K needs K >= 0 and --publish direct", file=sys.stderr)
+        return 2
+    if args.compare_compacted and not args.layers:
+        print("--compare-compacted needs --layers K >= 1", file=sys.stderr)
+        return 2
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
     env = stack_env(data_dir)
     use_read_auth(env, args.read_auth)

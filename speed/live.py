@@ -453,6 +453,12 @@ class HeldBounds:
     stop: list[int] | None = None
 
 
+def held_size(part: HeldPart) -> int:
+    """What a held part counts against ``HELD_MEMBERS``: its members or its
+    changed base rows, whichever are more (as the sizes a counts reply gives)."""
+    return max(len(part.members), len(part.rows))
+
+
 def held_part(reply: list[Any]) -> HeldPart:
     """A :class:`HeldPart` from a ``live_dense.lua`` reply group."""
     members = [m.encode() if isinstance(m, str) else bytes(m) for m in reply[2]]
@@ -1106,21 +1112,45 @@ class LiveReader:
     ) -> None:
         """Reads whole the changed-sets of the ``stable`` partitions (their stamp
         unchanged over enough reads, :meth:`_stable`: one round trip, once per
-        stamp) to hold
-        them (:class:`HeldPart`) while their stamp holds; none when the board's
-        changed-sets hold more than ``HELD_MEMBERS`` in all (sizes as ``counts``
-        found them), nor those whose stamp names no epoch (as sizes,
-        :meth:`_sized`)."""
-        if sum(max(reply[6], reply[7]) for reply in counts) > HELD_MEMBERS:
-            return
+        stamp) to hold them (:class:`HeldPart`, :meth:`_admit`) while their stamp
+        holds, as many as fit in ``HELD_MEMBERS`` with the board's other held
+        parts."""
         held = self._held.get(board)
         if not stable or held is None:
             return
-        replies = await self._read_whole(board, stable)
-        for p, reply in zip(stable, replies, strict=True):
-            part = held_part(reply)
-            if not part.stamp.endswith(b"|0"):
-                held[p] = part
+        # Only the partitions that fit in what the board may still hold (sizes as
+        # ``counts`` found them): one read whole that would be refused is wasted.
+        room = HELD_MEMBERS - sum(
+            held_size(h)
+            for q, h in enumerate(held)
+            if h is not None and q not in stable
+        )
+        chosen = []
+        for p in stable:
+            size = max(counts[p][6], counts[p][7])
+            if size <= room:
+                chosen.append(p)
+                room -= size
+        if not chosen:
+            return
+        replies = await self._read_whole(board, chosen)
+        for p, reply in zip(chosen, replies, strict=True):
+            self._admit(held, p, held_part(reply))
+
+    @staticmethod
+    def _admit(held: list[HeldPart | None], p: int, part: HeldPart) -> None:
+        """Hold ``part`` as partition ``p``'s changed-set (the one rule of both
+        paths that read changed-sets whole, :meth:`_hold` and the dense counts'
+        :meth:`_dense_parts`): only under an epoch (a stamp ending "|0" names
+        none: a replaced dataset's positions restart), and only while the board's
+        held parts stay within ``HELD_MEMBERS`` in all, the memory bound."""
+        if part.stamp.endswith(b"|0"):
+            return
+        others = sum(
+            held_size(h) for q, h in enumerate(held) if h is not None and q != p
+        )
+        if others + held_size(part) <= HELD_MEMBERS:
+            held[p] = part
 
     def _known_sizes(self, board: str) -> list[tuple[bytes, int, int] | None]:
         """Per partition, (stamp, |chz|, changed base rows) as a live read last
@@ -1610,13 +1640,7 @@ class LiveReader:
         if held is not None:
             # What a live rank counts in while the stamps hold (HeldPart).
             for p, reply in zip(partitions, replies, strict=True):
-                part = held_part(reply)
-                if (
-                    not part.stamp.endswith(b"|0")
-                    and max(len(part.members), len(part.rows)) * self.partitions
-                    <= HELD_MEMBERS
-                ):
-                    held[p] = part
+                self._admit(held, p, held_part(reply))
         if not _based_on(replies, base):
             return None
         segment = base.segment

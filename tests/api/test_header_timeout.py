@@ -1,6 +1,6 @@
 """A connection must send complete request headers within a few seconds (issue 23:
 2,000 half-open connections were held for 20 s): api/http_protocol.py, which
-`lb up` gives uvicorn."""
+`lb up` gives uvicorn (that `lb up`'s API closes them: tests/e2e/test_stack.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import uvicorn
 
-from api.http_protocol import HEADER_TIMEOUT_SECONDS, HeaderTimeoutProtocol
+from api.http_protocol import HeaderTimeoutProtocol
 from api.main import create_app
 from conf.settings import Settings
 from speed.server import free_port
-from tests.support.lb import lb, stack_env
+from tests.support.clients import closed_within
 
 TIMEOUT = 1.0
 
@@ -48,21 +47,6 @@ def served(settings: Settings) -> Iterator[int]:
     thread.join(timeout=30)
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> float | None:
-    """Seconds until the server closed ``sock`` (None: still open after
-    ``seconds``); what it sent before closing is skipped."""
-    started = time.monotonic()
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return None
-    except ConnectionResetError:
-        pass
-    return time.monotonic() - started
-
-
 def _request(sock: socket.socket) -> bytes:
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
     reply = b""
@@ -83,7 +67,7 @@ def test_a_connection_without_complete_headers_is_closed(
     with socket.create_connection(("127.0.0.1", served)) as sock:
         if partial:
             sock.sendall(partial)
-        took = _closed_within(sock, TIMEOUT + 5)
+        took = closed_within(sock, TIMEOUT + 5)
     assert took is not None, "the server held the half-open connection"
     assert took < TIMEOUT + 2
 
@@ -98,7 +82,7 @@ def test_complete_requests_and_keep_alive_are_unaffected(served: int) -> None:
         assert _request(sock).startswith(b"HTTP/1.1 200")
         # Half of a next request after that is closed at the deadline.
         sock.sendall(b"GET /heal")
-        assert _closed_within(sock, TIMEOUT + 5) is not None
+        assert closed_within(sock, TIMEOUT + 5) is not None
 
 
 @pytest.mark.integration
@@ -125,20 +109,3 @@ def test_every_answer_arrives_whole_with_heads_written_with_their_bodies(
         for answer in replies.split(b"HTTP/1.1 200")[1:]:
             head, _, body = answer.partition(b"\r\n\r\n")
             assert body.startswith(b"{") and body.endswith(b"}"), answer
-
-
-@pytest.mark.e2e
-def test_lb_up_closes_half_open_connections(tmp_path: Path) -> None:
-    data_dir = tmp_path / "lb"
-    env = stack_env(data_dir, LB_API_WORKERS="1")
-    port = free_port()
-    started = lb("up", "--port", str(port), env=env)
-    try:
-        assert started.returncode == 0, started.stderr
-        with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(b"GET /v1/boards HTTP/1.1\r\nHo")
-            took = _closed_within(sock, HEADER_TIMEOUT_SECONDS + 10)
-        assert took is not None, "lb up's API held the half-open connection"
-        assert took < HEADER_TIMEOUT_SECONDS + 3
-    finally:
-        lb("down", env=env)

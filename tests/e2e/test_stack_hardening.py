@@ -69,6 +69,22 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     lb("down", env=stack_env(path))
 
 
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
+    """One `lb up` stack (its data dir, its port) for the tests that only need a
+    stack that runs and leave it running: started once for the module (each
+    start and stop is about 10 s on two loaded cores), stopped at its end. The
+    tests that kill or stop a stack start their own (``data_dir``)."""
+    path = tmp_path_factory.mktemp("running") / "lb"
+    port = free_port()
+    try:
+        started = lb("up", "--port", str(port), env=stack_env(path))
+        assert started.returncode == 0, started.stderr
+        yield path, port
+    finally:
+        lb("down", env=stack_env(path))
+
+
 def test_kill_9_of_the_api_supervisor_leaves_no_orphan_serving(data_dir: Path) -> None:
     env = stack_env(data_dir, LB_API_WORKERS="2")
     port = free_port()
@@ -124,10 +140,9 @@ def test_kill_9_of_the_stack_supervisor_stops_its_children(data_dir: Path) -> No
     assert again.returncode == 0, again.stderr
 
 
-def test_up_refuses_a_data_dir_whose_stack_runs(data_dir: Path) -> None:
+def test_up_refuses_a_data_dir_whose_stack_runs(running: tuple[Path, int]) -> None:
+    data_dir, _ = running
     env = stack_env(data_dir)
-    port = free_port()
-    assert lb("up", "--port", str(port), env=env).returncode == 0
     other_port = free_port()
     again = lb("up", "--port", str(other_port), env=env)
     assert again.returncode == 1
@@ -136,11 +151,9 @@ def test_up_refuses_a_data_dir_whose_stack_runs(data_dir: Path) -> None:
 
 
 def test_up_on_a_taken_port_fails_instead_of_trusting_the_other_api(
-    data_dir: Path, tmp_path: Path
+    running: tuple[Path, int], tmp_path: Path
 ) -> None:
-    port = free_port()
-    first = stack_env(data_dir)
-    assert lb("up", "--port", str(port), env=first).returncode == 0
+    _, port = running
     second_dir = tmp_path / "second"
     second = stack_env(second_dir)
     try:
@@ -157,11 +170,10 @@ def test_up_on_a_taken_port_fails_instead_of_trusting_the_other_api(
         lb("down", env=second)
 
 
-def test_wait_ready_rejects_an_api_that_is_not_ours(data_dir: Path) -> None:
+def test_wait_ready_rejects_an_api_that_is_not_ours(running: tuple[Path, int]) -> None:
     from cli.stack import PortInUse, wait_ready
 
-    port = free_port()
-    assert lb("up", "--port", str(port), env=stack_env(data_dir)).returncode == 0
+    _, port = running
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         with pytest.raises(PortInUse):
@@ -211,10 +223,8 @@ def test_redis_never_starts_on_an_aof_another_process_has_open(
             first.stop()
 
 
-def test_stack_files_are_private(data_dir: Path) -> None:
-    env = stack_env(data_dir)
-    port = free_port()
-    assert lb("up", "--port", str(port), env=env).returncode == 0
+def test_stack_files_are_private(running: tuple[Path, int]) -> None:
+    data_dir, port = running
     assert post_event(f"http://127.0.0.1:{port}", event()).status_code == 200
     files = [p for p in (data_dir / "redis").rglob("*") if p.is_file()]
     assert any(p.suffix == ".aof" or ".aof." in p.name for p in files), files

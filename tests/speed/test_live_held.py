@@ -197,3 +197,28 @@ def test_a_partition_is_read_whole_only_once_reads_paid_for_it(
     send(api, oracle, mates[-1], 1, 1)
     assert not held_after(needed - 1)
     assert held_after(1)
+
+
+def test_both_whole_reads_keep_a_board_within_the_held_members_bound(
+    api: SignedClient,
+    redis_client: redis.Redis,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``HELD_MEMBERS`` bounds what a board holds in all, whichever path read the
+    changed-sets whole (speed/live.py ``_admit``): a dense rank (every partition
+    read whole at once) and the ranks' ski rental both stop holding parts once
+    the board's held parts would pass it; answers stay exact either way."""
+    oracle = Oracle(OPTIONS_RULES)
+    for i, player in enumerate(PLAYERS):
+        send(api, oracle, player, 0, 10 + i)
+    live = api.client.app.state.live  # type: ignore[attr-defined]
+    limit = len(PLAYERS) // 2
+    monkeypatch.setattr(speed.live, "HELD_MEMBERS", limit)
+    reads(api, oracle)
+    for _ in range(2):  # more reads at the same stamps: still within the bound
+        reads(api, oracle)
+        held = [part for part in live._held[BOARD] if part is not None]
+        assert held, "a part under the bound is held"
+        assert sum(speed.live.held_size(part) for part in held) <= limit
+        assert len(held) < settings.partitions

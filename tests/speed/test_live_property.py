@@ -26,6 +26,7 @@ from api.security import sign
 from conf.boards import qualify
 from speed.rebase import rebase
 from tests.conftest import BACKENDS, SignedClient, event
+from tests.support.clients import get_many
 from tests.support.live import (
     ALL_BOARDS,
     GAMES,
@@ -160,21 +161,40 @@ def check_game(
     hidden: frozenset[str],
 ) -> None:
     now = positions(client, partitions)
+    # Every read of the check in one call into the app (get_many; no writes happen
+    # during a check), then the same assertions on each reply as it comes, in order.
+    expected = {board: oracle.ordered(board, hidden) for board in BOARDS}
+    requests: list[tuple[str, dict[str, Any]]] = []
     for board in BOARDS:
-        expected = oracle.ordered(board, hidden)
+        requests.append((f"{prefix}/boards/{board}/top", {"limit": limit}))
+        present = {e["playerId"] for e in expected[board]}
+        for player in PLAYERS:
+            base = f"{prefix}/boards/{board}/players/{player}"
+            requests.append((base, {}))
+            if player not in present:
+                continue
+            requests += [
+                (base, {"ranking": "dense"}),
+                (f"{base}/nearby", {"radius": radius}),
+                (f"{base}/nearby", {"radius": radius, "ranking": "dense"}),
+                (base, {"mode": "approx"}),
+            ]
+    replies = iter(get_many(api.client, requests))
+    for board in BOARDS:
+        ordered = expected[board]
         dense = oracle.dense(board, hidden)
-        top = api.get(f"{prefix}/boards/{board}/top", params={"limit": limit}).json()
+        top = next(replies).json()
         assert (top["exactness"], top["basis"], top["errorBound"]) == (
             "exact",
             "live",
             0,
         )
         assert top["asOf"] == now
-        assert top["population"] == len(expected)
-        assert top["entries"] == expected[:limit]
-        by_player = {e["playerId"]: e for e in expected}
+        assert top["population"] == len(ordered)
+        assert top["entries"] == ordered[:limit]
+        by_player = {e["playerId"]: e for e in ordered}
         for player in PLAYERS:
-            reply = api.get(f"{prefix}/boards/{board}/players/{player}")
+            reply = next(replies)
             if player not in by_player:
                 assert reply.status_code == 404
                 continue
@@ -186,13 +206,10 @@ def check_game(
                 want["rank"],
                 want["position"],
             ), (board, player)
-            assert body["population"] == len(expected)
+            assert body["population"] == len(ordered)
             # Dense: the generation's distinct scores merged with the changes
             # (speed/live.py above), cached per partition and log position.
-            mine = api.get(
-                f"{prefix}/boards/{board}/players/{player}",
-                params={"ranking": "dense"},
-            ).json()
+            mine = next(replies).json()
             assert (mine["basis"], mine["exactness"], mine["ranking"]) == (
                 "live",
                 "exact",
@@ -203,28 +220,21 @@ def check_game(
                 dense[player],
                 want["position"],
             ), (board, player, "dense")
-            near = api.get(
-                f"{prefix}/boards/{board}/players/{player}/nearby",
-                params={"radius": radius},
-            ).json()
+            near = next(replies).json()
             i = want["position"] - 1
-            assert near["entries"] == expected[max(0, i - radius) : i + radius + 1]
-            near_dense = api.get(
-                f"{prefix}/boards/{board}/players/{player}/nearby",
-                params={"radius": radius, "ranking": "dense"},
-            ).json()
+            assert near["entries"] == ordered[max(0, i - radius) : i + radius + 1]
+            near_dense = next(replies).json()
             assert [(e["playerId"], e["rank"]) for e in near_dense["entries"]] == [
                 (e["playerId"], dense[e["playerId"]])
-                for e in expected[max(0, i - radius) : i + radius + 1]
+                for e in ordered[max(0, i - radius) : i + radius + 1]
             ], (board, player, "dense nearby")
-            approx = api.get(
-                f"{prefix}/boards/{board}/players/{player}", params={"mode": "approx"}
-            ).json()
+            approx = next(replies).json()
             assert approx["exactness"] == "approximate"
             assert approx["basis"] == "histogram"
-            assert approx["population"] == len(expected)
+            assert approx["population"] == len(ordered)
             assert abs(approx["rank"] - want["rank"]) <= approx["errorBound"]
             assert approx["rank"] <= want["rank"]
+    assert next(replies, None) is None
 
 
 @pytest.mark.parametrize("redis_backend", BACKENDS, indirect=True)

@@ -24,6 +24,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.conftest import SignedClient, event
+from tests.support.clients import get_many
 from tests.support.live import (
     ALL_BOARDS,
     OPTIONS_RULES,
@@ -85,33 +86,47 @@ def expected(
 
 
 def check(api: SignedClient, totals: dict[str, dict[str, int]], mode: str) -> None:
-    for board in BOARDS:
-        for ranking in RANKINGS:
-            want = expected(totals[board], ranking, ORDER[board])
-            params = {"ranking": ranking, "mode": mode}
-            base = f"/v1/boards/{board}"
-            top = api.get(f"{base}/top", params={**params, "limit": 50}).json()
-            assert (top["basis"], top["ranking"]) == (mode, ranking)
-            assert top["entries"] == want, (board, ranking, mode)
-            for i, entry in enumerate(want):
-                player = entry["playerId"]
-                me = api.get(f"{base}/players/{player}", params=params).json()
-                assert (me["basis"], me["ranking"]) == (mode, ranking)
-                assert (me["rank"], me["position"]) == (entry["rank"], i + 1), (
-                    board,
-                    ranking,
-                    mode,
-                    player,
-                )
-                near = api.get(
-                    f"{base}/players/{player}/nearby", params={**params, "radius": 1}
-                ).json()
-                assert near["entries"] == want[max(0, i - 1) : i + 2], (
-                    board,
-                    ranking,
-                    mode,
-                    player,
-                )
+    # Every read of the check in one call into the app (get_many; nothing is
+    # written during a check), then the same assertions on each reply, in order.
+    cases = [
+        (board, ranking, expected(totals[board], ranking, ORDER[board]))
+        for board in BOARDS
+        for ranking in RANKINGS
+    ]
+    requests: list[tuple[str, dict[str, Any]]] = []
+    for board, ranking, want in cases:
+        params = {"ranking": ranking, "mode": mode}
+        base = f"/v1/boards/{board}"
+        requests.append((f"{base}/top", {**params, "limit": 50}))
+        for entry in want:
+            player = entry["playerId"]
+            requests.append((f"{base}/players/{player}", params))
+            requests.append(
+                (f"{base}/players/{player}/nearby", {**params, "radius": 1})
+            )
+    replies = iter(get_many(api.client, requests))
+    for board, ranking, want in cases:
+        top = next(replies).json()
+        assert (top["basis"], top["ranking"]) == (mode, ranking)
+        assert top["entries"] == want, (board, ranking, mode)
+        for i, entry in enumerate(want):
+            player = entry["playerId"]
+            me = next(replies).json()
+            assert (me["basis"], me["ranking"]) == (mode, ranking)
+            assert (me["rank"], me["position"]) == (entry["rank"], i + 1), (
+                board,
+                ranking,
+                mode,
+                player,
+            )
+            near = next(replies).json()
+            assert near["entries"] == want[max(0, i - 1) : i + 2], (
+                board,
+                ranking,
+                mode,
+                player,
+            )
+    assert next(replies, None) is None
 
 
 def visible(oracle: Oracle, hidden: set[str]) -> dict[str, dict[str, int]]:

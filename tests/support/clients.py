@@ -3,8 +3,11 @@ signed by the admin key."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
+import httpx
 import orjson
 from fastapi.testclient import TestClient
 
@@ -90,3 +93,43 @@ def put_profile(
     return api.client.put(
         f"/v1/players/{player}/profile", content=body, headers=headers
     )
+
+
+def get_many(
+    client: TestClient, requests: list[tuple[str, dict[str, Any]]]
+) -> list[httpx.Response]:
+    """The replies to ``requests`` ((path, query parameters) each, sent in order)
+    from the TestClient's app, in one call into the app's event loop.
+
+    The same app, state and event loop as ``client.get`` (httpx's ASGI transport
+    drives the app there, after the TestClient's lifespan start), without the
+    TestClient's thread hop and synchronous transport per request: about half
+    the CPU per read (400 player reads, load 16: 0.82 → 0.40 s). For the property
+    tests that read thousands of times per test; what they check is the app's
+    answers, not the transport."""
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url=str(client.base_url)
+        ) as http:
+            return [await http.get(path, params=params) for path, params in requests]
+
+    assert client.portal is not None, "get_many needs a started TestClient (`with`)"
+    return client.portal.call(send)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None: still open after
+    ``seconds``); what it sent before closing is skipped (the header-timeout
+    tests: tests/api/test_header_timeout.py, tests/e2e/test_stack.py)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started

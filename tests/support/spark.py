@@ -5,6 +5,7 @@ started from the pyspark distribution's ``bin/spark-class``)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,15 +42,34 @@ INTERPRETED = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 
+# The JIT of the `lb` subprocesses' driver JVMs (`lb publish`, the Airflow `dags
+# test` tasks): C1 only. Each lives for one command (a few dozen Spark jobs, a
+# minute or two of CPU), too short for C2's compilations to pay back: an empty
+# `lb publish` cost 75.3 / 82.9 CPU-seconds of JVM with the default tiered JIT and
+# 44.8 / 39.4 C1-only (-47 %), alternating in one command at load 5-21; serial GC
+# gained nothing (74.7 alone, 48.2 with C1). Figures: bench/history/
+# 2026-12-03-7-session-20-suite-jvm.md. Not for the session's own JVM
+# (start_spark), which runs hundreds of publishes, nor the cluster test's JVMs.
+SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
 # The `lb` subprocesses' Spark settings. jobs/spark.py reads the shuffle partitions
-# from LB_SPARK_SHUFFLE_PARTITIONS; INTERPRETED goes in through PySpark's own
-# PYSPARK_SUBMIT_ARGS (spark-submit's defaults for the JVM it starts; get_spark
-# sets neither key, so they hold), production code unchanged.
+# from LB_SPARK_SHUFFLE_PARTITIONS; INTERPRETED and SUBPROCESS_JAVA_OPTIONS go in
+# through PySpark's own PYSPARK_SUBMIT_ARGS (spark-submit's defaults for the JVM it
+# starts), production code unchanged. The JVM options as
+# spark.driver.defaultJavaOptions, which the launcher puts before
+# spark.driver.extraJavaOptions: get_spark sets the latter (-Duser.timezone=UTC,
+# HUGE_METHODS) on the builder, and PySpark passes the builder's settings to
+# spark-submit before PYSPARK_SUBMIT_ARGS, so an extraJavaOptions here would
+# replace them.
 SUBPROCESS_ENV = {
     "LB_SPARK_SHUFFLE_PARTITIONS": str(SHUFFLE_PARTITIONS),
     "PYSPARK_SUBMIT_ARGS": " ".join(
         [f"--conf {key}={value}" for key, value in INTERPRETED.items()]
-        + ["pyspark-shell"]
+        + [
+            "--conf",
+            shlex.quote(f"spark.driver.defaultJavaOptions={SUBPROCESS_JAVA_OPTIONS}"),
+            "pyspark-shell",
+        ]
     ),
 }
 
