@@ -20,11 +20,32 @@ next full collection walks, and reclaims, everything once.
 from __future__ import annotations
 
 import gc
+import random
 import time
 from typing import Any
 
 # One full walk of everything (the pause the freezing avoids) per this many seconds.
 REFRESH_S = 600.0
+# Each worker's youngest-generation threshold is CPython's default times a factor
+# drawn once in this range (desynchronized_threshold; not the current threshold
+# times it: an app built again in one process, as the tests do, would drift).
+DEFAULT_THRESHOLD = 700
+THRESHOLD_SPREAD = (0.75, 1.25)
+
+
+def desynchronized_threshold(rng: random.Random) -> int:
+    """A youngest-generation threshold for this worker, drawn around the default.
+
+    Why: the workers serve the same mix at the same rate, so with equal thresholds
+    they reach their full collections together. In the quiet read bench at
+    200,000 players (session 20, `bench/history/2026-12-03-8-session-20.md`) both
+    workers ran a full collection of ~16 ms in the same 100 ms of the live rank
+    phase: every connection stalled at once and that one window held 41 of its
+    requests over 20 ms. With thresholds apart, one worker keeps serving while the
+    other collects. The spread changes how often each collects by at most a
+    quarter, not what it reclaims."""
+    low, high = THRESHOLD_SPREAD
+    return round(DEFAULT_THRESHOLD * rng.uniform(low, high))
 
 
 class GcCallback:
@@ -49,15 +70,21 @@ class SurvivorFreezer(GcCallback):
     def __init__(self, refresh_s: float = REFRESH_S) -> None:
         self.refresh_s = refresh_s
         self._thawed_at = time.monotonic()
+        # Each thaw at refresh_s give or take a fifth, drawn per thaw: the
+        # workers' full walks of everything (the longest pauses) fall apart, as
+        # their thresholds do (desynchronized_threshold).
+        self._rng = random.Random()
+        self._factor = self._rng.uniform(0.8, 1.2)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase != "stop" or info["generation"] != 2:
             return
         now = time.monotonic()
-        if now - self._thawed_at >= self.refresh_s:
+        if now - self._thawed_at >= self.refresh_s * self._factor:
             # The next full collection walks everything, including cycles formed
             # among frozen objects since the last thaw; it freezes again after.
             self._thawed_at = now
+            self._factor = self._rng.uniform(0.8, 1.2)
             gc.unfreeze()
         else:
             gc.freeze()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,7 +15,7 @@ from fastapi import FastAPI
 from api.direct import add_first
 from api.errors import install_error_handlers
 from api.games import GamePaths, document_games
-from api.heap import SurvivorFreezer
+from api.heap import SurvivorFreezer, desynchronized_threshold
 from api.history import HistoryService
 from api.metrics import GcPauseTimer
 from api.middleware import ApiMiddleware
@@ -150,6 +151,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # cyclic collector's full passes, whose pauses show up as latency spikes.
         gc.collect()
         gc.freeze()
+        # Not at the same moments as the other workers (api/heap.py).
+        gc.set_threshold(
+            desynchronized_threshold(random.Random()), *gc.get_threshold()[1:]
+        )
         # And what it builds while serving, after each full collection (api/heap.py).
         freezer = SurvivorFreezer()
         freezer.install()

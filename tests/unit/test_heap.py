@@ -5,12 +5,18 @@ frozen objects."""
 from __future__ import annotations
 
 import gc
+import random
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from api.heap import SurvivorFreezer
+from api.heap import (
+    DEFAULT_THRESHOLD,
+    THRESHOLD_SPREAD,
+    SurvivorFreezer,
+    desynchronized_threshold,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +76,24 @@ def test_a_thaw_reclaims_cycles_formed_among_frozen_objects(
     gc.collect()  # walks everything: the cycle goes; its survivors are frozen again
     assert gone() is None
     assert gc.get_freeze_count() > 0
+
+
+def test_workers_draw_their_own_thresholds_around_the_default() -> None:
+    """Workers serving the same mix reach full collections together unless their
+    thresholds differ (api/heap.py desynchronized_threshold): each draws its own,
+    within a quarter of CPython's default, however often an app is built."""
+    low, high = (round(DEFAULT_THRESHOLD * f) for f in THRESHOLD_SPREAD)
+    drawn = {desynchronized_threshold(random.Random(seed)) for seed in range(20)}
+    assert all(low <= t <= high for t in drawn)
+    assert len(drawn) > 10
+
+
+def test_thaws_fall_at_their_own_times(freezer: SurvivorFreezer) -> None:
+    """Each thaw waits refresh_s give or take a fifth, drawn per thaw, so that the
+    workers' full walks of everything do not coincide either."""
+    factors = set()
+    freezer.refresh_s = 0.0
+    for _ in range(5):
+        gc.collect()  # thaws (refresh_s 0) and draws the next factor
+        factors.add(freezer._factor)
+    assert all(0.8 <= f <= 1.2 for f in factors) and len(factors) == 5
