@@ -268,6 +268,8 @@ class Reads:
         self.url = url
         self.pause = pause
         self.answers: list[tuple[float, int, str | None]] = []
+        # The bodies of answers other than 200 (a drill's failure then says why).
+        self.refusals: list[tuple[float, int, str]] = []
         self.errors: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -290,6 +292,10 @@ class Reads:
                         basis = reply.json().get("basis")
                     with self._lock:
                         self.answers.append((at, reply.status_code, basis))
+                        if reply.status_code != 200:
+                            self.refusals.append(
+                                (at, reply.status_code, reply.text[:300])
+                            )
                 time.sleep(self.pause)
 
     def start(self) -> Reads:

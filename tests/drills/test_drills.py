@@ -94,7 +94,7 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
     assert stack.info()["token"] == token and stack.pid("api") != api_pid
     assert stack.restarts()["api"] == 2
     assert load.failed, "premise: the kills happened mid-load"
-    assert reads.statuses() == {200}, reads.statuses()
+    assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
     with stack.redis() as client:
         assert_logs_match_counters(client)
     redeliver(stack.url, events, load.acked)
@@ -142,7 +142,7 @@ def test_kill_9_of_redis_under_write_load_heals(stack: Stack, spark: Any) -> Non
         # 503 (outcome unknown) or a transport error; never another status.
         assert outcome.startswith("503") or not outcome[:1].isdigit(), outcome
     # Reads answered throughout: live before and after, the generation between.
-    assert reads.statuses() == {200}, reads.statuses()
+    assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
     assert reads.bases() <= {"live", "snapshot"}, reads.bases()
     snapshot = [b for _, _, b in reads.answers if b == "snapshot"]
     print(f"reads: {len(reads.answers)}, from {generation} while down: {len(snapshot)}")
@@ -257,7 +257,7 @@ def test_spark_jvm_killed_in_each_publish_phase_then_a_rerun(
         publish_and_check(stack, spark, everything)
     finally:
         reads.stop()
-    assert reads.statuses() == {200}, reads.statuses()
+    assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
     with stack.redis() as client:
         assert_logs_match_counters(client)
 
@@ -327,7 +327,7 @@ def test_full_disk_during_publish(tmp_path: Path, spark: Any) -> None:
         finally:
             reads.stop()
         print(f"publish on a full disk: {type(failed.value).__name__}")
-        assert reads.statuses() == {200}, reads.statuses()
+        assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
         (tiny / "filler").unlink()
         publish_and_check(stack, spark, first + second)
         with stack.redis() as client:
