@@ -133,7 +133,19 @@ class FallbackPolicy:
         return None
 
     def fallback(self) -> Generation:
-        """When exactness is impossible live: the latest generation."""
+        """When exactness is impossible live: the latest generation.
+
+        The registry rescans the segments directory at most every
+        ``REFRESH_SECONDS``; during the first publish's rebase (partitions on
+        different bases, so no live read is exact) the new generation is on disk
+        before that rescan, and a read then answered 503 with a generation at hand
+        (`make drills` of session 20: a killed-publish drill's reader, whose only
+        generation came from the last publish). So look again, once, before
+        saying not ready."""
+        try:
+            return pin(self.registry, None)
+        except GenerationNotFound:
+            self.registry.refresh(force=True)
         try:
             return pin(self.registry, None)
         except GenerationNotFound:
