@@ -31,6 +31,8 @@ REFRESH_S = 600.0
 # times it: an app built again in one process, as the tests do, would drift).
 DEFAULT_THRESHOLD = 700
 THRESHOLD_SPREAD = (0.75, 1.25)
+# Each thaw waits REFRESH_S times a factor drawn per thaw in this range.
+THAW_SPREAD = (0.8, 1.2)
 
 
 def desynchronized_threshold(rng: random.Random) -> int:
@@ -74,7 +76,7 @@ class SurvivorFreezer(GcCallback):
         # workers' full walks of everything (the longest pauses) fall apart, as
         # their thresholds do (desynchronized_threshold).
         self._rng = random.Random()
-        self._factor = self._rng.uniform(0.8, 1.2)
+        self._factor = self._rng.uniform(*THAW_SPREAD)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase != "stop" or info["generation"] != 2:
@@ -84,7 +86,7 @@ class SurvivorFreezer(GcCallback):
             # The next full collection walks everything, including cycles formed
             # among frozen objects since the last thaw; it freezes again after.
             self._thawed_at = now
-            self._factor = self._rng.uniform(0.8, 1.2)
+            self._factor = self._rng.uniform(*THAW_SPREAD)
             gc.unfreeze()
         else:
             gc.freeze()
