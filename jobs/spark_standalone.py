@@ -43,8 +43,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cluster_env(root: Path) -> dict[str, str]:
-    """The environment of the daemons, and of a driver that should find them."""
+def cluster_env(root: Path, daemon_java_options: str | None = None) -> dict[str, str]:
+    """The environment of the daemons, and of a driver that should find them;
+    ``daemon_java_options``: the master's and workers' JVM flags
+    (``SPARK_DAEMON_JAVA_OPTS``)."""
     env = dict(os.environ)
     env["SPARK_HOME"] = str(SPARK_HOME)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -54,6 +56,8 @@ def cluster_env(root: Path) -> dict[str, str]:
     env["SPARK_LOCAL_DIRS"] = str(root / "scratch")
     # The master and workers only schedule: a small heap each.
     env["SPARK_DAEMON_MEMORY"] = "256m"
+    if daemon_java_options:
+        env["SPARK_DAEMON_JAVA_OPTS"] = daemon_java_options
     if "JAVA_HOME" not in env and JAVA_17.is_dir():
         env["JAVA_HOME"] = str(JAVA_17)
     return env
@@ -66,15 +70,17 @@ def standalone_cluster(
     cores: int = 1,
     memory: str = "1g",
     timeout: float = START_TIMEOUT,
+    daemon_java_options: str | None = None,
 ) -> Iterator[Standalone]:
     """A master and ``workers`` workers (``cores`` and ``memory`` each), their logs
     and scratch space under ``root``; stopped (terminated, then killed) on exit.
+    ``daemon_java_options``: the daemons' JVM flags.
 
     :raises StandaloneFailed: a daemon exited, or not every worker registered
         within ``timeout`` seconds (the master's log tail is in the message).
     """
     (root / "scratch").mkdir(parents=True, exist_ok=True)
-    env = cluster_env(root)
+    env = cluster_env(root, daemon_java_options)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = _free_port(), _free_port()
     master_url = f"spark://127.0.0.1:{port}"

@@ -38,6 +38,10 @@ def main() -> None:
             # wait up to 3 s (the default) for that executor when the other is
             # free. Here the executors share a host and every task is tiny.
             "spark.locality.wait": "0s",
+            # The JIT flags of the driver and executors (get_spark's own flags are
+            # their extraJavaOptions; these go before them).
+            "spark.driver.defaultJavaOptions": config["java_options"],
+            "spark.executor.defaultJavaOptions": config["java_options"],
         },
     )
     from conf.settings import Settings

@@ -23,7 +23,12 @@ from tests.support.incremental import (
     make_settings,
     manifest,
 )
-from tests.support.spark import EXECUTOR_MEMORY, EXECUTORS, Cluster
+from tests.support.spark import (
+    CLUSTER_JAVA_OPTIONS,
+    EXECUTOR_MEMORY,
+    EXECUTORS,
+    Cluster,
+)
 
 # Five JVMs (master, worker, two executors, the driver) besides the tests' own
 # session; with a worker per executor (six JVMs) 576 s on the 2-core machine shared
@@ -72,6 +77,7 @@ def test_cluster_publish_equals_local(
             "batches": batches,
             "executors": EXECUTORS,
             "executor_memory": EXECUTOR_MEMORY,
+            "java_options": CLUSTER_JAVA_OPTIONS,
         }
         # The cluster's driver runs in its own process; the local-mode reference
         # publishes run meanwhile in this one (the cluster's JVMs mostly wait on

@@ -110,6 +110,14 @@ def start_spark(warehouse: Path) -> SparkSession:
     )
 
 
+# The JIT of the cluster test's JVMs (the master, the worker, the driver and its
+# executors: tests/jobs/cluster_publish.py): C1 only, as for the `lb` subprocesses.
+# Each lives for one test (two small publishes); the driver keeps production's
+# whole-stage codegen and adaptive execution, which is what the test compares
+# with this session's interpreted segments, byte for byte; the JIT level changes
+# how fast the same bytecode runs, not what it computes.
+CLUSTER_JAVA_OPTIONS = SUBPROCESS_JAVA_OPTIONS
+
 # One worker daemon hosting two executors (one core each): the publish still runs
 # in two executor JVMs besides the driver (shuffles cross JVMs, segment files are
 # written by both), one daemon JVM fewer than a worker per executor. Two workers
@@ -132,7 +140,11 @@ def start_cluster(root: Path) -> Iterator[Cluster]:
     test fails if they do not start."""
     try:
         with standalone_cluster(
-            root, workers=WORKERS, cores=EXECUTORS, memory=f"{EXECUTORS}g"
+            root,
+            workers=WORKERS,
+            cores=EXECUTORS,
+            memory=f"{EXECUTORS}g",
+            daemon_java_options=CLUSTER_JAVA_OPTIONS,
         ) as cluster:
             yield Cluster(cluster.master_url, cluster.env)
     except StandaloneFailed as exc:
