@@ -81,48 +81,30 @@ class CoalescingTransport:
 
 
 class HeaderTimeoutProtocol(_Protocol):  # type: ignore[misc, valid-type]
-    """The header deadline: one timer per connection, not one per request.
-
-    Each response's end only notes when the wait for the next request's headers
-    began (and the cycle it waits after); the timer, when it fires, moves itself to
-    the deadline of the latest wait if that is later. A busy keep-alive connection
-    then re-arms its timer once per :attr:`header_timeout` instead of cancelling one
-    and scheduling another for every request (about 2 % of a cached read's samples).
-    """
-
     header_timeout = HEADER_TIMEOUT_SECONDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
-        # The latest wait for a request's headers: since when, and after which
-        # cycle (a request whose headers complete replaces ``self.cycle``).
-        self._waiting_since = 0.0
-        self._waiting_after: Any = None
 
     def _arm_header_timer(self) -> None:
-        self._waiting_since = self.loop.time()
-        self._waiting_after = self.cycle
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_at(
-                self._waiting_since + self.header_timeout, self._header_deadline
-            )
+        self._cancel_header_timer()
+        # A request whose headers complete replaces ``self.cycle``: the timer only
+        # closes the connection when none has since.
+        self._header_timer = self.loop.call_later(
+            self.header_timeout, self._header_deadline, self.cycle
+        )
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
-    def _header_deadline(self) -> None:
+    def _header_deadline(self, waiting_after: Any) -> None:
         self._header_timer = None
         if self.transport is None or self.transport.is_closing():
             return
-        deadline = self._waiting_since + self.header_timeout
-        if self.loop.time() < deadline:
-            # A later wait began since this timer was set: its own deadline.
-            self._header_timer = self.loop.call_at(deadline, self._header_deadline)
-            return
-        started = self.cycle is not self._waiting_after
+        started = self.cycle is not waiting_after
         in_flight = self.cycle is not None and not self.cycle.response_complete
         if not started and not in_flight:
             self.transport.close()

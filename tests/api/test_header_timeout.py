@@ -109,23 +109,3 @@ def test_every_answer_arrives_whole_with_heads_written_with_their_bodies(
         for answer in replies.split(b"HTTP/1.1 200")[1:]:
             head, _, body = answer.partition(b"\r\n\r\n")
             assert body.startswith(b"{") and body.endswith(b"}"), answer
-
-
-@pytest.mark.integration
-def test_a_busy_connection_outlives_many_deadlines_and_closes_when_idle(
-    served: int,
-) -> None:
-    """One timer per connection, moved to the latest wait's deadline when it fires:
-    a connection whose requests keep coming within the deadline of their previous
-    answer stays open past several deadlines of its first, and is closed one
-    deadline after its last answer."""
-    with socket.create_connection(("127.0.0.1", served)) as sock:
-        sock.settimeout(10)
-        for _ in range(8):  # 8 x 0.4 s: past three deadlines of the first wait
-            assert _request(sock).startswith(b"HTTP/1.1 200")
-            time.sleep(TIMEOUT * 0.4)
-        assert _request(sock).startswith(b"HTTP/1.1 200")
-        answered = time.monotonic()
-        took = closed_within(sock, TIMEOUT + 5)
-    assert took is not None, "the idle connection was held"
-    assert time.monotonic() - answered >= TIMEOUT * 0.9
