@@ -71,8 +71,9 @@ def scope_of(app: Any, path_qs: str) -> dict[str, Any]:
     }
 
 
-async def drive(app: Any, target: Any, paths: list[str]) -> float:
-    """CPU seconds of ``target`` answering every path (a fresh scope each)."""
+def _channel() -> tuple[Any, Any, list[int]]:
+    """An empty GET's ``receive`` and a ``send`` that only notes each answer's
+    status (in the list returned with them)."""
     statuses: list[int] = []
 
     async def receive() -> dict[str, Any]:
@@ -81,6 +82,13 @@ async def drive(app: Any, target: Any, paths: list[str]) -> float:
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
+
+    return receive, send, statuses
+
+
+async def drive(app: Any, target: Any, paths: list[str]) -> float:
+    """CPU seconds of ``target`` answering every path (a fresh scope each)."""
+    receive, send, statuses = _channel()
 
     scopes = [scope_of(app, p) for p in paths]
     t0 = time.process_time()
@@ -111,14 +119,7 @@ async def measure(app: Any, reads: dict[str, list[str]], rounds: int) -> dict[st
 async def drive_route(app: Any, paths: list[str]) -> float:
     from starlette.routing import Match
 
-    statuses: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
+    receive, send, statuses = _channel()
 
     prepared = []
     for p in paths:
