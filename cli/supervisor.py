@@ -184,12 +184,23 @@ class RestartBudget:
         return 0.0 if earlier <= 0 else min(BACKOFF_CAP_S, 0.25 * 2 ** (earlier - 1))
 
 
-def _children(pid: int) -> set[int]:
+def uvicorn_workers(pid: int) -> set[int]:
+    """The worker processes of the uvicorn supervisor ``pid``: its children other
+    than multiprocessing's resource tracker (not a worker; uvicorn never restarts
+    it). Empty once ``pid`` has died (its children were handed to init)."""
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     except OSError:
         return set()
-    return {int(p) for p in text.split()}
+    workers = set()
+    for child in text.split():
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone already: not a worker to watch
+        if b"resource_tracker" not in command:
+            workers.add(int(child))
+    return workers
 
 
 def _socket_answers(path: Path) -> bool:
@@ -412,7 +423,13 @@ class Supervisor:
         one); False when that spends the API's budget."""
         if self.api is None or self.settings.api_workers < 2:
             return True
-        now = _children(self.api.pid)
+        now = uvicorn_workers(self.api.pid)
+        if self.api.poll() is not None:
+            # uvicorn itself died between two rounds: its workers were handed to
+            # init, not restarted. watch() heals the API and counts that once. (The
+            # children are read before the poll, so a death after the poll cannot
+            # pass for the workers' deaths.)
+            return True
         gone = self.workers - now
         self.workers = now
         for pid in sorted(gone):

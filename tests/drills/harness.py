@@ -25,7 +25,7 @@ import orjson
 import redis
 
 from api.security import sign
-from cli.supervisor import stack_pids
+from cli.supervisor import stack_pids, uvicorn_workers
 from conf.settings import Settings
 from speed.partitions import Keys
 from speed.server import free_port
@@ -137,14 +137,8 @@ class Stack:
         return dict(self.supervisor_state()["restarts"])
 
     def workers_of(self, api_pid: int) -> list[int]:
-        """uvicorn's worker processes (its children other than multiprocessing's
-        resource tracker)."""
-        text = Path(f"/proc/{api_pid}/task/{api_pid}/children").read_text()
-        return [
-            int(pid)
-            for pid in text.split()
-            if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        """uvicorn's worker processes, as the supervisor sees them."""
+        return sorted(uvicorn_workers(api_pid))
 
     def wait_stopped(self, token: str) -> None:
         """No process of the stack with ``token`` runs and nothing answers the port."""

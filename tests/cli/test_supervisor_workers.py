@@ -1,0 +1,81 @@
+"""The supervisor counts a worker that died under a living uvicorn, never the
+workers of a uvicorn that died itself (those were handed to init, and watch()
+heals the API once). CI's kill drill once counted 5 restarts for 2 deaths: the
+dead uvicorn's three children (two workers, the resource tracker) as died
+workers, then the API itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.supervisor import Supervisor, uvicorn_workers
+from conf.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+# A stand-in for uvicorn's supervisor: two children that sleep, one of them
+# named like multiprocessing's resource tracker, and a parent that waits.
+PARENT = """
+import subprocess, sys, time
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+workers = [subprocess.Popen(sleeper) for _ in range(2)]
+tracker = subprocess.Popen(sleeper + ["resource_tracker"])
+time.sleep(60)
+"""
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _until(check, seconds: float = 10) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path, api_workers=2)
+    settings.run_dir.mkdir(parents=True)
+    supervisor = Supervisor(settings, 0, "t")
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    children: set[int] = set()
+    try:
+        assert _until(lambda: len(uvicorn_workers(parent.pid)) == 2)
+        children = {
+            int(p)
+            for p in Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+            .read_text()
+            .split()
+        }
+        assert len(children) == 3, "premise: two workers and the tracker"
+        supervisor.api = parent
+        assert supervisor._watch_workers()
+        assert supervisor.workers == uvicorn_workers(parent.pid)
+        os.kill(parent.pid, signal.SIGKILL)
+        # Dead, not yet reaped: what watch() sees between two rounds.
+        assert _until(lambda: _state(parent.pid) == "Z")
+        assert uvicorn_workers(parent.pid) == set(), "premise: children handed on"
+        assert supervisor._watch_workers()
+        assert supervisor.state["restarts"]["api"] == 0
+        assert supervisor.state["events"] == []
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.kill()
+        parent.wait()
