@@ -323,7 +323,7 @@ class _StringColumn:
         return self.bytes_at(row).decode("utf-8")
 
 
-def _int_view(values: np.ndarray) -> Sequence[int]:
+def int_view(values: np.ndarray) -> Sequence[int]:
     """``values`` (integers) as a sequence whose items are Python ints: a
     memoryview of the array's own buffer when it is one contiguous native int64
     buffer, else a list (a copy, for odd layouts only)."""
@@ -427,7 +427,7 @@ class BoardSegment:
         issue 26); a column that is not one plain buffer is bisected as before."""
         view = self._score_view
         if view is None:
-            view = self._score_view = _int_view(self.scores)
+            view = self._score_view = int_view(self.scores)
         return bisect.bisect_left(view, -score, key=operator.neg)
 
     def count_with(self, score: int) -> int:
@@ -491,12 +491,17 @@ class BoardSegment:
         out: list[dict[str, Any]] = []
         rank = 0
         previous: int | None = None
+        view = self._score_view
+        if view is None:
+            view = self._score_view = int_view(self.scores)
         for row in range(start, stop):
-            score = int(self.scores[row])
+            score = view[row]
             if self.unique_rank:
                 rank = row + 1
             elif score != previous:
-                rank = self.rank_of_score(score)
+                # Rows are in display order: a score below the previous row's has
+                # exactly ``row`` players above it; only the first row bisects.
+                rank = self.rank_of_score(score) if previous is None else row + 1
                 previous = score
             out.append(
                 {

@@ -80,9 +80,20 @@ def check_same(layered: BoardSegment, full: BoardSegment, timed: bool) -> None:
     assert layered.population == n
     assert layered.entries(0, n) == full.entries(0, n)
     assert layered.entries(-2, n + 3) == full.entries(-2, n + 3)
+    all_scores = full.scores.tolist()
+
+    def oracle_rank(entry: dict) -> int:  # type: ignore[type-arg]
+        if full.unique_rank:
+            return int(entry["position"])
+        return 1 + sum(s > entry["score"] for s in all_scores)
+
     for start in range(n):
         assert layered.entry(start) == full.entry(start)
-        assert layered.entries(start, start + 3) == full.entries(start, start + 3)
+        window = layered.entries(start, start + 3)
+        assert window == full.entries(start, start + 3)
+        # Ranks of a window that starts mid-board, against a count of the scores
+        # (entries bisect only for their first row).
+        assert [e["rank"] for e in window] == [oracle_rank(e) for e in window]
         assert int(layered.scores[start]) == int(full.scores[start])
         assert layered.players.str_at(start) == full.players.str_at(start)
         assert layered.version_at(start) == full.version_at(start)
