@@ -207,7 +207,8 @@ class _MergedColumn:
             is_delta, source = self._owner._source(row)
             return self._delta[source] if is_delta else self._base[source]
         if isinstance(key, slice):
-            return self._gather(np.arange(len(self), dtype=np.int64)[key])
+            # Only the rows asked for (a live nearby slices a few rows per read).
+            return self._gather(np.arange(*key.indices(len(self)), dtype=np.int64))
         rows = np.asarray(key, dtype=np.int64)
         rows = np.where(rows < 0, rows + len(self), rows)
         return self._gather(rows)
