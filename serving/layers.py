@@ -386,17 +386,20 @@ class LayeredSegment(BoardSegment):
         lo = np.searchsorted(descending, -self._d_scores, side="left")
         hi = np.searchsorted(descending, -self._d_scores, side="right")
         before = lo.copy()
-        for j in np.flatnonzero(hi > lo).tolist():
-            key = self._d_keys[j]
-            before[j] = bisect.bisect_left(
-                range(int(lo[j]), int(hi[j])),
-                key,
-                key=lambda i: (
-                    base._order_key(i)
-                    if timed
-                    else (key[0], 0, base.players.bytes_at(i))
-                ),
-            ) + int(lo[j])
+        tied = np.flatnonzero(hi > lo).tolist()
+        lo_list, hi_list = lo.tolist(), hi.tolist()
+        if timed:
+            for j in tied:
+                before[j] = lo_list[j] + bisect.bisect_left(
+                    range(lo_list[j], hi_list[j]), self._d_keys[j], key=base._order_key
+                )
+        else:
+            # Among equal scores base rows are in id byte order: bisect the ids alone.
+            bytes_at = base.players.bytes_at
+            for j in tied:
+                before[j] = lo_list[j] + bisect.bisect_left(
+                    range(lo_list[j], hi_list[j]), self._d_bytes[j], key=bytes_at
+                )
         self._d_before = before.astype(np.int64)
         self._d_display = (
             np.arange(len(items), dtype=np.int64)

@@ -311,13 +311,22 @@ class _StringColumn:
             np.frombuffer(buffers[1], dtype=dtype) if buffers[1] else np.zeros(1, dtype)
         )
         self.offsets = offsets[array.offset : array.offset + count]
+        # The same offsets as Python ints (a memoryview, no copy): indexing the
+        # numpy array made two numpy scalars per string, most of a bisect step's
+        # cost in row_of and in placing a layer's rows among ties.
+        self._bounds: Sequence[int] = (
+            np.ascontiguousarray(self.offsets)
+            .data.cast("B")
+            .cast("q" if large else "i")
+        )
         self.data = (
             memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
         )
         self.length = len(array)
 
     def bytes_at(self, row: int) -> bytes:
-        return bytes(self.data[self.offsets[row] : self.offsets[row + 1]])
+        bounds = self._bounds
+        return bytes(self.data[bounds[row] : bounds[row + 1]])
 
     def str_at(self, row: int) -> str:
         return self.bytes_at(row).decode("utf-8")
