@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cli.supervisor import Supervisor, uvicorn_workers
 from conf.settings import Settings
+from tests.drills.harness import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,15 +35,6 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def _until(check, seconds: float = 10) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
     tmp_path: Path,
 ) -> None:
@@ -53,7 +44,7 @@ def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
     parent = subprocess.Popen([sys.executable, "-c", PARENT])
     children: set[int] = set()
     try:
-        assert _until(lambda: len(uvicorn_workers(parent.pid)) == 2)
+        assert wait_until(lambda: len(uvicorn_workers(parent.pid)) == 2)
         children = {
             int(p)
             for p in Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
@@ -66,7 +57,7 @@ def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
         assert supervisor.workers == uvicorn_workers(parent.pid)
         os.kill(parent.pid, signal.SIGKILL)
         # Dead, not yet reaped: what watch() sees between two rounds.
-        assert _until(lambda: _state(parent.pid) == "Z")
+        assert wait_until(lambda: _state(parent.pid) == "Z")
         assert uvicorn_workers(parent.pid) == set(), "premise: children handed on"
         assert supervisor._watch_workers()
         assert supervisor.state["restarts"]["api"] == 0
