@@ -75,6 +75,29 @@ SUBPROCESS_ENV = {
 }
 
 
+# The session's JVM lives for a whole worker's Spark group (15 minutes, hundreds of
+# publishes over small Delta tables of their own), and what Spark and Delta keep
+# per table and per query by default grew its live heap to ~560 MB of its 2 GB
+# (after a full collection, 14 minutes into `make test`): G1 then ran a concurrent
+# cycle every 2.4 s (358), and its GC threads took 113 + 72 CPU-seconds of the two
+# workers' JVMs. With these bounds: 46 cycles, 45 + 15 s (session 23, with raised
+# C2 thresholds beside them that were not kept); the live heap after the same 28
+# job tests 340 -> 276 MB. The suite's wall time did not move outside this VM's
+# run-to-run spread (1,082 / 1,125 s). Figures: bench/RESULTS.md, "Test suite".
+SESSION_BOUNDS = {
+    # Delta keeps a DeltaLog (with its snapshot's cached state) per table path for
+    # 60 minutes, up to 10,000 of them; each test writes tables of its own, and a
+    # publish reads fewer than 32.
+    "spark.databricks.delta.delta.log.cacheSize": "32",
+    # What the status store keeps of finished queries, jobs and stages (nothing
+    # reads them here; the defaults are 1,000 each and 100,000 tasks).
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "2000",
+}
+
+
 def start_spark(warehouse: Path) -> SparkSession:
     """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS,
     INTERPRETED), its SQL warehouse in ``warehouse`` (the tests use paths, not
@@ -107,6 +130,7 @@ def start_spark(warehouse: Path) -> SparkSession:
             # (the cluster's driver) against this session's, byte for byte.
             "spark.sql.adaptive.enabled": "false",
             **INTERPRETED,
+            **SESSION_BOUNDS,
         },
     )
 
