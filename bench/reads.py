@@ -103,8 +103,33 @@ BOARD = f"season:{BENCH_SEASON}:global"
 REGIONS = ("eu", "na")
 
 
+# Digits of a player id: 7 up to 10 M players, more for a bigger board (``main``
+# widens it before anything is named).
+ID_DIGITS = 7
+
+
 def player_id(i: int) -> str:
-    return f"p{i:07d}"  # zero-padded: byte order of ids = numeric order
+    return f"p{i:0{ID_DIGITS}d}"  # zero-padded: byte order of ids = numeric order
+
+
+def player_id_array(n: int) -> Any:
+    """``player_id(i)`` for i in 0..n-1 as one Arrow string array, built from
+    digit columns (a Python string per player would take minutes and gigabytes
+    at the seeds' 100 M)."""
+    import pyarrow as pa
+
+    width = ID_DIGITS + 1
+    data = np.empty((n, width), np.uint8)
+    data[:, 0] = ord("p")
+    rest = np.arange(n, dtype=np.int64)
+    for k in range(width - 1, 0, -1):
+        data[:, k] = 48 + rest % 10
+        rest //= 10
+    # Arrow's utf8 has 32-bit offsets: 2 GiB of ids, about 200 M players.
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(offsets), pa.py_buffer(data.reshape(-1))
+    )
 
 
 # --------------------------------------------------------------------------- set-up
@@ -332,6 +357,46 @@ def publish_direct(
     if chain is not None:
         chain.entries = files
     return _finish_direct(client, settings, generation, number, boundary, files, t0)
+
+
+def publish_base_direct(redis_url: str, points: np.ndarray) -> dict[str, Any]:
+    """``--base direct``: generation g1 holds ``BOARD`` alone, one row per player
+    with ``points`` as its total, written in the serving format with no event in
+    the log (boundary 0 on every partition, every pair at version 0: a pair the log
+    never named), then the rebase onto it. What the seeds' scale needs (issue 24:
+    one board of 100 M players): the speed layer could not take 100 M set-up events
+    on this machine, and the read path maps the same files either way."""
+    import pyarrow as pa
+
+    from conf.settings import Settings
+    from jobs.segments import DEFAULT_BUCKET_TARGET
+    from serving.segments import board_entry, write_board_segment
+
+    settings = Settings()
+    client = redis.Redis.from_url(redis_url)
+    t0 = time.perf_counter()
+    n = len(points)
+    # Display order: score descending, then id ascending (= index ascending).
+    order = np.argsort(-points, kind="stable")
+    players = player_id_array(n).take(pa.array(order))
+    directory = settings.segments_dir / "g1"
+    directory.mkdir(parents=True)
+    t_sorted = time.perf_counter()
+    sums = write_board_segment(
+        directory,
+        BOARD,
+        players,
+        pa.array(points[order], pa.int64()),
+        DEFAULT_BUCKET_TARGET,
+        versions=pa.array(np.zeros(n, np.int64)),
+    )
+    del players, order
+    files = {BOARD: board_entry(BOARD, n, sums)}
+    boundary = dict.fromkeys(range(settings.partitions), 0)
+    report = _finish_direct(client, settings, "g1", 1, boundary, files, t0)
+    report["sort_s"] = round(t_sorted - t0, 1)
+    report["base_players"] = n
+    return report
 
 
 def _finish_direct(
@@ -1426,6 +1491,7 @@ def memory_report(
     boards: list[str],
     live_totals: np.ndarray,
     changed: int,
+    full_zset: bool = True,
 ) -> dict[str, Any]:
     def usage(key: str) -> int:
         return int(r.memory_usage(key, samples=0) or 0)
@@ -1457,6 +1523,12 @@ def memory_report(
             # Issue 11's "only deltas": a rebase onto a generation with versions
             # drops the totals of players unchanged since (changed ones keep one).
             "unchanged_players_with_totals": max(0, tot_players - members),
+        }
+    if not full_zset:
+        return {
+            "boards": per_board,
+            "expected_changed_players_per_board": changed,
+            "used_memory": r.info("memory")["used_memory"],
         }
     # A full sorted set of the biggest board, in the same Redis, for comparison.
     scratch = "bench:reads:fullzset"
@@ -1526,6 +1598,48 @@ def child_pids(parent: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
             found.append(int(entry.name))
     return sorted(found)
+
+
+def api_rss_mib(pids: dict[str, int]) -> dict[str, float]:
+    """Resident memory (VmRSS) of the API's processes, MiB: the supervisor and each
+    worker (a mapped segment's pages count where they are touched)."""
+    out = {}
+    for name, pid in pids.items():
+        if not name.startswith("api"):
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                out[name] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+def cold_reads(url: str, changed: int, repeat: int = 4) -> dict[str, list[float]]:
+    """The first reads of a new generation, one at a time (seconds each): they map
+    the board and derive what a worker keeps per generation (the partition-local
+    rows of live reads, speed/baserows.py). ``repeat`` of each, so that both API
+    workers are likely to take one."""
+    paths = {
+        "snapshot_rank": f"players/{player_id(1)}?mode=snapshot",
+        "snapshot_top100": "top?limit=100&mode=snapshot",
+        "live_rank": f"players/{player_id(changed)}",
+        "live_top100": "top?limit=100",
+        "live_nearby5": f"players/{player_id(changed)}/nearby?radius=5",
+    }
+    out: dict[str, list[float]] = {}
+    for name, path in paths.items():
+        for _ in range(repeat):
+            request = urllib.request.Request(
+                f"{url}/v1/boards/{BOARD}/{path}", headers=READ_HEADERS
+            )
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=900) as reply:
+                reply.read()
+            out.setdefault(name, []).append(round(time.perf_counter() - t0, 3))
+    return out
 
 
 async def measure(
@@ -1739,7 +1853,8 @@ async def measure(
                 flush=True,
             )
 
-        if args.closed_seconds > 0:
+        if args.closed_seconds > 0 and args.base != "direct":
+            # (It builds a full sorted set of the board in Redis: not at 100 M.)
             phases.update(
                 await top_ceilings(session, specs[4], args, pids, stamp, r, live_truth)
             )
@@ -2115,28 +2230,42 @@ def run(
     rng = random.Random(args.seed)
     n = args.players
     steps = args.points_max // args.points_step
-    gen_points = np.array(
-        [rng.randrange(steps + 1) * args.points_step for _ in range(n)], dtype=np.int64
-    )
-    print(f"set-up: {n} events (1 per player) through SpeedLayer.apply ...", flush=True)
-    r.config_set("appendfsync", "everysec")
-    try:
-        meter = CpuMeter(pids)
-        bulk = asyncio.run(
-            apply_events(redis_url, [(i, int(gen_points[i])) for i in range(n)], "bulk")
+    if args.base == "direct":
+        # Vectorised: a Python draw per player takes minutes at 100 M.
+        draw = np.random.default_rng(args.seed).integers(0, steps + 1, n)
+        gen_points = draw.astype(np.int64) * args.points_step
+        del draw
+    else:
+        gen_points = np.array(
+            [rng.randrange(steps + 1) * args.points_step for _ in range(n)],
+            dtype=np.int64,
         )
-        bulk["cpu"] = meter.stop(n)
-    finally:
-        r.config_set("appendfsync", fsync)
-    bulk["loadavg_after"] = loadavg()
-    report["setup_bulk"] = bulk
-    print(f"  {bulk}", flush=True)
+        print(
+            f"set-up: {n} events (1 per player) through SpeedLayer.apply ...",
+            flush=True,
+        )
+        r.config_set("appendfsync", "everysec")
+        try:
+            meter = CpuMeter(pids)
+            bulk = asyncio.run(
+                apply_events(
+                    redis_url, [(i, int(gen_points[i])) for i in range(n)], "bulk"
+                )
+            )
+            bulk["cpu"] = meter.stop(n)
+        finally:
+            r.config_set("appendfsync", fsync)
+        bulk["loadavg_after"] = loadavg()
+        report["setup_bulk"] = bulk
+        print(f"  {bulk}", flush=True)
 
     print(f"set-up: publish ({args.publish}) + rebase ...", flush=True)
     before = loadavg()
     meter = CpuMeter({"redis": pids["redis"], "api": pids["api"]})
     chain = DirectChain() if args.layers else None
-    if args.publish == "direct":
+    if args.base == "direct":
+        publish = publish_base_direct(redis_url, gen_points)
+    elif args.publish == "direct":
         publish = publish_direct(redis_url, gen_points, chain=chain)
     else:
         publish = publish_spark()
@@ -2170,6 +2299,10 @@ def run(
         live_points[i] += pts
     gen_truth, live_truth = Truth(served_points), Truth(live_points)
     time.sleep(1.0)  # the API notices the generation within 0.5 s
+    report["api_rss_mib_before_reads"] = api_rss_mib(pids)
+    report["cold_reads"] = cold_reads(url, changed_idx[0])
+    report["api_rss_mib_after_cold_reads"] = api_rss_mib(pids)
+    print(f"  cold reads: {report['cold_reads']}", flush=True)
 
     print("reads:", flush=True)
     # uvloop (installed with uvicorn[standard]): the generator's own CPU per
@@ -2216,6 +2349,8 @@ def run(
             verification["bad"] += report["compacted"]["verification"]["bad"]
             generation = report["compacted"]["publish"]["generation"]
 
+    report["api_rss_mib_after_reads"] = api_rss_mib(pids)
+    print(f"  API resident memory: {report['api_rss_mib_after_reads']}", flush=True)
     print("memory ...", flush=True)
     from conf.boards import load_boards  # noqa: F401 - same process settings
     from conf.settings import Settings
@@ -2226,7 +2361,9 @@ def run(
     )
     boards = sorted(manifest["boards"])
     report["boards"] = boards
-    report["memory"] = memory_report(r, settings.partitions, boards, live_points, m)
+    report["memory"] = memory_report(
+        r, settings.partitions, boards, live_points, m, args.base != "direct"
+    )
     report["segments"] = segment_report(settings.segments_dir, generation, BOARD, n)
     report["redis_info"] = {
         k: v
@@ -2244,7 +2381,9 @@ def run(
     # 7. Why a rank changed (API.md): history and diff need a second generation;
     # they run last (after the memory report, which g2 would change).
     only = args.only.split(",") if args.only else ["history", "diff"]
-    if args.layers and ("history" in only or "diff" in only):
+    if args.base == "direct":
+        report["history_diff"] = "not run with --base direct"
+    elif args.layers and ("history" in only or "diff" in only):
         # Checker.history and diff_truth model two generations (g1, g2 from the
         # live totals); a chain has more, and g2 is its first layer.
         print("history and diff: not run with --layers", flush=True)
@@ -2510,7 +2649,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
     if "memory" in report:
         b = report["memory"]["boards"].get(BOARD, {})
-        f = report["memory"]["full_zset"]
+        f = report["memory"].get("full_zset", {"bytes_per_player": "-"})
         print(
             f"Redis {BOARD}: changed {b.get('changed_players')}, chz+chb "
             f"{b.get('changed_bytes_per_changed_player')} B/changed player; fw "
@@ -2628,6 +2767,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(same boundary), rebase, measure the same phases again, and print both "
         "p99s and API CPU per request side by side",
     )
+    p.add_argument(
+        "--base",
+        choices=("events", "direct"),
+        default="events",
+        help="events: every player's one event through the speed layer, then the "
+        "publish (--publish); direct: g1 is the board season:BENCH:global alone, "
+        "written from the bench's totals with no event logged (the seeds' scale, "
+        "issue 24: --players 100000000); history, diff and the full-zset "
+        "comparisons are not run",
+    )
     p.add_argument("--publish-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.publish is None:
@@ -2643,9 +2792,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.layers < 0 or (args.layers and args.publish != "direct"):
         print("--layers K needs K >= 0 and --publish direct", file=sys.stderr)
         return 2
+    if args.base == "direct" and args.layers:
+        print("--base direct takes no --layers", file=sys.stderr)
+        return 2
     if args.compare_compacted and not args.layers:
         print("--compare-compacted needs --layers K >= 1", file=sys.stderr)
         return 2
+    global ID_DIGITS
+    ID_DIGITS = max(ID_DIGITS, len(str(args.players - 1)))
     data_dir = Path(tempfile.mkdtemp(prefix="lb-bench-reads-"))
     env = stack_env(data_dir)
     use_read_auth(env, args.read_auth)

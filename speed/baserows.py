@@ -42,12 +42,28 @@ def _crc_table() -> np.ndarray:
 _CRC_TABLE = _crc_table()
 
 
+# Rows per vector step of the whole-segment derivations below: their temporaries
+# are a few arrays of this many int64s (32 MiB), whatever the board's size; at the
+# seeds' 100 M players per board, whole-column temporaries took tens of GiB.
+CHUNK_ROWS = 1 << 22
+
+
 def crc32_column(offsets: np.ndarray, data: bytes | memoryview) -> np.ndarray:
     """zlib.crc32 of every string of an Arrow-style (offsets, data) column, one
-    vector step per byte position instead of one Python call per string."""
+    vector step per byte position (over CHUNK_ROWS strings at a time) instead of
+    one Python call per string."""
+    raw = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
+    count = len(offsets) - 1
+    crc = np.empty(max(0, count), dtype=np.uint32)
+    for begin in range(0, count, CHUNK_ROWS):
+        end = min(count, begin + CHUNK_ROWS)
+        crc[begin:end] = _crc32_chunk(offsets[begin : end + 1], raw)
+    return crc
+
+
+def _crc32_chunk(offsets: np.ndarray, raw: np.ndarray) -> np.ndarray:
     starts = offsets[:-1].astype(np.int64)
     lengths = offsets[1:].astype(np.int64) - starts
-    raw = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
     crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
     if len(starts) == 0:
         return crc
@@ -127,37 +143,51 @@ class PartitionRows:
 
 def build_partition_rows(segment: BoardSegment, partitions: int) -> PartitionRows:
     players = segment.players
-    owner = (
-        crc32_column(players.offsets, players.data) % np.uint32(partitions)
-    ).astype(np.int64)
-    order = np.argsort(owner, kind="stable")
-    starts = np.searchsorted(owner[order], np.arange(partitions + 1), side="left")
-    local = np.empty(len(owner), dtype=np.int64)
-    local[order] = np.arange(len(owner), dtype=np.int64) - starts[owner[order]]
-    rows = tuple(order[starts[p] : starts[p + 1]] for p in range(partitions))
+    # The narrowest types that hold them: at 100 M players per board a worker
+    # keeps these for every board of a base generation (int64 throughout was 24 B
+    # per player, against 7-10 now).
+    crc = crc32_column(players.offsets, players.data)
+    owner = (crc % np.uint32(partitions)).astype(
+        np.min_scalar_type(max(0, partitions - 1))
+    )
+    del crc
+    count = len(owner)
+    row_type = np.int32 if count < 2**31 else np.int64
+    local = np.empty(count, dtype=row_type)
+    rows = []
+    # One pass per partition (a stable argsort of the owners kept an int64 order
+    # of the whole board, and its temporaries several more).
+    for p in range(partitions):
+        own = np.flatnonzero(owner == p).astype(row_type)
+        local[own] = np.arange(len(own), dtype=row_type)
+        rows.append(own)
     return PartitionRows(
-        partitions, owner, local, rows, _padded_ids(segment), segment.index
+        partitions, owner, local, tuple(rows), _padded_ids(segment), segment.index
     )
 
 
 def _padded_ids(segment: BoardSegment) -> np.ndarray:
-    """The segment's ids in index (id) order as one fixed-width bytes array."""
+    """The segment's ids in index (id) order as one fixed-width bytes array, built
+    CHUNK_ROWS ids at a time (one gather per byte position)."""
     players = segment.players
-    offsets = players.offsets.astype(np.int64)
+    offsets = players.offsets
     count = len(offsets) - 1
     if count == 0:
         return np.zeros(0, dtype="S1")
-    lengths = offsets[1:] - offsets[:-1]
-    width = max(1, int(lengths.max()))
+    width = max(1, int(np.max(np.diff(offsets))))
     raw = np.frombuffer(players.data, dtype=np.uint8)
-    matrix = np.zeros((count, width), dtype=np.uint8)
-    total = int(lengths.sum())
-    if total:
-        row_of_byte = np.repeat(np.arange(count), lengths)
-        column = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        source = np.repeat(offsets[:-1], lengths) + column
-        matrix[row_of_byte, column] = raw[source]
-    return matrix[segment.index.astype(np.int64)].view(f"S{width}").ravel()
+    out = np.zeros((count, width), dtype=np.uint8)
+    index = segment.index
+    for begin in range(0, count, CHUNK_ROWS):
+        end = min(count, begin + CHUNK_ROWS)
+        rows = np.asarray(index[begin:end], dtype=np.int64)
+        starts = offsets[rows].astype(np.int64)
+        lengths = offsets[rows + 1].astype(np.int64) - starts
+        block = out[begin:end]
+        for j in range(int(lengths.max(initial=0))):
+            longer = lengths > j
+            block[longer, j] = raw[starts[longer] + j]
+    return out.view(f"S{width}").ravel()
 
 
 def partition_rows(

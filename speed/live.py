@@ -203,11 +203,12 @@ class RowCounts:
         self.owner = rows.owner
         blocks = len(self.owner) // ROW_BLOCK
         whole = blocks * ROW_BLOCK
-        per_block = np.bincount(
-            np.arange(whole, dtype=np.int64) // ROW_BLOCK * self.partitions
-            + self.owner[:whole],
-            minlength=blocks * self.partitions,
-        ).reshape(blocks, self.partitions)
+        # One pass per partition over the owners seen as blocks (one flat bincount
+        # needed two int64 arrays of the whole board: 1.6 GB at 100 M players).
+        shaped = self.owner[:whole].reshape(blocks, ROW_BLOCK)
+        per_block = np.empty((blocks, self.partitions), dtype=np.int64)
+        for p in range(self.partitions):
+            per_block[:, p] = np.count_nonzero(shaped == p, axis=1)
         self.table = np.zeros((blocks + 1, self.partitions), dtype=np.int64)
         np.cumsum(per_block, axis=0, out=self.table[1:])
 

@@ -4,6 +4,7 @@ and local rows number each partition's players in display order."""
 from __future__ import annotations
 
 import zlib
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serving.segments import BoardSegment, _StringColumn
+from speed import baserows
 from speed.baserows import build_partition_rows, crc32_column
 from speed.partitions import partition_of
 
@@ -85,3 +87,30 @@ def test_batch_lookup_equals_row_of(players: list[str], probes: list[str]) -> No
         row = segment.row_of(player)
         want.append(-1 if row is None else rows.local_row(row))
     assert rows.local_rows_of(asked) == want
+
+
+@settings(deadline=None)
+@given(valid_ids, st.integers(min_value=1, max_value=9), st.integers(1, 5))
+def test_chunked_derivations_equal_whole_ones(
+    players: list[str], partitions: int, chunk: int
+) -> None:
+    """The derivations run CHUNK_ROWS rows at a time (bounded memory at 100 M
+    players): any chunk size gives what one chunk gives."""
+    order = sorted(range(len(players)), key=lambda i: players[i].encode())
+    segment = BoardSegment(
+        board="b",
+        players=_StringColumn(pa.array(players, pa.string())),
+        scores=np.arange(len(players), 0, -1, dtype=np.int64),
+        index=np.array(order, dtype=np.int64),
+    )
+    whole = build_partition_rows(segment, partitions)
+    with patch.object(baserows, "CHUNK_ROWS", chunk):
+        chunked = build_partition_rows(segment, partitions)
+        crc = crc32_column(segment.players.offsets, segment.players.data)
+    assert crc.tolist() == [zlib.crc32(p.encode("utf-8")) for p in players]
+    assert chunked.owner.tolist() == whole.owner.tolist()
+    assert chunked.local.tolist() == whole.local.tolist()
+    assert [r.tolist() for r in chunked.rows] == [r.tolist() for r in whole.rows]
+    assert chunked.sorted_ids.tolist() == whole.sorted_ids.tolist()
+    # The ids in id order (NUL-padded to the longest; numpy reads the pad off).
+    assert chunked.sorted_ids.tolist() == [players[i].encode() for i in order]
