@@ -45,7 +45,7 @@ from serving.registry import GenerationRegistry, quarantine_thresholds
 from speed.baserows import registry_lookup
 from speed.connection import async_client
 from speed.friends import FriendsReader
-from speed.live import LiveReader
+from speed.live import LiveReader, generation_warmer
 from speed.profiles import watch_endpoint
 from speed.readers import ReadLimiter
 from speed.server import resolve_redis_url
@@ -134,6 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The owner transaction names players' rows in their partition's base.
         app.state.speed.base_generations = registry_lookup(app.state.generations)
         app.state.live = LiveReader(app.state.speed, app.state.generations)
+        # A newer generation is prepared off the event loop before it is the latest.
+        app.state.generations.warmer = generation_warmer(settings.partitions)
         app.state.friends = FriendsReader(app.state.live)
         app.state.reads = ReadService(
             app.state.boards,

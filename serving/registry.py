@@ -1,15 +1,27 @@
 """The published generations a process can see: a registry that notices new ones
 (re-scanning the segments directory at most every ``REFRESH_SECONDS``) and keeps the
-newest ``retained`` mapped; each generation maps its board segments lazily."""
+newest ``retained`` mapped; each generation maps its board segments lazily.
+
+A process that serves reads gives the registry a *warmer*: when a newer
+generation appears, a thread of its own prepares it (maps the boards the one before
+it had mapped, derives what readers derive per board, e.g. speed/baserows.py's
+partition rows), while reads go on. It is the latest at once, as without a warmer;
+what the warmer buys is that the live reads after the partitions' rebase onto it,
+which comes seconds after its manifest (`lb publish`), find those ready instead of
+deriving them on the event loop: 21-23 s per worker for a board of 100 M players
+(bench/RESULTS.md, "Reads at the seeds' scale"). A read that needs one while the
+warmer derives it waits for that one (:meth:`Generation.derive`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from serving import contributions as contributions_index
 from serving.contributions import ContributionsIndex
@@ -25,6 +37,9 @@ from serving.segments import BoardSegment
 
 REFRESH_SECONDS = 0.5
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 
 @dataclass
 class Generation:
@@ -39,6 +54,9 @@ class Generation:
     # encoded answers, api/reads.py); it goes when the generation is unmapped.
     memo: dict[str, Any] = field(default_factory=dict, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # One lock per derive() key: a read that needs what a warmer is deriving
+    # waits for it instead of deriving it a second time.
+    _derive_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     @property
     def header(self) -> dict[str, Any]:
@@ -68,6 +86,22 @@ class Generation:
             if board not in self._boards:
                 self._boards[board] = load_board(self.directory, board, meta)
             return self._boards[board]
+
+    def mapped_boards(self) -> list[str]:
+        """The boards whose segments are mapped so far (the ones being read)."""
+        return sorted(self._boards)
+
+    def derive(self, key: str, build: Callable[[], T]) -> T:
+        """``memo[key]``, built once by ``build`` (the generation is immutable, so
+        whatever is derived from it holds as long as it does)."""
+        if key in self.memo:
+            return self.memo[key]  # type: ignore[no-any-return]
+        with self._lock:
+            lock = self._derive_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self.memo:
+                self.memo[key] = build()
+            return self.memo[key]  # type: ignore[no-any-return]
 
     def landed(self) -> LandedIndex | None:
         """The generation's landed records index (serving/landed.py), mapped once;
@@ -117,9 +151,19 @@ class GenerationRegistry:
     """Notices new generations (re-scans at most every REFRESH_SECONDS) and keeps the
     newest ``retained`` of them mapped; older ones answer GenerationExpired."""
 
-    def __init__(self, segments_dir: Path, retained: int) -> None:
+    def __init__(
+        self,
+        segments_dir: Path,
+        retained: int,
+        warmer: Callable[[Generation, Generation], None] | None = None,
+    ) -> None:
         self.segments_dir = Path(segments_dir)
         self.retained = retained
+        # (new generation, the latest before it): prepares the new one in a
+        # thread (module docstring).
+        self.warmer = warmer
+        # Numbers of the generations a warmer is preparing.
+        self._warming: set[int] = set()
         self._generations: dict[int, Generation] = {}
         # Older generations mapped on demand by by_number (bases not yet rebased).
         self._extra: dict[int, Generation] = {}
@@ -145,6 +189,7 @@ class GenerationRegistry:
                     found[number] = Path(entry.path)
             keep = sorted(found)[-self.retained :]
             generations: dict[int, Generation] = {}
+            fresh: list[Generation] = []
             for number in keep:
                 known = self._generations.get(number)
                 if known is not None:
@@ -155,7 +200,15 @@ class GenerationRegistry:
                     generations[number] = Generation(
                         generation_id(number), number, found[number], manifest
                     )
+                    fresh.append(generations[number])
+            previous = (
+                self._generations[max(self._generations)] if self._generations else None
+            )
             self._generations = generations
+            if self.warmer is not None and previous is not None:
+                for generation in fresh:
+                    if generation.number > previous.number:
+                        self._start_warming(generation, previous)
             self._extra = {
                 n: g
                 for n, g in self._extra.items()
@@ -167,6 +220,37 @@ class GenerationRegistry:
         if not self._generations:
             return None
         return self._generations[max(self._generations)]
+
+    def _start_warming(self, generation: Generation, previous: Generation) -> None:
+        warmer = self.warmer
+        assert warmer is not None
+        self._warming.add(generation.number)
+
+        def warm() -> None:
+            try:
+                warmer(generation, previous)
+            except Exception:  # noqa: BLE001 - a failed warm-up only costs latency
+                log.exception("warming %s failed; its reads map it", generation.id)
+            finally:
+                self._warming.discard(generation.number)
+
+        threading.Thread(target=warm, name=f"warm-{generation.id}", daemon=True).start()
+
+    def wait_warm(self, timeout: float) -> bool:
+        """Until no generation is warming, at most ``timeout`` seconds (True when
+        none is): for tests and tools, not for the event loop."""
+        deadline = time.monotonic() + timeout
+        while self._warming and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._warming
+
+    def warming(self) -> list[str]:
+        """Ids of the generations a warmer is still preparing."""
+        return [
+            self._generations[n].id
+            for n in sorted(self._warming)
+            if n in self._generations
+        ]
 
     def by_number(self, number: int) -> Generation | None:
         """A retained generation, or an older one still on disk: a partition's base

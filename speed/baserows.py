@@ -195,16 +195,18 @@ def partition_rows(
 ) -> PartitionRows | None:
     """The board's partition rows in ``generation`` (None when the board is not in
     it), derived once and kept with the generation."""
-    key = f"speed.baserows:{board}:{partitions}"
-    cached = generation.memo.get(key)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
     segment = generation.board(board)
     if segment is None:
         return None
-    built = build_partition_rows(segment, partitions)
-    generation.memo[key] = built
-    return built
+    return generation.derive(
+        partition_rows_key(board, partitions),
+        lambda: build_partition_rows(segment, partitions),
+    )
+
+
+def partition_rows_key(board: str, partitions: int) -> str:
+    """Where :func:`partition_rows` keeps a board's rows in ``Generation.memo``."""
+    return f"speed.baserows:{board}:{partitions}"
 
 
 def base_row(

@@ -39,6 +39,7 @@ partition and read.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 import secrets
@@ -46,6 +47,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,7 +56,7 @@ from redis.exceptions import NoScriptError
 from conf.boards import board_order
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
-from speed.baserows import PartitionRows, partition_rows
+from speed.baserows import PartitionRows, partition_rows, partition_rows_key
 from speed.connection import (
     is_cluster,
     pack_with_prefix,
@@ -173,11 +175,9 @@ class Base:
         rows = self.partition_rows(partitions)
         if rows is None or self.generation is None or self.segment is None:
             return None
-        key = f"api.live.row_counts:{self.segment.board}:{partitions}"
-        counts = self.generation.memo.get(key)
-        if counts is None:
-            counts = self.generation.memo.setdefault(key, RowCounts(rows))
-        return counts  # type: ignore[no-any-return]
+        return self.generation.derive(
+            row_counts_key(self.segment.board, partitions), lambda: RowCounts(rows)
+        )
 
     def encoded_prefix(self, rows: int) -> list[bytes]:
         """The first ``rows`` rows encoded; cached on the immutable segment, since
@@ -219,6 +219,33 @@ class RowCounts:
             self.owner[block * ROW_BLOCK : row], minlength=self.partitions
         )
         return (self.table[block] + since).tolist()  # type: ignore[no-any-return]
+
+
+def row_counts_key(board: str, partitions: int) -> str:
+    """Where :meth:`Base.row_counts` keeps a board's counts in ``Generation.memo``."""
+    return f"api.live.row_counts:{board}:{partitions}"
+
+
+def generation_warmer(partitions: int) -> Callable[[Generation, Generation], None]:
+    """A registry's warmer (serving/registry.py): a new generation maps the boards
+    its predecessor had mapped and derives the partition rows and row counts that
+    one had derived (the boards being read live), in the registry's thread, so
+    that the first live reads after a rebase onto it find them ready (100 M
+    players: seconds per board and worker, bench/RESULTS.md)."""
+
+    def warm(new: Generation, previous: Generation) -> None:
+        for board in previous.mapped_boards():
+            segment = new.board(board)
+            if segment is None:
+                continue
+            if partition_rows_key(board, partitions) not in previous.memo:
+                continue
+            rows = partition_rows(new, board, partitions)
+            key = row_counts_key(board, partitions)
+            if rows is not None and key in previous.memo:
+                new.derive(key, partial(RowCounts, rows))
+
+    return warm
 
 
 # Boards whose decoded changed-sets a LiveReader keeps for dense ranks.
@@ -727,6 +754,8 @@ class LiveReader:
         ] = OrderedDict()
         # Per board: its changed-sets decoded for dense ranks (see above()).
         self._dense: OrderedDict[str, DenseChanges] = OrderedDict()
+        # Per board: the changed-sets read whole in flight (_refresh_dense).
+        self._dense_reading: dict[str, asyncio.Future[None]] = {}
         # Per board: (the boards it was read from, its order), see _order().
         self._orders: dict[str, tuple[Any, tuple[bool, bool]]] = {}
 
@@ -1536,13 +1565,8 @@ class LiveReader:
         self._last_bases = bases
         key = (bases[0], int(stamp[-2]), int(stamp[-1]))
         changes = self._dense_changes(board, key, parts)
-        stale = changes.stale(positions)
-        if stale:
-            decoded = await self._dense_parts(board, base, stale)
-            if decoded is None:
-                return None  # rebased since the stamp
-            for p, part in zip(stale, decoded, strict=True):
-                changes.parts[p] = part
+        if not await self._refresh_dense(board, base, changes, positions):
+            return None  # rebased since the stamp
         as_of, counts = changes.counts(base.segment)
         segment = base.segment
         distinct = segment.distinct_above(score) if segment is not None else 0
@@ -1601,6 +1625,48 @@ class LiveReader:
             if counted is not None and counted["asOf"] == me["asOf"]:
                 distinct = counted["distinct"]
         return {**me, "distinct": distinct}
+
+    async def _refresh_dense(
+        self,
+        board: str,
+        base: Base,
+        changes: DenseChanges,
+        positions: list[int],
+    ) -> bool:
+        """Read the parts of ``changes`` that are not at ``positions`` again, once
+        (a part read again may be newer than ``positions``: the callers compare
+        ``asOf``); False when a partition was rebased since.
+
+        While another read whole of the board is in flight in this worker, wait
+        for it first, and read only what it left older than ``positions``: a read
+        whole costs Redis time in proportion to the changes (about a second at
+        1 M changed players), and a burst of cold dense reads, each reading every
+        changed-set whole, blocked Redis for every client at the seeds' scale
+        (bench/RESULTS.md, "Reads at the seeds' scale")."""
+        stale = changes.stale(positions)
+        pending = self._dense_reading.get(board)
+        if stale and pending is not None:
+            await asyncio.shield(pending)
+            stale = [
+                p
+                for p in stale
+                if (part := changes.parts[p]) is None or part.position < positions[p]
+            ]
+        if not stale:
+            return True
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        mine = self._dense_reading.setdefault(board, done) is done
+        try:
+            decoded = await self._dense_parts(board, base, stale)
+            if decoded is None:
+                return False
+            for p, part in zip(stale, decoded, strict=True):
+                changes.parts[p] = part
+            return True
+        finally:
+            if mine:
+                del self._dense_reading[board]
+            done.set_result(None)
 
     def _dense_changes(
         self, board: str, key: tuple[int, int, int], partitions: int

@@ -5,6 +5,7 @@ every answer still equals the offline sort, on one server and on a cluster."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,45 @@ def test_dense_reads_reuse_unmoved_partitions_and_follow_every_change(
     send(api, oracle, "p0", 1, 1)
     assert dense_ranks(api, visible) == oracle.dense(BOARD)
     assert live._dense[BOARD].key[0] == 2
+
+
+def test_a_burst_of_cold_dense_reads_reads_the_changed_sets_once(
+    api: SignedClient, redis_client: redis.Redis, settings: Any
+) -> None:
+    """Concurrent dense reads that all find the board's changed-sets unread wait
+    for one read whole of them (at 1 M changed players each read whole costs Redis
+    about a second; a burst of them blocked it for every client), and each still
+    answers what the offline sort says."""
+    oracle = Oracle(OPTIONS_RULES)
+    for player, points in (("p0", 10), ("p1", 10), ("p2", 5), ("p3", 0)):
+        send(api, oracle, player, 0, points)
+    state = (
+        positions(redis_client, settings.partitions),
+        {b: oracle.totals(b) for b in ALL_BOARDS},
+        oracle.versions(),
+    )
+    publish(api, redis_client, state, 1, settings.partitions)
+    send(api, oracle, "p3", 1, 7)
+    send(api, oracle, "p4", 0, 10)
+    live = api.client.app.state.live
+    reads_whole: list[list[int]] = []
+    read_whole = live._read_whole
+
+    async def counted(board: str, partitions: list[int]) -> list[list[Any]]:
+        reads_whole.append(list(partitions))
+        return await read_whole(board, partitions)
+
+    live._read_whole = counted
+    scores = sorted(set(oracle.totals(BOARD).values()))
+
+    async def burst() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(live.above(BOARD, s) for s in scores * 8)))
+
+    answers = api.client.portal.call(burst)  # type: ignore[attr-defined]
+    # One read whole of every partition, not one per read.
+    assert len(reads_whole) == 1, reads_whole
+    assert sorted(reads_whole[0]) == list(range(settings.partitions))
+    totals = oracle.totals(BOARD)
+    for score, answer in zip(scores * 8, answers, strict=True):
+        assert answer["above"] == sum(1 for t in totals.values() if t > score)
+        assert answer["distinct"] == len({t for t in totals.values() if t > score})
