@@ -689,6 +689,26 @@ class GcPauses:
         }
 
 
+def redis_forks(client: Any) -> dict[str, Any]:
+    """Forks and AOF rewrites (counted since the last CONFIG RESETSTAT): a rewrite
+    forks the whole dataset and its child takes a core, which on this 2-core
+    machine shows as a latency tail of whatever runs meanwhile (the single POSTs
+    after `make bench`'s batch phase has grown the AOF; reads)."""
+    info = client.info("persistence") | client.info("stats")
+    return {
+        k: info.get(k)
+        for k in (
+            "total_forks",
+            "latest_fork_usec",
+            "aof_rewrites",
+            "aof_rewrite_in_progress",
+            "aof_last_rewrite_time_sec",
+            "aof_last_bgrewrite_status",
+            "rdb_bgsave_in_progress",
+        )
+    }
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

@@ -48,6 +48,7 @@ from bench.harness import (
     bench_games,
     bench_speed_layer,
     free_port,
+    redis_forks,
     report_head,
     score_path,
     signed,
@@ -300,23 +301,6 @@ def redis_facts(client: redis.Redis) -> dict[str, Any]:
         "keys": client.dbsize(),
         "aof_enabled": info.get("aof_enabled"),
         "appendfsync": client.config_get("appendfsync").get("appendfsync"),
-    }
-
-
-def redis_forks(client: redis.Redis) -> dict[str, Any]:
-    """Forks and AOF rewrites since the last CONFIG RESETSTAT: a rewrite forks the
-    whole dataset and its child takes a core, which on this 2-core machine shows
-    as the single POSTs' tail after the batch phase has grown the AOF."""
-    info = client.info("persistence") | client.info("stats")
-    return {
-        k: info.get(k)
-        for k in (
-            "total_forks",
-            "latest_fork_usec",
-            "aof_rewrites",
-            "aof_rewrite_in_progress",
-            "aof_last_rewrite_time_sec",
-        )
     }
 
 

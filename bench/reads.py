@@ -87,6 +87,7 @@ from bench.harness import (
     free_port,
     loadavg,
     percentile,
+    redis_forks,
     report_head,
     stack_env,
     start_stack,
@@ -1654,21 +1655,6 @@ async def measure(
 ) -> dict[str, Any]:
     import aiohttp
 
-    def redis_events() -> dict[str, Any]:
-        """Forks and AOF rewrites: a background rewrite stalls reads on 2 cores."""
-        info = r.info("persistence") | r.info("stats")
-        return {
-            k: info.get(k)
-            for k in (
-                "total_forks",
-                "latest_fork_usec",
-                "aof_rewrite_in_progress",
-                "aof_rewrites",
-                "rdb_bgsave_in_progress",
-                "aof_last_bgrewrite_status",
-            )
-        }
-
     n = gen_truth.n
     rng = random.Random(args.seed + 7)
     checker = Checker()
@@ -1793,7 +1779,7 @@ async def measure(
                     else None
                 )
                 meter = CpuMeter(pids)
-                redis_before = redis_events()
+                redis_before = redis_forks(r)
                 api_gc_before = gc_pauses(url)
                 with MachineSampler(pids) as sampler:
                     result = await open_loop(
@@ -1812,7 +1798,7 @@ async def measure(
                 result["machine"] = sampler.between(t0, t0 + args.seconds + 1)
                 result["slow"] = sampler.explain(t0, result["slow"])
                 result["redis_before"] = redis_before
-                result["redis_after"] = redis_events()
+                result["redis_after"] = redis_forks(r)
                 result["loadavg_before"], result["loadavg_after"] = before, loadavg()
                 if prof:
                     prof[0].wait(timeout=args.seconds + 30)

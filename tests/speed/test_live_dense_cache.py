@@ -15,13 +15,11 @@ import redis
 from speed.partitions import partition_of
 from tests.conftest import BACKENDS, SignedClient
 from tests.support.live import (
-    ALL_BOARDS,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
     options_settings,
-    positions,
-    publish,
+    publish_oracle,
     send,
 )
 from tests.support.shadow import flag
@@ -55,12 +53,7 @@ def test_dense_reads_reuse_unmoved_partitions_and_follow_every_change(
     # Ties in the base: 10 held by p0, p1, p2; 5 by p3 alone; 0 by p4.
     for player, points in (("p0", 10), ("p1", 10), ("p2", 10), ("p3", 5), ("p4", 0)):
         send(api, oracle, player, 0, points)
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 1, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 1, settings.partitions)
     # After it: p3 leaves 5 (gone), p5 arrives at 7 (added).
     send(api, oracle, "p3", 1, 3)
     send(api, oracle, "p5", 0, 7)
@@ -91,12 +84,7 @@ def test_dense_reads_reuse_unmoved_partitions_and_follow_every_change(
     assert dense_ranks(api, visible) == oracle.dense(BOARD)
 
     # A publish (the rebase): read again against the new base.
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 2, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 2, settings.partitions)
     send(api, oracle, "p0", 1, 1)
     assert dense_ranks(api, visible) == oracle.dense(BOARD)
     assert live._dense[BOARD].key[0] == 2
@@ -112,12 +100,7 @@ def test_a_burst_of_cold_dense_reads_reads_the_changed_sets_once(
     oracle = Oracle(OPTIONS_RULES)
     for player, points in (("p0", 10), ("p1", 10), ("p2", 5), ("p3", 0)):
         send(api, oracle, player, 0, points)
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 1, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 1, settings.partitions)
     send(api, oracle, "p3", 1, 7)
     send(api, oracle, "p4", 0, 10)
     live = api.client.app.state.live

@@ -16,13 +16,11 @@ import redis
 from speed.live import LiveReader
 from tests.conftest import SignedClient
 from tests.support.live import (
-    ALL_BOARDS,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
     options_settings,
-    positions,
-    publish,
+    publish_oracle,
     send,
 )
 from tests.support.shadow import flag
@@ -104,12 +102,7 @@ def test_fused_and_per_partition_reads_agree(
     send(api, oracle, "Zed", 0, 7)
     check(api, readers, oracle, set())
 
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 1, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 1, settings.partitions)
     check(api, readers, oracle, set())
     # Changed players after the base: into a tie, out of one, new players.
     send(api, oracle, "p3", 1, 5)
@@ -122,12 +115,7 @@ def test_fused_and_per_partition_reads_agree(
     check(api, readers, oracle, {"p1"})
 
     # A rebase between reads: the readers assume generation 1 and read again.
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 2, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 2, settings.partitions)
     send(api, oracle, "p0", 1, 3)
     send(api, oracle, "p2", 1, 1)
     check(api, readers, oracle, {"p1"})

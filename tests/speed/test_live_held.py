@@ -16,13 +16,11 @@ import speed.live
 from speed.partitions import EPOCH_KEY, partition_of
 from tests.conftest import SignedClient
 from tests.support.live import (
-    ALL_BOARDS,
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
     options_settings,
-    positions,
-    publish,
+    publish_oracle,
     send,
 )
 from tests.support.shadow import flag
@@ -69,12 +67,7 @@ def test_held_changed_sets_follow_every_write_shadow_and_publish(
     oracle = Oracle(OPTIONS_RULES)
     for player, points in (("p0", 10), ("p1", 10), ("p2", 10), ("p3", 5), ("p4", 0)):
         send(api, oracle, player, 0, points)
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 1, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 1, settings.partitions)
     send(api, oracle, "p3", 1, 3)
     send(api, oracle, "p5", 0, 7)
     reads(api, oracle)
@@ -123,12 +116,7 @@ def test_held_changed_sets_follow_every_write_shadow_and_publish(
     reads(api, oracle)
 
     # A publish (the rebase) between reads: counted against the new base.
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 2, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 2, settings.partitions)
     send(api, oracle, "p0", 1, 1)
     reads(api, oracle)
     assert all(

@@ -36,6 +36,7 @@ from tests.support.live import (
     games_settings,
     positions,
     publish,
+    publish_oracle,
     region,
 )
 from tests.support.shadow import admin, flag
@@ -412,12 +413,7 @@ def test_rebasing_twice_is_stale_and_leaves_no_staged_keys(
     oracle = Oracle(OPTIONS_RULES)
     api.post("/v1/score-events", event(playerId="p0", region=region("p0")))
     oracle.apply("p0", "E77", "M91", 1, 30)
-    state = (
-        positions(redis_client, settings.partitions),
-        {b: oracle.totals(b) for b in ALL_BOARDS},
-        oracle.versions(),
-    )
-    publish(api, redis_client, state, 1, settings.partitions)
+    publish_oracle(api, redis_client, oracle, 1, settings.partitions)
     generation = api.client.app.state.generations.by_number(1)
     report = rebase(redis_client, generation, settings.partitions)
     assert all(o.startswith("stale") for o in report.partitions.values())

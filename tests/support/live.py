@@ -248,3 +248,20 @@ def publish(
     assert generation is not None
     report = rebase(client, generation, partitions)
     assert set(report.partitions.values()) == {"ok"}
+
+
+def publish_oracle(
+    api: SignedClient,
+    client: redis.Redis,
+    oracle: Oracle,
+    number: int,
+    partitions: int,
+) -> None:
+    """:func:`publish` of generation ``number`` at the partitions' positions now,
+    with the oracle's totals and versions there."""
+    state = (
+        positions(client, partitions),
+        {b: oracle.totals(b) for b in ALL_BOARDS},
+        oracle.versions(),
+    )
+    publish(api, client, state, number, partitions)
