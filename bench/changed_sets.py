@@ -186,7 +186,8 @@ def measure(
     for p in range(settings.partitions):
         keys = Keys(p)
         chz += usage(keys.changed_live(board))
-        chb += usage(keys.changed_snapshot(board))
+        # With its per-block counts (lib/changed_counts.lua): same side.
+        chb += usage(keys.changed_snapshot(board)) + usage(keys.changed_counts(board))
         tot += usage(keys.totals(board))
         entries += int(client.hlen(keys.totals(board)))
         members = client.zrange(keys.changed_live(board), 0, -1)

@@ -1505,7 +1505,8 @@ def memory_report(
             base = f"lb:{{p{p}}}"
             chz += usage(f"{base}:chz:{board}")
             # The snapshot side (Keys.changed_snapshot): a bitmap of base rows.
-            chb += usage(f"{base}:chb:{board}")
+            # With its per-block counts (lib/changed_counts.lua): same side.
+            chb += usage(f"{base}:chb:{board}") + usage(f"{base}:chc:{board}")
             fw += usage(f"{base}:fw:{board}")
             bk += usage(f"{base}:bk:{board}")
             tot += usage(f"{base}:tot:{board}")

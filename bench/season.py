@@ -62,6 +62,7 @@ def season_keys(client: redis.Redis, partitions: int, boards: list[str]) -> list
                 keys.totals(board),
                 keys.changed_live(board),
                 keys.changed_snapshot(board),
+                keys.changed_counts(board),
                 keys.fenwick(board),
                 keys.buckets(board),
             ]

@@ -80,6 +80,7 @@ def drop_board_keys(
                 keys.totals(board),
                 keys.changed_live(board),
                 keys.changed_snapshot(board),
+                keys.changed_counts(board),
                 keys.fenwick(board),
                 keys.buckets(board),
                 keys.staged_buckets(board),

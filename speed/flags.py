@@ -102,6 +102,7 @@ async def set_flag(
                     "totals": keys.totals(board),
                     "chz": keys.changed_live(board),
                     "chb": keys.changed_snapshot(board),
+                    "chc": keys.changed_counts(board),
                     "fw": keys.fenwick(board),
                     "bk": keys.buckets(board),
                 }

@@ -557,6 +557,7 @@ def _changed_keys(keys: Keys, board: str) -> dict[str, str]:
         "position": keys.position,
         "chz": keys.changed_live(board),
         "chb": keys.changed_snapshot(board),
+        "chc": keys.changed_counts(board),
     }
 
 
@@ -901,7 +902,7 @@ class LiveReader:
                     for p, g in enumerate(groups)
                 )
             ]
-            assert [c[:4] for c in counts] == window
+            assert [c[:5] for c in counts] == window
             cached = self._board_keys[board] = (window, counts)
             while len(self._board_keys) > KEYED_BOARDS:
                 self._board_keys.popitem(last=False)

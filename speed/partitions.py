@@ -61,6 +61,11 @@ def tag(partition: int) -> str:
     return f"{{p{partition}}}"
 
 
+# Rows per counter of a changed-set's per-block counts (Keys.changed_counts): the
+# same number as lib/changed_counts.lua's CHANGED_BLOCK_ROWS (a unit test holds it).
+CHANGED_BLOCK_ROWS = 1 << 16
+
+
 class Keys:
     """Key names of one partition. Player and event ids may contain ':' safely:
     they are always the last component of a key."""
@@ -147,6 +152,12 @@ class Keys:
         bit L set when the partition's L-th base player (display order) is changed
         since the base, or shadowed; its base row then leaves the live merge."""
         return f"{self.base}:chb:{board}"
+
+    def changed_counts(self, board: str) -> str:
+        """The set bits of :meth:`changed_snapshot` per block of
+        ``CHANGED_BLOCK_ROWS`` rows, BITFIELD u32 slots (lib/changed_counts.lua):
+        a prefix count of the bitmap reads them and one block."""
+        return f"{self.base}:chc:{board}"
 
     def fenwick(self, board: str) -> str:
         """BITFIELD of i32 Fenwick counters over the board's buckets."""

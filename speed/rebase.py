@@ -244,6 +244,7 @@ def rebase(
                         "totals": keys.totals(board),
                         "chz": keys.changed_live(board),
                         "chb": keys.changed_snapshot(board),
+                        "chc": keys.changed_counts(board),
                         "fw": keys.fenwick(board),
                         "bk": keys.buckets(board),
                         "bk_next": keys.staged_buckets(board),

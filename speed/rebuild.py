@@ -66,7 +66,14 @@ from speed.baserows import base_row, partition_rows
 from speed.closed import final_boards
 from speed.connection import sync_client
 from speed.events import fingerprint_of_logged, parse_rfc3339
-from speed.partitions import EPOCH_KEY, KEY_PREFIX, Keys, encode_entry, tag
+from speed.partitions import (
+    CHANGED_BLOCK_ROWS,
+    EPOCH_KEY,
+    KEY_PREFIX,
+    Keys,
+    encode_entry,
+    tag,
+)
 from speed.rebase import bucket_lowers, partition_counts
 from speed.records import (
     EPOCHS_FIELD,
@@ -87,7 +94,7 @@ from speed.server import resolve_redis_url
 
 MAX_ATTEMPTS = 10
 # Per-board structures that are built aside and switched in by renaming.
-BOARD_STRUCTURES = ("tot", "chz", "chb", "fw", "bk")
+BOARD_STRUCTURES = ("tot", "chz", "chb", "chc", "fw", "bk")
 # Item statuses of a log record whose board was recorded but not applied.
 NOT_APPLIED = frozenset({"late-review", "quarantined"})
 PIPELINE_CHUNK = 2000
@@ -448,6 +455,27 @@ def rows_bitmap(rows: Iterable[int]) -> bytes:
     return np.packbits(bits).tobytes()
 
 
+def rows_block_counts(rows: Iterable[int]) -> bytes:
+    """The per-block counts of :func:`rows_bitmap`'s bits as the changed-set's
+    counts key holds them (speed/partitions.py ``Keys.changed_counts``): a
+    big-endian u32 per block of CHANGED_BLOCK_ROWS rows, up to the last block with
+    a bit."""
+    listed = list(rows)
+    if not listed:
+        return b""
+    blocks = np.bincount(np.array(listed, dtype=np.int64) // CHANGED_BLOCK_ROWS)
+    return blocks.astype(">u4").tobytes()
+
+
+def block_counts(raw: bytes) -> list[int]:
+    """The counters of a per-block counts string (:func:`rows_block_counts`'s
+    format), without the trailing zero ones."""
+    counts = np.frombuffer(raw[: len(raw) // 4 * 4], dtype=">u4").astype(int).tolist()
+    while counts and counts[-1] == 0:
+        counts.pop()
+    return counts  # type: ignore[no-any-return]
+
+
 def bitmap_rows(bitmap: bytes) -> list[int]:
     """The set bits of a SETBIT bitmap, ascending."""
     if not bitmap:
@@ -568,6 +596,7 @@ def live_key(keys: Keys, structure: str, board: str) -> str:
         "tot": keys.totals,
         "chz": keys.changed_live,
         "chb": keys.changed_snapshot,
+        "chc": keys.changed_counts,
         "fw": keys.fenwick,
         "bk": keys.buckets,
     }[structure](board)
@@ -682,6 +711,24 @@ def diff_partition(
                     row in want_rows,
                 )
             )
+        # The bitmap's per-block counts (lib/changed_counts.lua): absent they are
+        # derived from the bitmap by its next writer, so only stored ones differ.
+        stored_counts: bytes | None = client.get(  # type: ignore[assignment]
+            keys.changed_counts(board)
+        )
+        if stored_counts is not None:
+            have_blocks = block_counts(stored_counts)
+            want_blocks = block_counts(rows_block_counts(want_rows))
+            if have_blocks != want_blocks:
+                out.append(
+                    Difference(
+                        p,
+                        board,
+                        "changed-set snapshot counts per block",
+                        live=have_blocks,
+                        rebuilt=want_blocks,
+                    )
+                )
         want_counts = want.counts if want else []
         raw: bytes | None = client.get(keys.fenwick(board))  # type: ignore[assignment]
         have_counts = fenwick_counts(raw, len(raw) // 4) if raw else []
@@ -867,6 +914,7 @@ def stage_partition(
             )
         if b.changed_snapshot:
             pipe.set(staged["chb"], rows_bitmap(b.changed_snapshot))
+            pipe.set(staged["chc"], rows_block_counts(b.changed_snapshot))
         pipe.set(staged["fw"], b.fenwick)
         if b.buckets:
             pipe.zadd(staged["bk"], b.buckets)

@@ -206,8 +206,9 @@ class ScriptInterface:
 APPLY_EVENT = ScriptInterface(
     name="apply_event",
     keys=("log", "position", "flags", "quarantine", "base"),
-    # chb: the snapshot side of the changed-set, a bitmap over base rows.
-    key_group=("totals", "chz", "chb", "fw", "bk"),
+    # chb: the snapshot side of the changed-set, a bitmap over base rows; chc:
+    # its set bits per block of rows (lib/changed_counts.lua).
+    key_group=("totals", "chz", "chb", "chc", "fw", "bk"),
     argv=(
         "now_ms",
         "retention",
@@ -333,7 +334,7 @@ FLAG_PLAYER = ScriptInterface(
     name="flag_player",
     # flags_version: moved by the script itself (the read caches' stamp).
     keys=("flags", "base", "flags_version"),
-    key_group=("totals", "chz", "chb", "fw", "bk"),
+    key_group=("totals", "chz", "chb", "chc", "fw", "bk"),
     argv=("player", "action", "expected_generation", "n_boards"),
     # base_version: the pair's version in the base ("" when not in it or none): a
     # player shadowed without a total in Redis gets one (the next generation
@@ -358,7 +359,7 @@ LIVE_COUNTS = ScriptInterface(
     # call, keys of one slot) the group's position key stands in: nothing is
     # known there (known ""), so what it holds is never compared.
     keys=("epoch",),
-    key_group=("base", "position", "chz", "chb", "totals", "flags_version"),
+    key_group=("base", "position", "chz", "chb", "chc", "totals", "flags_version"),
     # expected: the total the caller guessed for verify_player ("" none): when
     # that player holds another, the reply is {"moved", its total} alone.
     argv=("above", "before", "expected"),
@@ -463,7 +464,7 @@ READ_STAMP = ScriptInterface(
 LIVE_WINDOW = ScriptInterface(
     name="live_window",
     # One group per partition read (see LIVE_COUNTS); one reply list per group.
-    key_group=("base", "position", "chz", "chb"),
+    key_group=("base", "position", "chz", "chb", "chc"),
     argv=("forward_start", "forward_limit", "backward_start", "backward_limit"),
     # snapshot_first / snapshot_stop: local base rows [first, stop) whose changed
     # bits to return (speed/baserows.py).
@@ -482,7 +483,7 @@ LIVE_WINDOW = ScriptInterface(
 REBASE_PARTITION = ScriptInterface(
     name="rebase_partition",
     keys=("base", "log", "landed", "flags", "position"),
-    key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next"),
+    key_group=("totals", "chz", "chb", "fw", "bk", "bk_next", "cnt_next", "chc"),
     # drop_json: per board, players whose totals leave Redis unless changed after
     # the boundary or shadowed (the generation holds their score and version).
     # drop_records: 1 when the generation has a landed records index

@@ -286,6 +286,7 @@ class SpeedLayer:
                     keys.totals(board),
                     keys.changed_live(board),
                     keys.changed_snapshot(board),
+                    keys.changed_counts(board),
                     keys.fenwick(board),
                     keys.buckets(board),
                 ],

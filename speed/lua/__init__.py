@@ -18,9 +18,20 @@ def _fragment(name: str) -> str:
     return resources.files(__package__).joinpath("lib", f"{name}.lua").read_text()
 
 
-def include(code: str) -> str:
-    """``code`` with each ``--#include <name>`` line replaced by its fragment."""
-    return _INCLUDE.sub(lambda m: _fragment(m.group(1)), code)
+def include(code: str, seen: set[str] | None = None) -> str:
+    """``code`` with each ``--#include <name>`` line replaced by its fragment, the
+    fragments' own includes too; a fragment is included once per script (a
+    second ``local function`` of the same name would shadow the first)."""
+    done: set[str] = set() if seen is None else seen
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in done:
+            return ""
+        done.add(name)
+        return include(_fragment(name), done)
+
+    return _INCLUDE.sub(expand, code)
 
 
 def load(name: str) -> str:

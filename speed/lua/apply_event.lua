@@ -21,6 +21,7 @@
 --   chb      changed-set, snapshot side: bitmap over the partition's rows of the base
 --            segment (speed/baserows.py), bit L set when the partition's L-th base
 --            player is changed (or shadowed): its base row leaves the live merge
+--   chc      chb's set bits per block of rows (lib/changed_counts.lua)
 --   fw       Fenwick tree of player counts per bucket (BITFIELD i32, slot #(i-1))
 --   bk       bucket boundaries: zset member "<index>/<bucket count>", score = lower
 -- Per event (EV_KEY, from the event's key_at): rate-limit bucket, recent matches,
@@ -132,7 +133,8 @@ for i = 1, n_boards do
     -- points.
     sign = tonumber(ARGV[a + ARG_GROUP.sign]),
     totals = KEYS[k + KEY_GROUP.totals], chz = KEYS[k + KEY_GROUP.chz],
-    chb = KEYS[k + KEY_GROUP.chb], fw = KEYS[k + KEY_GROUP.fw],
+    chb = KEYS[k + KEY_GROUP.chb], chc = KEYS[k + KEY_GROUP.chc],
+    fw = KEYS[k + KEY_GROUP.fw],
     bk = KEYS[k + KEY_GROUP.bk],
     wanted = {}, wanted_list = {}, cur = {}, in_chz = {}, first = {}, bucket = {}, row = {},
     base = {}, probed = {},
@@ -209,6 +211,8 @@ local key_rate_at = #KEYS - n_events
 --#include records
 
 --#include members
+
+--#include changed_counts
 
 -- A player's member on board b. The board decides whether the member carries the
 -- time, not the value (unlike member_of, on purpose: a first_achieved total always
@@ -860,7 +864,15 @@ for _, b in ipairs(boards) do
       redis.call("ZREM", b.chz, unpack(chz_remove))
     end
     if #chb_set > 0 then
-      redis.call("BITFIELD", b.chb, unpack(chb_set))
+      ensure_changed_counts(b.chb, b.chc)
+      local before = redis.call("BITFIELD", b.chb, unpack(chb_set))
+      local turned = {}
+      for i, old in ipairs(before) do
+        if old == 0 then
+          turned[#turned + 1] = chb_set[4 * i - 1]
+        end
+      end
+      count_set_rows(b.chc, turned)
     end
     if #chz_add > 0 then
       redis.call("ZADD", b.chz, unpack(chz_add))

@@ -63,10 +63,21 @@ local function fenwick_update(fw, bk, score, delta)
   redis.call("BITFIELD", fw, unpack(fenwick_ops(nodes)))
 end
 
+--#include changed_counts
+
+-- The base row leaves the live merge: its bit of chb, counted in chc.
+local function set_changed_row(chb, chc, row)
+  ensure_changed_counts(chb, chc)
+  if redis.call("SETBIT", chb, row, 1) == 0 then
+    count_set_rows(chc, {row})
+  end
+end
+
 local touched = 0
 for i = 1, n do
   local k = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
   local totals, chz, chb = KEYS[k + KEY_GROUP.totals], KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
+  local chc = KEYS[k + KEY_GROUP.chc]
   local fw, bk = KEYS[k + KEY_GROUP.fw], KEYS[k + KEY_GROUP.bk]
   local a = ARG_GROUP.start + (i - 1) * ARG_GROUP.size
   local base = tonumber(ARGV[a + ARG_GROUP.base_score])
@@ -96,13 +107,13 @@ for i = 1, n do
         fenwick_update(fw, bk, total, -1)
       elseif base ~= nil then
         -- Unchanged since the base: counted through the base row, now hidden.
-        redis.call("SETBIT", chb, base_row, 1)
+        set_changed_row(chb, chc, base_row)
         fenwick_update(fw, bk, base, -1)
       end
     else
       redis.call("ZADD", chz, 0, member(total, achieved))
       if base ~= nil then
-        redis.call("SETBIT", chb, base_row, 1)
+        set_changed_row(chb, chc, base_row)
       end
       fenwick_update(fw, bk, total, 1)
     end

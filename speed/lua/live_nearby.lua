@@ -73,7 +73,9 @@ for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
     )
     if top ~= "" then
       part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
-      part[#part + 1] = changed_rows_before(KEYS[k + KEY_GROUP.chb], tonumber(ARGV[a + ARG_GROUP.chb_top]))
+      part[#part + 1] = changed_rows_prefix(
+        KEYS[k + KEY_GROUP.chb], KEYS[k + KEY_GROUP.chc], tonumber(ARGV[a + ARG_GROUP.chb_top])
+      )
     else
       part[#part + 1] = 0
       part[#part + 1] = 0

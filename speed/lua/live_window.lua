@@ -4,7 +4,7 @@
 -- One call names every partition on one Redis server; one per partition (one
 -- group) on a Redis Cluster (speed/live.py LiveReader).
 --
--- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb
+-- KEYS: per partition (KEY_GROUP): base hash, position counter, chz, chb, chc
 -- ARGV: forward start bound, forward limit, backward start bound, backward limit
 --       (ZRANGEBYLEX syntax: "-", "+", "[x", "(x"; a limit of 0 skips that read),
 --       then per partition (ARG_GROUP) first and stop of a range [first, stop) of
@@ -18,6 +18,8 @@ local forward_limit = tonumber(ARGV[ARG.forward_limit])
 local backward_limit = tonumber(ARGV[ARG.backward_limit])
 
 --#include changed_rows
+
+--#include changed_counts
 
 local out = {}
 local a = ARG_GROUP.start
@@ -33,7 +35,7 @@ for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
   out[#out + 1] = {
     tonumber(redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"),
     tonumber(redis.call("GET", KEYS[k + KEY_GROUP.position]) or "0"),
-    redis.call("ZCARD", chz), redis.call("BITCOUNT", chb),
+    redis.call("ZCARD", chz), changed_rows_total(chb, KEYS[k + KEY_GROUP.chc]),
     forward, backward,
     changed_rows(chb, tonumber(ARGV[a + ARG_GROUP.snapshot_first]), tonumber(ARGV[a + ARG_GROUP.snapshot_stop])),
   }

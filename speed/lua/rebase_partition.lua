@@ -6,7 +6,8 @@
 -- KEYS[4] flags hash (playerId -> "shadow"): shadowed players stay out of chz and the
 --         Fenwick tree; one the generation still holds gets its chb bit (hidden)
 -- KEYS[5] position counter (the closed record epoch's highest position)
--- then per board (7 keys each, from KEYS[6]): totals, chz, chb, fw, bk, bk-next, cnt-next
+-- then per board (8 keys each, from KEYS[6]): totals, chz, chb, fw, bk, bk-next, cnt-next,
+--         chc (lib/changed_counts.lua)
 -- ARGV: generation number, boundary position, nBoards, snapshot JSON
 --       {"<board>": {"<playerId>": [score, achievedMs | null, local row] | null}}
 --       for the players changed after the boundary: their score in the new
@@ -85,6 +86,8 @@ end
 
 --#include epochs
 
+--#include changed_counts
+
 local shadowed = {}
 local flags = redis.call("HGETALL", KEYS[KEY.flags])
 for i = 1, #flags, 2 do
@@ -101,6 +104,7 @@ for i = 1, n do
   local chb, fw = KEYS[k + KEY_GROUP.chb], KEYS[k + KEY_GROUP.fw]
   local bk, bk_next = KEYS[k + KEY_GROUP.bk], KEYS[k + KEY_GROUP.bk_next]
   local cnt_next = KEYS[k + KEY_GROUP.cnt_next]
+  local chc = KEYS[k + KEY_GROUP.chc]
 
   local lowers = {}
   local raw = redis.call("ZRANGE", bk_next, 0, -1, "WITHSCORES")
@@ -132,7 +136,7 @@ for i = 1, n do
     return found
   end
 
-  redis.call("DEL", chz, chb)
+  redis.call("DEL", chz, chb, chc)
   local live_members, snap_rows = {}, {}
   for player in pairs(tail[board] or {}) do
     local cur = redis.call("HGET", totals, player)
@@ -196,6 +200,8 @@ for i = 1, n do
     end
     redis.call("BITFIELD", chb, unpack(ops))
   end
+  -- The new bitmap's counts per block (lib/changed_counts.lua), from the bits.
+  ensure_changed_counts(chb, chc)
 
   -- Linear-time Fenwick build from the counts (a whole new tree: not fenwick_add's
   -- point updates, on purpose), written as one big-endian i32 string.

@@ -33,6 +33,7 @@ from tests.support.live import (
     OPTIONS_RULES,
     PLAYERS,
     Oracle,
+    assert_changed_counts,
     games_settings,
     positions,
     publish,
@@ -144,7 +145,9 @@ def check(
     hidden: frozenset[str] = frozenset(),
 ) -> None:
     """Every game's reads; a shadowed player is hidden in every game (flags are
-    the deployment's)."""
+    the deployment's). And every changed-set's per-block counts equal its bits
+    (lib/changed_counts.lua: what the prefix counts of large boards read)."""
+    assert_changed_counts(client)
     for game, oracle in oracles.items():
         check_game(
             api, client, oracle, f"/v1/games/{game}", limit, radius, partitions, hidden

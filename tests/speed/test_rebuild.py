@@ -130,6 +130,17 @@ def test_rebuild_after_wipe_restores_identical_answers(
     # A rebuild of an intact speed layer finds nothing to change.
     intact = run_rebuild(settings, spark=spark, dry_run=True)
     assert intact.differences == [], [str(d) for d in intact.differences[:5]]
+    # A per-block count of a changed-set bitmap that drifted from its bits is
+    # named (speed/lua/lib/changed_counts.lua: the live counts read them).
+    counted = sorted(redis_client.scan_iter(match="lb:*:chc:*"))
+    assert counted, "the premise: players on the base changed since it"
+    saved = redis_client.get(counted[0])
+    redis_client.execute_command("BITFIELD", counted[0], "INCRBY", "u32", "#0", 1)
+    drift = run_rebuild(settings, spark=spark, dry_run=True)
+    assert [d.what for d in drift.differences] == [
+        "changed-set snapshot counts per block"
+    ]
+    redis_client.set(counted[0], saved)
 
     wipe_all_but_logs(redis_client)
     # The command line: `lb rebuild --dry-run` prints the diff and changes nothing.

@@ -40,6 +40,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         "position": keys.position,
         "chz": keys.changed_live(BOARD),
         "chb": keys.changed_snapshot(BOARD),
+        "chc": keys.changed_counts(BOARD),
     }
     # Partition 1 (empty) after partition 0: one reply per group, in order.
     other = Keys(1)
@@ -48,6 +49,7 @@ def test_read_script_replies_have_declared_fields(redis_client: redis.Redis) -> 
         "position": other.position,
         "chz": other.changed_live(BOARD),
         "chb": other.changed_snapshot(BOARD),
+        "chc": other.changed_counts(BOARD),
     }
     both = run(
         redis_client,
@@ -501,6 +503,7 @@ def test_counting_in_a_held_changed_set_equals_redis(
         "position": keys.position,
         "chz": chz,
         "chb": chb,
+        "chc": keys.changed_counts(BOARD),
         "totals": keys.totals(BOARD),
         "flags_version": keys.flags_version,
     }

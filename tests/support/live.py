@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import redis
 
 from api.segments import GenerationRegistry
 from conf.boards import board_rules
 from conf.settings import Settings
-from speed.partitions import Keys
+from speed.partitions import CHANGED_BLOCK_ROWS, KEY_PREFIX, Keys
 from speed.rebase import rebase
 from tests.support.clients import SignedClient, event
 from tests.support.segments import write_generation
@@ -265,3 +266,29 @@ def publish_oracle(
         oracle.versions(),
     )
     publish(api, client, state, number, partitions)
+
+
+def assert_changed_counts(client: redis.Redis) -> None:
+    """Every changed-set bitmap's per-block counts (Keys.changed_counts) equal its
+    set bits per block of CHANGED_BLOCK_ROWS rows; a bitmap without counts has no
+    set bit (lib/changed_counts.lua's invariant, which every writer keeps)."""
+    for key in client.scan_iter(match=f"{KEY_PREFIX}:*:chb:*", count=1000):
+        name = key.decode()
+        bitmap: bytes = client.get(name) or b""  # type: ignore[assignment]
+        bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8))
+        per_block = (
+            np.add.reduceat(
+                bits.astype(np.int64),
+                np.arange(0, max(len(bits), 1), CHANGED_BLOCK_ROWS),
+            )
+            if len(bits)
+            else np.zeros(0, np.int64)
+        )
+        want = per_block.tolist()
+        while want and want[-1] == 0:
+            want.pop()
+        raw: bytes = client.get(name.replace(":chb:", ":chc:", 1)) or b""  # type: ignore[assignment]
+        have = np.frombuffer(raw, dtype=">u4").astype(np.int64).tolist()
+        while have and have[-1] == 0:
+            have.pop()
+        assert have == want, (name, have, want)

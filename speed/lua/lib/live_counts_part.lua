@@ -23,24 +23,7 @@ local function stamps_of_groups()
   return out
 end
 
--- Set bits among the first n base rows of a partition (its chb bitmap).
-local function changed_rows_before(chb, n)
-  if n <= 0 then
-    return 0
-  end
-  return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
-end
-
--- Set bits of chb among rows [first, stop), or from first on when stop is nil.
-local function changed_rows_between(chb, first, stop)
-  if stop == nil then
-    return redis.call("BITCOUNT", chb, first, -1, "BIT")
-  end
-  if stop <= first then
-    return 0
-  end
-  return redis.call("BITCOUNT", chb, first, stop - 1, "BIT")
-end
+--#include changed_counts
 
 -- Whether the player to verify holds another total than the caller guessed
 -- (ARG expected: its guessed total, "" for none): the counts of this call would
@@ -78,6 +61,7 @@ end
 -- none), nil when not read there.
 local function counts_part(k, a, above, before, seen, owner_raw)
   local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
+  local chc = KEYS[k + KEY_GROUP.chc]
   local verified = "1"
   local player = ARGV[a + ARG_GROUP.verify_player]
   if player ~= "" then
@@ -88,12 +72,6 @@ local function counts_part(k, a, above, before, seen, owner_raw)
   end
   local chb_above = tonumber(ARGV[a + ARG_GROUP.chb_above])
   local chb_before = tonumber(ARGV[a + ARG_GROUP.chb_before])
-  -- The bitmap counted in disjoint pieces, [0, above), [above, before) and
-  -- [before, end): each byte read once (a prefix, a longer prefix and the whole
-  -- bitmap read the rows before the entry three times; at 1M base rows a
-  -- partition's bitmap is ~16 KB, so that was most of a live rank's Redis CPU
-  -- after the calls' own cost). before < above does not happen (the entry is at
-  -- or below its score); counted the long way if it does.
   -- As read (strings: a number prints rounded past 14 digits, an epoch is 62 bits).
   local g = redis.call("HGET", KEYS[k + KEY_GROUP.base], "g") or "0"
   local stamp = g .. "|" .. (seen[1] or "0") .. "|" .. (seen[2] or "0") .. "|" .. (seen[3] or "0")
@@ -103,21 +81,13 @@ local function counts_part(k, a, above, before, seen, owner_raw)
     -- The caller holds this changed-set as of the stamp and counts in it itself.
     return {tonumber(g), tonumber(seen[1] or "0"), -1, -1, -1, -1, -1, -1, verified, stamp}
   end
-  local chs_above = changed_rows_before(chb, chb_above)
-  local chs_before
+  -- Each count through chb's per-block counts (lib/changed_counts.lua): a
+  -- BITCOUNT of every row before the entry was O(base rows) per partition.
+  local chs_above = changed_rows_prefix(chb, chc, chb_above)
+  local chs_before = changed_rows_prefix(chb, chc, chb_before)
   local chz_size, chs_size = -1, -1
-  if chb_before >= chb_above then
-    chs_before = chs_above + changed_rows_between(chb, chb_above, chb_before)
-    if sized then
-      chs_size = chs_before + changed_rows_between(chb, math.max(chb_before, 0), nil)
-    end
-  else
-    chs_before = changed_rows_before(chb, chb_before)
-    if sized then
-      chs_size = redis.call("BITCOUNT", chb)
-    end
-  end
   if sized then
+    chs_size = changed_rows_total(chb, chc)
     chz_size = redis.call("ZCARD", chz)
   end
   return {

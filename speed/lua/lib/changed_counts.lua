@@ -1,0 +1,103 @@
+-- Counts of a changed-set's snapshot side per block of base rows, so that "changed
+-- base rows among the first n" costs a few counters and one block's BITCOUNT, not a
+-- BITCOUNT of the whole prefix: at 100 M players a partition's bitmap (chb) is
+-- 12.5 M bits and a prefix count of half of it took 170-224 us of Redis, eight
+-- per live rank (bench/RESULTS.md, "Reads at the seeds' scale").
+--
+-- chc: per block k of CHANGED_BLOCK_ROWS rows of chb, its set bits, as BITFIELD
+-- u32 slot #k (big-endian, 4 bytes each; slots past the string's end are 0).
+-- Invariant: slot k = BITCOUNT of chb's rows [k * B, (k + 1) * B), whenever chc
+-- exists. chc absent: chb has no set bit, or was written by a stack older than
+-- the counts and not touched since (the readers then count chb itself). Every
+-- writer of chb calls ensure_changed_counts before it sets bits (the counts of
+-- an older bitmap, built once) and count_set_rows after (speed/partitions.py
+-- CHANGED_BLOCK_ROWS is the same number).
+local CHANGED_BLOCK_ROWS = 65536
+local CHANGED_BLOCK_BYTES = CHANGED_BLOCK_ROWS / 8
+
+local function ensure_changed_counts(chb, chc)
+  if redis.call("EXISTS", chc) == 1 then
+    return
+  end
+  local bytes = redis.call("STRLEN", chb)
+  local ops = {}
+  for k = 0, math.ceil(bytes / CHANGED_BLOCK_BYTES) - 1 do
+    local first = k * CHANGED_BLOCK_BYTES
+    local set = redis.call("BITCOUNT", chb, first, first + CHANGED_BLOCK_BYTES - 1)
+    if set > 0 then
+      ops[#ops + 1] = "SET"
+      ops[#ops + 1] = "u32"
+      ops[#ops + 1] = "#" .. k
+      ops[#ops + 1] = set
+    end
+  end
+  if #ops > 0 then
+    redis.call("BITFIELD", chc, unpack(ops))
+  end
+end
+
+-- rows: base rows whose bit of chb a writer just turned from 0 to 1.
+local function count_set_rows(chc, rows)
+  local per_block, blocks = {}, {}
+  for _, row in ipairs(rows) do
+    local k = math.floor(row / CHANGED_BLOCK_ROWS)
+    if per_block[k] == nil then
+      per_block[k] = 0
+      blocks[#blocks + 1] = k
+    end
+    per_block[k] = per_block[k] + 1
+  end
+  if #blocks == 0 then
+    return
+  end
+  local ops = {}
+  for _, k in ipairs(blocks) do
+    ops[#ops + 1] = "INCRBY"
+    ops[#ops + 1] = "u32"
+    ops[#ops + 1] = "#" .. k
+    ops[#ops + 1] = per_block[k]
+  end
+  redis.call("BITFIELD", chc, unpack(ops))
+end
+
+-- The sum of chc's slots [0, blocks) (the bytes GETRANGE found: fewer when the
+-- string ends before, the rest being 0).
+local function sum_block_counts(chc, blocks)
+  local raw = redis.call("GETRANGE", chc, 0, 4 * blocks - 1)
+  local total, at, slots = 0, 1, math.floor(#raw / 4)
+  while slots > 0 do
+    local take = math.min(slots, 1000)
+    local v = {struct.unpack(">" .. string.rep("I4", take), raw, at)}
+    for i = 1, take do
+      total = total + v[i]
+    end
+    at = v[take + 1]
+    slots = slots - take
+  end
+  return total
+end
+
+-- Set bits of chb among its first n rows.
+local function changed_rows_prefix(chb, chc, n)
+  if n <= 0 then
+    return 0
+  end
+  local whole = math.floor(n / CHANGED_BLOCK_ROWS)
+  if whole == 0 or redis.call("EXISTS", chc) == 0 then
+    return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
+  end
+  local total = sum_block_counts(chc, whole)
+  local first = whole * CHANGED_BLOCK_ROWS
+  if n > first then
+    total = total + redis.call("BITCOUNT", chb, first, n - 1, "BIT")
+  end
+  return total
+end
+
+-- Set bits of chb.
+local function changed_rows_total(chb, chc)
+  if redis.call("EXISTS", chc) == 0 then
+    return redis.call("BITCOUNT", chb)
+  end
+  return sum_block_counts(chc, math.floor(redis.call("STRLEN", chc) / 4))
+end
