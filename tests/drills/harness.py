@@ -346,6 +346,8 @@ def board_scores(url: str, **params: str) -> tuple[dict[str, int], dict[str, Any
     body = httpx.get(
         f"{url}/v1/boards/{BOARD}/top", params={"limit": "1000", **params}, timeout=30
     ).json()
+    # An error answer fails with what it said (a drill once got one here).
+    assert "entries" in body, body
     return {e["playerId"]: e["score"] for e in body["entries"]}, body
 
 
