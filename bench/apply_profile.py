@@ -72,7 +72,7 @@ ABLATIONS: dict[str, list[tuple[str, str]]] = {
     "board_writes": [
         ('redis.call("HSET", b.totals,', NOOP + "b.totals,"),
         ('redis.call("ZREM", b.chz,', NOOP + "b.chz,"),
-        ('redis.call("BITFIELD", b.chb,', NOOP + "b.chb,"),
+        ("set_changed_rows(b.chb,", NOOP + "b.chb,"),
         ('redis.call("ZADD", b.chz,', NOOP + "b.chz,"),
         ('redis.call("BITFIELD", b.fw,', NOOP + "b.fw,"),
     ],

@@ -88,8 +88,10 @@ class Generation:
             return self._boards[board]
 
     def mapped_boards(self) -> list[str]:
-        """The boards whose segments are mapped so far (the ones being read)."""
-        return sorted(self._boards)
+        """The boards whose segments are mapped so far (the ones being read); read
+        under the lock that maps them (a warmer calls it from its own thread)."""
+        with self._lock:
+            return sorted(self._boards)
 
     def derive(self, key: str, build: Callable[[], T]) -> T:
         """``memo[key]``, built once by ``build`` (the generation is immutable, so

@@ -826,7 +826,7 @@ end
 for _, b in ipairs(boards) do
   if #b.touched_list > 0 then
     local fields = {}
-    local chz_add, chz_remove, chb_set = {}, {}, {}
+    local chz_add, chz_remove, chb_rows = {}, {}, {}
     for _, p in ipairs(b.touched_list) do
       local cur = b.cur[p]
       if cur[3] then
@@ -849,10 +849,7 @@ for _, b in ipairs(boards) do
           -- First change since the base: the base row (if any) leaves the merge.
           local row = b.row[p]
           if row and row >= 0 then
-            chb_set[#chb_set + 1] = "SET"
-            chb_set[#chb_set + 1] = "u1"
-            chb_set[#chb_set + 1] = row
-            chb_set[#chb_set + 1] = 1
+            chb_rows[#chb_rows + 1] = row
           end
           chz_add[#chz_add + 1] = 0
           chz_add[#chz_add + 1] = now
@@ -863,17 +860,7 @@ for _, b in ipairs(boards) do
     if #chz_remove > 0 then
       redis.call("ZREM", b.chz, unpack(chz_remove))
     end
-    if #chb_set > 0 then
-      ensure_changed_counts(b.chb, b.chc)
-      local before = redis.call("BITFIELD", b.chb, unpack(chb_set))
-      local turned = {}
-      for i, old in ipairs(before) do
-        if old == 0 then
-          turned[#turned + 1] = chb_set[4 * i - 1]
-        end
-      end
-      count_set_rows(b.chc, turned)
-    end
+    set_changed_rows(b.chb, b.chc, chb_rows)
     if #chz_add > 0 then
       redis.call("ZADD", b.chz, unpack(chz_add))
     end

@@ -65,14 +65,6 @@ end
 
 --#include changed_counts
 
--- The base row leaves the live merge: its bit of chb, counted in chc.
-local function set_changed_row(chb, chc, row)
-  ensure_changed_counts(chb, chc)
-  if redis.call("SETBIT", chb, row, 1) == 0 then
-    count_set_rows(chc, {row})
-  end
-end
-
 local touched = 0
 for i = 1, n do
   local k = KEY_GROUP.start + (i - 1) * KEY_GROUP.size
@@ -107,13 +99,13 @@ for i = 1, n do
         fenwick_update(fw, bk, total, -1)
       elseif base ~= nil then
         -- Unchanged since the base: counted through the base row, now hidden.
-        set_changed_row(chb, chc, base_row)
+        set_changed_rows(chb, chc, {base_row})
         fenwick_update(fw, bk, base, -1)
       end
     else
       redis.call("ZADD", chz, 0, member(total, achieved))
       if base ~= nil then
-        set_changed_row(chb, chc, base_row)
+        set_changed_rows(chb, chc, {base_row})
       end
       fenwick_update(fw, bk, total, 1)
     end

@@ -191,17 +191,8 @@ for i = 1, n do
     redis.call("HDEL", totals, unpack(gone, first, math.min(#gone, first + 499)))
   end
   for first = 1, #snap_rows, 500 do
-    local ops = {}
-    for j = first, math.min(#snap_rows, first + 499) do
-      ops[#ops + 1] = "SET"
-      ops[#ops + 1] = "u1"
-      ops[#ops + 1] = snap_rows[j]
-      ops[#ops + 1] = 1
-    end
-    redis.call("BITFIELD", chb, unpack(ops))
+    set_changed_rows(chb, chc, {unpack(snap_rows, first, math.min(#snap_rows, first + 499))})
   end
-  -- The new bitmap's counts per block (lib/changed_counts.lua), from the bits.
-  ensure_changed_counts(chb, chc)
 
   -- Linear-time Fenwick build from the counts (a whole new tree: not fenwick_add's
   -- point updates, on purpose), written as one big-endian i32 string.

@@ -26,24 +26,11 @@ SCRIPT = include(
 local chb, chc = KEYS[1], KEYS[2]
 local op = ARGV[1]
 if op == "set" then
-  ensure_changed_counts(chb, chc)
-  local ops, rows = {}, {}
+  local rows = {}
   for i = 2, #ARGV do
-    ops[#ops + 1] = "SET"
-    ops[#ops + 1] = "u1"
-    ops[#ops + 1] = ARGV[i]
-    ops[#ops + 1] = 1
     rows[#rows + 1] = tonumber(ARGV[i])
   end
-  local before = redis.call("BITFIELD", chb, unpack(ops))
-  local turned = {}
-  for i, old in ipairs(before) do
-    if old == 0 then
-      turned[#turned + 1] = rows[i]
-    end
-  end
-  count_set_rows(chc, turned)
-  return #turned
+  return set_changed_rows(chb, chc, rows)
 elseif op == "prefix" then
   local out = {}
   for i = 2, #ARGV do

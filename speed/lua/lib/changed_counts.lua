@@ -9,9 +9,8 @@
 -- Invariant: slot k = BITCOUNT of chb's rows [k * B, (k + 1) * B), whenever chc
 -- exists. chc absent: chb has no set bit, or was written by a stack older than
 -- the counts and not touched since (the readers then count chb itself). Every
--- writer of chb calls ensure_changed_counts before it sets bits (the counts of
--- an older bitmap, built once) and count_set_rows after (speed/partitions.py
--- CHANGED_BLOCK_ROWS is the same number).
+-- writer of chb sets its bits through set_changed_rows, which keeps chc
+-- (speed/partitions.py CHANGED_BLOCK_ROWS is the same number).
 local CHANGED_BLOCK_ROWS = 65536
 local CHANGED_BLOCK_BYTES = CHANGED_BLOCK_ROWS / 8
 
@@ -58,6 +57,32 @@ local function count_set_rows(chc, rows)
     ops[#ops + 1] = per_block[k]
   end
   redis.call("BITFIELD", chc, unpack(ops))
+end
+
+-- Set the bits of rows in chb (at most a few hundred: one BITFIELD) and count the
+-- ones that were 0 in chc, building chc first from an older bitmap without it.
+-- Returns how many bits were 0.
+local function set_changed_rows(chb, chc, rows)
+  if #rows == 0 then
+    return 0
+  end
+  ensure_changed_counts(chb, chc)
+  local ops = {}
+  for _, row in ipairs(rows) do
+    ops[#ops + 1] = "SET"
+    ops[#ops + 1] = "u1"
+    ops[#ops + 1] = row
+    ops[#ops + 1] = 1
+  end
+  local before = redis.call("BITFIELD", chb, unpack(ops))
+  local turned = {}
+  for i, old in ipairs(before) do
+    if old == 0 then
+      turned[#turned + 1] = rows[i]
+    end
+  end
+  count_set_rows(chc, turned)
+  return #turned
 end
 
 -- The sum of chc's slots [0, blocks) (the bytes GETRANGE found: fewer when the
