@@ -87,14 +87,20 @@ FAILOVER_EXTRA = ("--cluster-replica-validity-factor", "0")
 def replicated_cluster(tmp_path: Path) -> Iterator[RedisClusterServer]:
     """A cluster of three masters with one replica each, for one test (failover
     tests kill its nodes); stopped at the end of the test."""
-    cluster = RedisClusterServer(
+    # Twelve ports (a client and a bus port per node), each released by
+    # ``free_port`` before its node binds it: started through ``start_own`` so that
+    # one taken meanwhile by another worker's process means a new try, not an error.
+    cluster = start_own(
+        lambda path: RedisClusterServer(
+            path,
+            masters=3,
+            replicas=1,
+            appendfsync="always",
+            node_timeout_ms=FAILOVER_NODE_TIMEOUT_MS,
+            extra=FAILOVER_EXTRA,
+        ),
         tmp_path / "redis-cluster",
-        masters=3,
-        replicas=1,
-        appendfsync="always",
-        node_timeout_ms=FAILOVER_NODE_TIMEOUT_MS,
-        extra=FAILOVER_EXTRA,
-    ).start()
+    )
     yield cluster
     cluster.stop(kill=True)
 

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from speed.server import RedisServer
 from tests.conftest import SignedClient, event
+from tests.support.redis_servers import own_server
 from tests.support.segments import write_generation
 from tests.support.settings import base_settings
 
@@ -25,7 +26,7 @@ SCORES = {"a": 30, "b": 20, "c": 20, "d": 5}
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    server = own_server(tmp_path / "redis")
     yield server
     server.stop()
 

@@ -19,6 +19,7 @@ from conf.settings import Settings
 from speed.server import RedisServer
 from tests.conftest import OPEN_WINDOWS_BOARDS, SignedClient
 from tests.support.clients import put_friends
+from tests.support.redis_servers import own_server
 from tests.support.shadow import admin, expected_top, flag, publish_hidden, seed
 
 pytestmark = pytest.mark.integration
@@ -176,7 +177,7 @@ def test_a_bad_token_on_a_public_read_reads_as_none(
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    server = own_server(tmp_path / "redis")
     yield server
     server.stop()
 

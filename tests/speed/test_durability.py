@@ -9,15 +9,15 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from speed.server import RedisServer
 from tests.conftest import SignedClient, event
+from tests.support.redis_servers import own_server
 from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.integration
 
 
 def test_kill_and_restart_loses_no_acknowledged_event(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    server = own_server(tmp_path / "redis")
     settings = base_settings(server.url, tmp_path)
     acknowledged: dict[str, int] = {}
     try:

@@ -23,9 +23,9 @@ from speed.connection import sync_client
 from speed.partitions import partition_of
 from speed.rebase import rebase_published
 from speed.records import identity_key
-from speed.server import RedisServer
 from tests.conftest import SignedClient, event
 from tests.support.rebuild import wipe_all_but_logs
+from tests.support.redis_servers import own_server
 from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def publish_and_rebase(settings: Any, spark: Any, client: TestClient) -> str:
 def test_landed_records_answer_redeliveries_and_corrections(
     tmp_path: Path, spark: Any
 ) -> None:
-    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    server = own_server(tmp_path / "redis")
     settings = base_settings(server.url, tmp_path)
     check = sync_client(server.url)
     try:

@@ -31,9 +31,9 @@ from conf.settings import Settings
 from speed.cluster_server import ClusterNode, RedisClusterServer
 from speed.connection import ReplicasNotAcknowledged, async_client
 from speed.partitions import Keys, partition_of
-from speed.server import RedisServer
 from speed.store import Outcome, SpeedLayer
 from tests.conftest import OPEN_DAYS, SignedClient, event, settings_boards
+from tests.support.redis_servers import own_server
 
 pytestmark = pytest.mark.integration
 
@@ -276,7 +276,7 @@ def test_a_batch_sends_one_wait_per_master(
 def test_one_server_without_replicas_answers_503_not_an_acknowledgement(
     tmp_path: Path,
 ) -> None:
-    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    server = own_server(tmp_path / "redis")
     try:
         plain = _settings(server.url, tmp_path, acks=0, timeout_ms=50)
         with TestClient(create_app(plain)) as client:
@@ -322,8 +322,8 @@ def test_a_duplicate_is_acknowledged_only_once_the_replica_has_it(
     wrote. (Redis 7.0 moves a connection's WAIT offset to the master's current one
     after every command, reads included; were it only after the connection's own
     writes, this would fail and the speed layer would need a write before WAIT.)"""
-    master = RedisServer(tmp_path / "master", appendfsync="always").start()
-    replica = RedisServer(tmp_path / "replica", appendfsync="always").start()
+    master = own_server(tmp_path / "master")
+    replica = own_server(tmp_path / "replica")
     try:
         link = redis.Redis.from_url(replica.url, socket_timeout=2)
         link.replicaof("127.0.0.1", master.port)

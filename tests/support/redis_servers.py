@@ -60,3 +60,8 @@ def start_own(build: Callable[[Path], S], root: Path, attempts: int = ATTEMPTS) 
         error = RedisServerError(f"a port of {root} was taken by another process")
     assert error is not None
     raise error
+
+
+def own_server(root: Path, appendfsync: str = "always") -> RedisServer:
+    """One redis-server of a test's own under ``root``, started by ``start_own``."""
+    return start_own(lambda path: RedisServer(path, appendfsync=appendfsync), root)
