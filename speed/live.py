@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
+import random
 import secrets
 import weakref
 from collections import OrderedDict
@@ -87,6 +88,14 @@ from speed.scripts import (
 from speed.store import SpeedLayer
 
 ATTEMPTS = 5
+# A live nearby takes several round trips, each of which a write to its
+# neighbourhood can move past; on a small board under a stream of writes about
+# one attempt in ten is spoilt that way (session 25, four writer threads beside a
+# clean-clone suite), and five in a row happened once in 300 reads. Twice the
+# attempts, each after a random pause of up to NEARBY_JITTER_S so that the retry
+# does not keep step with the writes that spoilt the last one.
+NEARBY_ATTEMPTS = 2 * ATTEMPTS
+NEARBY_JITTER_S = 0.002
 # Outside the speed layer's namespace: not state a rebuild restores.
 # Standings remembered per (board, player) for guessing the next read's score.
 REMEMBERED = 100_000
@@ -1775,7 +1784,9 @@ class LiveReader:
         # the rank's round trip too, so that a stream of writes between two round
         # trips cannot keep the answer from settling (issue 23).
         top_guess: int | None = None
-        for _ in range(ATTEMPTS):
+        for attempt in range(NEARBY_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(random.random() * NEARBY_JITTER_S)
             # The window around the standing the rank assumes, and the counts
             # above the window's guessed first score (guessed from the base on
             # the first attempt), are read with the rank's counts, in the same
