@@ -709,6 +709,41 @@ def redis_forks(client: Any) -> dict[str, Any]:
     }
 
 
+def redis_command_usec(client: Any) -> dict[str, tuple[int, int]]:
+    """Per command (those a script calls included): (calls, usec) since the last
+    CONFIG RESETSTAT, from ``INFO commandstats``; two readings' difference
+    (:func:`redis_command_delta`) says which commands a phase's Redis time went to."""
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in client.info("commandstats").items()
+    }
+
+
+def redis_command_delta(
+    before: dict[str, tuple[int, int]],
+    after: dict[str, tuple[int, int]],
+    requests: int,
+    top: int = 8,
+) -> list[dict[str, Any]]:
+    """The ``top`` commands by Redis time between two :func:`redis_command_usec`
+    readings, with calls and microseconds per request (``requests`` answered)."""
+    rows = []
+    for name, (calls, usec) in after.items():
+        calls0, usec0 = before.get(name, (0, 0))
+        if usec > usec0:
+            rows.append((usec - usec0, calls - calls0, name))
+    rows.sort(reverse=True)
+    per = max(1, requests)
+    return [
+        {
+            "command": name,
+            "calls_per_request": round(calls / per, 2),
+            "usec_per_request": round(usec / per, 1),
+        }
+        for usec, calls, name in rows[:top]
+    ]
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

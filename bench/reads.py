@@ -87,6 +87,8 @@ from bench.harness import (
     free_port,
     loadavg,
     percentile,
+    redis_command_delta,
+    redis_command_usec,
     redis_forks,
     report_head,
     stack_env,
@@ -1781,6 +1783,7 @@ async def measure(
                 )
                 meter = CpuMeter(pids)
                 redis_before = redis_forks(r)
+                commands_before = redis_command_usec(r)
                 api_gc_before = gc_pauses(url)
                 with MachineSampler(pids) as sampler:
                     result = await open_loop(
@@ -1800,6 +1803,10 @@ async def measure(
                 result["slow"] = sampler.explain(t0, result["slow"])
                 result["redis_before"] = redis_before
                 result["redis_after"] = redis_forks(r)
+                # Scripts count as EVALSHA and each command they call as its own.
+                result["redis_commands"] = redis_command_delta(
+                    commands_before, redis_command_usec(r), result["ok"]
+                )
                 result["loadavg_before"], result["loadavg_after"] = before, loadavg()
                 if prof:
                     prof[0].wait(timeout=args.seconds + 30)
@@ -2078,6 +2085,8 @@ def report_phase(result: dict[str, Any]) -> None:
     if dense:
         print(f"    slowest 100 ms windows (> 20 ms): {dense}", flush=True)
     print(f"    generator GC: {result['generator_gc']}", flush=True)
+    if result.get("redis_commands"):
+        print(f"    Redis time by command: {result['redis_commands']}", flush=True)
     print(f"    API workers' GC: {result['api_gc']}", flush=True)
     print(f"    machine over the phase: {result['machine']}", flush=True)
 
