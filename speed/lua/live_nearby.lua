@@ -48,7 +48,11 @@ local out = {}
 local stamps = stamps_of_groups()
 local a = ARG_GROUP.start
 for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
-  local part = counts_part(k, a, above, before, stamps[#out + 1], owner_raw)
+  local top_rows = nil
+  if top ~= "" then
+    top_rows = tonumber(ARGV[a + ARG_GROUP.chb_top])
+  end
+  local part, chs_top = counts_part(k, a, above, before, stamps[#out + 1], owner_raw, top_rows)
   if part[3] == -1 then
     -- Held by the caller for the stamp (live_counts_part.lua): it reads the
     -- window and counts above t in what it holds.
@@ -73,9 +77,7 @@ for k = KEY_GROUP.start, #KEYS, KEY_GROUP.size do
     )
     if top ~= "" then
       part[#part + 1] = redis.call("ZLEXCOUNT", chz, "-", above_top)
-      part[#part + 1] = changed_rows_prefix(
-        KEYS[k + KEY_GROUP.chb], KEYS[k + KEY_GROUP.chc], tonumber(ARGV[a + ARG_GROUP.chb_top])
-      )
+      part[#part + 1] = chs_top
     else
       part[#part + 1] = 0
       part[#part + 1] = 0

@@ -32,11 +32,11 @@ if op == "set" then
   end
   return set_changed_rows(chb, chc, rows)
 elseif op == "prefix" then
-  local out = {}
+  local ns = {}
   for i = 2, #ARGV do
-    out[#out + 1] = changed_rows_prefix(chb, chc, tonumber(ARGV[i]))
+    ns[#ns + 1] = tonumber(ARGV[i])
   end
-  return out
+  return changed_rows_prefixes(chb, chc, ns)
 end
 return changed_rows_total(chb, chc)
 """

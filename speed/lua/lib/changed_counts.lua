@@ -102,21 +102,56 @@ local function sum_block_counts(chc, blocks)
   return total
 end
 
--- Set bits of chb among its first n rows.
-local function changed_rows_prefix(chb, chc, n)
-  if n <= 0 then
-    return 0
+-- Set bits of chb among its first n rows, for each n of ns (a list): the sum of
+-- the per-block counts of the whole blocks before n plus a BITCOUNT of the rest
+-- (at most one block), or without chc a BITCOUNT of the prefix; one EXISTS and
+-- one GETRANGE of the counts for them all. A live rank counts two prefixes per partition and a live
+-- nearby three (above its score, before its entry, above its window's top),
+-- nearly always ending in the same block; each apart re-read and re-summed the
+-- counters before it, up to 190 per partition at 100 M players.
+local function changed_rows_prefixes(chb, chc, ns)
+  local out = {}
+  local most = 0
+  for _, n in ipairs(ns) do
+    if n > 0 then
+      most = math.max(most, math.floor(n / CHANGED_BLOCK_ROWS))
+    end
   end
-  local whole = math.floor(n / CHANGED_BLOCK_ROWS)
-  if whole == 0 or redis.call("EXISTS", chc) == 0 then
-    return redis.call("BITCOUNT", chb, 0, n - 1, "BIT")
+  if most == 0 or redis.call("EXISTS", chc) == 0 then
+    for i, n in ipairs(ns) do
+      out[i] = n > 0 and redis.call("BITCOUNT", chb, 0, n - 1, "BIT") or 0
+    end
+    return out
   end
-  local total = sum_block_counts(chc, whole)
-  local first = whole * CHANGED_BLOCK_ROWS
-  if n > first then
-    total = total + redis.call("BITCOUNT", chb, first, n - 1, "BIT")
+  -- before[k]: the sum of slots [0, k), for k up to the slots GETRANGE found
+  -- (fewer than most when the string ends before: the rest are 0).
+  local raw = redis.call("GETRANGE", chc, 0, 4 * most - 1)
+  local before, total, at, slots = {[0] = 0}, 0, 1, math.floor(#raw / 4)
+  local k = 0
+  while k < slots do
+    local take = math.min(slots - k, 1000)
+    local v = {struct.unpack(">" .. string.rep("I4", take), raw, at)}
+    for i = 1, take do
+      total = total + v[i]
+      before[k + i] = total
+    end
+    at = v[take + 1]
+    k = k + take
   end
-  return total
+  for i, n in ipairs(ns) do
+    if n <= 0 then
+      out[i] = 0
+    else
+      local whole = math.floor(n / CHANGED_BLOCK_ROWS)
+      local count = before[math.min(whole, slots)]
+      local first = whole * CHANGED_BLOCK_ROWS
+      if n > first then
+        count = count + redis.call("BITCOUNT", chb, first, n - 1, "BIT")
+      end
+      out[i] = count
+    end
+  end
+  return out
 end
 
 -- Set bits of chb.

@@ -58,8 +58,10 @@ end
 
 -- seen: the group's {position, flags version, epoch} (stamps_of_groups);
 -- owner_raw: the verified player's total as moved_from_guess read it (false:
--- none), nil when not read there.
-local function counts_part(k, a, above, before, seen, owner_raw)
+-- none), nil when not read there; top_rows: a third prefix of chb to count with
+-- the two of the counts (live_nearby.lua's rows above its window's top), whose
+-- count is returned second (nil without it, or when the caller holds the part).
+local function counts_part(k, a, above, before, seen, owner_raw, top_rows)
   local chz, chb = KEYS[k + KEY_GROUP.chz], KEYS[k + KEY_GROUP.chb]
   local chc = KEYS[k + KEY_GROUP.chc]
   local verified = "1"
@@ -79,12 +81,12 @@ local function counts_part(k, a, above, before, seen, owner_raw)
   local sized = ARGV[a + ARG_GROUP.known] ~= stamp
   if not sized and ARGV[a + ARG_GROUP.held] == "1" then
     -- The caller holds this changed-set as of the stamp and counts in it itself.
-    return {tonumber(g), tonumber(seen[1] or "0"), -1, -1, -1, -1, -1, -1, verified, stamp}
+    return {tonumber(g), tonumber(seen[1] or "0"), -1, -1, -1, -1, -1, -1, verified, stamp}, nil
   end
-  -- Each count through chb's per-block counts (lib/changed_counts.lua): a
+  -- The counts through chb's per-block counts (lib/changed_counts.lua): a
   -- BITCOUNT of every row before the entry was O(base rows) per partition.
-  local chs_above = changed_rows_prefix(chb, chc, chb_above)
-  local chs_before = changed_rows_prefix(chb, chc, chb_before)
+  local prefixes = changed_rows_prefixes(chb, chc, {chb_above, chb_before, top_rows})
+  local chs_above, chs_before = prefixes[1], prefixes[2]
   local chz_size, chs_size = -1, -1
   if sized then
     chs_size = changed_rows_total(chb, chc)
@@ -101,5 +103,5 @@ local function counts_part(k, a, above, before, seen, owner_raw)
     chs_size,
     verified,
     stamp,
-  }
+  }, prefixes[3]
 end
