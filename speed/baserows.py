@@ -20,7 +20,8 @@ The mapping is derived once per (generation, board, P) and kept with the generat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,6 +203,26 @@ def partition_rows(
         partition_rows_key(board, partitions),
         lambda: build_partition_rows(segment, partitions),
     )
+
+
+async def derive_partition_rows(
+    generation: Generation, boards: Iterable[str], partitions: int
+) -> None:
+    """The partition rows of ``boards`` in ``generation``, those not derived yet
+    derived in a worker thread. Deriving a board's costs about 0.25 s per million
+    players (a crc32 of every id): on the event loop, the first live read or write
+    of a board of 100 M players stalled every other request of the worker, snapshot
+    reads included, for 23-27 s (bench/RESULTS.md, "Reads at the seeds' scale")."""
+    memo = generation.memo
+    missing = [b for b in boards if partition_rows_key(b, partitions) not in memo]
+    if not missing:
+        return
+
+    def derive() -> None:
+        for board in missing:
+            partition_rows(generation, board, partitions)
+
+    await asyncio.to_thread(derive)
 
 
 def partition_rows_key(board: str, partitions: int) -> str:

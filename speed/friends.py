@@ -105,7 +105,8 @@ class FriendsReader:
             )
         replies = await self.live.speed.run_script(self._script, calls)
         bases = [int(r[0]) for r in replies]
-        base = self.live._base(bases, board)
+        # Standings only: no partition rows needed (LiveReader._base).
+        base = self.live.mapped_base(bases, board)
         standings: dict[str, Standing] = {}
         for p, reply in enumerate(replies):
             for member, raw in zip(by_partition.get(p, []), reply[2], strict=True):

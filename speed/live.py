@@ -822,7 +822,14 @@ class LiveReader:
             return None
         return segment_standing(generation.board(board), player_id)
 
-    def _base(self, bases: list[int], board: str) -> Base:
+    async def _base(self, bases: list[int], board: str) -> Base:
+        """:meth:`mapped_base`, with what live reads count its rows with
+        (:meth:`_derived`)."""
+        base = self.mapped_base(bases, board)
+        await self._derived(base)
+        return base
+
+    def mapped_base(self, bases: list[int], board: str) -> Base:
         """The common base generation of all partitions, mapped; else NotExact."""
         if len(set(bases)) != 1:
             raise NotExact("a rebase is in progress")
@@ -836,6 +843,19 @@ class LiveReader:
         if generation is None:
             raise NotExact(f"base generation g{number} is not mapped")
         return Base(generation, generation.board(board))
+
+    async def _derived(self, base: Base) -> None:
+        """The base's partition rows and row counts, derived in a worker thread when
+        not yet (a registry's warmer derives them for the generations after the
+        first): at 100 M players that takes 23-27 s, which on the event loop
+        stalled every other request of the worker behind the first live read
+        (speed/baserows.py derive_partition_rows)."""
+        generation, segment = base.generation, base.segment
+        if generation is None or segment is None:
+            return
+        if row_counts_key(segment.board, self.partitions) in generation.memo:
+            return
+        await asyncio.to_thread(base.row_counts, self.partitions)
 
     async def live_total(self, board: str, player_id: str) -> int | None:
         keys = Keys(partition_of(player_id, self.partitions))
@@ -1312,10 +1332,10 @@ class LiveReader:
             latest = self.registry.latest()
             numbers = [latest.number if latest else 0] * self.partitions
         try:
-            return numbers, self._base(numbers, board)
+            return numbers, await self._base(numbers, board)
         except NotExact:
             numbers = self._last_bases = await self._bases()
-            return numbers, self._base(numbers, board)
+            return numbers, await self._base(numbers, board)
 
     async def rank(
         self,
@@ -1392,7 +1412,7 @@ class LiveReader:
             seen = [r[0] for r in replies]
             if seen != assumed:
                 # Rebased since: the base row counts were for another generation.
-                base = self._base(seen, board)
+                base = await self._base(seen, board)
                 assumed = seen
                 self._last_bases = seen
                 continue
@@ -1509,7 +1529,7 @@ class LiveReader:
         base_numbers = self._last_bases or [0] * self.partitions
         for _ in range(ATTEMPTS):
             try:
-                base = self._base(base_numbers, board)
+                base = await self._base(base_numbers, board)
             except NotExact:
                 base_numbers = await self._bases()
                 continue
@@ -1571,7 +1591,7 @@ class LiveReader:
         parts = self.partitions
         bases = [int(b) for b in stamp[:parts]]
         positions = [int(x) for x in stamp[parts : 2 * parts]]
-        base = self._base(bases, board)
+        base = await self._base(bases, board)
         self._last_bases = bases
         key = (bases[0], int(stamp[-2]), int(stamp[-1]))
         changes = self._dense_changes(board, key, parts)

@@ -29,7 +29,7 @@ from conf.boards import (
 from conf.rules import Implausible, RuleRegistry, default_registry
 from serving.landed import CONTRIBUTION, DEDUPE
 from serving.registry import Generation
-from speed.baserows import base_entries
+from speed.baserows import base_entries, derive_partition_rows
 from speed.connection import ReplicaWait, send_commands
 from speed.events import NormalizedEvent
 from speed.partitions import Keys, partition_of
@@ -650,6 +650,7 @@ class SpeedLayer:
             if now_ms is None:
                 now_ms = int(self.clock() * 1000)
             chunks = [(p, queue[:MAX_CHUNK]) for p, queue in queues.items()]
+            await self._base_rows_ready(chunks, calls)
             # With replica_wait, one WAIT per master per round trip, on the
             # connection that ran the chunks (raises ReplicasNotAcknowledged: 503).
             replies = await self._evalsha_all(
@@ -702,6 +703,30 @@ class SpeedLayer:
             if script_missing:
                 await self.client.script_load(self._apply.script)
         return [o for o in outcomes if o is not None]
+
+    async def _base_rows_ready(
+        self, chunks: list[tuple[int, list[int]]], calls: list[_Call]
+    ) -> None:
+        """The partition rows of the boards these chunks' events feed, in their
+        partitions' base generations, derived off the event loop when not yet
+        (speed/baserows.py derive_partition_rows): the chunks' commands look their
+        players' base rows up in them."""
+        numbers = {self._bases.get(p, -1) for p, _ in chunks}
+        generations = [
+            g
+            for g in (self.base_generations(n) for n in numbers if n > 0)
+            if g is not None
+        ]
+        if not generations:
+            return
+        boards: set[str] = set()
+        for _, chunk in chunks:
+            for i in chunk:
+                call = calls[i]
+                boards.update(spec.board for spec in call.specs)
+                boards.update(call.extra_boards)
+        for generation in generations:
+            await derive_partition_rows(generation, boards, self.partitions)
 
     def _outcome(self, call: _Call, kind: str, payload: Any) -> Outcome | None:
         """The outcome of one event from its (kind, payload); None when it must be
