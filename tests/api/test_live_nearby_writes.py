@@ -131,3 +131,33 @@ def test_nearby_never_answers_503_under_concurrent_writes(api: SignedClient) -> 
     for thread in writers:
         thread.join()
     assert statuses[200] == 300, (statuses, failures[:3])
+
+
+def test_nearby_ranks_ties_from_counts_in_redis(
+    api: SignedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """live_nearby.lua counts the changed players above the score from those before
+    the entry, less those of its score read just before it, when that read reaches a
+    higher score (else a ZLEXCOUNT): a window that starts inside the player's tie
+    group takes its first rank from that count. Every player, radii 1-4 (the reads
+    before the entry: 2-5 per partition, so some stop inside a tie group and some
+    pass it), no changed-set held by the API (each read counts in Redis)."""
+    monkeypatch.setattr(LiveReader, "_stable", lambda *_: [])
+    scores = {
+        "A": 90,
+        **{f"T{n}": 70 for n in range(9)},
+        "B": 60,
+        **{f"U{n}": 40 for n in range(5)},
+        "C": 10,
+    }
+    seed(api, scores)
+    for player in scores:
+        for radius in (1, 2, 3, 4):
+            reply = api.get(
+                f"/v1/boards/{BOARD}/players/{player}/nearby", params={"radius": radius}
+            )
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["entries"] == expected_window(scores, player, radius), (
+                player,
+                radius,
+            )

@@ -1,5 +1,7 @@
 -- One partition's live counts (a live_counts.lua reply group), for the group of
--- KEYS at k and of ARGV at a; above / before: the "(" exclusive ZLEXCOUNT bounds.
+-- KEYS at k and of ARGV at a; above / before: the "(" exclusive ZLEXCOUNT bounds
+-- (above false: the caller counts the changed players above the score itself,
+-- and the part's third field is false until it does).
 -- Shared by live_counts.lua and live_nearby.lua (same KEY_GROUP / ARG_GROUP names).
 
 -- Every group's log position and flags version, and the epoch, in one MGET: one
@@ -95,7 +97,7 @@ local function counts_part(k, a, above, before, seen, owner_raw, top_rows)
   return {
     tonumber(g),
     tonumber(seen[1] or "0"),
-    redis.call("ZLEXCOUNT", chz, "-", above),
+    above and redis.call("ZLEXCOUNT", chz, "-", above),
     chs_above,
     redis.call("ZLEXCOUNT", chz, "-", before),
     chs_before,
