@@ -137,9 +137,12 @@ def test_nearby_ranks_ties_from_counts_in_redis(
     api: SignedClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """live_nearby.lua counts the changed players above the score from those before
-    the entry, less those of its score read just before it, when that read reaches a
-    higher score (else a ZLEXCOUNT): a window that starts inside the player's tie
-    group takes its first rank from that count. Every player, radii 1-4 (the reads
+    the entry, less those of its score read just before it, when that read holds
+    them all (it reaches a higher score, or ends short of its limit at a bound below
+    the score; else a ZLEXCOUNT): a window that starts inside the player's tie
+    group takes its first rank from that count (with a base generation, the read's
+    bound is a base row's entry: tests/speed/test_script_replies.py's held-count
+    comparison draws such bounds). Every player, radii 1-4 (the reads
     before the entry: 2-5 per partition, so some stop inside a tie group and some
     pass it), no changed-set held by the API (each read counts in Redis)."""
     monkeypatch.setattr(LiveReader, "_stable", lambda *_: [])
