@@ -47,9 +47,13 @@ from serving.files import read_arrow
 from serving.layers import compacted, is_layered, load_board
 from serving.segments import read_versions
 
-# Only what the version needs from a log record (bronze ``raw`` is the record).
+# Only what the version needs from a log record (bronze ``raw`` is the record): its
+# result's items, [board, total, version(, status)] per board, or in a record
+# written before them, objects under "boards" (serving/log_records.py). JSON
+# numbers parse into a string field as their text.
 RESULT_BOARDS = (
-    "struct<result: struct<boards: array<struct<board: string, version: bigint>>>>"
+    "struct<result: struct<items: array<array<string>>,"
+    " boards: array<struct<board: string, version: bigint>>>>"
 )
 NAMED_SCHEMA = "board string, player_id string, version bigint"
 KNOWN_SCHEMA = pa.schema(
@@ -59,10 +63,17 @@ KNOWN_SCHEMA = pa.schema(
 
 def transform_versions(bronze: DataFrame) -> DataFrame:
     """(board, player_id, version) from bronze rows: the largest per pair."""
-    record = F.from_json(F.col("raw"), RESULT_BOARDS)
+    result = F.from_json(F.col("raw"), RESULT_BOARDS)["result"]
+    items = F.transform(
+        result["items"],
+        lambda item: F.struct(
+            item[0].alias("board"), item[2].cast("bigint").alias("version")
+        ),
+    )
     return (
         bronze.select(
-            F.col("player_id"), F.explode(record["result"]["boards"]).alias("item")
+            F.col("player_id"),
+            F.explode(F.coalesce(items, result["boards"])).alias("item"),
         )
         .select(
             F.col("item.board").alias("board"),

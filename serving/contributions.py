@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from serving.files import read_arrow, write_arrow
+from serving.log_records import board_items
 from serving.segments import _StringColumn
 
 APPLIED = frozenset({"accepted", "released"})
@@ -135,7 +136,7 @@ def record_contributions(
     status = result.get("status") or record.get("status")
     event = record.get("event") or {}
     out = []
-    for item in result.get("boards") or []:
+    for item in board_items(result):
         board = item.get("board")
         if not isinstance(board, str) or "total" not in item:
             continue

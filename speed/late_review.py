@@ -39,6 +39,7 @@ from serving.awards import (
     season_boards,
     write_version,
 )
+from serving.log_records import board_items
 from serving.manifest import rfc3339
 from speed.events import parse_rfc3339
 
@@ -49,7 +50,7 @@ def late_boards(record: Mapping[str, Any], season_id: str) -> list[str]:
     """Season boards on which a log record was held as ``late-review``."""
     prefix = season_board_prefix(season_id)
     status = record.get("status")
-    boards = (record.get("result") or {}).get("boards") or []
+    boards = board_items(record.get("result") or {})
     return [
         item["board"]
         for item in boards
@@ -62,7 +63,7 @@ def late_seasons(record: Mapping[str, Any]) -> set[str]:
     """Seasons whose boards held this record as ``late-review``."""
     status = record.get("status")
     seasons = set()
-    for item in (record.get("result") or {}).get("boards") or []:
+    for item in board_items(record.get("result") or {}):
         # Another game's season is queued under its qualified id (arena~S4).
         game, board = split_board(str(item.get("board", "")))
         if board.startswith("season:") and item.get("status", status) == "late-review":

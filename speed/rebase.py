@@ -21,6 +21,7 @@ import redis
 
 from conf.rule_state import load_rule_state
 from conf.settings import Settings
+from serving.log_records import board_items
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import base_row, crc32_column, partition_rows
@@ -96,8 +97,7 @@ def _tail_pairs(client: redis.Redis, keys: Keys, boundary: int) -> set[tuple[str
     )
     for _, fields in entries:
         record = orjson.loads(fields[b"r"])
-        boards = record["result"].get("boards") or []
-        for item in boards:
+        for item in board_items(record.get("result") or {}):
             # Held for late review: the board did not change (and may be closed).
             if item.get("status", record.get("status")) == "late-review":
                 continue

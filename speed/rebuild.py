@@ -60,6 +60,7 @@ from conf.rules import (
     default_registry,
 )
 from conf.settings import Settings
+from serving.log_records import logged_result
 from serving.registry import Generation, GenerationRegistry
 from serving.segments import BoardSegment
 from speed.baserows import base_row, partition_rows
@@ -292,7 +293,7 @@ class Folder:
         state.position = position
         event = record["event"]
         scores = event.get("scores") or {}
-        result = record["result"]
+        result = logged_result(record)
         status = record["status"]
         player = event["playerId"]
         game = event.get("game") or DEFAULT_GAME
@@ -309,7 +310,7 @@ class Folder:
             received,
         )
         state.dedupe_pos[(who, event["eventId"])] = position
-        items = result.get("boards") or []
+        items = result["boards"]
         for item in items:
             board = item["board"]
             # apply_event.lua writes no total for a board that held the event for

@@ -62,6 +62,7 @@ from typing import Any
 
 from conf.boards import DEFAULT_GAME, qualify
 from conf.periods import period_ids
+from serving.log_records import logged_result
 
 SHORT_WINDOW = {"daily": "d", "weekly": "w", "monthly": "m", "alltime": "a"}
 LONG_WINDOW = {code: window for window, code in SHORT_WINDOW.items()}
@@ -182,7 +183,8 @@ def landed_entries(record: dict[str, Any]) -> list[tuple[int, int, int, int, byt
     region = event.get("region", "")
     periods = event_periods(parse_rfc3339(event["occurredAt"]))
     value = dedupe_value(
-        fingerprint_of_logged(event), compact_result(record["result"], periods, region)
+        fingerprint_of_logged(event),
+        compact_result(logged_result(record), periods, region),
     )
     key, check = identity_key(who, event["eventId"])
     out = [(DEDUPE, key, check, received, value)]

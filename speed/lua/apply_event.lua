@@ -723,10 +723,17 @@ end
 -- layer needs on its own, is the partition's entry "<position>-0"; a held event's
 -- record is also in the quarantine hash, a released one's leaves it.
 local function append_log(ev, status, items, position, held)
-  local result = cjson.encode({
-    eventId = ev.event_id, playerId = ev.player, status = status, boards = items,
-    partition = partition, position = position,
-  })
+  -- One array per board (serving/log_records.py owns the form): the ids, partition
+  -- and position the reply repeats are the record's own fields already.
+  local logged_items = {}
+  for j, item in ipairs(items) do
+    if item.status then
+      logged_items[j] = {item.board, item.total, item.version, item.status}
+    else
+      logged_items[j] = {item.board, item.total, item.version}
+    end
+  end
+  local result = cjson.encode({status = status, items = logged_items})
   -- A release is logged as "released" (the batch layer applies the held record, at
   -- its position).
   local logged = status

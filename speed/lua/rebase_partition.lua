@@ -57,13 +57,22 @@ local entries = redis.call("XRANGE", KEYS[KEY.log], string.format("%d-0", bpos +
 for _, entry in ipairs(entries) do
   local record = cjson.decode(entry[2][2])
   local player = record.event.playerId
-  local items = record.result.boards
+  -- result.items: [board, total, version(, status)] per board; a record written
+  -- before them has result.boards, objects (serving/log_records.py).
+  local items = record.result.items
+  local arrays = type(items) == "table" and items[1] ~= nil
+  if not arrays then
+    items = record.result.boards
+  end
   if type(items) == "table" then
     for _, item in ipairs(items) do
-      local board = item.board
+      local board, status = item.board, item.status
+      if arrays then
+        board, status = item[1], item[4]
+      end
       -- A board that held the event for late review did not change: skip it (a
       -- closed board may have left Redis altogether, see speed/closed.py).
-      local held = (item.status or record.status) == "late-review"
+      local held = (status or record.status) == "late-review"
       if held then
         board = nil
       end

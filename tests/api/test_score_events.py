@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from api.security import sign
+from serving.log_records import logged_result
 from tests.conftest import SignedClient, event
 
 pytestmark = pytest.mark.integration
@@ -156,9 +157,15 @@ def test_late_event_is_recorded_not_applied_to_the_season(
         assert item["total"] == 0
     assert by_board["alltime:all:global"]["total"] == 30
     assert "status" not in by_board["alltime:all:global"]
-    # Recorded in the log with its per-board outcome, for the batch layer.
+    # Recorded in the log with its per-board outcome, for the batch layer: one
+    # array per board, nothing the record holds already, read back as the reply.
     (entry,) = redis_client.xrange(f"lb:{{p{body['partition']}}}:log")
-    assert b'"late-review"' in entry[1][b"r"]
+    record = orjson.loads(entry[1][b"r"])
+    assert set(record["result"]) == {"status", "items"}
+    season = [i for i in record["result"]["items"] if i[0] == "season:S3:global"]
+    assert season == [["season:S3:global", 0, 0, "late-review"]]
+    reply = {k: v for k, v in body.items() if k in logged_result(record)}
+    assert logged_result(record) == reply
     assert (
         redis_client.hget(f"lb:{{p{body['partition']}}}:tot:season:S3:global", "P2")
         is None

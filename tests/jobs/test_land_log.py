@@ -114,3 +114,36 @@ def test_land_partition_leaves_no_landed_entry(
     assert (landed.through, landed.rows) == (MANY, MANY)
     assert redis_client.xlen(Keys(1).log) == 0
     assert landed_through_from_log(tmp_path / "bronze") == {1: MANY}
+
+
+def test_versions_read_from_both_forms_of_a_records_result(spark: SparkSession) -> None:
+    # apply_event.lua's items arrays and the objects of records written before
+    # them (serving/log_records.py) give the same versions; a held record none.
+    from jobs.versions import transform_versions
+
+    arrays = {
+        "status": "accepted",
+        "items": [["daily:d:global", 30, 2], ["season:S3:eu", 0, 7, "late-review"]],
+    }
+    objects = {
+        "status": "accepted",
+        "boards": [
+            {"board": "daily:d:global", "total": 40, "version": 3},
+            {"board": "alltime:all:eu", "total": 40, "version": 12345678901},
+        ],
+    }
+    rows = [
+        ("p1", json.dumps({"result": arrays})),
+        ("p1", json.dumps({"result": objects})),
+        ("p2", json.dumps({"result": {"status": "quarantined", "items": {}}})),
+    ]
+    bronze = spark.createDataFrame(rows, "player_id string, raw string")
+    got = {
+        (r["board"], r["player_id"]): r["version"]
+        for r in transform_versions(bronze).collect()
+    }
+    assert got == {
+        ("daily:d:global", "p1"): 3,
+        ("season:S3:eu", "p1"): 7,
+        ("alltime:all:eu", "p1"): 12345678901,
+    }

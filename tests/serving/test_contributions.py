@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from serving import contributions as index_module
 from serving.contributions import load, record_contributions, write_index
+from serving.log_records import board_items
 
 pytestmark = pytest.mark.unit
 BOARDS = ["season:S4:global", "alltime:all:global"]
@@ -48,7 +49,7 @@ def bronze_events(
         record = orjson.loads(raw)
         result = record.get("result") or {}
         status = result.get("status") or record.get("status")
-        for item in result.get("boards") or []:
+        for item in board_items(result):
             if item.get("board") != board or "total" not in item:
                 continue
             if (item.get("status") or status) not in APPLIED:
