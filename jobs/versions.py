@@ -17,7 +17,7 @@ boundary a pair's version is the largest of the previous generation's (segment o
 side file) and the log's delta's; a pair in neither was never named before and
 takes the delta's alone. So
 
-* a full build parses ``result.boards`` of every landed record
+* a full build parses the result items of every landed record
   (:func:`named_versions` without ``since``);
 * an incremental build parses only the delta's records and reads the previous
   generation's files of the boards it rewrites, on the executors, in the same
