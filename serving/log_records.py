@@ -16,8 +16,9 @@ Why arrays: the log entry is most of what an unlanded event keeps in Redis, and
 the objects this replaced (``result.boards``, ``{"board", "total", "version"}``
 each, beside copies of the record's eventId, playerId, partition and position)
 were about half of it (docs/CAPACITY.md). Records written before still carry that
-form, in Redis logs not yet trimmed and in bronze for good: every reader takes a
-record's result through :func:`logged_result`, which reads both. Spark reads the
+form, in Redis logs not yet trimmed and in bronze for good: every Python reader
+takes a record's items through :func:`board_items` (or the whole result through
+:func:`logged_result`), which read both. Spark reads the
 versions from ``raw`` itself (jobs/versions.py, both forms); the rebase script
 reads the log in Lua (speed/lua/rebase_partition.lua, both forms).
 """
