@@ -223,7 +223,7 @@ def recompute_generation(
     )
     if previous is None:
         _recompute_full(spark, delta_dir, generation, recompute, clock)
-        build = Build(MODE_FULL, fp)
+        build = Build(MODE_FULL, fp, shadowed=sorted(shadowed))
     else:
         build = recompute_incremental(
             spark, delta_dir, generation, recompute, previous, clock

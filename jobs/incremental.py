@@ -115,9 +115,10 @@ class Build:
     touched_players: int | None = None
     # Log records the incremental build re-derived contributions from.
     rederived_records: int | None = None
-    # The shadowed players the ranking left out (incremental builds): the segments
-    # phase takes the hidden rows of the rewritten boards from silver by player
-    # instead of comparing all of their silver totals with gold.
+    # The shadowed players the ranking left out: the segments phase takes the
+    # hidden rows of the rewritten boards from silver by player (none when it is
+    # empty) instead of comparing all of their silver totals with gold. None in a
+    # build saved by older code.
     shadowed: list[str] | None = None
 
     def manifest_entry(self) -> dict[str, Any]:

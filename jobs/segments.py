@@ -292,23 +292,26 @@ def _hidden_rows(
 ) -> list[tuple[str, str, int]]:
     """(board, player_id, score) of the rewritten boards' players silver holds and
     gold left out. The ranking drops exactly the shadowed players' totals
-    (``transform_public``), so when the build recorded them (incremental) those are
-    their silver rows on the rewritten boards: a filtered scan of silver_totals, not
-    a join of all of them with the generation's gold rows."""
+    (``transform_public``), so when the build recorded them (full and incremental
+    builds both do) those are their silver rows on the rewritten boards: a
+    filtered scan of silver_totals, none at all when nobody is shadowed (five Spark
+    jobs of a small full publish's 53, ``bench.spark_profile --count-publish``),
+    not a join of every silver total with the generation's gold rows. A build
+    saved by older code (no ``shadowed``) is compared with gold."""
     silver_totals = spark.read.format("delta").load(
         str(settings.delta_dir / SILVER_TOTALS)
     )
     if only is not None:
         silver_totals = silver_totals.where(F.col("board").isin(only))
-        if build is not None and build.shadowed is not None:
-            if not build.shadowed or not only:
-                return []
-            rows = (
-                silver_totals.where(F.col("player_id").isin(build.shadowed))
-                .select("board", "player_id", "score")
-                .collect()
-            )
-            return [(r["board"], r["player_id"], int(r["score"])) for r in rows]
+    if build is not None and build.shadowed is not None:
+        if not build.shadowed or only == []:
+            return []
+        rows = (
+            silver_totals.where(F.col("player_id").isin(build.shadowed))
+            .select("board", "player_id", "score")
+            .collect()
+        )
+        return [(r["board"], r["player_id"], int(r["score"])) for r in rows]
     gold = spark.read.format("delta").load(str(settings.delta_dir / GOLD_SNAPSHOTS))
     if only is not None:
         gold = gold.where(F.col("board").isin(only))
