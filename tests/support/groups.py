@@ -61,7 +61,6 @@ SPARK_SECONDS: dict[str, float] = {
     # publishes since two tests share one chain and the versions cases one g1
     # (session 19): about 4/26 less.
     "tests/jobs/test_incremental.py": 480,
-    "tests/jobs/test_cluster_publish.py": 260,  # 249 s and the cluster's start
     # 95 s (196 s in 282ed10's run) with four publishes and three verifies; three
     # publishes and one verify since session 20 (the replay's generation is the
     # first): about 3/4.

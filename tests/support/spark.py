@@ -19,9 +19,9 @@ from jobs.spark_standalone import StandaloneFailed, standalone_cluster
 
 # The tests' data is tiny: a publish's time is per-job / per-task overhead, not
 # data. One shuffle partition (production: 4) took the publish chain of
-# tests/jobs/test_cluster_publish.py's history (full, incremental, full: ~310 Spark
-# jobs) from 215.6 to 166.1 s in one JVM, one after the other (load 8-10). The
-# same setting for the tests' `lb` subprocesses: SUBPROCESS_ENV.
+# tests/drills/test_spark_cluster_publish.py's history (full, incremental, full:
+# ~310 Spark jobs) from 215.6 to 166.1 s in one JVM, one after the other (load
+# 8-10). The same setting for the tests' `lb` subprocesses: SUBPROCESS_ENV.
 SHUFFLE_PARTITIONS = 1
 
 # The session's queries are interpreted, not compiled: with rows in the tens,
@@ -32,11 +32,11 @@ SHUFFLE_PARTITIONS = 1
 # generation and Janino, 25 % in CodeFormatter.stripExtraNewLinesAndComments alone.
 # Results are the same either way (`python -m bench.spark_ab`: equal segment
 # bytes). The `lb` subprocesses run interpreted too (SUBPROCESS_ENV). Only the
-# cluster test's driver (tests/jobs/cluster_publish.py, started with the cluster's
+# cluster test's driver (tests/drills/cluster_publish.py, started with the cluster's
 # environment, not SUBPROCESS_ENV) keeps production's whole-stage codegen, so
-# `make test` still runs it, and tests/jobs/test_cluster_publish.py compares its
-# segments byte for byte with this session's. Figures: bench/RESULTS.md, "Test
-# suite".
+# `make drills` (in CI) still runs it, and tests/drills/test_spark_cluster_publish.py
+# compares its segments byte for byte with this session's. Figures:
+# bench/RESULTS.md, "Test suite".
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -126,8 +126,9 @@ def start_spark(warehouse: Path) -> SparkSession:
             # the tens it has nothing to coalesce or re-plan, and it runs each query
             # stage as a job of its own (a publish pair: 301 -> 209 Spark jobs).
             # Production (jobs/spark.py) and the `lb` subprocesses keep it on, so
-            # tests/jobs/test_cluster_publish.py compares segments built with it on
-            # (the cluster's driver) against this session's, byte for byte.
+            # tests/drills/test_spark_cluster_publish.py compares segments built
+            # with it on (the cluster's driver) against this session's, byte for
+            # byte.
             "spark.sql.adaptive.enabled": "false",
             **INTERPRETED,
             **SESSION_BOUNDS,
@@ -136,7 +137,7 @@ def start_spark(warehouse: Path) -> SparkSession:
 
 
 # The JIT of the cluster test's JVMs (the master, the worker, the driver and its
-# executors: tests/jobs/cluster_publish.py): C1 only, as for the `lb` subprocesses.
+# executors: tests/drills/cluster_publish.py): C1 only, as for the `lb` subprocesses.
 # Each lives for one test (two small publishes); the driver keeps production's
 # whole-stage codegen and adaptive execution, which is what the test compares
 # with this session's interpreted segments, byte for byte; the JIT level changes

@@ -2,7 +2,7 @@
 then incremental) of given bronze batches against a Spark master, in its own process
 (one SparkContext per process; the tests' shared session is local mode).
 
-Usage: python -m tests.jobs.cluster_publish '<json config>'
+Usage: python -m tests.drills.cluster_publish '<json config>'
 """
 
 from __future__ import annotations

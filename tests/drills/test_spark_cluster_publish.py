@@ -1,7 +1,11 @@
 """The publish on a Spark standalone cluster (a master and a worker with two
 executors on loopback, from the pyspark distribution) produces the same generations
 as local mode: the segment files are written by executors in other JVMs/processes,
-silver is merged there."""
+silver is merged there.
+
+In ``make drills``, not ``make test``: like the other drills it deploys processes of
+its own (five JVMs: a master, a worker, two executors and the driver) and takes
+minutes of the machine's two cores; CI runs it with them (.ci/run)."""
 
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ from tests.support.spark import (
 
 # Five JVMs (master, worker, two executors, the driver) besides the tests' own
 # session; with a worker per executor (six JVMs) 576 s on the 2-core machine shared
-# at load 12-16 (bench/RESULTS.md); in `make test`, with a timeout for such a machine.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
+# at load 12-16 (bench/RESULTS.md): a timeout for such a machine.
+pytestmark = [pytest.mark.drills, pytest.mark.integration, pytest.mark.timeout(1500)]
 REPO = Path(__file__).resolve().parents[2]
 
 HISTORY = [
@@ -90,7 +94,7 @@ def test_cluster_publish_equals_local(
                 [
                     sys.executable,
                     "-m",
-                    "tests.jobs.cluster_publish",
+                    "tests.drills.cluster_publish",
                     json.dumps(config),
                 ],
                 cwd=REPO,
