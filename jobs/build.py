@@ -54,6 +54,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
+    PublishedRow,
     extract_published,
     game_column,
     load_gold_snapshot,
@@ -172,6 +173,7 @@ def recompute_generation(
     *,
     full: bool = False,
     bucket_target: int = DEFAULT_BUCKET_TARGET,
+    published: list[PublishedRow] | None = None,
 ) -> Build:
     """Phase 2: silver (contributions, totals) and the ranked gold snapshot of
     ``generation`` from bronze up to ``boundary``.
@@ -182,7 +184,9 @@ def recompute_generation(
 
     Incremental (jobs/incremental.py) when the previous generation is a valid base
     and ``full`` is false; the returned :class:`Build` says which, and is also saved
-    for :func:`publish_segments` (a separate Airflow task)."""
+    for :func:`publish_segments` (a separate Airflow task). ``published``: the
+    published generations as this publish read them first (jobs/repair.py
+    ``prepare_generation``); read from ``gold_manifest`` when not given."""
     delta_dir = settings.delta_dir
     bronze = bronze_path(settings)
     if table_exists(bronze):
@@ -200,7 +204,8 @@ def recompute_generation(
     shadowed = extract_shadowed(settings) if read_flags else set()
     previous: Previous | None = None
     if not full:
-        published = extract_published(spark, delta_dir / GOLD_MANIFEST)
+        if published is None:
+            published = extract_published(spark, delta_dir / GOLD_MANIFEST)
         last = published[-1] if published else None
         previous, why = previous_state(
             settings,

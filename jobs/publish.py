@@ -39,7 +39,7 @@ from jobs.audit import land_audit
 from jobs.build import recompute_generation
 from jobs.land import bronze_path, extract_landed_through, run_land
 from jobs.phase_clock import PhaseClock
-from jobs.repair import next_generation
+from jobs.repair import prepare_generation
 from jobs.segments import DEFAULT_BUCKET_TARGET, JOB_UMASK, publish_segments
 from speed.server import resolve_redis_url
 
@@ -160,7 +160,7 @@ def _run_publish(
     if boards is None:
         boards = load_boards(settings.boards_file)
     # The phases are also separate Airflow tasks (jobs/publish_steps.py).
-    generation, number = next_generation(settings, spark)
+    generation, number, published = prepare_generation(settings, spark)
     clock.lap("repair")
     if landed is None:
         landed = land_inputs(
@@ -177,6 +177,7 @@ def _run_publish(
         read_flags=land,
         full=full,
         bucket_target=bucket_target,
+        published=published,
     )
     return publish_segments(
         settings,
@@ -190,6 +191,7 @@ def _run_publish(
         clock=clock,
         build=build,
         compact=compact,
+        published=published,
     )
 
 

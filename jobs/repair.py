@@ -44,10 +44,20 @@ def repair_segments(
 def next_generation(settings: Settings, spark: SparkSession) -> tuple[str, int]:
     """Repair what a crashed publish left, apply retention, and number the next
     generation."""
+    generation, number, _ = prepare_generation(settings, spark)
+    return generation, number
+
+
+def prepare_generation(
+    settings: Settings, spark: SparkSession
+) -> tuple[str, int, list[PublishedRow]]:
+    """:func:`next_generation`, also returning the published generations it read:
+    one publish in one process (``run_publish``) hands them to its later phases
+    instead of reading ``gold_manifest`` again (two Spark jobs per read)."""
     settings.delta_dir.mkdir(parents=True, exist_ok=True)
     settings.segments_dir.mkdir(parents=True, exist_ok=True)
     published = extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
     repair_segments(settings, published)
     retain(settings, published)
     number = max((r.number for r in published), default=0) + 1
-    return f"g{number}", number
+    return f"g{number}", number, published

@@ -48,6 +48,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
+    PublishedRow,
     extract_published,
     load_manifest_row,
 )
@@ -82,6 +83,7 @@ def publish_segments(
     clock: PhaseClock | None = None,
     build: Build | None = None,
     compact: bool = False,
+    published: list[PublishedRow] | None = None,
 ) -> str:
     """Phase 3: segments, the manifest row, LAST ``manifest.json``; retention.
 
@@ -89,7 +91,10 @@ def publish_segments(
     ``compact``: every board of the generation is a full base (``lb publish
     --compact``): the rewritten boards are written in full, not as layers, and the
     untouched layered ones are compacted from their chains (same answers); the
-    inline thresholds (LB_LAYERS_MAX_*) stay the safety net between compactions."""
+    inline thresholds (LB_LAYERS_MAX_*) stay the safety net between compactions.
+    ``published``: the generations published before this one, as this publish read
+    them first (jobs/repair.py ``prepare_generation``); retention then takes them
+    with this generation's row instead of reading ``gold_manifest`` again."""
     delta_dir = settings.delta_dir
     manifest_path = delta_dir / GOLD_MANIFEST
     boundary = inputs.boundary
@@ -217,7 +222,10 @@ def publish_segments(
 
     if clock is not None:
         clock.lap("manifest")
-    published = extract_published(spark, manifest_path)
+    if published is None:
+        published = extract_published(spark, manifest_path)
+    else:
+        published = [*published, PublishedRow(generation, number, manifest_json)]
     retain(settings, published)
     if clock is not None:
         clock.lap("retention")
