@@ -371,6 +371,20 @@ def publish_and_check(stack: Stack, spark: Any, events: list[dict[str, Any]]) ->
     report = rebase_published(settings, generation)
     assert set(report.partitions.values()) == {"ok"}, report
     expected = expected_totals(events)
+
+    # The API notices a new generation on its next scan of the segments directory
+    # (serving/registry.py, at most every REFRESH_SECONDS); a read right after the
+    # publish may still be answered from the scan before it (twice a drill got
+    # "no generation has been published yet" here, sessions 24 and 27).
+    def noticed() -> bool:
+        body = httpx.get(
+            f"{stack.url}/v1/boards/{BOARD}/top",
+            params={"limit": "1", "mode": "snapshot"},
+            timeout=30,
+        ).json()
+        return bool(body.get("generation", {}).get("id") == generation)
+
+    assert wait_until(noticed, 10), generation
     snapshot, body = board_scores(stack.url, mode="snapshot")
     assert body["generation"]["id"] == generation
     assert snapshot == expected
