@@ -120,7 +120,10 @@ def synthetic_events(
         sent += 1
 
 
-def _signed(secret: bytes, key_id: str, batch: list[dict[str, Any]]) -> dict[str, Any]:
+def signed_batch(
+    secret: bytes, key_id: str, batch: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The httpx keyword arguments of a signed batch POST."""
     body = orjson.dumps({"events": batch})
     return {
         "content": body,
@@ -144,7 +147,7 @@ async def _post_until_known(
     delay = 0.2
     for _ in range(RETRIES):
         reply = await client.post(
-            f"{url}/v1/score-events:batch", **_signed(secret, key_id, batch)
+            f"{url}/v1/score-events:batch", **signed_batch(secret, key_id, batch)
         )
         if reply.status_code != 503:
             break
@@ -474,7 +477,8 @@ def _trickle_until_interrupted(
             batch = [e for _, e in zip(range(TRICKLE_PER_SECOND), events, strict=False)]
             try:
                 client.post(
-                    f"{url}/v1/score-events:batch", **_signed(secret, key_id, batch)
+                    f"{url}/v1/score-events:batch",
+                    **signed_batch(secret, key_id, batch),
                 )
             except httpx.HTTPError:
                 pass  # the page keeps working; the next second tries again

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from jobs.class_archive import driver_java_options
 from jobs.jars import JARS_DIR, jar_paths
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
@@ -38,6 +39,7 @@ def get_spark(
     if active is not None:
         return active
     jars = jar_paths(jars_dir)
+    class_archive = driver_java_options(jars_dir)
     # Python workers (segment writers, jobs/segment_tasks.py) need this venv's
     # pyarrow and the project: run them with the driver's interpreter, not
     # whatever ``python3`` is first on PATH.
@@ -76,10 +78,12 @@ def get_spark(
         # -XX:-DontCompileHugeMethods: HotSpot otherwise never JIT-compiles a method
         # over 8,000 bytes of bytecode and runs it interpreted; the full recompute's
         # whole-stage generated code (explode + per-board projection) has a 44 KB
-        # method, ~3x slower interpreted (bench/RESULTS.md).
+        # method, ~3x slower interpreted (bench/RESULTS.md). The class-data
+        # archive, when `make setup` has written it: the driver maps Spark's and
+        # Delta's classes instead of loading each (jobs/class_archive.py).
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Duser.timezone=UTC {HUGE_METHODS}",
+            f"-Duser.timezone=UTC {HUGE_METHODS} {class_archive}".strip(),
         )
         .config("spark.executor.extraJavaOptions", HUGE_METHODS)
         # Delta files get owner rw, group r, nothing for others: Hadoop's local file
