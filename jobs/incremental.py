@@ -42,15 +42,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import reduce
+from operator import and_, or_
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from conf.boards import DEFAULT_GAME, GAME_SEP, BoardsConfig, Season
@@ -295,16 +297,42 @@ def replaced_pairs(earlier: DataFrame, silver: DataFrame) -> tuple[DataFrame, st
     return keys, key_condition((*PAIR, "game"))
 
 
+# Up to this many rows of ``replaced``, load_replace deletes the old rows with a
+# DELETE whose condition lists them instead of a MERGE that joins them: 8 Spark
+# jobs against 14 for a few keys on a small table (both with deletion vectors),
+# which is most of a generation published every few minutes at low traffic, and
+# of the tests' publishes. Beyond it the condition would grow with the delta;
+# the MERGE's broadcast join does not.
+SMALL_REPLACE = 64
+
+
+def key_predicate(row: Row) -> Column:
+    """The target rows with every key of ``row`` (a row of ``replaced`` from
+    :func:`replaced_pairs`): what :func:`key_condition` matches, for one row."""
+    return reduce(and_, (F.col(k) == F.lit(v) for k, v in row.asDict().items()))
+
+
+def scope_predicate(row: Row) -> Column:
+    """The target rows that :data:`ON_SCOPE` matches with ``row`` (a row of
+    :func:`transform_scope_boards`): the player's rows on its boards."""
+    return (F.col("player_id") == F.lit(row["player_id"])) & F.col("board").isin(
+        list(row["boards"])
+    )
+
+
 def load_replace(
     spark: SparkSession,
     path: Path,
     fresh: DataFrame,
     replaced: DataFrame,
     condition: str,
+    predicate: Callable[[Row], Column],
 ) -> None:
     """Replace rows of the Delta table at ``path``: delete the target rows ``t``
     that ``condition`` matches with a row ``s`` of ``replaced`` (small: it is
     broadcast; a target row should match at most one), then append ``fresh``.
+    ``predicate`` gives the same rows for one row of ``replaced``: up to
+    :data:`SMALL_REPLACE` of them, their disjunction is a ``DELETE``'s condition.
 
     The caller guarantees that every target row with a key of ``fresh`` is among
     the replaced ones (it read those rows before: the pairs' old contributions,
@@ -330,7 +358,10 @@ def load_replace(
     columns = list(target.toDF().columns)
     if "game" in columns and "game" not in fresh.columns:
         fresh = fresh.withColumn("game", game_column(F.col("board")))
-    if not replaced.isEmpty():
+    few = replaced.limit(SMALL_REPLACE + 1).collect()
+    if 0 < len(few) <= SMALL_REPLACE:
+        target.delete(reduce(or_, map(predicate, few)))
+    elif few:
         with _conf(spark, {MATERIALIZE_SOURCE: "none"}):
             (
                 target.alias("t")
@@ -560,10 +591,11 @@ def recompute_incremental(
             "match_id", F.substring_index(F.col("match_id"), GAME_SEP, -1)
         ),
         *replaced_pairs(earlier, stored),
+        key_predicate,
     )
     if clock is not None:
         clock.lap("merge_contributions")
-    load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE)
+    load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE, scope_predicate)
     if clock is not None:
         clock.lap("merge_totals")
     gold_path = delta_dir / GOLD_SNAPSHOTS

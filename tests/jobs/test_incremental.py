@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, boards_for_event, load_boards
 from conf.settings import Settings
+from jobs import incremental
 from jobs.build import check_generation, recompute_generation
 from jobs.publish import land_inputs, run_publish
 from jobs.repair import next_generation
@@ -122,8 +123,11 @@ def check_history(
 
 
 def test_incremental_chain_links_untouched_boards(
-    spark: SparkSession, redis_server: RedisServer
+    spark: SparkSession, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The MERGE of a large delta's replaced rows, here for one: the other tests
+    # take the DELETE of a few (SMALL_REPLACE), equal to it by the same checks.
+    monkeypatch.setattr(incremental, "SMALL_REPLACE", 0)
     history = [
         {
             "player": "a",
@@ -472,6 +476,21 @@ def test_incremental_rederives_only_touched_pairs(
     # records and both of Zed's).
     assert build["rederivedRecords"] == 5
     assert build["touchedBoards"] == 12
+    # A few replaced totals (a's and Zed's on their boards): their old rows went
+    # by a DELETE listing them, into deletion vectors (jobs/incremental.py
+    # SMALL_REPLACE), then the append. (No contribution was replaced: the pairs'
+    # records before the delta derived none.)
+    path = settings.delta_dir / "silver_totals"
+    replaced = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+        .where(F.col("operation").isin("DELETE", "MERGE"))
+        .collect()
+    )
+    assert [r["operation"] for r in replaced] == ["DELETE"], replaced
+    metrics = replaced[0]["operationMetrics"]
+    assert metrics["numDeletedRows"] != "0", metrics
+    assert metrics["numDeletionVectorsAdded"] != "0", metrics
+    assert metrics["numCopiedRows"] == "0", metrics
     assert manifest(settings, "g3")["build"]["mode"] == "full"
     assert_same_generation(settings, "g2", "g3", spark)
 
