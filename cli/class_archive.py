@@ -33,6 +33,8 @@ PLAYERS = 40
 ROUNDS = (240, 120)
 BATCH = 60
 JVM_EXIT_SECONDS = 300
+# What a failed run shows of the driver's log (characters, from its end).
+LOG_TAIL = 4000
 
 
 def _publish_pair(workdir: Path, target: Path) -> None:
@@ -43,14 +45,15 @@ def _publish_pair(workdir: Path, target: Path) -> None:
 
     from api.main import create_app
     from cli.demo import demo_boards, signed_batch, synthetic_events
+    from cli.quiet import quiet_spark, spark_log_path
     from conf.settings import Settings
     from jobs.publish import run_publish
-    from jobs.spark import get_spark
     from speed.server import RedisServer
 
     boards = workdir / "boards.yaml"
     boards.write_text(demo_boards(datetime.now(UTC)))
     server = RedisServer(workdir / "redis").start()
+    settings: Settings | None = None
     try:
         settings = Settings(
             redis_url=server.url,
@@ -61,9 +64,11 @@ def _publish_pair(workdir: Path, target: Path) -> None:
             hmac_keys=f"{KEY_ID}:{SECRET}",
         )
         # The tests' Spark settings (PYSPARK_SUBMIT_ARGS) would replace the
-        # dump option below: this driver is production's.
+        # dump option below: this driver is production's. Its console output goes
+        # to the work dir's log (shown when the run fails).
         os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
-        spark = get_spark(
+        spark = quiet_spark(
+            settings,
             "class-archive",
             conf={"spark.driver.defaultJavaOptions": dump_java_options(target)},
         )
@@ -86,6 +91,11 @@ def _publish_pair(workdir: Path, target: Path) -> None:
         if proc is not None and proc.stdin is not None:
             proc.stdin.close()
             proc.wait(timeout=JVM_EXIT_SECONDS)
+    except BaseException:
+        log = spark_log_path(settings) if settings is not None else None
+        if log is not None and log.is_file():
+            print(log.read_text(errors="replace")[-LOG_TAIL:], file=sys.stderr)
+        raise
     finally:
         server.stop()
 
@@ -100,6 +110,9 @@ def write_archive(force: bool = False) -> Path | None:
     if target is None or (target.is_file() and not force):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # A JVM cannot map one archive while it dumps another, and get_spark maps
+    # this one while it exists (a driver that has it mapped keeps its copy).
+    target.unlink(missing_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
         with tempfile.TemporaryDirectory(prefix="class-archive-") as tmp:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +21,13 @@ def spark_log_path(settings: Settings) -> Path:
     return settings.data_dir / "logs" / "spark.log"
 
 
-def quiet_spark(settings: Settings, app_name: str = "leaderboard") -> SparkSession:
-    """Start (or return the running) SparkSession with its console output in a file.
+def quiet_spark(
+    settings: Settings,
+    app_name: str = "leaderboard",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start (or return the running) SparkSession with its console output in a file
+    (``conf``: more settings, as for ``get_spark``).
 
     PySpark launches its JVM with ``launch_gateway(conf, popen_kwargs)``, whose
     ``popen_kwargs`` exist for capturing the JVM's stdout and stderr; the JVM (and
@@ -52,7 +58,7 @@ def quiet_spark(settings: Settings, app_name: str = "leaderboard") -> SparkSessi
 
         spark_context.launch_gateway = launch_to_log
         try:
-            spark = get_spark(app_name)
+            spark = get_spark(app_name, conf=conf)
         finally:
             spark_context.launch_gateway = original
     spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
