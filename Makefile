@@ -72,7 +72,7 @@ $(JARS_STAMP): $(STAMP) jobs/jars.py
 
 jars: $(JARS_STAMP) ## fetch Delta Lake's Spark jars from Maven Central into .cache/jars
 
-class-archive: venv redis jars ## write the Spark driver's class-data archive into .cache/cds (a small publish pair, about a minute; a no-op once written)
+class-archive: venv redis jars ## write the Spark driver's class-data archive into .cache/cds (a small publish pair, 1.5-3 minutes; a no-op once written)
 	$(PY) -m cli.class_archive
 
 setup: venv redis jars class-archive ## everything the demo needs
