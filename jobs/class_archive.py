@@ -27,9 +27,8 @@ import os
 import shutil
 from pathlib import Path
 
-from jobs.jars import ARTIFACTS, JARS_DIR, jar_name
+from jobs.jars import ARTIFACTS, JARS_DIR, REPO_ROOT, jar_name
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE_DIR = REPO_ROOT / ".cache" / "cds"
 # What the JVM would print about an archive it cannot use (another JDK build, a
 # jar changed since the dump) goes to stdout by default: `lb`'s JSON output must
