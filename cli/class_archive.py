@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 
-from jobs.class_archive import archive_path, dump_java_options
+from jobs.class_archive import archive_path, dump_java_options, superseded
 
 KEY_ID, SECRET = "class-archive", "class-archive-secret"
 PLAYERS = 40
@@ -101,8 +101,9 @@ def _publish_pair(workdir: Path, target: Path) -> None:
 
 
 def write_archive(force: bool = False) -> Path | None:
-    """Write this environment's archive unless it is there; its path, or None
-    when Java, pyspark or the Delta jars cannot be found.
+    """Write this environment's archive unless it is there, then remove the ones
+    it replaces (jobs/class_archive.py ``superseded``); its path, or None when
+    Java, pyspark or the Delta jars cannot be found.
 
     :raises Exception: whatever the publish pair raised; then nothing is written.
     """
@@ -122,6 +123,8 @@ def write_archive(force: bool = False) -> Path | None:
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
+    for old in superseded(target):
+        old.unlink(missing_ok=True)
     return target
 
 

@@ -16,7 +16,9 @@ flags it was dumped with; the JVM checks all of it and runs without the archive
 (``-Xshare:auto``) when anything differs. The archive's file name is a digest of
 those inputs, so a new pyspark, Delta jar or JDK simply finds no archive until
 ``make setup`` writes one, and each virtual environment (the Airflow one has its
-own pyspark) gets its own.
+own pyspark) gets its own. The name also carries a tag of the environment (its
+pyspark ``jars`` directory), so that writing a new archive removes the ones it
+replaces (204 MB each) and not another environment's.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def _pyspark_jars() -> Path | None:
     return jars if jars.is_dir() else None
 
 
+def _environment_tag(spark_jars: Path) -> str:
+    """Which environment an archive belongs to: its pyspark ``jars`` directory."""
+    return hashlib.sha256(str(spark_jars).encode()).hexdigest()[:8]
+
+
 def _digest(jars_dir: Path) -> str | None:
     """A digest of what the archive depends on, or None when Java or pyspark
     cannot be found."""
@@ -67,7 +74,7 @@ def _digest(jars_dir: Path) -> str | None:
         except OSError:
             return None
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
+    return f"{_environment_tag(spark_jars)}-{h.hexdigest()[:16]}"
 
 
 def archive_path(jars_dir: Path = JARS_DIR) -> Path | None:
@@ -75,6 +82,21 @@ def archive_path(jars_dir: Path = JARS_DIR) -> Path | None:
     Java or pyspark cannot be found."""
     digest = _digest(jars_dir)
     return ARCHIVE_DIR / f"spark-driver-{digest}.jsa" if digest else None
+
+
+def superseded(target: Path) -> list[Path]:
+    """The archives that ``target`` replaces: the same environment's, written for
+    jars or a JDK it no longer has, and those named before archives carried an
+    environment tag (``spark-driver-<digest>.jsa``, whichever environment wrote
+    them). No JVM can use them any more; a driver that has one mapped keeps its
+    copy when it is removed."""
+    tag = target.name.removeprefix("spark-driver-").split("-")[0]
+    found = []
+    for path in target.parent.glob("spark-driver-*.jsa"):
+        parts = path.name.removeprefix("spark-driver-").removesuffix(".jsa")
+        if path != target and (parts.split("-")[0] == tag or "-" not in parts):
+            found.append(path)
+    return sorted(found)
 
 
 def driver_java_options(jars_dir: Path = JARS_DIR) -> str:

@@ -87,3 +87,65 @@ def test_this_sessions_driver_maps_the_archive(spark: SparkSession) -> None:
     # The JVM maps an archive it accepted; one it refused is never mapped.
     maps = Path(f"/proc/{proc.pid}/maps").read_text()
     assert str(archive) in maps
+
+
+def test_force_writes_it_again_and_removes_the_archives_it_replaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The JVM part (a publish pair dumping its classes) runs in every `make setup`;
+    # here the writer's file handling around it, with a stand-in for that run.
+    from cli import class_archive as writer
+
+    monkeypatch.setattr(class_archive, "ARCHIVE_DIR", tmp_path / "cds")
+    target = class_archive.archive_path(JARS_DIR)
+    assert target is not None
+    tag = target.name.split("-")[2]
+    target.parent.mkdir()
+    target.write_bytes(b"current")
+    same_env_older = target.with_name(f"spark-driver-{tag}-{'0' * 16}.jsa")
+    untagged = target.with_name(f"spark-driver-{'1' * 16}.jsa")
+    other_env = target.with_name(f"spark-driver-ffffffff-{'2' * 16}.jsa")
+    for path in (same_env_older, untagged, other_env):
+        path.write_bytes(b"old")
+    dumps: list[Path] = []
+
+    def dump(workdir: Path, partial: Path) -> None:
+        # The dumping JVM must not be handed the old archive (get_spark maps it
+        # while it exists, and a JVM cannot map one archive and dump another).
+        assert not target.exists()
+        assert class_archive.driver_java_options(JARS_DIR) == ""
+        dumps.append(partial)
+        partial.write_bytes(b"new")
+
+    monkeypatch.setattr(writer, "_publish_pair", dump)
+    assert writer.write_archive() == target and dumps == []  # there: a no-op
+    assert writer.write_archive(force=True) == target
+    assert len(dumps) == 1 and not dumps[0].exists()  # renamed into place
+    assert target.read_bytes() == b"new"
+    # Gone: the same environment's archive for older jars and the untagged one
+    # of older code; another environment's (the Airflow venv's) stays.
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        [target.name, other_env.name]
+    )
+
+
+def test_a_failed_dump_leaves_no_archive_and_setup_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli import class_archive as writer
+
+    monkeypatch.setattr(class_archive, "ARCHIVE_DIR", tmp_path / "cds")
+    target = class_archive.archive_path(JARS_DIR)
+    assert target is not None
+
+    def half_written(workdir: Path, partial: Path) -> None:
+        partial.write_bytes(b"half an archive")
+        raise RuntimeError("the driver JVM died")
+
+    monkeypatch.setattr(writer, "_publish_pair", half_written)
+    with pytest.raises(RuntimeError, match="died"):
+        writer.write_archive(force=True)
+    assert list(target.parent.iterdir()) == []  # no archive, no partial file
+    assert writer.main(["--force"]) == 0  # `make setup` goes on without it
+    err = capsys.readouterr().err
+    assert "the driver JVM died" in err and "not written" in err
