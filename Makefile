@@ -83,7 +83,7 @@ demo: setup ## run the main job (lb demo) on embedded defaults
 test: setup chromium airflow-venv promtool ## run the test suite (SLOW=1 includes slow tests)
 	LB_REQUIRE_OPS_TOOLS=1 LB_AIRFLOW_VENV=$(abspath $(AIRFLOW_VENV)) $(VENV)/bin/pytest -m "$(if $(SLOW),not drills,not slow and not drills)" $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
-drills: setup ## fault drills on real stacks: kill -9 of Redis and the API (healed), the Spark JVM per publish phase, a full disk, a stalled Redis; the publish on a Spark standalone cluster (a few minutes)
+drills: setup ## fault drills on real stacks: kill -9 of Redis and the API (healed; a Redis outage with its AOF held; the restart budget), the Spark JVM per publish phase, a full disk, a stalled Redis; the publish on a Spark standalone cluster (a few minutes)
 	$(VENV)/bin/pytest -m drills tests/drills $(PYTEST_ARGS)
 
 bench: setup ## ingest benchmark and the naive MVP yardstick in the same run (prints ours / naive; figures in bench/RESULTS.md)

@@ -81,11 +81,16 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
         gap = _longest_gap_since(reads, killed_at)
         assert gap < 2.0, gap
         # Then uvicorn's own supervisor: the stack's supervisor ends the orphaned
-        # worker and starts the API again (the same stack, no `lb up`).
+        # workers and starts the API again (the same stack, no `lb up`).
+        orphans = stack.workers_of(api_pid)
+        assert orphans, "premise: uvicorn had started a new worker"
         os.kill(api_pid, signal.SIGKILL)
         # The orphaned workers still hold the listening socket for a moment, so
         # "ready" alone can be the old API answering: wait for the new one.
         assert wait_until(lambda: _api_replaced(stack, api_pid), 60)
+        assert wait_until(
+            lambda: not any(Path(f"/proc/{w}/stat").exists() for w in orphans), 30
+        ), orphans
     finally:
         load.stop()
         load.join()
@@ -93,6 +98,8 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
     events = load.taken
     assert stack.info()["token"] == token and stack.pid("api") != api_pid
     assert stack.restarts()["api"] == 2
+    metrics = httpx.get(f"{stack.url}/metrics").text
+    assert 'lb_supervisor_restarts_total{process="api"} 2.0' in metrics
     assert load.failed, "premise: the kills happened mid-load"
     assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
     with stack.redis() as client:

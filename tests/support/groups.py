@@ -74,8 +74,6 @@ SPARK_SECONDS: dict[str, float] = {
     # (arena's is test_games_publish's): about 40 s; the module's `lb up` stack,
     # two reads tests.
     "tests/e2e/test_games_isolation.py": 70,
-    # A Redis kill 57 s and two restart tests (each under 48 s).
-    "tests/e2e/test_stack_heals.py": 100,
     "tests/api/test_board_options.py": 90,  # 83 s and the live test
     "tests/e2e/test_backdated_tie.py": 80,  # 77 s
     # 67 s in the last CI with four publishes; three since session 19.
