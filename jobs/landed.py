@@ -43,6 +43,9 @@ from serving.landed import (
 from serving.manifest import generation_number, read_manifest
 from speed.records import landed_entries
 
+# Log records per Spark partition the driver fetches while it reads them.
+ROWS_PER_FETCH = 100_000
+
 
 def parent_generation(
     segments_dir: Path, number: int
@@ -91,8 +94,19 @@ def write_landed_index(
         delta = transform_between_boundaries(bronze, after, boundary)
         if since_ms is not None:
             delta = delta.where(F.col("received_at_ms") >= F.lit(since_ms))
-        rows = delta.select("partition", "position", "raw").orderBy(
-            "partition", "position"
+        # toLocalIterator brings one Spark partition at a time into the driver:
+        # ranges of at most ROWS_PER_FETCH log positions each. (An orderBy gives
+        # the shuffle's few partitions: 10 M records in 4 overran a 2 GiB driver
+        # in `make bench-publish`.) Positions are dense, so the boundaries give
+        # the count without a job.
+        span = sum(
+            max(0, int(v) - int(after.get(int(p), 0))) for p, v in boundary.items()
+        )
+        fetches = max(1, -(-span // ROWS_PER_FETCH))
+        rows = (
+            delta.select("partition", "position", "raw")
+            .repartitionByRange(fetches, "partition", "position")
+            .sortWithinPartitions("partition", "position")
         )
         for row in rows.toLocalIterator():
             record = orjson.loads(row["raw"])
