@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings
 from jobs.land import bronze_path, table_exists
-from jobs.landed import parent_generation
+from jobs.landed import log_rows_in_order, parent_generation
 from jobs.recompute import transform_between_boundaries
 from serving.contributions import Applied, chain_of, record_contributions, write_index
 
@@ -71,7 +71,7 @@ def _applied(
     rows = transform_between_boundaries(bronze, after, through).select(
         "partition", "position", "player_id", "raw"
     )
-    for row in rows.toLocalIterator():
+    for row in log_rows_in_order(rows, after, through):
         if row["player_id"] is None:
             continue
         yield from record_contributions(

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from conf.settings import Settings
+from jobs import landed
 from jobs.land import bronze_path
 from jobs.publish import run_publish
 from serving.contributions import load
@@ -29,8 +30,14 @@ def post(api: SignedClient, **fields: Any) -> str:
 
 
 def test_the_published_index_answers_what_bronze_answers(
-    spark: Any, settings: Settings, api: SignedClient
+    spark: Any,
+    settings: Settings,
+    api: SignedClient,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The bronze rows come to the driver in several ranges of log positions, as
+    # for a large publish (one here would hold them all).
+    monkeypatch.setattr(landed, "ROWS_PER_FETCH", 1)
     for i, (player, points) in enumerate([("P1", 920), ("P2", 900), ("P3", 10)]):
         post(api, eventId=f"E{i}", playerId=player, matchId=f"M{i}",
              result={"points": points})  # fmt: skip
