@@ -20,8 +20,8 @@ import orjson
 from pyspark.sql import SparkSession
 
 from conf.settings import Settings
-from jobs.land import bronze_path, table_exists
-from jobs.landed import log_rows_in_order, parent_generation
+from jobs.land import bronze_path, log_rows_in_order, table_exists
+from jobs.landed import parent_generation
 from jobs.recompute import transform_between_boundaries
 from serving.contributions import Applied, chain_of, record_contributions, write_index
 

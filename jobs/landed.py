@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
-from jobs.land import bronze_path, table_exists
+from jobs.land import bronze_path, log_rows_in_order, table_exists
 from jobs.recompute import transform_between_boundaries
 from serving.landed import (
     MAX_CHAIN,
@@ -42,27 +42,6 @@ from serving.landed import (
 )
 from serving.manifest import generation_number, read_manifest
 from speed.records import landed_entries
-
-# Log records per Spark partition the driver fetches while it reads them.
-ROWS_PER_FETCH = 100_000
-
-
-def log_rows_in_order(
-    rows: DataFrame, after: Mapping[int, int], through: Mapping[int, int]
-) -> Iterator[Row]:
-    """``rows`` (bronze rows between the boundaries ``after`` and ``through``, with
-    ``partition`` and ``position``) in the driver, in log order, at most
-    ROWS_PER_FETCH at a time.
-
-    toLocalIterator brings one Spark partition at a time into the driver; a scan's
-    or a sort's partitions are few and large (a first publish of 10 M records in
-    4 overran a 2 GiB driver in `make bench-publish`), so the rows are range
-    partitioned by log position first. Positions are dense, so the boundaries
-    give the count without a job."""
-    span = sum(max(0, int(v) - int(after.get(int(p), 0))) for p, v in through.items())
-    fetches = max(1, -(-span // ROWS_PER_FETCH))
-    ordered = rows.repartitionByRange(fetches, "partition", "position")
-    return ordered.sortWithinPartitions("partition", "position").toLocalIterator()
 
 
 def parent_generation(
