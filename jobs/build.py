@@ -48,6 +48,7 @@ from jobs.recompute import (
 )
 from jobs.segments import DEFAULT_BUCKET_TARGET
 from jobs.shadow import extract_shadowed, transform_public
+from jobs.spark import materialize
 from jobs.tables import (
     GOLD_COLUMNS,
     GOLD_MANIFEST,
@@ -399,7 +400,7 @@ def check_generation(
     totals = with_achieved(
         transform_totals(contributions, asc_boards(boards)), achieved
     )
-    fresh = inputs.rank(totals).select(*GOLD_COLUMNS).localCheckpoint(eager=True)
+    fresh = inputs.rank(totals).select(*GOLD_COLUMNS).transform(materialize)
     gold = (
         spark.read.format("delta")
         .load(str(settings.delta_dir / GOLD_SNAPSHOTS))

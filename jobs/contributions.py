@@ -53,7 +53,7 @@ def write_contributions_index(
     return write_index(
         directory,
         generation,
-        _applied(spark, bronze_path(settings), after, boundary),
+        _applied(spark, bronze_path(settings), after, boundary, settings.run_dir),
         parent,
         compact=compact,
     )
@@ -64,6 +64,7 @@ def _applied(
     path: Path,
     after: Mapping[int, int],
     through: Mapping[int, int],
+    scratch: Path,
 ) -> Iterator[Applied]:
     if not table_exists(path):
         return
@@ -71,7 +72,7 @@ def _applied(
     rows = transform_between_boundaries(bronze, after, through).select(
         "partition", "position", "player_id", "raw"
     )
-    for row in log_rows_in_order(rows, after, through):
+    for row in log_rows_in_order(rows, after, through, scratch):
         if row["player_id"] is None:
             continue
         yield from record_contributions(

@@ -79,6 +79,7 @@ from jobs.recompute import (
     with_achieved,
     with_game,
 )
+from jobs.spark import materialize
 from jobs.table_versions import table_versions
 from jobs.tables import (
     GOLD_COLUMNS,
@@ -458,18 +459,18 @@ def recompute_incremental(
         inputs.events, previous.boundary, inputs.boundary
     )
     delta_keys = delta.select("player_id", "match_id", "event_id", "status")
-    delta_keys = delta_keys.localCheckpoint(eager=True)
+    delta_keys = delta_keys.transform(materialize)
     touched_count = delta_keys.select("player_id").distinct().count()
     history = transform_within_boundary(inputs.events, inputs.boundary).select(*NARROW)
-    pairs = transform_touched_pairs(delta_keys, history).localCheckpoint(eager=True)
-    sources = transform_pair_sources(history, pairs).localCheckpoint(eager=True)
+    pairs = transform_touched_pairs(delta_keys, history).transform(materialize)
+    sources = transform_pair_sources(history, pairs).transform(materialize)
     source_count = sources.count()
     if clock is not None:
         clock.lap("read_pairs")
     derived = inputs.contributions(sources)
     fresh = derived.join(
         F.broadcast(pairs), ["player_id", "match_id"], "left_semi"
-    ).localCheckpoint(eager=True)
+    ).transform(materialize)
     contributions = fresh.withColumn("generation", F.lit(generation))
     if clock is not None:
         clock.lap("recompute_contributions")
@@ -484,31 +485,31 @@ def recompute_incremental(
     # them): only pairs with records before the delta have any, and when none
     # does silver_contributions is not scanned at all.
     earlier = transform_earlier_pairs(sources, pairs, previous.boundary)
-    earlier = earlier.localCheckpoint(eager=True)
+    earlier = earlier.transform(materialize)
     old = (
         silver.join(F.broadcast(earlier), PAIR, "left_semi")
         if not earlier.isEmpty()
         else silver.where(F.lit(False))
     )
     old = old.select(*CONTRIBUTION_KEYS, "aggregation", "points")
-    old = old.localCheckpoint(eager=True)
+    old = old.transform(materialize)
     scope = (
         contributions.select(*TOTAL_KEYS)
         .unionByName(old.select(*TOTAL_KEYS))
         .distinct()
-        .localCheckpoint(eager=True)
+        .transform(materialize)
     )
     # The scope's old totals. Its keys are too many to broadcast (~0.8 M at 100 k
     # events over 1 M players, a 2 GiB driver), its players with their boards are
     # not (one row per touched player): the join filters silver_totals while it
     # is scanned, without shuffling it. The totals merge deletes by the same rows.
-    scope_boards = transform_scope_boards(scope).localCheckpoint(eager=True)
+    scope_boards = transform_scope_boards(scope).transform(materialize)
     before = (
         transform_in_scope(
             spark.read.format("delta").load(str(totals_path)), scope_boards
         )
         .select(*TOTAL_KEYS, "aggregation", "score", "matches")
-        .localCheckpoint(eager=True)  # read before the table it reads is merged
+        .transform(materialize)  # read before the table it reads is merged
     )
     achieved = None
     players = timed_players(scope, inputs.boards)
@@ -549,7 +550,7 @@ def recompute_incremental(
         with_achieved(summed, achieved)
         .join(scope, list(TOTAL_KEYS), "left_semi")
         .withColumn("generation", F.lit(generation))
-        .localCheckpoint(eager=True)
+        .transform(materialize)
     )
     if clock is not None:
         clock.lap("totals_inputs")

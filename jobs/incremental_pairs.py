@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, qualify
 from jobs.recompute import transform_totals, transform_within_boundary
+from jobs.spark import materialize
 
 PAIR = ["player_id", "match_id"]
 EVENT = ["player_id", "event_id"]
@@ -59,7 +60,7 @@ def transform_pair_sources(history: DataFrame, pairs: DataFrame) -> DataFrame:
     Two semi-joins with broadcast keys, so bronze is filtered while scanned and
     only these records are kept."""
     own = history.join(F.broadcast(pairs), PAIR, "left_semi")
-    own = own.localCheckpoint(eager=True)
+    own = own.transform(materialize)
     ids = own.select(*EVENT).distinct()
     sharing = history.join(F.broadcast(ids), EVENT, "left_semi").join(
         F.broadcast(pairs), PAIR, "left_anti"

@@ -13,14 +13,17 @@ same batch is dropped by Delta's transaction check. Nothing is landed twice.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -96,26 +99,56 @@ def table_exists(path: Path) -> bool:
 TXN_PREFIX = "land-p"
 
 
-# Log records per Spark partition the driver fetches while it reads them.
+# Log records per sorted run (one Parquet file) the driver reads in log order.
 ROWS_PER_FETCH = 100_000
+# Rows per batch the driver holds while it reads a run.
+ROWS_PER_BATCH = 10_000
 
 
 def log_rows_in_order(
-    rows: DataFrame, after: Mapping[int, int], through: Mapping[int, int]
-) -> Iterator[Row]:
+    rows: DataFrame,
+    after: Mapping[int, int],
+    through: Mapping[int, int],
+    scratch: Path,
+) -> Iterator[dict[str, Any]]:
     """``rows`` (bronze rows between the boundaries ``after`` and ``through``, with
-    ``partition`` and ``position``) in the driver, in log order, at most
-    ROWS_PER_FETCH at a time.
+    ``partition`` and ``position``) in the driver, in log order, as dicts.
 
-    toLocalIterator brings one Spark partition at a time into the driver; a scan's
-    or a sort's partitions are few and large (a first publish of 10 M records in
-    4 overran a 2 GiB driver in `make bench-publish`), so the rows are range
-    partitioned by log position first. Positions are dense, so the boundaries
-    give the count without a job."""
+    The executors sort the rows into runs of at most ROWS_PER_FETCH log positions
+    (range partitioned by position; positions are dense, so the boundaries give
+    the count without a job) and write each run as a Parquet file in a directory
+    under ``scratch`` (where the driver and the executors both see it); the
+    driver reads the files in run order, ROWS_PER_BATCH rows at a time, and
+    removes the directory when done or closed.
+
+    Not ``toLocalIterator``: at 1 M players / 10 M records its results stayed on
+    the driver's heap, run after run, until a 2 GiB driver ran out of it after
+    7 M records (`make bench-publish`, bench/RESULTS.md), and it is one Spark job
+    per run where this is one write."""
     span = sum(max(0, int(v) - int(after.get(int(p), 0))) for p, v in through.items())
-    fetches = max(1, -(-span // ROWS_PER_FETCH))
-    ordered = rows.repartitionByRange(fetches, "partition", "position")
-    return ordered.sortWithinPartitions("partition", "position").toLocalIterator()
+    runs = max(1, -(-span // ROWS_PER_FETCH))
+    scratch.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="log-rows-", dir=scratch))
+    try:
+        (
+            rows.repartitionByRange(runs, "partition", "position")
+            .sortWithinPartitions("partition", "position")
+            .write.mode("overwrite")
+            .parquet(str(directory))
+        )
+        # part-<run, 5 digits>-...: the file names sort in run order. Checked
+        # while reading (a run out of order would reorder the log).
+        last = (-1, -1)
+        for path in sorted(directory.glob("part-*.parquet")):
+            for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_BATCH):
+                for row in batch.to_pylist():
+                    key = (row["partition"], row["position"])
+                    if key <= last:
+                        raise RuntimeError(f"log rows out of order at {key} in {path}")
+                    last = key
+                    yield row
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def landed_through_from_log(path: Path) -> dict[int, int] | None:

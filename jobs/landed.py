@@ -92,7 +92,7 @@ def write_landed_index(
         if since_ms is not None:
             delta = delta.where(F.col("received_at_ms") >= F.lit(since_ms))
         rows = delta.select("partition", "position", "raw")
-        for row in log_rows_in_order(rows, after, boundary):
+        for row in log_rows_in_order(rows, after, boundary, settings.run_dir):
             record = orjson.loads(row["raw"])
             if "rc" not in record:
                 return None  # logged before the index existed: keep Redis's records

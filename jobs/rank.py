@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, qualify
+from jobs.spark import materialize
 
 ROW_BITS = 33
 
@@ -93,7 +94,7 @@ def transform_sorted_slices(
             - F.shiftleft(F.col("_part").cast("bigint"), ROW_BITS),
         )
     )
-    return tagged.localCheckpoint(eager=True)
+    return tagged.transform(materialize)
 
 
 def transform_positions(sliced: DataFrame) -> DataFrame:

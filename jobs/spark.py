@@ -7,7 +7,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 
 from jobs.class_archive import driver_java_options
 from jobs.jars import JARS_DIR, jar_paths
@@ -96,3 +97,17 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def materialize(frame: DataFrame) -> DataFrame:
+    """``frame`` computed once now and read back from the executors' local disk.
+
+    A local checkpoint: it cuts the plan (range boundaries sampled once, a
+    ``MERGE`` source that does not change under it). On disk, not in the heap: at
+    1 M players the ranking's sorted slices alone are 12 M rows, and kept in
+    memory (Spark's default for a local checkpoint) every checkpoint of a publish
+    stays in the driver's heap until the JVM ends, since nothing releases it; a 2
+    GiB driver then ran out of heap in ``make bench-publish``. The disk pages
+    stay in the OS page cache while the publish reads them.
+    """
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)

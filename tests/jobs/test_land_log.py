@@ -11,12 +11,14 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs import land
 from jobs.land import (
     extract_landed_through,
     finish_landing,
     land_partition,
     landed_through_from_log,
     load_bronze,
+    log_rows_in_order,
     records_frame,
     transform_records,
 )
@@ -147,3 +149,32 @@ def test_versions_read_from_both_forms_of_a_records_result(spark: SparkSession) 
         ("season:S3:eu", "p1"): 7,
         ("alltime:all:eu", "p1"): 12345678901,
     }
+
+
+def test_log_rows_in_order_reads_sorted_runs_and_leaves_no_scratch(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows given in no order come back in log order, across several runs (three
+    positions each); the scratch files are gone after a
+    full read and after a reader stops early."""
+    monkeypatch.setattr(land, "ROWS_PER_FETCH", 3)
+    through = {0: 7, 1: 4, 2: 0}
+    positions = [(p, n) for p, last in through.items() for n in range(1, last + 1)]
+    shuffled = sorted(positions, key=lambda k: (k[1] * 7919 + k[0] * 31) % 23)
+    rows = spark.createDataFrame(
+        [(p, n, f"r{p}-{n}") for p, n in shuffled],
+        "partition int, position long, raw string",
+    ).repartition(3)
+    scratch = tmp_path / "run"
+    read = [
+        (r["partition"], r["position"], r["raw"])
+        for r in log_rows_in_order(rows, {}, through, scratch)
+    ]
+    assert read == [(p, n, f"r{p}-{n}") for p, n in sorted(positions)]
+    assert list(scratch.iterdir()) == []
+    reader = log_rows_in_order(rows, {}, through, scratch)
+    assert next(reader)["position"] == 1
+    (runs,) = scratch.iterdir()  # the runs' files, while read
+    assert len(list(runs.glob("part-*.parquet"))) > 1
+    reader.close()
+    assert list(scratch.iterdir()) == []

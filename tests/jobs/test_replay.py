@@ -26,6 +26,7 @@ from conf.rules import default_registry
 from conf.settings import Settings
 from jobs.audit import audit_path
 from jobs.replay import GOLD_REPLAY_DIFFS, run_replay
+from jobs.spark import materialize
 from serving.registry import GenerationRegistry
 from speed.audit import AUDIT_STREAM
 from speed.partitions import Keys, partition_of
@@ -44,7 +45,7 @@ def _strip_games(spark: SparkSession, delta_dir: Path) -> list[str]:
             continue
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
         assert detail is not None
-        old = table.drop("game").localCheckpoint(eager=True)
+        old = table.drop("game").transform(materialize)
         (
             old.write.format("delta")
             .mode("overwrite")
