@@ -103,11 +103,11 @@ def materialize(frame: DataFrame) -> DataFrame:
     """``frame`` computed once now and read back from the executors' local disk.
 
     A local checkpoint: it cuts the plan (range boundaries sampled once, a
-    ``MERGE`` source that does not change under it). On disk, not in the heap: at
-    1 M players the ranking's sorted slices alone are 12 M rows, and kept in
-    memory (Spark's default for a local checkpoint) every checkpoint of a publish
-    stays in the driver's heap until the JVM ends, since nothing releases it; a 2
-    GiB driver then ran out of heap in ``make bench-publish``. The disk pages
-    stay in the OS page cache while the publish reads them.
+    ``MERGE`` source that does not change under it). On disk, not in the heap:
+    kept in memory (Spark's default for a local checkpoint), a publish's
+    checkpoints compete with its later sorts for the driver's heap until the JVM
+    ends, since nothing releases them (at 1 M players the ranking's sorted slices
+    alone are 12 M rows, cached in blocks of 142-321 MB). The disk pages stay in
+    the OS page cache while the publish reads them.
     """
     return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
