@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from conf.settings import Settings
 from jobs.land import bronze_path, log_rows_in_order, table_exists
 from jobs.landed import parent_generation
+from jobs.publish_lock import scratch_dir
 from jobs.recompute import transform_between_boundaries
 from serving.contributions import Applied, chain_of, record_contributions, write_index
 
@@ -53,7 +54,7 @@ def write_contributions_index(
     return write_index(
         directory,
         generation,
-        _applied(spark, bronze_path(settings), after, boundary, settings.run_dir),
+        _applied(spark, bronze_path(settings), after, boundary, scratch_dir(settings)),
         parent,
         compact=compact,
     )

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from jobs.land import bronze_path, log_rows_in_order, table_exists
+from jobs.publish_lock import scratch_dir
 from jobs.recompute import transform_between_boundaries
 from serving.landed import (
     MAX_CHAIN,
@@ -92,7 +93,7 @@ def write_landed_index(
         if since_ms is not None:
             delta = delta.where(F.col("received_at_ms") >= F.lit(since_ms))
         rows = delta.select("partition", "position", "raw")
-        for row in log_rows_in_order(rows, after, boundary, settings.run_dir):
+        for row in log_rows_in_order(rows, after, boundary, scratch_dir(settings)):
             record = orjson.loads(row["raw"])
             if "rc" not in record:
                 return None  # logged before the index existed: keep Redis's records

@@ -14,12 +14,23 @@ process: a second :func:`publish_lock` in the same process is refused too.
 from __future__ import annotations
 
 import fcntl
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from conf.settings import Settings
 
 LOCK_FILE = "publish.lock"
+SCRATCH = "scratch"
+
+
+def scratch_dir(settings: Settings) -> Path:
+    """Where a publisher's jobs keep files for the publish's life (the sorted runs
+    of jobs/land.py ``log_rows_in_order``), each removing its own when done.
+    Emptied whenever the lock is taken: what is there then was left by a
+    publisher that died."""
+    return settings.run_dir / SCRATCH
 
 
 class PublishBusy(RuntimeError):
@@ -46,6 +57,7 @@ def publish_lock(settings: Settings) -> Iterator[None]:
                 f"another `lb publish` (or replay, season close or publish DAG step) "
                 f"is running for {settings.data_dir}"
             ) from None
+        shutil.rmtree(scratch_dir(settings), ignore_errors=True)
         try:
             yield
         finally:

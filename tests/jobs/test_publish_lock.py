@@ -14,7 +14,7 @@ import pytest
 
 from cli.main import EXIT_BUSY, explain
 from conf.settings import Settings
-from jobs.publish_lock import PublishBusy, publish_lock
+from jobs.publish_lock import PublishBusy, publish_lock, scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,17 @@ def test_released_when_the_body_raises(tmp_path: Path) -> None:
         raise ValueError("publish failed")
     with publish_lock(settings):
         pass
+
+
+@pytest.mark.unit
+def test_taking_the_lock_removes_a_dead_publishers_scratch(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    left = scratch_dir(settings) / "log-rows-x" / "part-00000.parquet"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"runs of a publisher killed mid-read")
+    with publish_lock(settings):
+        assert not scratch_dir(settings).exists()
+    assert (settings.run_dir / "publish.lock").exists()
 
 
 @pytest.mark.unit
