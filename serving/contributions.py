@@ -409,31 +409,69 @@ class ContributionsIndex:
     def last_totals(self, wanted: Sequence[tuple[str, str, int]]) -> list[int | None]:
         """The total of the newest entry of each (board, player, partition); None
         when the index has none (a writer's lookup: one batch of binary searches
-        per layer, newest first)."""
+        per layer, newest first).
+
+        Rows sort by (key, board, player, partition, position), so the newest entry
+        is the last row of its key's run unless another pair shares the key or
+        the player has entries in a later partition: that last row is checked for
+        every lookup at once (numpy and Arrow), and only the rest are searched
+        row by row. A layer's writer looks up about one pair per new entry (0.8 M
+        at 100 k events over 1 M players)."""
         out: list[int | None] = [None] * len(wanted)
-        open_ = list(range(len(wanted)))
-        keys = np.array([key_of(b, p) for b, p, _ in wanted], np.uint64)
+        if not wanted:
+            return out
+        boards = [b for b, _, _ in wanted]
+        players = pa.array([p for _, p, _ in wanted], pa.string())
+        partitions = np.array([part for _, _, part in wanted], np.int64)
+        keys = _keys(pa.array(boards, pa.string()), players)
+        open_ = np.arange(len(wanted))
         for layer in reversed(self._layers):
-            if not open_ or layer.rows == 0:
+            if len(open_) == 0 or layer.rows == 0:
                 continue
             want = keys[open_]
             lo = np.searchsorted(layer._keys, want, "left")
             hi = np.searchsorted(layer._keys, want, "right")
-            still = []
             totals = layer.table.column("total").to_numpy()
-            for i, first, stop in zip(open_, lo.tolist(), hi.tolist(), strict=True):
+            present = hi > lo
+            last = np.where(present, hi - 1, 0)
+            codes = np.array(
+                [layer._board_codes.get(boards[i], -1) for i in open_.tolist()],
+                np.int64,
+            )
+            same = (
+                present
+                & (layer._partitions[last] == partitions[open_])
+                & (layer._boards[last] == codes)
+            )
+            if same.any():
+                stored = layer.table.column("player_id").take(pa.array(last))
+                wanted_players = players.take(pa.array(open_))
+                same &= pc.fill_null(pc.equal(stored, wanted_players), False).to_numpy(
+                    zero_copy_only=False
+                )
+            for i, row in zip(open_[same].tolist(), last[same].tolist(), strict=True):
+                out[i] = int(totals[row])
+            still = open_[~present]
+            slow = ~same & present
+            missed = []
+            for i, first, stop, code in zip(
+                open_[slow].tolist(),
+                lo[slow].tolist(),
+                hi[slow].tolist(),
+                codes[slow].tolist(),
+                strict=True,
+            ):
                 board, player, partition = wanted[i]
-                code = layer._board_codes.get(board)
                 rows = (
                     layer.match(code, player, partition, first, stop)
-                    if code is not None
+                    if code >= 0
                     else np.zeros(0, np.int64)
                 )
                 if len(rows):
                     out[i] = int(totals[int(rows[-1])])
                 else:
-                    still.append(i)
-            open_ = still
+                    missed.append(i)
+            open_ = np.sort(np.concatenate([still, np.array(missed, np.int64)]))
         return out
 
 

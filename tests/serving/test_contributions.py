@@ -8,9 +8,11 @@ exactly what the scan of the log records up to that boundary answers."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -152,7 +154,15 @@ def test_the_index_answers_what_bronze_answered(
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n), max_size=10))) | {n})
     # A short cap so long histories also merge past it; compaction at random.
     cap = data.draw(st.integers(1, 4))
-    with tempfile.TemporaryDirectory() as tmp:
+    # Keys that collide (pairs of boards and players sharing a key, players of
+    # both partitions in one key's run): the lookups that cannot take a run's
+    # last row.
+    colliding = data.draw(st.booleans())
+    weak = mock.patch.object(index_module, "_hash", lambda field, name: len(name) % 3)
+    with (
+        weak if colliding else contextlib.nullcontext(),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         root = Path(tmp)
         boundaries: list[dict[int, int]] = []
         manifests: list[dict[str, Any]] = []
