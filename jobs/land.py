@@ -115,38 +115,60 @@ def log_rows_in_order(
     ``partition`` and ``position``) in the driver, in log order, as dicts.
 
     The executors sort the rows into runs of at most ROWS_PER_FETCH log positions
-    (range partitioned by position; positions are dense, so the boundaries give
-    the count without a job) and write each run as a Parquet file in a directory
-    under ``scratch`` (where the driver and the executors both see it); the
-    driver reads the files in run order, ROWS_PER_BATCH rows at a time, and
-    removes the directory when done or closed.
+    and write each run as Parquet in a directory under ``scratch`` (where the
+    driver and the executors both see it); the driver reads the runs in order,
+    ROWS_PER_BATCH rows at a time, and removes the directory when done or closed.
+    Positions are dense, so the boundaries number them: a row's run is its
+    ordinal in log order (the partitions' spans laid end to end) divided by
+    ROWS_PER_FETCH, computed without a job (a range partitioning would sample
+    the rows first, one more job per read).
 
     Not ``toLocalIterator``: at 1 M players / 10 M records its results stayed on
     the driver's heap, run after run, until a 2 GiB driver ran out of it after
     7 M records (`make bench-publish`, bench/RESULTS.md), and it is one Spark job
     per run where this is one write."""
-    span = sum(max(0, int(v) - int(after.get(int(p), 0))) for p, v in through.items())
-    runs = max(1, -(-span // ROWS_PER_FETCH))
+    # ordinal = position + shift[partition]: the positions of the partitions
+    # before it in the boundary, minus its own first position.
+    shift: dict[int, int] = {}
+    laid = 0
+    for partition, final in sorted((int(p), int(v)) for p, v in through.items()):
+        first = int(after.get(partition, 0)) + 1
+        shift[partition] = laid - first
+        laid += max(0, final - first + 1)
+    runs = max(1, -(-laid // ROWS_PER_FETCH))
+    shifts = F.create_map(
+        *(c for p, v in shift.items() for c in (F.lit(p), F.lit(v).cast("long")))
+    )
+    ordinal = F.col("position") + shifts[F.col("partition")]
+    run = F.coalesce(F.floor(ordinal / ROWS_PER_FETCH), F.lit(-1)).cast("int")
     scratch.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="log-rows-", dir=scratch))
     try:
         (
-            rows.repartitionByRange(runs, "partition", "position")
-            .sortWithinPartitions("partition", "position")
+            rows.withColumn("_run", run)
+            .repartition(runs, "_run")
+            .sortWithinPartitions("_run", "partition", "position")
             .write.mode("overwrite")
+            .partitionBy("_run")
             .parquet(str(directory))
         )
-        # part-<run, 5 digits>-...: the file names sort in run order. Checked
-        # while reading (a run out of order would reorder the log).
+        # One directory per run (_run=<n>), read in run order; the order is
+        # checked while reading (a run out of place would reorder the log).
+        found = sorted(
+            (int(d.name.split("=", 1)[1]), d) for d in directory.glob("_run=*")
+        )
         last = (-1, -1)
-        for path in sorted(directory.glob("part-*.parquet")):
-            for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_BATCH):
-                for row in batch.to_pylist():
-                    key = (row["partition"], row["position"])
-                    if key <= last:
-                        raise RuntimeError(f"log rows out of order at {key} in {path}")
-                    last = key
-                    yield row
+        for _, run_dir in found:
+            for path in sorted(run_dir.glob("*.parquet")):
+                for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_BATCH):
+                    for row in batch.to_pylist():
+                        key = (row["partition"], row["position"])
+                        if key <= last:
+                            raise RuntimeError(
+                                f"log rows out of order at {key} in {path}"
+                            )
+                        last = key
+                        yield row
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -158,14 +158,22 @@ def publish_segments(
             sides = _link_versions(previous, checksums, tmp, rewritten, sides)
         # The records this generation landed (serving/landed.py): what answers a
         # redelivery once the speed layer drops them at its rebase.
+        # Timed apart from the segment files (the "segments" lap): a first
+        # publish's indexes parse every landed record in the driver.
+        if clock is not None:
+            clock.lap("segment_files")
         landed = write_landed_index(
             settings, spark, generation, number, boundary, tmp, compact=compact
         )
+        if clock is not None:
+            clock.lap("landed_index")
         # Each applied item landed (serving/contributions.py): what a history
         # read lists between two snapshots.
         contributions = write_contributions_index(
             settings, spark, generation, number, boundary, tmp, compact=compact
         )
+        if clock is not None:
+            clock.lap("contributions_index")
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
