@@ -17,7 +17,7 @@ the thread pool, below); a look-up in a mapped one runs on the event loop.
 
 No fallback to bronze: while the newest retained generation was published before
 the index existed, history entries list no contributions; the next publish writes
-the whole index (jobs/contributions.py, from bronze, once).
+the whole index (jobs/record_indexes.py, from bronze, once).
 
 Per read, everything derived from the snapshots is kept: per board a :class:`View`
 (the snapshots oldest first, their part of the answer cache's key, the labels),

@@ -13,6 +13,9 @@ record without its contribution value (``rc``, logged by apply_event.lua from th
 change on) inside that range makes the index incomplete: none is written, and the
 speed layer keeps every record in Redis (speed/rebase.py drops records only for a
 generation with an index).
+
+The log records come from jobs/record_indexes.py, which reads bronze once for
+this index and the contributions index.
 """
 
 from __future__ import annotations
@@ -20,17 +23,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 from conf.settings import Settings
-from jobs.land import bronze_path, log_rows_in_order, table_exists
-from jobs.publish_lock import scratch_dir
-from jobs.recompute import transform_between_boundaries
 from serving.landed import (
     MAX_CHAIN,
     Entry,
@@ -60,59 +57,71 @@ def parent_generation(
     return None if best is None else (best[1], best[2])
 
 
-def write_landed_index(
-    settings: Settings,
-    spark: SparkSession,
-    generation: str,
-    number: int,
-    boundary: Mapping[int, int],
-    directory: Path,
-    *,
-    compact: bool = False,
-) -> dict[str, Any] | None:
-    """Write the generation's index into ``directory`` (its temp directory);
-    returns its manifest entry, None when no complete index can be written."""
-    lifetime_ms = settings.record_ttl_seconds * 1000
-    now_ms = int(time.time() * 1000)
-    parent = parent_generation(settings.segments_dir, number)
-    chain: list[str] = []
-    after: Mapping[int, int] = {}
-    since_ms: int | None = None
-    if parent is not None and chain_of(parent[1]) is not None:
-        parent_dir, manifest = parent
-        chain = chain_of(manifest) or []
-        after = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
-    else:
-        # No parent index: every landed record still inside its lifetime.
-        since_ms = now_ms - lifetime_ms
-    entries: list[Entry] = []
-    path = bronze_path(settings)
-    if table_exists(path):
-        bronze = spark.read.format("delta").load(str(path))
-        delta = transform_between_boundaries(bronze, after, boundary)
-        if since_ms is not None:
-            delta = delta.where(F.col("received_at_ms") >= F.lit(since_ms))
-        rows = delta.select("partition", "position", "raw")
-        for row in log_rows_in_order(rows, after, boundary, scratch_dir(settings)):
-            record = orjson.loads(row["raw"])
-            if "rc" not in record:
-                return None  # logged before the index existed: keep Redis's records
-            entries += [Entry(*e) for e in landed_entries(record)]
-    if chain:
-        link_chain(parent[0], directory, chain)  # type: ignore[index]
-    own = layer_file(generation)
-    _, count = write_layer(directory / own, entries)
-    layers = [*chain, own]
-    if compact or len(layers) > MAX_CHAIN:
-        merged = directory / f".{own}.merged"
-        _, count = compact_layers(directory, layers, merged, now_ms - lifetime_ms)
-        for name in layers:
-            (directory / name).unlink()
-        os.rename(merged, directory / own)
-        layers = [own]
-    else:
-        count = sum(_rows(directory / name) for name in layers)
-    return manifest_entry(layers, count)
+@dataclass
+class LandedIndexWriter:
+    """One generation's landed records index while its publish reads the log: the
+    parent's chain it extends, which records it takes (after the parent's
+    boundary; without a parent index, every one received within the record
+    lifetime), and the entries taken so far."""
+
+    after: Mapping[int, int]
+    since_ms: int | None
+    parent_dir: Path | None
+    chain: list[str]
+    cutoff_ms: int  # records last written before it leave at a compaction
+    entries: list[Entry] = field(default_factory=list)
+    # False once a taken record has no ``rc`` (logged before the index existed):
+    # no complete index, the speed layer keeps Redis's records.
+    complete: bool = True
+
+    @classmethod
+    def plan(cls, settings: Settings, number: int) -> LandedIndexWriter:
+        """The index of generation ``number``, over its newest published parent."""
+        lifetime_ms = settings.record_ttl_seconds * 1000
+        now_ms = int(time.time() * 1000)
+        parent = parent_generation(settings.segments_dir, number)
+        if parent is not None and chain_of(parent[1]) is not None:
+            parent_dir, manifest = parent
+            after = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
+            chain = chain_of(manifest) or []
+            return cls(after, None, parent_dir, chain, now_ms - lifetime_ms)
+        return cls({}, now_ms - lifetime_ms, None, [], now_ms - lifetime_ms)
+
+    def take(
+        self, partition: int, position: int, received_at_ms: int, record: Any
+    ) -> None:
+        """A log record read in log order (``record``: bronze ``raw`` parsed)."""
+        if not self.complete or position <= int(self.after.get(partition, 0)):
+            return
+        if self.since_ms is not None and received_at_ms < self.since_ms:
+            return
+        if "rc" not in record:
+            self.complete, self.entries = False, []
+            return
+        self.entries += [Entry(*e) for e in landed_entries(record)]
+
+    def write(
+        self, directory: Path, generation: str, *, compact: bool = False
+    ) -> dict[str, Any] | None:
+        """Write the index into ``directory`` (the generation's temp directory);
+        returns its manifest entry, None when no complete index can be written."""
+        if not self.complete:
+            return None
+        if self.chain:
+            link_chain(self.parent_dir, directory, self.chain)  # type: ignore[arg-type]
+        own = layer_file(generation)
+        _, count = write_layer(directory / own, self.entries)
+        layers = [*self.chain, own]
+        if compact or len(layers) > MAX_CHAIN:
+            merged = directory / f".{own}.merged"
+            _, count = compact_layers(directory, layers, merged, self.cutoff_ms)
+            for name in layers:
+                (directory / name).unlink()
+            os.rename(merged, directory / own)
+            layers = [own]
+        else:
+            count = sum(_rows(directory / name) for name in layers)
+        return manifest_entry(layers, count)
 
 
 def _rows(path: Path) -> int:

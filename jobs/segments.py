@@ -25,7 +25,6 @@ from pyspark.sql import functions as F
 
 from conf.boards import BoardsConfig, board_rules
 from conf.settings import Settings
-from jobs.contributions import write_contributions_index
 from jobs.incremental import (
     MODE_INCREMENTAL,
     Build,
@@ -35,10 +34,10 @@ from jobs.incremental import (
     link_board,
 )
 from jobs.land import BRONZE, bronze_path
-from jobs.landed import write_landed_index
 from jobs.phase_clock import PhaseClock
 from jobs.quarantine import extract_thresholds
 from jobs.rank import asc_boards, board_orders, oriented
+from jobs.record_indexes import write_record_indexes
 from jobs.retention import retain
 from jobs.segment_tasks import write_segments_distributed
 from jobs.shadow import hidden_from
@@ -156,24 +155,18 @@ def publish_segments(
                 else:
                     board_files[board] = link_board(previous, board, tmp, checksums)
             sides = _link_versions(previous, checksums, tmp, rewritten, sides)
-        # The records this generation landed (serving/landed.py): what answers a
-        # redelivery once the speed layer drops them at its rebase.
-        # Timed apart from the segment files (the "segments" lap): a first
-        # publish's indexes parse every landed record in the driver.
+        # The records this generation landed: what answers a redelivery once
+        # the speed layer drops them at its rebase (serving/landed.py), and each
+        # applied item, what a history read lists between two snapshots
+        # (serving/contributions.py). Timed apart from the segment files: a
+        # first publish's indexes parse every landed record in the driver.
         if clock is not None:
             clock.lap("segment_files")
-        landed = write_landed_index(
+        landed, contributions = write_record_indexes(
             settings, spark, generation, number, boundary, tmp, compact=compact
         )
         if clock is not None:
-            clock.lap("landed_index")
-        # Each applied item landed (serving/contributions.py): what a history
-        # read lists between two snapshots.
-        contributions = write_contributions_index(
-            settings, spark, generation, number, boundary, tmp, compact=compact
-        )
-        if clock is not None:
-            clock.lap("contributions_index")
+            clock.lap("record_indexes")
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)

@@ -5,7 +5,7 @@ contributions to a board between two snapshots: each applied log record's
 ``eventId``, ``matchId``, ``kind``, ``occurredAt`` and ``delta`` (the player's
 total on the board after it minus the total after the player's previous applied
 record of that board in its partition; 0 before the first). The API reads them
-here, from files the publish job writes next to the segments (jobs/contributions.py),
+here, from files the publish job writes next to the segments (jobs/record_indexes.py),
 never from the batch layer's tables.
 
 An entry is one (board, player) item a log record applied

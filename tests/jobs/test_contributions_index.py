@@ -1,4 +1,4 @@
-"""The contributions index the publish job writes (jobs/contributions.py) against
+"""The contributions index the publish job writes (jobs/record_indexes.py) against
 the bronze table it was derived from: events through the API (results, a
 correction, a redelivery, a second correction), three publishes, and for every
 generation, board and player the index answers what the old history read derived

@@ -131,3 +131,35 @@ def test_chain_answers_as_a_dict_of_the_writes_in_order(
     for p in probes:
         want_value = kept[p].value if p in kept else None
         assert merged.get(*p) == want_value
+
+
+def test_the_writer_takes_records_after_its_parent_or_within_the_lifetime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jobs/landed.py's writer, fed the records of a read that started earlier
+    (the contributions index's boundary): it takes only those after its own
+    parent's boundary, or, without a parent index, those received within the
+    record lifetime; one record without ``rc`` means no index at all."""
+    from jobs import landed
+
+    monkeypatch.setattr(
+        landed,
+        "landed_entries",
+        lambda record: [(DEDUPE, record["n"], 0, record["n"], b"v")],
+    )
+    after = landed.LandedIndexWriter({0: 2}, None, None, [], 0)
+    for position in range(1, 5):
+        after.take(0, position, 0, {"n": position, "rc": "r"})
+    after.take(1, 1, 0, {"n": 10, "rc": "r"})  # a partition past no boundary
+    assert [e.key for e in after.entries] == [3, 4, 10]
+    entry = after.write(tmp_path, "g2")
+    assert entry == {"layers": ["landed.g2.arrow"], "entries": 3}
+
+    since = landed.LandedIndexWriter({}, 1_000, None, [], 0)
+    since.take(0, 1, 999, {"n": 1, "rc": "r"})
+    since.take(0, 2, 1_000, {"n": 2, "rc": "r"})
+    assert [e.key for e in since.entries] == [2]
+    since.take(0, 3, 2_000, {"n": 3})  # logged before rc existed
+    since.take(0, 4, 2_000, {"n": 4, "rc": "r"})
+    assert not since.complete and since.entries == []
+    assert since.write(tmp_path, "g3") is None
