@@ -88,12 +88,16 @@ class LandedIndexWriter:
         return cls({}, now_ms - lifetime_ms, None, [], now_ms - lifetime_ms)
 
     def take(
-        self, partition: int, position: int, received_at_ms: int, record: Any
+        self, partition: int, position: int, received_at_ms: int | None, record: Any
     ) -> None:
-        """A log record read in log order (``record``: bronze ``raw`` parsed)."""
+        """A log record read in log order (``record``: bronze ``raw`` parsed). A
+        row without ``received_at_ms`` is outside any lifetime, as Spark's
+        filter has it."""
         if not self.complete or position <= int(self.after.get(partition, 0)):
             return
-        if self.since_ms is not None and received_at_ms < self.since_ms:
+        if self.since_ms is not None and (
+            received_at_ms is None or received_at_ms < self.since_ms
+        ):
             return
         if "rc" not in record:
             self.complete, self.entries = False, []

@@ -158,8 +158,9 @@ def test_the_writer_takes_records_after_its_parent_or_within_the_lifetime(
     since = landed.LandedIndexWriter({}, 1_000, None, [], 0)
     since.take(0, 1, 999, {"n": 1, "rc": "r"})
     since.take(0, 2, 1_000, {"n": 2, "rc": "r"})
+    since.take(0, 3, None, {"n": 3, "rc": "r"})  # no receivedAtMs: not within
     assert [e.key for e in since.entries] == [2]
-    since.take(0, 3, 2_000, {"n": 3})  # logged before rc existed
-    since.take(0, 4, 2_000, {"n": 4, "rc": "r"})
+    since.take(0, 4, 2_000, {"n": 4})  # logged before rc existed
+    since.take(0, 5, 2_000, {"n": 5, "rc": "r"})
     assert not since.complete and since.entries == []
     assert since.write(tmp_path, "g3") is None
