@@ -15,7 +15,12 @@ import orjson
 from pyspark.sql import SparkSession
 
 from conf.settings import Settings
-from jobs.land import bronze_path, table_exists
+from jobs.land import (
+    bronze_path,
+    extract_landed_through,
+    log_rows_in_order,
+    table_exists,
+)
 from jobs.spark import get_spark
 from speed.rebuild import RebuildReport, rebuild
 
@@ -24,19 +29,24 @@ def bronze_records(
     settings: Settings, spark: SparkSession, partition: int
 ) -> Iterator[dict[str, Any]]:
     """One partition's landed log records, in position order, from Delta bronze
-    (streamed: bronze is partitioned by partition, so this reads only its files)."""
+    (streamed: bronze is partitioned by partition, so this reads only its files;
+    in sorted runs, as the publish's indexes read it, jobs/land.py
+    ``log_rows_in_order``: not ``toLocalIterator``, whose fetched results stayed
+    on a 2 GiB driver's heap at 10 M records)."""
     path = bronze_path(settings)
     if not table_exists(path):
         return
+    through = extract_landed_through(spark, path).get(int(partition), 0)
     rows = (
         spark.read.format("delta")
         .load(str(path))
         .where(f"partition = {int(partition)}")
-        .select("position", "raw")
-        .orderBy("position")
-        .toLocalIterator()
+        .select("partition", "position", "raw")
     )
-    for row in rows:
+    # Its own scratch directory: a rebuild does not hold the publish lock, which
+    # empties the publishers' one.
+    scratch = settings.run_dir / "rebuild-scratch"
+    for row in log_rows_in_order(rows, {}, {int(partition): through}, scratch):
         yield orjson.loads(row["raw"])
 
 
