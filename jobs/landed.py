@@ -75,11 +75,13 @@ class LandedIndexWriter:
     complete: bool = True
 
     @classmethod
-    def plan(cls, settings: Settings, number: int) -> LandedIndexWriter:
-        """The index of generation ``number``, over its newest published parent."""
+    def plan(
+        cls, settings: Settings, parent: tuple[Path, dict[str, Any]] | None
+    ) -> LandedIndexWriter:
+        """The index of a generation over ``parent``, its newest published one
+        (:func:`parent_generation`: directory, manifest), if any."""
         lifetime_ms = settings.record_ttl_seconds * 1000
         now_ms = int(time.time() * 1000)
-        parent = parent_generation(settings.segments_dir, number)
         if parent is not None and chain_of(parent[1]) is not None:
             parent_dir, manifest = parent
             after = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}

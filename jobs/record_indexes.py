@@ -47,8 +47,11 @@ def write_record_indexes(
     """Write both indexes into ``directory`` (the generation's temp directory);
     returns their manifest entries: the landed index's (None when no complete
     one can be written) and the contributions index's."""
-    landed = LandedIndexWriter.plan(settings, number)
-    parent, after = plan_contributions_index(settings, number, boundary)
+    # Both indexes extend the same parent: found once (a listing of the segments
+    # directory and a read of each manifest).
+    newest = parent_generation(settings.segments_dir, number)
+    landed = LandedIndexWriter.plan(settings, newest)
+    parent, after = plan_contributions_index(newest, boundary)
     path = bronze_path(settings)
 
     def records(
@@ -101,12 +104,12 @@ def write_record_indexes(
 
 
 def plan_contributions_index(
-    settings: Settings, number: int, boundary: Mapping[int, int]
+    parent: tuple[Path, dict[str, Any]] | None, boundary: Mapping[int, int]
 ) -> tuple[tuple[Path, dict[str, Any]] | None, Mapping[int, int]]:
-    """The index of generation ``number``: the parent generation whose chain it
-    extends (directory, manifest) and the boundary after which it takes the log's
+    """The contributions index of a generation at ``boundary`` whose newest
+    published parent is ``parent`` (directory, manifest; None: none): the parent
+    whose chain it extends and the boundary after which it takes the log's
     records; (None, {}) when it starts from scratch (every landed position)."""
-    parent = parent_generation(settings.segments_dir, number)
     if parent is None or chain_of(parent[1]) is None:
         return None, {}
     after = {int(p): int(v) for p, v in parent[1].get("boundary", {}).items()}

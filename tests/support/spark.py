@@ -98,6 +98,18 @@ SESSION_BOUNDS = {
 }
 
 
+# The session JVM's collector: serial. Its heap holds small, short-lived objects
+# (per-query plans, task results of rows in the tens), a live set of a few hundred
+# MB, on two cores that the other xdist worker's JVM wants too; G1's concurrent
+# marking threads and write barriers cost more CPU than they save pauses here. Five
+# small publish pairs in one JVM (tests' settings; /proc utime + stime of the JVM,
+# load 1.6-2.7, 6 December): G1 63.5 / 29.6 / 27.1 / 22.0 / 21.7 CPU-s, serial
+# 60.8 / 25.0 / 21.8 / 20.4 / 19.0 (-10 %), parallel 58.9 / 27.3 / 23.0 / 20.5 /
+# 19.8. Production (jobs/spark.py) keeps the JVM's default (G1): its heaps hold
+# millions of rows. Figures: bench/RESULTS.md, "Test suite".
+SESSION_JAVA_OPTIONS = "-XX:+UseSerialGC"
+
+
 def start_spark(warehouse: Path) -> SparkSession:
     """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS,
     INTERPRETED), its SQL warehouse in ``warehouse`` (the tests use paths, not
@@ -130,6 +142,9 @@ def start_spark(warehouse: Path) -> SparkSession:
             # with it on (the cluster's driver) against this session's, byte for
             # byte.
             "spark.sql.adaptive.enabled": "false",
+            # Before get_spark's spark.driver.extraJavaOptions (the launcher's
+            # order), which it leaves as production has it.
+            "spark.driver.defaultJavaOptions": SESSION_JAVA_OPTIONS,
             **INTERPRETED,
             **SESSION_BOUNDS,
         },
