@@ -92,10 +92,15 @@ ATTEMPTS = 5
 # neighbourhood can move past; on a small board under a stream of writes about
 # one attempt in ten is spoilt that way (session 25, four writer threads beside a
 # clean-clone suite), and five in a row happened once in 300 reads. Twice the
-# attempts, each after a random pause of up to NEARBY_JITTER_S so that the retry
-# does not keep step with the writes that spoilt the last one.
+# attempts, each after a random pause so that the retry does not keep step with
+# the writes that spoilt the last one: up to NEARBY_JITTER_S, doubled with each
+# retry up to NEARBY_JITTER_MAX_S (a loaded machine's round trips are longer, and
+# so are the spells in which a write lands during one: two of 300 reads still
+# failed ten attempts with a fixed 2 ms pause, session 31's CI at load 4). A
+# rank whose player's score kept changing spoils one attempt, not the read.
 NEARBY_ATTEMPTS = 2 * ATTEMPTS
 NEARBY_JITTER_S = 0.002
+NEARBY_JITTER_MAX_S = 0.064
 # Outside the speed layer's namespace: not state a rebuild restores.
 # Standings remembered per (board, player) for guessing the next read's score.
 REMEMBERED = 100_000
@@ -1806,7 +1811,8 @@ class LiveReader:
         top_guess: int | None = None
         for attempt in range(NEARBY_ATTEMPTS):
             if attempt:
-                await asyncio.sleep(random.random() * NEARBY_JITTER_S)
+                pause = min(NEARBY_JITTER_S * 2 ** (attempt - 1), NEARBY_JITTER_MAX_S)
+                await asyncio.sleep(random.random() * pause)
             # The window around the standing the rank assumes, and the counts
             # above the window's guessed first score (guessed from the base on
             # the first attempt), are read with the rank's counts, in the same
@@ -1844,7 +1850,10 @@ class LiveReader:
                     b"[" + base.encoded(lo) if lo > 0 else "-",
                 )
 
-            me = await self.rank(board, player_id, around_for=around_of)
+            try:
+                me = await self.rank(board, player_id, around_for=around_of)
+            except NotExact:
+                continue  # the player's score kept changing: a spoilt attempt
             guessed = chosen[0]
             base: Base = me["base"]
             me.pop("extra")

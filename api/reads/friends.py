@@ -53,8 +53,8 @@ class FriendsReads:
                 scores, base, as_of = await self.friends_reader.live_scores(
                     board, members
                 )
-            except NotExact:
-                gen = self.policy.fallback()
+            except NotExact as why:
+                gen = self.policy.fallback(str(why))
                 scores = member_scores(gen.board(board), members)
                 header = snapshot_header(board, mode, gen, len(scores))
             else:

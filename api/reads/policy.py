@@ -132,8 +132,9 @@ class FallbackPolicy:
             return pin(self.registry, generation)
         return None
 
-    def fallback(self) -> Generation:
-        """When exactness is impossible live: the latest generation.
+    def fallback(self, why: str = "a rebase is in progress") -> Generation:
+        """When exactness is impossible live (``why``: the live read's reason): the
+        latest generation.
 
         The registry rescans the segments directory at most every
         ``REFRESH_SECONDS``; during the first publish's rebase (partitions on
@@ -149,7 +150,10 @@ class FallbackPolicy:
         try:
             return pin(self.registry, None)
         except GenerationNotFound:
-            raise NotReady("a rebase is in progress; retry shortly") from None
+            raise NotReady(
+                f"no exact live answer ({why}) and no generation published to "
+                "answer from; retry shortly"
+            ) from None
 
     def read(
         self,
@@ -169,10 +173,10 @@ class FallbackPolicy:
         """``live()``, or its fallback when it cannot be exact or Redis is down."""
         try:
             return await live()
-        except NotExact:
+        except NotExact as why:
             if fallbacks.not_exact is not None:
                 return await resolve(fallbacks.not_exact())
-            return fallbacks.snapshot(self.fallback())
+            return fallbacks.snapshot(self.fallback(str(why)))
         except REDIS_DOWN:
             latest, segment = degraded_snapshot(
                 self.config, self.registry, fallbacks.board, fallbacks.endpoint

@@ -72,7 +72,7 @@ class Ranker:
             ranked = await self._rerank(board, answer, want, kind)
             if ranked is not None:
                 return ranked
-        latest = self.policy.fallback()
+        latest = self.policy.fallback("the board kept changing")
         answer = await resolve(read(latest.id))
         ranked = await self._rerank(board, answer, want, kind)
         if ranked is None:  # pragma: no cover - a generation does not move

@@ -1,6 +1,7 @@
 """Live nearby under a stream of writes, with no generation published (issue 23,
 item 10a): it answered 503 "a rebase is in progress" when writes landed between
-its round trips, though no rebase ran. It must answer, exactly."""
+its round trips, though no rebase ran (and again, 2 reads of 300, under a loaded
+clean-clone CI in session 31). It must answer, exactly."""
 
 from __future__ import annotations
 
