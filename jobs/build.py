@@ -38,6 +38,7 @@ from jobs.incremental import (
 )
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.phase_clock import PhaseClock
+from jobs.publish_lock import scratch_dir
 from jobs.rank import asc_boards, board_orders, transform_rank
 from jobs.recompute import (
     transform_achieved,
@@ -48,7 +49,7 @@ from jobs.recompute import (
 )
 from jobs.segments import DEFAULT_BUCKET_TARGET
 from jobs.shadow import extract_shadowed, transform_public
-from jobs.spark import materialize
+from jobs.spark import materialize, rows_in_order
 from jobs.tables import (
     GOLD_COLUMNS,
     GOLD_MANIFEST,
@@ -295,14 +296,16 @@ def served_differences(
     manifest: Mapping[str, Any],
     boards: BoardsConfig,
     fresh: DataFrame,
+    scratch: Path,
 ) -> list[str]:
     """Compare every board of the generation in ``directory`` as the API reads it
     (``serving.layers.load_board``: a full segment, or a base merged with its
     layers) with the full recompute's rows ``fresh`` (GOLD_COLUMNS): each
     position's rank, player and (oriented) score, and each board's population.
 
-    The recompute's rows stream to the driver board by board in display order, so
-    only one board's segment is open at a time."""
+    The recompute's rows stream to the driver board by board in display order
+    (sorted runs under ``scratch``), so only one board's segment is open at a
+    time."""
     from serving.layers import load_board
 
     metas: Mapping[str, Any] = manifest.get("boards", {})
@@ -324,7 +327,14 @@ def served_differences(
             )
 
     rows = fresh.select("board", "position", "rank", "player_id", "score")
-    for r in rows.orderBy("board", "position").toLocalIterator():
+    # Board by board in display order, read as sorted runs (jobs/spark.py
+    # rows_in_order, not toLocalIterator, whose fetched results stay on the
+    # driver's heap): positions are dense, 1 to the board's count.
+    counts = sorted(
+        (r["board"], int(r["count"])) for r in rows.groupBy("board").count().collect()
+    )
+    spans = [(board, 1, count) for board, count in counts]
+    for r in rows_in_order(rows, "board", "position", spans, scratch):
         board = r["board"]
         if board != current:
             finish()
@@ -413,5 +423,9 @@ def check_generation(
         gold.count(),
         gold.exceptAll(fresh).count(),
         fresh.exceptAll(gold).count(),
-        tuple(served_differences(directory, manifest, boards, fresh)),
+        tuple(
+            served_differences(
+                directory, manifest, boards, fresh, scratch_dir(settings, "verify")
+            )
+        ),
     )

@@ -13,8 +13,6 @@ same batch is dropped by Delta's transaction check. Nothing is landed twice.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from pyspark.sql import types as T
 
 from conf.boards import DEFAULT_GAME
 from conf.settings import Settings
+from jobs.spark import rows_in_order
 from speed.connection import sync_client
 from speed.late_review import late_review_key, queue_late_records
 from speed.partitions import Keys
@@ -99,12 +98,6 @@ def table_exists(path: Path) -> bool:
 TXN_PREFIX = "land-p"
 
 
-# Log records per sorted run (one Parquet file) the driver reads in log order.
-ROWS_PER_FETCH = 100_000
-# Rows per batch the driver holds while it reads a run.
-ROWS_PER_BATCH = 10_000
-
-
 def log_rows_in_order(
     rows: DataFrame,
     after: Mapping[int, int],
@@ -112,65 +105,15 @@ def log_rows_in_order(
     scratch: Path,
 ) -> Iterator[dict[str, Any]]:
     """``rows`` (bronze rows between the boundaries ``after`` and ``through``, with
-    ``partition`` and ``position``) in the driver, in log order, as dicts.
-
-    The executors sort the rows into runs of at most ROWS_PER_FETCH log positions
-    and write each run as Parquet in a directory under ``scratch`` (where the
-    driver and the executors both see it); the driver reads the runs in order,
-    ROWS_PER_BATCH rows at a time, and removes the directory when done or closed.
-    Positions are dense, so the boundaries number them: a row's run is its
-    ordinal in log order (the partitions' spans laid end to end) divided by
-    ROWS_PER_FETCH, computed without a job (a range partitioning would sample
-    the rows first, one more job per read).
-
-    Not ``toLocalIterator``: at 1 M players / 10 M records its results stayed on
-    the driver's heap, run after run, until a 2 GiB driver ran out of it after
-    7 M records (`make bench-publish`, bench/RESULTS.md), and it is one Spark job
-    per run where this is one write."""
-    # ordinal = position + shift[partition]: the positions of the partitions
-    # before it in the boundary, minus its own first position.
-    shift: dict[int, int] = {}
-    laid = 0
-    for partition, final in sorted((int(p), int(v)) for p, v in through.items()):
-        first = int(after.get(partition, 0)) + 1
-        shift[partition] = laid - first
-        laid += max(0, final - first + 1)
-    runs = max(1, -(-laid // ROWS_PER_FETCH))
-    shifts = F.create_map(
-        *(c for p, v in shift.items() for c in (F.lit(p), F.lit(v).cast("long")))
-    )
-    ordinal = F.col("position") + shifts[F.col("partition")]
-    run = F.coalesce(F.floor(ordinal / ROWS_PER_FETCH), F.lit(-1)).cast("int")
-    scratch.mkdir(parents=True, exist_ok=True)
-    directory = Path(tempfile.mkdtemp(prefix="log-rows-", dir=scratch))
-    try:
-        (
-            rows.withColumn("_run", run)
-            .repartition(runs, "_run")
-            .sortWithinPartitions("_run", "partition", "position")
-            .write.mode("overwrite")
-            .partitionBy("_run")
-            .parquet(str(directory))
-        )
-        # One directory per run (_run=<n>), read in run order; the order is
-        # checked while reading (a run out of place would reorder the log).
-        found = sorted(
-            (int(d.name.split("=", 1)[1]), d) for d in directory.glob("_run=*")
-        )
-        last = (-1, -1)
-        for _, run_dir in found:
-            for path in sorted(run_dir.glob("*.parquet")):
-                for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_BATCH):
-                    for row in batch.to_pylist():
-                        key = (row["partition"], row["position"])
-                        if key <= last:
-                            raise RuntimeError(
-                                f"log rows out of order at {key} in {path}"
-                            )
-                        last = key
-                        yield row
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    ``partition`` and ``position``) in the driver, in log order, as dicts: sorted
+    runs written by the executors and read back (jobs/spark.py
+    :func:`rows_in_order`); positions are dense, so the boundaries give each
+    partition's span."""
+    spans = [
+        (partition, int(after.get(partition, 0)) + 1, final)
+        for partition, final in sorted((int(p), int(v)) for p, v in through.items())
+    ]
+    return rows_in_order(rows, "partition", "position", spans, scratch)
 
 
 def landed_through_from_log(path: Path) -> dict[int, int] | None:

@@ -25,12 +25,14 @@ LOCK_FILE = "publish.lock"
 SCRATCH = "scratch"
 
 
-def scratch_dir(settings: Settings) -> Path:
-    """Where a publisher's jobs keep files for the publish's life (the sorted runs
-    of jobs/land.py ``log_rows_in_order``), each removing its own when done.
-    Emptied whenever the lock is taken: what is there then was left by a
-    publisher that died."""
-    return settings.run_dir / SCRATCH
+def scratch_dir(settings: Settings, job: str = "publish") -> Path:
+    """Where ``job`` keeps files for its life (the sorted runs of jobs/spark.py
+    ``rows_in_order``), each read removing its own when done: ``run/scratch/<job>``.
+    The publisher's (``publish``) is emptied whenever the publish lock is taken:
+    what is there then was left by a publisher that died. A job that runs beside
+    a publish without its lock (``lb rebuild``, ``lb verify``) has a directory of
+    its own, which taking the lock leaves alone."""
+    return settings.run_dir / SCRATCH / job
 
 
 class PublishBusy(RuntimeError):

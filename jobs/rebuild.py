@@ -21,6 +21,7 @@ from jobs.land import (
     log_rows_in_order,
     table_exists,
 )
+from jobs.publish_lock import scratch_dir
 from jobs.spark import get_spark
 from speed.rebuild import RebuildReport, rebuild
 
@@ -45,7 +46,7 @@ def bronze_records(
     )
     # Its own scratch directory: a rebuild does not hold the publish lock, which
     # empties the publishers' one.
-    scratch = settings.run_dir / "rebuild-scratch"
+    scratch = scratch_dir(settings, "rebuild")
     for row in log_rows_in_order(rows, {}, {int(partition): through}, scratch):
         yield orjson.loads(row["raw"])
 

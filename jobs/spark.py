@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from jobs.class_archive import driver_java_options
 from jobs.jars import JARS_DIR, jar_paths
@@ -19,6 +24,10 @@ JOB_UMASK_MODE = "027"
 # Let the JIT compile Spark's large generated methods (see get_spark).
 HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 DEFAULT_SHUFFLE_PARTITIONS = int(os.environ.get("LB_SPARK_SHUFFLE_PARTITIONS", "4"))
+# Rows per sorted run (one Parquet directory) that rows_in_order hands the driver.
+ROWS_PER_FETCH = 100_000
+# Rows per batch the driver holds while it reads a run.
+ROWS_PER_BATCH = 10_000
 
 
 def get_spark(
@@ -111,3 +120,76 @@ def materialize(frame: DataFrame) -> DataFrame:
     the OS page cache while the publish reads them.
     """
     return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+
+
+def rows_in_order(
+    rows: DataFrame,
+    group: str,
+    index: str,
+    spans: Sequence[tuple[Hashable, int, int]],
+    scratch: Path,
+) -> Iterator[dict[str, Any]]:
+    """``rows`` in the driver as dicts, in the order of ``spans`` and, within a
+    span, of ``index``.
+
+    ``spans``: (a value of the ``group`` column, its first ``index``, its last),
+    in the order wanted, the indexes dense within each (a log partition's
+    positions, a board's positions): every row belongs to one span. The executors
+    sort the rows into runs of at most ROWS_PER_FETCH rows and write each run as
+    Parquet in a directory under ``scratch`` (where the driver and the executors
+    both see it); the driver reads the runs in order, ROWS_PER_BATCH rows at a
+    time, checks the order as it goes, and removes the directory when done or
+    closed. A row's run is its ordinal (the spans laid end to end) divided by
+    ROWS_PER_FETCH, computed without a job (a range partitioning would sample the
+    rows first, one more job per read).
+
+    Not ``toLocalIterator``: at 1 M players / 10 M records its results stayed on
+    the driver's heap, run after run, until a 2 GiB driver ran out of it after
+    7 M records (`make bench-publish`, bench/RESULTS.md), and it is one Spark job
+    per run where this is one write."""
+    # ordinal = index + shift[group]: the rows of the spans before it, minus its
+    # own first index.
+    shift: dict[Hashable, int] = {}
+    laid = 0
+    for value, first, last in spans:
+        shift[value] = laid - int(first)
+        laid += max(0, int(last) - int(first) + 1)
+    runs = max(1, -(-laid // ROWS_PER_FETCH))
+    shifts = F.create_map(
+        *(c for g, v in shift.items() for c in (F.lit(g), F.lit(v).cast("long")))
+    )
+    ordinal = F.col(index) + shifts[F.col(group)]
+    run = F.coalesce(F.floor(ordinal / ROWS_PER_FETCH), F.lit(-1)).cast("int")
+    scratch.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="rows-", dir=scratch))
+    try:
+        (
+            rows.withColumn("_ordinal", ordinal)
+            .withColumn("_run", run)
+            .repartition(runs, "_run")
+            .sortWithinPartitions("_run", "_ordinal")
+            .write.mode("overwrite")
+            .partitionBy("_run")
+            .parquet(str(directory))
+        )
+        # One directory per run (_run=<n>), read in run order; the order is
+        # checked while reading (a run out of place, or a row of no span, would
+        # reorder what the caller reads).
+        found = sorted(
+            (int(d.name.split("=", 1)[1]), d) for d in directory.glob("_run=*")
+        )
+        last = -1
+        for _, run_dir in found:
+            for path in sorted(run_dir.glob("*.parquet")):
+                for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_BATCH):
+                    for row in batch.to_pylist():
+                        at = row.pop("_ordinal")
+                        if at is None or at <= last:
+                            raise RuntimeError(
+                                f"rows out of order at {group}={row.get(group)!r}, "
+                                f"{index}={row.get(index)!r} in {path}"
+                            )
+                        last = at
+                        yield row
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -11,7 +11,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs import land
+from jobs import spark as spark_module
 from jobs.land import (
     extract_landed_through,
     finish_landing,
@@ -157,7 +157,7 @@ def test_log_rows_in_order_reads_sorted_runs_and_leaves_no_scratch(
     """Rows given in no order come back in log order, across several runs (three
     positions each); the scratch files are gone after a
     full read and after a reader stops early."""
-    monkeypatch.setattr(land, "ROWS_PER_FETCH", 3)
+    monkeypatch.setattr(spark_module, "ROWS_PER_FETCH", 3)
     through = {0: 7, 1: 4, 2: 0}
     positions = [(p, n) for p, last in through.items() for n in range(1, last + 1)]
     shuffled = sorted(positions, key=lambda k: (k[1] * 7919 + k[0] * 31) % 23)
@@ -177,4 +177,26 @@ def test_log_rows_in_order_reads_sorted_runs_and_leaves_no_scratch(
     (runs,) = scratch.iterdir()  # the runs' files, while read
     assert len(list(runs.glob("_run=*"))) == 4  # 11 positions, 3 a run
     reader.close()
+    assert list(scratch.iterdir()) == []
+
+
+def test_rows_in_order_follows_the_spans_and_refuses_a_row_of_none(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Boards (string groups) come back in the spans' order, each by position, as
+    ``lb verify`` reads a recompute's rows; a row that belongs to no span stops
+    the read with an error instead of being read out of place."""
+    monkeypatch.setattr(spark_module, "ROWS_PER_FETCH", 2)
+    spans = [("b", 1, 3), ("a", 1, 2), ("é", 1, 1)]
+    wanted = [(board, n) for board, _, last in spans for n in range(1, last + 1)]
+    rows = spark.createDataFrame(
+        sorted(wanted, key=lambda k: (k[1] * 13 + ord(k[0][0])) % 7),
+        "board string, position int",
+    ).repartition(2)
+    scratch = tmp_path / "scratch"
+    read = spark_module.rows_in_order(rows, "board", "position", spans, scratch)
+    assert [(r["board"], r["position"]) for r in read] == wanted
+    stray = rows.unionByName(spark.createDataFrame([("z", 1)], rows.schema))
+    with pytest.raises(RuntimeError, match="out of order at board='z'"):
+        list(spark_module.rows_in_order(stray, "board", "position", spans, scratch))
     assert list(scratch.iterdir()) == []
