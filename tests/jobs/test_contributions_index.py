@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from conf.settings import Settings
-from jobs import land
+from jobs import spark as spark_module
 from jobs.land import bronze_path
 from jobs.publish import run_publish
 from serving.contributions import load
@@ -37,7 +37,7 @@ def test_the_published_index_answers_what_bronze_answers(
 ) -> None:
     # The bronze rows come to the driver in several ranges of log positions, as
     # for a large publish (one here would hold them all).
-    monkeypatch.setattr(land, "ROWS_PER_FETCH", 1)
+    monkeypatch.setattr(spark_module, "ROWS_PER_FETCH", 1)
     for i, (player, points) in enumerate([("P1", 920), ("P2", 900), ("P3", 10)]):
         post(api, eventId=f"E{i}", playerId=player, matchId=f"M{i}",
              result={"points": points})  # fmt: skip

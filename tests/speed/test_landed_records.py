@@ -15,7 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from jobs import land
+from jobs import spark as spark_module
 from jobs.publish import run_publish
 from jobs.rebuild import run_rebuild
 from serving.landed import CONTRIBUTION, DEDUPE
@@ -64,7 +64,7 @@ def test_landed_records_answer_redeliveries_and_corrections(
 ) -> None:
     # The index reads the landed records in several ranges of log positions, as
     # it does for a large publish (one here would hold them all).
-    monkeypatch.setattr(land, "ROWS_PER_FETCH", 1)
+    monkeypatch.setattr(spark_module, "ROWS_PER_FETCH", 1)
     server = own_server(tmp_path / "redis")
     settings = base_settings(server.url, tmp_path)
     check = sync_client(server.url)
