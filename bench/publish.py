@@ -460,6 +460,12 @@ def run_incremental(spark, settings, boards, args, cutoff: int, source: Path) ->
     )
     out["build"] = {k: v for k, v in manifest["build"].items() if k != "fingerprint"}
     out["boards"] = len(manifest["boards"])
+    # With LB_LAYERS_MAX_CHAIN >= 1: boards written as a layer over their parent,
+    # and the gold chain (build.gold: its change rows against the base's rows).
+    out["layered_boards"] = sum(
+        1 for m in manifest["boards"].values() if m.get("layers")
+    )
+    out["layers_max_chain"] = settings.layers_max_chain
     if args.check_incremental:
         started = time.perf_counter()
         check = check_generation(settings, spark, generation, boards)

@@ -59,6 +59,7 @@ from jobs.tables import (
     PublishedRow,
     extract_published,
     game_column,
+    generation_ranking,
     load_gold_snapshot,
 )
 
@@ -233,7 +234,15 @@ def recompute_generation(
         build = Build(MODE_FULL, fp, shadowed=sorted(shadowed))
     else:
         build = recompute_incremental(
-            spark, delta_dir, generation, recompute, previous, clock
+            spark,
+            delta_dir,
+            generation,
+            recompute,
+            previous,
+            clock,
+            gold_layering=(settings.layers_max_chain, settings.layers_max_fraction)
+            if settings.layers_max_chain >= 1
+            else None,
         )
         build.fingerprint = fp
     build.save(build_path(settings, generation))
@@ -411,12 +420,9 @@ def check_generation(
         transform_totals(contributions, asc_boards(boards)), achieved
     )
     fresh = inputs.rank(totals).select(*GOLD_COLUMNS).transform(materialize)
-    gold = (
-        spark.read.format("delta")
-        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == row.generation)
-        .select(*GOLD_COLUMNS)
-    )
+    gold = generation_ranking(
+        spark, settings.delta_dir, row.generation, manifest, boards
+    ).transform(materialize)
     return GenerationCheck(
         row.generation,
         manifest.get("build") or {"mode": "unknown"},

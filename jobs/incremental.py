@@ -25,9 +25,14 @@ contributions and totals are those already in silver. The incremental build
    old and new contributions (replaced rows updated, vanished ones deleted), one
    commit per table; silver has deletion vectors, so a merge writes about the rows
    it changes instead of every file holding a touched player;
-5. re-ranks only the boards of those totals (and of a player whose shadow flag
-   changed), copies the other boards' gold rows from the previous generation and
-   hard-links their segment files (immutable, same bytes, same checksums).
+5. with layering on (LB_LAYERS_MAX_CHAIN >= 1) writes gold as the changed rows
+   only (``gold_changes``: the scope's keys and those of a player whose shadow
+   flag changed, with their new totals or ``removed``) over the previous
+   generation's, until the chain passes a limit (:func:`next_gold_chain`); else
+   re-ranks only the boards of those totals and copies the other boards' gold
+   rows from the previous generation. The segments phase then rewrites the
+   touched boards (from the changes when gold is layered) and hard-links the
+   others' files (immutable, same bytes, same checksums).
 
 The previous state is used only when it is valid: the previous generation was built
 under the same configuration (the ``fingerprint`` in its manifest: boards, promoted
@@ -82,15 +87,19 @@ from jobs.recompute import (
 from jobs.spark import materialize
 from jobs.table_versions import table_versions
 from jobs.tables import (
+    GOLD_CHANGES,
     GOLD_COLUMNS,
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
     game_column,
+    gold_chain,
+    load_gold_changes,
     load_gold_snapshot,
 )
 from jobs.versions import transform_versions
 from serving.layers import chain_files, compact_board, is_layered
+from serving.manifest import generation_number
 
 if TYPE_CHECKING:
     from jobs.build import RecomputeInputs
@@ -123,6 +132,10 @@ class Build:
     # empty) instead of comparing all of their silver totals with gold. None in a
     # build saved by older code.
     shadowed: list[str] | None = None
+    # Layered gold (jobs/tables.py): {"base", "layers", "rows", "baseRows"}: the
+    # full generation the chain starts from, the layered generations since (this
+    # one last), their change rows and the base's rows. None: gold written in full.
+    gold: dict[str, Any] | None = None
 
     def manifest_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
@@ -134,6 +147,8 @@ class Build:
             entry["touchedPlayers"] = self.touched_players
         if self.rederived_records is not None:
             entry["rederivedRecords"] = self.rederived_records
+        if self.gold is not None:
+            entry["gold"] = self.gold
         return entry
 
     def save(self, path: Path) -> None:
@@ -434,6 +449,35 @@ def compact_linked_board(
     return entry
 
 
+def next_gold_chain(
+    previous: Previous,
+    generation: str,
+    changed: int,
+    max_chain: int,
+    max_fraction: float,
+) -> dict[str, Any] | None:
+    """The ``build.gold`` entry of ``generation``'s gold as ``changed`` rows over
+    ``previous``'s, or None when the chain would pass ``max_chain`` layers or its
+    rows ``max_fraction`` of the base's: then the generation's gold is written in
+    full (a compaction) and the next chain starts from it."""
+    chain = (previous.manifest.get("build") or {}).get("gold")
+    if chain:
+        base, layers = str(chain["base"]), list(chain["layers"])
+        rows, base_rows = int(chain["rows"]), int(chain["baseRows"])
+    else:
+        # A full generation's gold rows are its boards' populations.
+        base, layers, rows = previous.generation, [], 0
+        base_rows = sum(
+            int(meta.get("population", 0))
+            for meta in previous.manifest.get("boards", {}).values()
+        )
+    layers.append(generation)
+    rows += changed
+    if len(layers) > max_chain or rows > max_fraction * max(1, base_rows):
+        return None
+    return {"base": base, "layers": layers, "rows": rows, "baseRows": base_rows}
+
+
 def recompute_incremental(
     spark: SparkSession,
     delta_dir: Path,
@@ -441,8 +485,13 @@ def recompute_incremental(
     inputs: RecomputeInputs,
     previous: Previous,
     clock: PhaseClock | None,
+    gold_layering: tuple[int, float] | None = None,
 ) -> Build:
     """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
+
+    ``gold_layering`` (max chain, max fraction: LB_LAYERS_MAX_*): gold is written
+    as the changed rows over the previous generation's (:func:`next_gold_chain`)
+    unless the chain would pass a limit; None: the re-ranked boards in full.
 
     Only rows that can have changed are re-derived and merged: a contribution is a
     function of its (player, match)'s records and of the records sharing a
@@ -599,23 +648,60 @@ def recompute_incremental(
     load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE, scope_predicate)
     if clock is not None:
         clock.lap("merge_totals")
-    gold_path = delta_dir / GOLD_SNAPSHOTS
-    # The previous generation's rows of the boards not re-ranked (every gold board
-    # has a manifest entry): none to read when every board was touched, and a
-    # positive board list lets the scan skip files by their board statistics.
-    untouched = sorted(set(previous.manifest.get("boards", {})) - boards)
-    kept = (
-        spark.read.format("delta")
-        .load(str(gold_path))
-        .where(F.col("generation") == previous.generation)
-        .where(F.col("board").isin(untouched) if untouched else F.lit(False))
-        .select(*GOLD_COLUMNS)
-    )
-    if touched_boards:
-        merged = spark.read.format("delta").load(str(totals_path))
-        ranked = inputs.rank(merged.where(F.col("board").isin(touched_boards)))
-        kept = kept.unionByName(ranked.select(*GOLD_COLUMNS))
-    load_gold_snapshot(kept, gold_path, generation)
+    merged = spark.read.format("delta").load(str(totals_path))
+    gold = None
+    if gold_layering is not None:
+        # Layered gold: only the keys whose public row may have moved, with their
+        # new total or ``removed``: the scope's (their new totals are ``totals``;
+        # a key without one lost its total) and those of the players whose shadow
+        # flag flipped (their rows in silver, found by a broadcast filter). Never
+        # a scan of every total joined with the scope.
+        columns = [*TOTAL_KEYS, "score", "achieved_ms"]
+        rows = scope.join(totals.select(*columns), list(TOTAL_KEYS), "left")
+        if flipped:
+            rows = rows.unionByName(
+                merged.join(F.broadcast(flagged), "player_id", "left_semi")
+                .select(*columns)
+                .join(scope, list(TOTAL_KEYS), "left_anti")
+            )
+        hidden = sorted(inputs.shadowed)
+        changes = rows.withColumn(
+            "removed",
+            F.col("score").isNull()
+            | (F.col("player_id").isin(hidden) if hidden else F.lit(False)),
+        ).transform(materialize)
+        gold = next_gold_chain(previous, generation, changes.count(), *gold_layering)
+    if gold is not None:
+        load_gold_changes(
+            changes,
+            delta_dir / GOLD_CHANGES,
+            generation,
+            generation_number(generation) or 0,
+            gold["base"],
+        )
+    else:
+        gold_path = delta_dir / GOLD_SNAPSHOTS
+        if gold_chain(previous.manifest) is None:
+            # The previous generation's rows of the boards not re-ranked (every
+            # gold board has a manifest entry): none to read when every board was
+            # touched, and a positive board list lets the scan skip files by their
+            # board statistics.
+            untouched = sorted(set(previous.manifest.get("boards", {})) - boards)
+            kept = (
+                spark.read.format("delta")
+                .load(str(gold_path))
+                .where(F.col("generation") == previous.generation)
+                .where(F.col("board").isin(untouched) if untouched else F.lit(False))
+                .select(*GOLD_COLUMNS)
+            )
+            if touched_boards:
+                ranked = inputs.rank(merged.where(F.col("board").isin(touched_boards)))
+                kept = kept.unionByName(ranked.select(*GOLD_COLUMNS))
+        else:
+            # A compaction of layered gold: every board ranked from silver, which
+            # holds this generation's totals.
+            kept = inputs.rank(merged).select(*GOLD_COLUMNS)
+        load_gold_snapshot(kept, gold_path, generation)
     if clock is not None:
         clock.lap("rank_gold")
     return Build(
@@ -626,4 +712,5 @@ def recompute_incremental(
         touched_players=touched_count,
         rederived_records=source_count,
         shadowed=sorted(inputs.shadowed),
+        gold=gold,
     )

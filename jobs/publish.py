@@ -9,9 +9,10 @@ Order of effects (a generation is visible to the API only through its
    jobs/retention.py);
 2. land every partition; the boundary is the landed-through position per partition;
 3. recompute contributions and totals from bronze up to the boundary (silver);
-4. rank; write ``gold_snapshots`` for the generation (``replaceWhere``, so a retry of
-   a crashed generation number replaces its rows) (3 and 4: jobs/build.py, in full
-   or incrementally, jobs/incremental.py);
+4. rank; write ``gold_snapshots`` for the generation, or with layering on an
+   incremental generation's changed rows to ``gold_changes`` (jobs/tables.py)
+   (``replaceWhere``, so a retry of a crashed generation number replaces its rows)
+   (3 and 4: jobs/build.py, in full or incrementally, jobs/incremental.py);
 5. write the segment files into a temp directory and rename it to ``<gen>/``;
 6. append the ``gold_manifest`` row (idempotent: ``txnAppId=publish``,
    ``txnVersion`` = generation number);

@@ -23,6 +23,7 @@ every other game's ``S4`` alone.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +34,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.boards import DEFAULT_GAME, BoardsConfig, Season, load_boards, qualify
-from conf.rule_state import load_rule_state, namespace, save_rule_state
+from conf.rule_state import (
+    effective_boards,
+    load_rule_state,
+    namespace,
+    save_rule_state,
+)
 from conf.rules import RULE_VERSIONS
 from conf.settings import Settings
+from jobs.tables import GOLD_MANIFEST, extract_published, generation_ranking
 
 GOLD_REPLAY_DIFFS = "gold_replay_diffs"
-GOLD_SNAPSHOTS = "gold_snapshots"
 DEFAULT_K = 10
 TOP_MOVERS = 5
 
@@ -224,10 +230,27 @@ def diff_generation(
     """Diff rows (written to gold_replay_diffs) and the per-scope summary;
     ``boards``: the file's, ``season_id`` as ``game`` names it."""
     season = game_season(boards, game, season_id)
-    gold = (
-        spark.read.format("delta")
-        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
+    # The generation's full ranking of the season's and the replay's boards (a
+    # layered generation's ranked again from its chain, jobs/tables.py).
+    published = [
+        r
+        for r in extract_published(spark, settings.delta_dir / GOLD_MANIFEST)
+        if r.generation == generation
+    ]
+    if not published:
+        raise ValueError(f"{generation} is not published")
+    manifest = json.loads(published[-1].manifest_json)
+    prefixes = (
+        qualify(game, f"season:{season_id}:"),
+        qualify(game, f"season:{namespace(season_id, rule)}:"),
+    )
+    gold = generation_ranking(
+        spark,
+        settings.delta_dir,
+        generation,
+        manifest,
+        effective_boards(boards, load_rule_state(settings.data_dir)),
+        [b for b in manifest.get("boards", {}) if b.startswith(prefixes)],
     )
     tiers = list(getattr(season, "tiers", None) or [])
     rows = []

@@ -39,6 +39,40 @@ SEGMENT_COLUMNS = ["board", "position", "player_id", "score", "achieved_ms"]
 KIND_ROW, KIND_NAMED, KIND_BOARD = 0, 1, 2
 
 
+def entries_batch(
+    entries: Mapping[str, dict[str, Any]], sides: Mapping[str, list[str]]
+) -> pa.RecordBatch:
+    """A task's output (ENTRY_SCHEMA): per board written, its manifest entry and its
+    versions side file, each as JSON."""
+    boards = sorted({*entries, *sides})
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(boards, pa.string()),
+            pa.array(
+                [json.dumps(entries[b]) if b in entries else None for b in boards],
+                pa.string(),
+            ),
+            pa.array(
+                [json.dumps(sides[b]) if b in sides else None for b in boards],
+                pa.string(),
+            ),
+        ],
+        names=["board", "entry", "versions"],
+    )
+
+
+def collected_entries(
+    written: list[Any],
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The tasks' rows back on the driver: board -> manifest entry, board -> (side
+    file, sha256)."""
+    entries = {r["board"]: json.loads(r["entry"]) for r in written if r["entry"]}
+    sides = {
+        r["board"]: tuple(json.loads(r["versions"])) for r in written if r["versions"]
+    }
+    return entries, sides
+
+
 def segment_writer(
     directory: str,
     bucket_target: int,
@@ -141,23 +175,32 @@ def segment_writer(
                 )
         finally:
             os.umask(before)
-        boards = sorted({*entries, *sides})
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(boards, pa.string()),
-                pa.array(
-                    [json.dumps(entries[b]) if b in entries else None for b in boards],
-                    pa.string(),
-                ),
-                pa.array(
-                    [json.dumps(sides[b]) if b in sides else None for b in boards],
-                    pa.string(),
-                ),
-            ],
-            names=["board", "entry", "versions"],
-        )
+        yield entries_batch(entries, sides)
 
     return write
+
+
+def with_named_and_markers(
+    items: DataFrame, named: DataFrame, visit: Iterable[str]
+) -> DataFrame:
+    """``items`` (one kind of row) with the named versions (KIND_NAMED) and one
+    marker row per board to visit (KIND_BOARD): what a writer task takes."""
+    items = items.unionByName(
+        named.select("board", "player_id", "version").withColumn(
+            "kind", F.lit(KIND_NAMED)
+        ),
+        allowMissingColumns=True,
+    )
+    markers = sorted(set(visit))
+    if markers:
+        spark = items.sparkSession
+        items = items.unionByName(
+            spark.createDataFrame([(b,) for b in markers], "board string").withColumn(
+                "kind", F.lit(KIND_BOARD)
+            ),
+            allowMissingColumns=True,
+        )
+    return items
 
 
 def write_segments_distributed(
@@ -181,21 +224,9 @@ def write_segments_distributed(
     delta's with ``previous`` (its directory, board -> (segment, side file)).
     ``visit``: boards to visit even with no row (rewritten boards)."""
     spark = gold.sparkSession
-    rows = gold.select(*SEGMENT_COLUMNS).withColumn("kind", F.lit(KIND_ROW))
-    items = rows.unionByName(
-        named.select("board", "player_id", "version").withColumn(
-            "kind", F.lit(KIND_NAMED)
-        ),
-        allowMissingColumns=True,
+    items = with_named_and_markers(
+        gold.select(*SEGMENT_COLUMNS).withColumn("kind", F.lit(KIND_ROW)), named, visit
     )
-    markers = sorted(set(visit))
-    if markers:
-        items = items.unionByName(
-            spark.createDataFrame([(b,) for b in markers], "board string").withColumn(
-                "kind", F.lit(KIND_BOARD)
-            ),
-            allowMissingColumns=True,
-        )
     tasks = tasks or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     where = None if previous is None else (str(previous[0]), dict(previous[1]))
     written = (
@@ -213,8 +244,159 @@ def write_segments_distributed(
         )
         .collect()
     )
-    entries = {r["board"]: json.loads(r["entry"]) for r in written if r["entry"]}
-    sides = {
-        r["board"]: tuple(json.loads(r["versions"])) for r in written if r["versions"]
-    }
-    return entries, sides
+    return collected_entries(written)
+
+
+# An incremental build with layered gold hands the writer its changes, not its
+# boards' rows: (board, player_id, oriented score, achieved_ms, removed).
+KIND_CHANGE = 3
+CHANGE_COLUMNS = ["board", "player_id", "score", "achieved_ms", "removed"]
+
+
+def changes_writer(
+    directory: str,
+    generation: str,
+    bucket_target: int,
+    orders: Mapping[str, tuple[bool, bool]],
+    umask: int,
+    previous: tuple[str, Mapping[str, tuple[str | None, str | None]]],
+    parents: Mapping[str, dict[str, Any]],
+    layering: tuple[float, int] | None,
+) -> Any:
+    """The ``mapInArrow`` function of :func:`write_changes_distributed`: per board,
+    its changes and the versions the delta named in, (board, manifest entry, side
+    file) out. Each board is the previous generation's (``parents``: board -> its
+    manifest entry with its files' checksums, memory-mapped by the task) with the
+    changes applied (serving/layers.py ``apply_changes``): the work is the
+    changes', never the board's rows, unless the board is due a compaction."""
+    orders = dict(orders)
+    where, files = previous[0], dict(previous[1])
+    parents = dict(parents)
+
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from serving.layers import Parent, apply_changes
+        from serving.segments import read_versions, write_versions
+
+        received = list(batches)
+        if not received:
+            return
+        table = pa.Table.from_batches(received)
+        if table.num_rows == 0:
+            return
+        changes: dict[str, dict[str, tuple[int, int | None] | None]] = {}
+        named: dict[str, dict[str, int]] = {}
+        kinds = table.column("kind").to_pylist()
+        boards = table.column("board").to_pylist()
+        players = table.column("player_id").to_pylist()
+        scores = table.column("score").to_pylist()
+        achieved = table.column("achieved_ms").to_pylist()
+        removed = table.column("removed").to_pylist()
+        versions = table.column("version").to_pylist()
+        for i, kind in enumerate(kinds):
+            board = boards[i]
+            if kind == KIND_CHANGE:
+                changes.setdefault(board, {})[players[i]] = (
+                    None if removed[i] else (int(scores[i]), achieved[i])
+                )
+            elif kind == KIND_NAMED:
+                own = named.setdefault(board, {})
+                own[players[i]] = max(own.get(players[i], 0), int(versions[i] or 0))
+            else:
+                changes.setdefault(board, {})
+        entries: dict[str, dict[str, Any]] = {}
+        sides: dict[str, list[str]] = {}
+        before = os.umask(umask)
+        try:
+            for board in sorted({*changes, *named}):
+                meta = parents.get(board)
+                parent = (
+                    None
+                    if meta is None
+                    else Parent(Path(where), meta, meta["checksums"])
+                )
+                side_name = files.get(board, (None, None))[1]
+                side: dict[str, int] = {}
+                if side_name is not None:
+                    held = read_versions(Path(where) / side_name)
+                    side = dict(
+                        zip(
+                            held.column("player_id").to_pylist(),
+                            held.column("version").to_pylist(),
+                            strict=True,
+                        )
+                    )
+                entry, new_side = apply_changes(
+                    Path(directory),
+                    board,
+                    generation,
+                    parent,
+                    changes.get(board, {}),
+                    named.get(board, {}),
+                    side,
+                    bucket_target,
+                    orders.get(board, (False, False)),
+                    layering,
+                )
+                if entry is not None:
+                    entries[board] = entry
+                if new_side:
+                    ids = sorted(new_side)
+                    sides[board] = list(
+                        write_versions(
+                            Path(directory),
+                            board,
+                            pa.array(ids, pa.string()),
+                            pa.array([new_side[p] for p in ids], pa.int64()),
+                        )
+                    )
+        finally:
+            os.umask(before)
+        yield entries_batch(entries, sides)
+
+    return write
+
+
+def write_changes_distributed(
+    changes: DataFrame,
+    named: DataFrame,
+    directory: Path,
+    generation: str,
+    bucket_target: int,
+    orders: Mapping[str, tuple[bool, bool]],
+    previous: tuple[Path, Mapping[str, tuple[str | None, str | None]]],
+    parents: Mapping[str, dict[str, Any]],
+    visit: Iterable[str],
+    layering: tuple[float, int] | None,
+    umask: int = 0o027,
+    tasks: int | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+    """Write the boards ``changes`` (CHANGE_COLUMNS, oriented scores) and
+    ``named`` (the delta's (board, player_id, version)) touch as the previous
+    generation's plus the changes, from the executors; the same return as
+    :func:`write_segments_distributed`. ``visit``: every rewritten board, even one
+    with neither (its files are then the parent's, written again)."""
+    spark = changes.sparkSession
+    items = with_named_and_markers(
+        changes.select(*CHANGE_COLUMNS).withColumn("kind", F.lit(KIND_CHANGE)),
+        named,
+        visit,
+    )
+    tasks = tasks or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    written = (
+        items.repartition(tasks, F.col("board"))
+        .mapInArrow(
+            changes_writer(
+                str(directory),
+                generation,
+                bucket_target,
+                orders,
+                umask,
+                (str(previous[0]), dict(previous[1])),
+                dict(parents),
+                layering,
+            ),
+            ENTRY_SCHEMA,
+        )
+        .collect()
+    )
+    return collected_entries(written)

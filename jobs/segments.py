@@ -39,16 +39,18 @@ from jobs.quarantine import extract_thresholds
 from jobs.rank import asc_boards, board_orders, oriented
 from jobs.record_indexes import write_record_indexes
 from jobs.retention import retain
-from jobs.segment_tasks import write_segments_distributed
+from jobs.segment_tasks import write_changes_distributed, write_segments_distributed
 from jobs.shadow import hidden_from
 from jobs.table_versions import table_versions
 from jobs.tables import (
+    GOLD_CHANGES,
     GOLD_MANIFEST,
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
     PublishedRow,
     extract_published,
+    generation_ranking,
     load_manifest_row,
 )
 from jobs.versions import named_versions
@@ -103,11 +105,31 @@ def publish_segments(
     # An incremental build rewrites only the boards it re-ranked; the rest are the
     # previous generation's files (None: every board).
     only = build.touched_boards if base is not None and build is not None else None
-    rows = (
-        spark.read.format("delta")
-        .load(str(delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
-    )
+    # Layered gold (jobs/tables.py): the rewritten boards are the previous
+    # generation's files with the changes applied, never their whole rows.
+    changes = build is not None and build.gold is not None and base is not None
+    if changes:
+        rows = (
+            spark.read.format("delta")
+            .load(str(delta_dir / GOLD_CHANGES))
+            .where(F.col("generation") == generation)
+        )
+    elif build is not None and build.gold is not None:
+        # The previous generation's files are gone: every board from the full
+        # ranking of this layered generation.
+        rows = generation_ranking(
+            spark,
+            delta_dir,
+            generation,
+            {"build": build.manifest_entry()},
+            boards,
+        )
+    else:
+        rows = (
+            spark.read.format("delta")
+            .load(str(delta_dir / GOLD_SNAPSHOTS))
+            .where(F.col("generation") == generation)
+        )
     if only is not None:
         rows = rows.where(F.col("board").isin(only))
     # Segments hold oriented scores (conf/boards.py BoardRules), gold the real ones:
@@ -120,17 +142,37 @@ def publish_segments(
     try:
         # Written by the executors (jobs/segment_tasks.py), each row with its
         # pair's version; only the board entries come back to the driver.
-        board_files, sides = write_segments_distributed(
-            rows,
-            named,
-            tmp,
-            bucket_target,
-            board_orders(boards),
-            umask=JOB_UMASK,
-            previous=previous_files,
-            visit=only or (),
-            layering=None if compact else _layering(settings, generation, base, only),
-        )
+        if changes:
+            assert base is not None and only is not None and previous_files is not None
+            board_files, sides = write_changes_distributed(
+                rows,
+                named,
+                tmp,
+                generation,
+                bucket_target,
+                board_orders(boards),
+                previous_files,
+                _parents(*base, only),
+                only,
+                None
+                if compact or settings.layers_max_chain < 1
+                else (settings.layers_max_fraction, settings.layers_max_chain),
+                umask=JOB_UMASK,
+            )
+        else:
+            board_files, sides = write_segments_distributed(
+                rows,
+                named,
+                tmp,
+                bucket_target,
+                board_orders(boards),
+                umask=JOB_UMASK,
+                previous=previous_files,
+                visit=only or (),
+                layering=None
+                if compact
+                else _layering(settings, generation, base, only),
+            )
         # Shadowed players: in silver, left out of this generation's gold.
         write_hidden(
             [
@@ -181,7 +223,8 @@ def publish_segments(
 
     published_at = datetime.now(UTC)
     versions = table_versions(
-        delta_dir, (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS)
+        delta_dir,
+        (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS, GOLD_CHANGES),
     )
     thresholds = _thresholds(settings, spark, base, only)
     manifest_json = build_manifest(
@@ -263,6 +306,22 @@ def _segment_base(
     return previous, dict(row["checksums"])
 
 
+def _parents(
+    previous: Previous, checksums: Mapping[str, str], only: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The previous generation's manifest entries of the rewritten boards it has,
+    each with the checksums of the files it names (what a layer links)."""
+    boards = previous.manifest.get("boards", {})
+    return {
+        board: {
+            **boards[board],
+            "checksums": {n: checksums[n] for n in chain_files(boards[board])},
+        }
+        for board in only
+        if board in boards
+    }
+
+
 def _layering(
     settings: Settings,
     generation: str,
@@ -274,21 +333,11 @@ def _layering(
     the segments are written in full."""
     if base is None or only is None or settings.layers_max_chain < 1:
         return None
-    previous, checksums = base
-    boards = previous.manifest.get("boards", {})
-    metas = {
-        board: {
-            **boards[board],
-            "checksums": {n: checksums[n] for n in chain_files(boards[board])},
-        }
-        for board in only
-        if board in boards
-    }
     return (
         generation,
         settings.layers_max_fraction,
         settings.layers_max_chain,
-        metas,
+        _parents(*base, only),
     )
 
 

@@ -848,14 +848,187 @@ def write_layer_over(
         ],
     )
     sums.update(layer.pop("checksums"))
+    entry = _layered_entry(previous_meta, previous_dir, layer, new.num_rows)
+    entry["checksums"] = sums
+    return entry
+
+
+# ---------------------------------------------------- next generation, from changes
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """A board's entry in the previous generation: its directory, manifest entry
+    and the checksums of the files it names (what a layer over it links)."""
+
+    directory: Path
+    meta: Mapping[str, Any]
+    checksums: Mapping[str, str]
+
+
+def apply_changes(
+    directory: Path,
+    board: str,
+    generation: str,
+    parent: Parent | None,
+    changes: Mapping[str, tuple[int, int | None] | None],
+    named: Mapping[str, int],
+    side: Mapping[str, int],
+    bucket_target: int,
+    order: tuple[bool, bool] = (False, False),
+    layering: tuple[float, int] | None = None,
+) -> tuple[dict[str, Any] | None, dict[str, int]]:
+    """The board's next generation from what changed, never from its whole rows.
+
+    ``changes``: player -> its new (oriented score, achieved_ms or None), or None
+    when it has no public row any more (its total went, or it is shadowed): every
+    (board, player) whose total the build re-derived (gold_changes, jobs/tables.py).
+    ``named``: player -> the version the delta's log named; ``side``: the parent's
+    versions side file (player -> version of a pair without a public row).
+
+    A player named but not changed keeps its parent row with the newer version. The
+    board is written as one more layer over ``parent`` when ``layering`` (max
+    fraction, max chain) allows (:func:`needs_compaction`), else in full from the
+    parent merged with the changes (a compaction; also every board without a
+    parent). Returns the manifest entry (None: no public row left) and the new side
+    file's pairs."""
+    timed = order[0]
+    base = (
+        None
+        if parent is None
+        else load_board(parent.directory, board, dict(parent.meta))
+    )
+    rows: list[tuple[str, int, int | None, int]] = []
+    replaced: list[str] = []
+    new_side = {p: v for p, v in side.items() if p not in changes and p not in named}
+    for player in sorted({*changes, *named}):
+        kept: tuple[int, int | None] | None = None
+        row = None if base is None else base.row_of(player)
+        if base is not None and row is not None:
+            replaced.append(player)
+            before = base.version_at(row) or 0
+            kept = (
+                int(base.scores[row]),
+                None if base.achieved is None else int(base.achieved[row]),
+            )
+        else:
+            before = side.get(player, 0)
+        version = max(named.get(player, 0), before)
+        public = changes[player] if player in changes else kept
+        if public is None:
+            if version > 0:
+                new_side[player] = version
+            continue
+        score, achieved = public
+        rows.append((player, score, (achieved or 0) if timed else None, version))
+    population = (0 if base is None else base.population) - len(replaced) + len(rows)
+    if population == 0:
+        return None, new_side
+    if (
+        layering is not None
+        and parent is not None
+        and base is not None
+        and base.versions is not None
+        and (base.achieved is not None) == timed
+        and not needs_compaction(parent.meta, len(rows), *layering)
+    ):
+        sums: dict[str, str] = {}
+        for name in chain_files(parent.meta):
+            target = directory / name
+            if not target.exists():
+                os.link(parent.directory / name, target)
+            sums[name] = parent.checksums[name]
+        layer = write_board_layer(directory, board, generation, rows, replaced)
+        sums.update(layer.pop("checksums"))
+        entry = _layered_entry(parent.meta, parent.directory, layer, population)
+        entry["checksums"] = sums
+        return entry, new_side
+    players, scores, achieved, versions = _merged(base, rows, set(replaced), timed)
+    sums = write_board_segment(
+        directory, board, players, scores, bucket_target, achieved, versions
+    )
+    entry = board_entry(board, len(players), sums)
+    if timed:
+        entry["tieBreak"] = "first_achieved"
+    if order[1]:
+        entry["rank"] = "unique"
+    return entry, new_side
+
+
+def _layered_entry(
+    previous_meta: Mapping[str, Any],
+    previous_dir: Path,
+    layer: dict[str, Any],
+    population: int,
+) -> dict[str, Any]:
+    """A layered board's manifest entry: the parent's base files and chain plus
+    ``layer`` (without checksums: the caller adds every file's)."""
     entry = {
         k: previous_meta[k]
         for k in ("file", "index", "buckets", "sha256", "tieBreak", "rank")
         if k in previous_meta
     }
-    entry["population"] = new.num_rows
+    entry["population"] = population
     entry["base"] = previous_meta.get("base", previous_dir.name)
     entry["basePopulation"] = base_population(previous_meta)
     entry["layers"] = [*previous_meta.get("layers", ()), layer]
-    entry["checksums"] = sums
     return entry
+
+
+def _merged(
+    base: BoardSegment | None,
+    rows: Sequence[tuple[str, int, int | None, int]],
+    replaced: set[str],
+    timed: bool,
+) -> tuple[pa.Array, pa.Array, pa.Array | None, pa.Array]:
+    """The parent's rows without ``replaced``, plus ``rows``, in display order."""
+    parts = []
+    if base is not None and base.population:
+        players, scores, achieved, versions = compacted(base)
+        n = len(players)
+        table = pa.table(
+            {
+                "player_id": players,
+                "score": scores,
+                "achieved_ms": achieved
+                if timed and achieved is not None
+                else pa.array(np.zeros(n, np.int64)),
+                "version": versions
+                if versions is not None
+                else pa.array(np.zeros(n, np.int64)),
+            }
+        )
+        if replaced:
+            keep = pc.invert(
+                pc.is_in(
+                    table.column("player_id"), pa.array(sorted(replaced), pa.string())
+                )
+            )
+            table = table.filter(keep)
+        parts.append(table)
+    parts.append(
+        pa.table(
+            {
+                "player_id": pa.array([r[0] for r in rows], pa.string()),
+                "score": pa.array([r[1] for r in rows], pa.int64()),
+                "achieved_ms": pa.array([r[2] or 0 for r in rows], pa.int64()),
+                "version": pa.array([r[3] for r in rows], pa.int64()),
+            }
+        )
+    )
+    table = pa.concat_tables(parts)
+    # Display order: oriented score descending, then first achieved, then player id
+    # in UTF-8 byte order (Arrow compares strings by their bytes).
+    table = table.sort_by(
+        [
+            ("score", "descending"),
+            ("achieved_ms", "ascending"),
+            ("player_id", "ascending"),
+        ]
+    )
+    return (
+        table.column("player_id").combine_chunks(),
+        table.column("score").combine_chunks(),
+        table.column("achieved_ms").combine_chunks() if timed else None,
+        table.column("version").combine_chunks(),
+    )

@@ -13,18 +13,20 @@ or run it as a script):
    the contributions added up;
 3. rank the totals ourselves: score descending, then player id in UTF-8 byte order,
    competition rank = 1 + players with a strictly higher score;
-4. compare with ``gold_snapshots`` and with the API's answer pinned to the same
-   generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``);
-5. read the board's *full* ranking of the generation from ``gold_snapshots`` (every
-   position, as of the recorded version) and check it against the whole of our
-   ranking and the manifest's population.
+4. compare with the published ranking (gold) and with the API's answer pinned to
+   the same generation (``GET /v1/boards/{board}/top?limit=100&generation=gN``);
+5. read the board's *full* ranking of the generation from gold (every position,
+   as of the recorded versions) and check it against the whole of our ranking and
+   the manifest's population.
 
-Layered generations (``LB_LAYERS_MAX_CHAIN`` >= 1: the serving segments of a
-touched board are a base plus layers of the changed rows) change none of this:
-``gold_snapshots`` holds every generation's full ranking whatever the serving files
-look like, so step 5's query (``FULL_RANKING_SQL``) is the full ranking of any
-generation, layered or not; the test suite checks it against a full recompute of
-the same boundary.
+Gold has two forms (docs/TABLES.md). A generation published in full has its whole
+ranking in ``gold_snapshots`` (``FULL_RANKING_SQL``). A layered generation
+(``LB_LAYERS_MAX_CHAIN`` >= 1, an incremental publish within the chain limits:
+its manifest's ``build.gold`` names a ``base`` and the ``layers`` since) wrote only
+the rows that changed, to ``gold_changes``: its full ranking is the base's rows
+with each player's newest row from the chain (the highest ``generation_number``),
+the ``removed`` ones left out, ranked again (``LAYERED_RANKING_SQL``). The test
+suite checks both against a full recompute of the same boundary.
 
 Without Spark: the ``deltalake`` package reads the tables (and time-travels) through
 its ``QueryBuilder``, which applies deletion vectors (silver has them: an incremental
@@ -63,15 +65,58 @@ ORDER BY position
 LIMIT {limit}
 """
 
-# The full published ranking of one board in one generation (layered or not: gold
-# holds every generation's whole ranking). Read gold as of the generation's
-# recorded version; on a large board, select only the columns you need.
+# The full published ranking of one board in a generation published in full. Read
+# gold as of the generation's recorded version; on a large board, select only the
+# columns you need.
 FULL_RANKING_SQL = """
 SELECT position, rank, player_id, score
 FROM {gold}
 WHERE generation = '{generation}' AND board = '{board}'
 ORDER BY position
 """
+
+# The same for a layered generation (manifest ``build.gold``: ``base``, ``layers``):
+# the base's rows, each player's newest change from the chain, ranked as RANK_SQL
+# ranks (boards with ``order: asc``, ``tieBreak: first_achieved`` or ``rank:
+# unique`` order and rank as docs/TABLES.md says).
+LAYERED_RANKING_SQL = """
+WITH stacked AS (
+    SELECT player_id, score, FALSE AS removed, 0 AS layer
+    FROM {gold} WHERE generation = '{base}' AND board = '{board}'
+    UNION ALL
+    SELECT player_id, score, removed, generation_number AS layer
+    FROM {changes} WHERE generation IN ({layers}) AND board = '{board}'
+), newest AS (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY player_id ORDER BY layer DESC) AS n
+    FROM stacked
+)
+SELECT
+    ROW_NUMBER() OVER (ORDER BY score DESC, player_id) AS position,
+    RANK() OVER (ORDER BY score DESC) AS rank,
+    player_id,
+    score
+FROM newest
+WHERE n = 1 AND NOT removed
+ORDER BY position
+"""
+
+
+def ranking_sql(manifest: dict[str, Any], board: str, gold: str, changes: str) -> str:
+    """The full-ranking query of ``board`` in the generation of ``manifest``, over
+    the relations ``gold`` (gold_snapshots) and ``changes`` (gold_changes)."""
+    chain = (manifest.get("build") or {}).get("gold")
+    if not chain:
+        return FULL_RANKING_SQL.format(
+            gold=gold, generation=manifest["generation"], board=board
+        )
+    return LAYERED_RANKING_SQL.format(
+        gold=gold,
+        changes=changes,
+        base=chain["base"],
+        layers=", ".join(f"'{g}'" for g in chain["layers"]),
+        board=board,
+    )
+
 
 # Totals are the contributions added up (sum boards) or the best one (max boards);
 # a removed contribution counts 0 but keeps the player on the board.
@@ -150,46 +195,52 @@ def top_duckdb(
     return [tuple(row) for row in top.fetchall()], int(mismatches)
 
 
-def gold_duckdb(
-    delta_dir: Path, versions: dict[str, int], board: str, generation: str
-) -> list[tuple[int, int, str, int]]:
-    """The published snapshot rows (gold) of the board, for comparison."""
-    con = duckdb_session(delta_dir, {"gold_snapshots": versions["gold_snapshots"]})
-    rows = con.sql(
-        f"""
-        SELECT position, rank, player_id, score FROM gold_snapshots
-        WHERE generation = '{generation}' AND board = '{board}' AND position <= {LIMIT}
-        ORDER BY position
-        """
-    )
-    return [tuple(row) for row in rows.fetchall()]
-
-
 def ranking_duckdb(
-    delta_dir: Path, versions: dict[str, int], board: str, generation: str
+    delta_dir: Path, manifest: dict[str, Any], board: str
 ) -> list[tuple[int, int, str, int]]:
-    """The board's full ranking in ``generation`` from gold (every position).
+    """The board's full ranking in the generation of ``manifest``, from gold (every
+    position), as of its recorded versions.
 
-    Only the generation's gold partition becomes Arrow: the filter is pushed into
-    the ``QueryBuilder`` query (gold is partitioned by generation)."""
+    Only the board's rows of the generations read become Arrow: the filters are
+    pushed into the ``QueryBuilder`` queries (gold is partitioned by generation)."""
+    versions = manifest["tableVersions"]
+    chain = (manifest.get("build") or {}).get("gold")
+    base = chain["base"] if chain else manifest["generation"]
     query = QueryBuilder().register(
         "gold_snapshots",
         DeltaTable(
             str(delta_dir / "gold_snapshots"), version=versions["gold_snapshots"]
         ),
     )
-    gold = pa.table(
-        query.execute(
-            "SELECT generation, board, position, rank, player_id, score "
-            "FROM gold_snapshots "
-            f"WHERE generation = '{generation}' AND board = '{board}'"
-        )
-    )
     con = duckdb.connect()
-    con.register("gold", gold)
-    rows = con.sql(
-        FULL_RANKING_SQL.format(gold="gold", generation=generation, board=board)
+    con.register(
+        "gold",
+        pa.table(
+            query.execute(
+                "SELECT generation, board, position, rank, player_id, score "
+                f"FROM gold_snapshots WHERE generation = '{base}' AND board = '{board}'"
+            )
+        ),
     )
+    if chain:
+        layers = ", ".join(f"'{g}'" for g in chain["layers"])
+        changes = QueryBuilder().register(
+            "gold_changes",
+            DeltaTable(
+                str(delta_dir / "gold_changes"), version=versions["gold_changes"]
+            ),
+        )
+        con.register(
+            "changes",
+            pa.table(
+                changes.execute(
+                    "SELECT generation, generation_number, board, player_id, score, "
+                    f"removed FROM gold_changes WHERE generation IN ({layers}) "
+                    f"AND board = '{board}'"
+                )
+            ),
+        )
+    rows = con.sql(ranking_sql(manifest, board, "gold", "changes"))
     return [tuple(row) for row in rows.fetchall()]
 
 
@@ -221,20 +272,21 @@ def top_spark(
 
 
 def ranking_spark(
-    spark: Any,
-    delta_dir: Path,
-    versions: dict[str, int],
-    board: str,
-    generation: str,
+    spark: Any, delta_dir: Path, manifest: dict[str, Any], board: str
 ) -> list[tuple[int, int, str, int]]:
-    """The board's full ranking in ``generation`` from gold, in Spark SQL."""
+    """The board's full ranking in the generation of ``manifest``, in Spark SQL."""
+    versions = manifest["tableVersions"]
     gold = (
         f"(SELECT * FROM delta.`{delta_dir / 'gold_snapshots'}` "
         f"VERSION AS OF {versions['gold_snapshots']}) AS gold_snapshots"
     )
-    rows = spark.sql(
-        FULL_RANKING_SQL.format(gold=gold, generation=generation, board=board)
+    changes = (
+        f"(SELECT * FROM delta.`{delta_dir / 'gold_changes'}` "
+        f"VERSION AS OF {versions['gold_changes']}) AS gold_changes"
+        if "gold_changes" in versions
+        else "gold_changes"
     )
+    rows = spark.sql(ranking_sql(manifest, board, gold, changes))
     return [
         (r["position"], r["rank"], r["player_id"], r["score"]) for r in rows.collect()
     ]
@@ -271,11 +323,12 @@ def check(
         from jobs.spark import get_spark
 
         ours = top_spark(get_spark("analysts-example"), delta_dir, versions, board)
-    gold = gold_duckdb(delta_dir, versions, board, gen)
+    # 4 and 5. The full ranking: every gold row of the board; its top against
+    # ours and the API's, all of it against our whole ranking and the number of
+    # players the manifest says the generation ranked.
+    full = ranking_duckdb(delta_dir, manifest, board)
+    gold = full[:LIMIT]
     served = top_api(api, board, gen) if api else None
-    # 5. The full ranking: every gold row of the board, against our whole ranking
-    # and the number of players the manifest says the generation ranked.
-    full = ranking_duckdb(delta_dir, versions, board, gen)
     population = int(manifest["boards"].get(board, {}).get("population", 0))
     return {
         "generation": gen,
@@ -310,12 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     for position, rank, player, score in result["top"][:10]:
         print(f"  {position:>3}  rank {rank:>3}  {player:<16} {score:>10,}")
     print(f"  ... {result['rows']} rows reproduced")
-    print(f"  full ranking: {result['full_rows']} rows in gold_snapshots")
+    print(f"  full ranking: {result['full_rows']} rows in gold")
     checks = {
         "totals = contributions added up": result["totals_match_contributions"],
-        "our ranking = gold_snapshots": result["matches_gold"],
+        "our ranking = gold": result["matches_gold"],
         "our ranking = the API": result["matches_api"],
-        "full ranking = gold_snapshots, every position": result["full_matches_ranking"],
+        "full ranking = gold, every position": result["full_matches_ranking"],
     }
     for name, ok in checks.items():
         print(f"{'skipped' if ok is None else 'ok' if ok else 'DIFFERS'}: {name}")

@@ -100,10 +100,11 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
     - The top 100 of each generation reproduced from the Delta tables as of its
       recorded versions equals gold and the API; g1 only by time travel (g2
       overwrote silver and moved players).
-    - The documented full-ranking query (``FULL_RANKING_SQL`` over
-      ``gold_snapshots``, DuckDB and Spark SQL) gives the layered g2's full
-      ranking: equal to the full recompute g3, to the merged layers the API
-      serves, and to the example's silver ranking.
+    - g2's gold is layered too: its changed rows in ``gold_changes`` over g1's
+      ``gold_snapshots`` partition. The documented full-ranking query
+      (``LAYERED_RANKING_SQL`` over both, DuckDB and Spark SQL) gives its full
+      ranking: equal to the full recompute g3 (``FULL_RANKING_SQL``), to the
+      merged layers the API serves, and to the example's silver ranking.
     - The check can fail: a tampered gold row of the newest generation is
       reported and the script exits 1."""
     assert settings.layers_max_chain == 5  # from LB_LAYERS_MAX_CHAIN
@@ -140,7 +141,18 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
         "silver_totals",
         "gold_snapshots",
     }
-    assert all(v2[t] > v1[t] for t in v1), (v1, v2)
+    # g2's gold is layered: its changes went to gold_changes, gold_snapshots
+    # stayed as g1 left it.
+    assert manifests[g2]["build"]["gold"] == {
+        "base": g1,
+        "layers": [g2],
+        "rows": manifests[g2]["build"]["gold"]["rows"],
+        "baseRows": sum(m["population"] for m in manifests[g1]["boards"].values()),
+    }
+    assert 0 < manifests[g2]["build"]["gold"]["rows"] < 130
+    assert set(v2) == {*v1, "gold_changes"}
+    assert v2["gold_snapshots"] == v1["gold_snapshots"]
+    assert all(v2[t] > v1[t] for t in v1 if t != "gold_snapshots"), (v1, v2)
     # A full recompute of g2's boundary: a full base on every board.
     g3 = run_publish(settings, spark=spark, bucket_target=10, full=True)
     m3 = json.loads((settings.segments_dir / g3 / "manifest.json").read_text())
@@ -150,19 +162,20 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
     example = _example()
     delta_dir = settings.delta_dir
     full = {
-        g: example.ranking_duckdb(delta_dir, m["tableVersions"], BOARD, g)
+        g: example.ranking_duckdb(delta_dir, m, BOARD)
         for g, m in {**manifests, g3: m3}.items()
     }
     assert full[g2] == full[g3]
     assert len(full[g2]) == 130
     assert full[g1] != full[g2]  # time travel matters: g2 moved players
     # Spark SQL gives the same rows as DuckDB.
-    assert example.ranking_spark(spark, delta_dir, v2, BOARD, g2) == full[g2]
+    assert example.ranking_spark(spark, delta_dir, manifests[g2], BOARD) == full[g2]
+    assert example.ranking_spark(spark, delta_dir, m3, BOARD) == full[g3]
     # The merged layers (what the API serves for g2) are the same ranking.
     meta = manifests[g2]["boards"][BOARD]
     assert board_reads(settings.segments_dir / g2, BOARD, meta)["entries"] == full[g2]
     # The full recompute's gold and segment agree too (the same query, a full base).
-    assert gold_entries(spark, delta_dir, g3)[BOARD] == full[g3]
+    assert gold_entries(spark, settings, g3)[BOARD] == full[g3]
     meta = m3["boards"][BOARD]
     assert board_reads(settings.segments_dir / g3, BOARD, meta)["entries"] == full[g3]
 
@@ -204,7 +217,7 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
         assert f"generation {g1}" in done.stdout
         for line in (
             "ok: totals = contributions added up",
-            "ok: our ranking = gold_snapshots",
+            "ok: our ranking = gold",
             "ok: our ranking = the API",
         ):
             assert line in done.stdout
@@ -219,8 +232,8 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
             data_dir=settings.data_dir,
         )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "ok: full ranking = gold_snapshots, every position" in done.stdout
-    assert "full ranking: 130 rows in gold_snapshots" in done.stdout
+    assert "ok: full ranking = gold, every position" in done.stdout
+    assert "full ranking: 130 rows in gold" in done.stdout
 
     # The check can fail (last: it changes the tables). gold changed after
     # publication: time travel to the recorded version still reads the
@@ -243,5 +256,5 @@ def test_example_reproduces_older_and_layered_generations_and_reports_a_differen
     done = _run("--board", BOARD, data_dir=settings.data_dir)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"generation {g3}" in done.stdout
-    assert "DIFFERS: our ranking = gold_snapshots" in done.stdout
+    assert "DIFFERS: our ranking = gold" in done.stdout
     assert "skipped: our ranking = the API" in done.stdout

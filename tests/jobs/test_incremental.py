@@ -29,13 +29,11 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.boards import BoardsConfig, boards_for_event, load_boards
+from conf.boards import BoardsConfig, boards_for_event
 from conf.settings import Settings
 from jobs import incremental
-from jobs.build import check_generation, recompute_generation
-from jobs.publish import land_inputs, run_publish
-from jobs.repair import next_generation
-from jobs.segments import publish_segments
+from jobs.build import check_generation
+from jobs.publish import run_publish
 from jobs.tables import GOLD_MANIFEST, GOLD_SNAPSHOTS
 from serving.files import read_arrow
 from serving.segments import write_board_segment
@@ -50,27 +48,13 @@ from tests.support.incremental import (
     log_lines,
     make_settings,
     manifest,
+    publish_with_flags,
+    record,
 )
 from tests.support.jobs import ts
 
 # Several publishes per test: minutes each on a loaded 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
-
-
-record = st.fixed_dictionaries(
-    {
-        "player": st.sampled_from(sorted(PLAYERS)),
-        "match": st.integers(0, 2),
-        "revision": st.integers(0, 3),
-        "points": st.integers(0, 5),
-        "occurred": st.sampled_from(OCCURRED),
-        "region": st.sampled_from(["eu", "na"]),
-        "late": st.booleans(),
-        # 0 new id; 1 reuse an earlier id of the player (duplicate); 2 quarantined;
-        # 3 release an earlier quarantined record of the player.
-        "kind": st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
-    }
-)
 
 
 def side_versions(settings: Settings, generation: str) -> dict[tuple[str, str], int]:
@@ -378,34 +362,6 @@ def test_incremental_equals_full_many(
     split: int,
 ) -> None:
     check_history(spark, redis_server, history, split)
-
-
-def publish_with_flags(
-    settings: Settings, spark: SparkSession, *, full: bool = False
-) -> str:
-    """The publish phases as Airflow runs them, reading the shadow flags from
-    Redis without landing (run_publish reads flags only when it lands)."""
-    generation, number = next_generation(settings, spark)
-    landed = land_inputs(settings, spark, land=False)
-    build = recompute_generation(
-        settings,
-        spark,
-        load_boards(settings.boards_file),
-        generation,
-        landed.boundary,
-        full=full,
-        bucket_target=2,
-    )
-    return publish_segments(
-        settings,
-        spark,
-        load_boards(settings.boards_file),
-        generation,
-        number,
-        landed,
-        bucket_target=2,
-        build=build,
-    )
 
 
 # One history for two checks (the re-derived records, a shadowed player across an

@@ -118,7 +118,7 @@ def check_reads(settings: Any, spark: SparkSession, generation: str) -> dict:
     """Every board's reads of ``generation``; its entries equal its gold rows
     (segments hold oriented scores, -score on asc boards; gold the real ones)."""
     meta = manifest(settings, generation)
-    gold = gold_entries(spark, settings.delta_dir, generation)
+    gold = gold_entries(spark, settings, generation)
     directory = settings.segments_dir / generation
     reads = {}
     for board, board_meta in meta["boards"].items():

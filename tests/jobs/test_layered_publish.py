@@ -88,13 +88,22 @@ def test_layered_chain_compacts_and_equals_a_full_recompute(
             )
             boards = manifest(settings, generation)["boards"]
             chains.append({b: len(m.get("layers", ())) for b, m in boards.items()})
-            gold = gold_entries(spark, settings.delta_dir, generation)
+            gold = gold_entries(spark, settings, generation)
             directory = settings.segments_dir / generation
             for board, meta in boards.items():
                 reads = board_reads(directory, board, meta)
                 # Every read of the merged board is the full ranking's.
                 assert reads["entries"] == gold.get(board, []), (generation, board)
         assert max(chains[1].values()) == 1  # g2: layers over g1's full bases
+        # Gold is layered alike: g2 and g3 write their changes over g1's full
+        # ranking; g4 passes the chain limit and writes a full one again.
+        golds = [manifest(settings, f"g{n}")["build"].get("gold") for n in (2, 3, 4)]
+        assert golds[0]["base"] == "g1" and golds[0]["layers"] == ["g2"]
+        assert golds[1]["layers"] == ["g2", "g3"] and golds[2] is None
+        # `lb verify --check-incremental` of g3: its chain of gold changes, ranked
+        # again, and its served boards equal a full recompute.
+        check = check_generation(settings, spark, "g3")
+        assert check.rows > 0 and check.ok, check
         assert max(chains[2].values()) == 2  # g3: chains of two
         # g4: a board touched in g2, g3 and g4 is compacted (chain limit 2).
         compacted = [

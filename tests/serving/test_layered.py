@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from serving.layers import (
     Layer,
     LayeredSegment,
+    Parent,
+    apply_changes,
     compacted,
     load_board,
     write_board_layer,
@@ -34,9 +36,11 @@ def key(row: Row, timed: bool) -> tuple[int, int, bytes]:
     return (-row[1], row[2] if timed else 0, row[0].encode("utf-8"))
 
 
-def write_full(
-    directory: Path, rows: dict[str, Row], timed: bool, unique: bool, target: int
-) -> BoardSegment:
+def write_parent(
+    directory: Path, rows: dict[str, Row], timed: bool, unique: bool, target: int = 2
+) -> Parent:
+    """``rows`` as a full segment and its manifest entry (as the parent of a next
+    generation's board)."""
     ordered = sorted(rows.values(), key=lambda r: key(r, timed))
     sums = write_board_segment(
         directory,
@@ -48,9 +52,18 @@ def write_full(
         pa.array([r[3] for r in ordered], pa.int64()),
     )
     meta = board_entry(BOARD, len(ordered), sums)
+    if timed:
+        meta["tieBreak"] = "first_achieved"
     if unique:
         meta["rank"] = "unique"
-    return BoardSegment.load(directory, BOARD, meta)
+    return Parent(directory, meta, meta["checksums"])
+
+
+def write_full(
+    directory: Path, rows: dict[str, Row], timed: bool, unique: bool, target: int
+) -> BoardSegment:
+    parent = write_parent(directory, rows, timed, unique, target)
+    return BoardSegment.load(directory, BOARD, dict(parent.meta))
 
 
 score = st.integers(-3, 6)  # few values: many ties
@@ -218,3 +231,112 @@ def test_load_board_reads_a_chain_from_the_manifest_entry(tmp_path: Path) -> Non
     ]
     assert segment.row_of("d") is None
     assert segment.layer_rows == 2
+
+
+changes_history = st.fixed_dictionaries(
+    {
+        "base": st.lists(row_change, max_size=10),
+        # Per generation: (player, new row or None: no public row any more), the
+        # players the delta's log named (a newer version), and the limits.
+        "generations": st.lists(
+            st.tuples(
+                st.lists(
+                    st.tuples(
+                        st.sampled_from(PLAYERS),
+                        st.none() | st.tuples(score, st.integers(0, 3)),
+                    ),
+                    max_size=6,
+                ),
+                st.lists(st.sampled_from(PLAYERS), max_size=3),
+                st.none()
+                | st.tuples(st.sampled_from([0.2, 1.0, 50.0]), st.integers(1, 3)),
+            ),
+            min_size=1,
+            max_size=5,
+        ),
+        "timed": st.booleans(),
+        "unique": st.booleans(),
+    }
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(changes_history)
+def test_applied_changes_equal_the_full_board(case: dict) -> None:  # type: ignore[type-arg]
+    """A board built generation after generation from its changes only
+    (``apply_changes``: a layer, or a compaction from the parent merged with the
+    changes) reads as the full segment of the expected rows, and its versions side
+    file holds exactly the named pairs without a public row."""
+    timed, unique = case["timed"], case["unique"]
+    version = 0
+    rows: dict[str, Row] = {}
+    for player, points, achieved in case["base"]:
+        version += 1
+        rows[player] = (player, points, achieved if timed else 0, version)
+    side: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "g1").mkdir()
+        parent = write_parent(root / "g1", rows, timed, unique) if rows else None
+        for number, (changes, named_players, layering) in enumerate(
+            case["generations"], start=2
+        ):
+            generation = f"g{number}"
+            directory = root / generation
+            directory.mkdir()
+            changed = {
+                p: None if row is None else (row[0], row[1] if timed else 0)
+                for p, row in changes
+            }
+            named = {}
+            for player in named_players:
+                version += 1
+                named[player] = version
+            parent_side = dict(side)
+            # The oracle: each changed or named player's new row and version.
+            for player in sorted({*changed, *named}):
+                before = rows[player][3] if player in rows else side.get(player, 0)
+                now = max(named.get(player, 0), before)
+                public = changed[player] if player in changed else None
+                if player not in changed and player in rows:
+                    public = (rows[player][1], rows[player][2])
+                side.pop(player, None)
+                rows.pop(player, None)
+                if public is None:
+                    if now > 0:
+                        side[player] = now
+                else:
+                    rows[player] = (player, public[0], public[1], now)
+            entry, new_side = apply_changes(
+                directory,
+                BOARD,
+                generation,
+                parent,
+                {
+                    p: None if row is None else (row[0], row[1] if timed else None)
+                    for p, row in changed.items()
+                },
+                named,
+                parent_side,
+                2,
+                (timed, unique),
+                layering,
+            )
+            assert new_side == side
+            if not rows:
+                assert entry is None
+                parent = None
+                continue
+            assert entry is not None
+            if layering is None:
+                assert not entry.get("layers")
+            (directory / "full").mkdir()
+            full = write_full(directory / "full", rows, timed, unique, 2)
+            served = load_board(directory, BOARD, entry)
+            assert isinstance(served, LayeredSegment) == bool(entry.get("layers"))
+            check_same(served, full, timed)
+            parent = Parent(directory, entry, entry["checksums"])

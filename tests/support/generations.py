@@ -10,20 +10,23 @@ from typing import Any
 import numpy as np
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
+from conf.boards import load_boards
+from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
-from jobs.tables import GOLD_SNAPSHOTS
+from jobs.tables import generation_ranking
 from serving.layers import LayeredSegment, load_board
 from tests.support.incremental import manifest
 
 
 def gold_frame(spark: SparkSession, settings: Settings, generation: str) -> DataFrame:
-    return (
-        spark.read.format("delta")
-        .load(str(settings.delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
-        .drop("generation")
+    """The generation's full ranking as gold stores it: its snapshot, or its
+    layered chain ranked again (jobs/tables.py generation_ranking)."""
+    boards = effective_boards(
+        load_boards(settings.boards_file), load_rule_state(settings.data_dir)
+    )
+    return generation_ranking(
+        spark, settings.delta_dir, generation, manifest(settings, generation), boards
     )
 
 
@@ -75,13 +78,8 @@ def board_reads(directory: Path, board: str, meta: dict[str, Any]) -> dict[str, 
     }
 
 
-def gold_entries(spark: SparkSession, delta_dir: Path, generation: str) -> dict:
-    rows = (
-        spark.read.format("delta")
-        .load(str(delta_dir / GOLD_SNAPSHOTS))
-        .where(F.col("generation") == generation)
-        .collect()
-    )
+def gold_entries(spark: SparkSession, settings: Settings, generation: str) -> dict:
+    rows = gold_frame(spark, settings, generation).collect()
     out: dict[str, list] = {}
     for r in sorted(rows, key=lambda r: (r["board"], r["position"])):
         out.setdefault(r["board"], []).append(

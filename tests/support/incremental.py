@@ -1,5 +1,6 @@
 """Random histories as log records and bronze, the boards they feed, the settings
-of an incremental publish (incremental and cluster publish tests)."""
+of an incremental publish and the publish as Airflow runs it (incremental,
+layered and cluster publish tests)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from conf.boards import BoardsConfig, boards_for_event, to_ms
+from conf.boards import BoardsConfig, boards_for_event, load_boards, to_ms
 from conf.settings import Settings
+from jobs.build import recompute_generation
 from jobs.land import bronze_path, transform_records
+from jobs.publish import land_inputs
+from jobs.repair import next_generation
+from jobs.segments import publish_segments
 from speed.server import RedisServer
 from tests.support.jobs import NOW_MS, ts
 
@@ -135,4 +141,48 @@ def make_settings(
         # Thresholds on every board with a contribution, so the equality covers
         # the untouched boards' thresholds an incremental manifest keeps.
         quarantine_min_samples=1,
+    )
+
+
+record = st.fixed_dictionaries(
+    {
+        "player": st.sampled_from(sorted(PLAYERS)),
+        "match": st.integers(0, 2),
+        "revision": st.integers(0, 3),
+        "points": st.integers(0, 5),
+        "occurred": st.sampled_from(OCCURRED),
+        "region": st.sampled_from(["eu", "na"]),
+        "late": st.booleans(),
+        # 0 new id; 1 reuse an earlier id of the player (duplicate); 2 quarantined;
+        # 3 release an earlier quarantined record of the player.
+        "kind": st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
+    }
+)
+
+
+def publish_with_flags(
+    settings: Settings, spark: SparkSession, *, full: bool = False
+) -> str:
+    """The publish phases as Airflow runs them, reading the shadow flags from
+    Redis without landing (run_publish reads flags only when it lands)."""
+    generation, number = next_generation(settings, spark)
+    landed = land_inputs(settings, spark, land=False)
+    build = recompute_generation(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        landed.boundary,
+        full=full,
+        bucket_target=2,
+    )
+    return publish_segments(
+        settings,
+        spark,
+        load_boards(settings.boards_file),
+        generation,
+        number,
+        landed,
+        bucket_target=2,
+        build=build,
     )
