@@ -26,6 +26,7 @@ from conf.rule_state import effective_boards, load_rule_state, namespace_seasons
 from conf.rules import RuleRegistry, default_registry
 from conf.settings import Settings
 from jobs.incremental import (
+    GOLD_MAX_FRACTION,
     MODE_FULL,
     Build,
     Previous,
@@ -240,7 +241,7 @@ def recompute_generation(
             recompute,
             previous,
             clock,
-            gold_layering=(settings.layers_max_chain, settings.layers_max_fraction)
+            gold_layering=(settings.layers_max_chain, GOLD_MAX_FRACTION)
             if settings.layers_max_chain >= 1
             else None,
         )

@@ -111,6 +111,16 @@ BUILDS_DIR = "builds"
 MODE_FULL = "full"
 MODE_INCREMENTAL = "incremental"
 
+# Layered gold compacts when its chain's change rows pass this fraction of the
+# base's rows (or the chain LB_LAYERS_MAX_CHAIN layers). Writing a layer costs its
+# own rows and a compaction ranks every row, so a layer is the cheaper write
+# until the chain outgrows the base; only ``lb verify``, replays and analysts'
+# queries read the chain (each re-ranks base + chain), never the API. Serving
+# layers, which every read merges, keep LB_LAYERS_MAX_FRACTION (0.25): at the
+# bench's 10 % shape the changes touch a third of the players, so gold would
+# compact every time under it.
+GOLD_MAX_FRACTION = 1.0
+
 CONTRIBUTION_KEYS = ("player_id", "match_id", "board")
 TOTAL_KEYS = ("board", "player_id")
 
