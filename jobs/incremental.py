@@ -92,6 +92,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
+    drop_crashed_snapshot,
     game_column,
     gold_chain,
     load_gold_changes,
@@ -682,6 +683,7 @@ def recompute_incremental(
         ).transform(materialize)
         gold = next_gold_chain(previous, generation, changes.count(), *gold_layering)
     if gold is not None:
+        drop_crashed_snapshot(spark, delta_dir / GOLD_SNAPSHOTS, generation)
         load_gold_changes(
             changes,
             delta_dir / GOLD_CHANGES,

@@ -155,6 +155,26 @@ def load_gold_changes(
     )
 
 
+def drop_crashed_snapshot(spark: SparkSession, path: Path, generation: str) -> None:
+    """Delete ``generation``'s ``gold_snapshots`` partition at ``path`` when one is
+    there: an earlier attempt of the generation number wrote it in full and crashed
+    before its manifest row, and this attempt writes the generation layered, so
+    the table keeps only generations published in full (docs/TABLES.md). A
+    pruned read of one partition; nothing is committed when there is none."""
+    from delta.tables import DeltaTable
+
+    if not table_exists(path):
+        return
+    if (
+        spark.read.format("delta")
+        .load(str(path))
+        .where(F.col("generation") == generation)
+        .limit(1)
+        .count()
+    ):
+        DeltaTable.forPath(spark, str(path)).delete(F.col("generation") == generation)
+
+
 def gold_chain(manifest: Mapping[str, Any]) -> tuple[str, list[str]] | None:
     """(base generation, layered generations oldest first) of a generation whose
     gold is layered (its manifest's ``build.gold``); None when its gold is full."""
