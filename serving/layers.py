@@ -744,6 +744,24 @@ def chain_files(meta: Mapping[str, Any]) -> list[str]:
     return names
 
 
+def link_chain(
+    directory: Path,
+    previous_dir: Path,
+    meta: Mapping[str, Any],
+    checksums: Mapping[str, str],
+) -> dict[str, str]:
+    """Hard-link the base and layer files of the board entry ``meta`` (in
+    ``previous_dir``) into ``directory``, once; returns their checksums (what the
+    new layer's entry lists beside its own files)."""
+    sums: dict[str, str] = {}
+    for name in chain_files(meta):
+        target = directory / name
+        if not target.exists():
+            os.link(previous_dir / name, target)
+        sums[name] = checksums[name]
+    return sums
+
+
 def base_population(meta: Mapping[str, Any]) -> int:
     return int(meta.get("basePopulation", meta.get("population", 0)))
 
@@ -819,12 +837,7 @@ def write_layer_over(
     removed = old.join(new.select(["player_id"]), "player_id", join_type="left anti")
     if needs_compaction(previous_meta, changed.num_rows, max_fraction, max_chain):
         return None
-    sums: dict[str, str] = {}
-    for name in chain_files(previous_meta):
-        target = directory / name
-        if not target.exists():
-            os.link(previous_dir / name, target)
-        sums[name] = checksums[name]
+    sums = link_chain(directory, previous_dir, previous_meta, checksums)
     timed = "achieved_ms" in changed.column_names
     versioned = "version" in changed.column_names
     layer = write_board_layer(
@@ -932,12 +945,7 @@ def apply_changes(
         and (base.achieved is not None) == timed
         and not needs_compaction(parent.meta, len(rows), *layering)
     ):
-        sums: dict[str, str] = {}
-        for name in chain_files(parent.meta):
-            target = directory / name
-            if not target.exists():
-                os.link(parent.directory / name, target)
-            sums[name] = parent.checksums[name]
+        sums = link_chain(directory, parent.directory, parent.meta, parent.checksums)
         layer = write_board_layer(directory, board, generation, rows, replaced)
         sums.update(layer.pop("checksums"))
         entry = _layered_entry(parent.meta, parent.directory, layer, population)
