@@ -85,10 +85,13 @@ class Settings(BaseSettings):
     # Layered generations (serving/layers.py): an incremental publish writes a
     # touched board's changed rows as a layer over its parent until the chain's
     # layer rows would pass this fraction of the base's rows or the chain this many
-    # layers; then it compacts (writes a full base). 0 layers: off (every touched
-    # board is written in full).
+    # layers; then it compacts (writes a full base). Gold in Delta layers with the
+    # same chain limit (jobs/incremental.py next_gold_chain). 0 layers: off (every
+    # touched board is written in full, gold re-ranks the touched boards). On by
+    # default: DESIGN.md's "a generation is a base plus layers"; 5 layers is the
+    # chain whose reads bench/RESULTS.md measured within 10 % of a compacted board.
     layers_max_fraction: float = Field(default=0.25, gt=0)
-    layers_max_chain: int = Field(default=0, ge=0)
+    layers_max_chain: int = Field(default=5, ge=0)
     # Redis AOF fsync policy for the local server `lb up` starts.
     appendfsync: str = "always"
     # Dedupe and contribution records live this long; 120 days covers a season

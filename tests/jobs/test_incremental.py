@@ -34,7 +34,7 @@ from conf.settings import Settings
 from jobs import incremental
 from jobs.build import check_generation
 from jobs.publish import run_publish
-from jobs.tables import GOLD_MANIFEST, GOLD_SNAPSHOTS
+from jobs.tables import GOLD_CHANGES, GOLD_MANIFEST
 from serving.files import read_arrow
 from serving.segments import write_board_segment
 from speed.partitions import Keys
@@ -164,6 +164,16 @@ def test_incremental_chain_links_untouched_boards(
         append_bronze(spark, settings, lines[3:])
         assert run_publish(settings, spark=spark, land=False) == "g2"
         build = manifest(settings, "g2")["build"]
+        # Layered gold (the default): g2's gold is the 12 changed (board, b) rows
+        # over g1's full ranking (jobs/incremental.py next_gold_chain).
+        assert build.pop("gold") == {
+            "base": "g1",
+            "layers": ["g2"],
+            "rows": 12,
+            "baseRows": sum(
+                meta["population"] for meta in manifest(settings, "g1")["boards"].values()
+            ),
+        }
         assert build == {
             "mode": "incremental",
             "fingerprint": build["fingerprint"],
@@ -233,7 +243,9 @@ def test_incremental_chain_links_untouched_boards(
         check = check_generation(settings, spark, "g2")
         assert check.ok and check.rows > 0 and check.build["mode"] == "incremental"
         assert check.served_differences == ()
-        gold = DeltaTable.forPath(spark, str(settings.delta_dir / GOLD_SNAPSHOTS))
+        # g2's gold is a layer: b's changed row is in gold_changes, and without it
+        # the chain answers g1's row for b (one row differs on each side).
+        gold = DeltaTable.forPath(spark, str(settings.delta_dir / GOLD_CHANGES))
         gold.delete("generation = 'g2' AND board = 'season:S4:na' AND player_id = 'b'")
         # A served segment that answers otherwise (b's score changed in g2's file
         # of season:S4:na) is named too, though gold is what it was.
@@ -257,7 +269,7 @@ def test_incremental_chain_links_untouched_boards(
             versions=table.column("version").combine_chunks(),
         )
         check = check_generation(settings, spark, "g2")
-        assert (check.only_in_gold, check.only_in_recompute) == (0, 1)
+        assert (check.only_in_gold, check.only_in_recompute) == (1, 1)
         assert not check.ok
         assert check.served_differences, check
         assert {d.split(": ")[0] for d in check.served_differences} == {

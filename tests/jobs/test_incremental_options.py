@@ -3,7 +3,7 @@
 receivedAt), with corrections, ties and late events after the first publish.
 
 One history, published full, then incrementally with layering off
-(``LB_LAYERS_MAX_CHAIN=0``): the same generation as a full recompute of its
+(``layers_max_chain=0``; on by default): the same generation as a full recompute of its
 boundary (gold rows, manifest entries, segment bytes); then incrementally with
 layering on (the touched boards become layers over the parent): every read of the
 merged boards, their gold rows and versions equal a full recompute's.
@@ -137,7 +137,10 @@ def test_asc_and_max_boards_publish_incrementally_as_a_full_recompute(
     lines = log_lines([r for batch in BATCHES for r in batch], OPTIONS_YAML)
     cuts = [len(BATCHES[0]), len(BATCHES[0]) + len(BATCHES[1])]
     with tempfile.TemporaryDirectory(prefix="incremental-options-") as tmp:
-        settings = make_settings(Path(tmp), redis_server, OPTIONS_YAML)
+        # Layering off first (on by default): the old path, byte for byte.
+        settings = make_settings(Path(tmp), redis_server, OPTIONS_YAML).model_copy(
+            update={"layers_max_chain": 0}
+        )
 
         def publish(generation: str, **kw: Any) -> dict[str, Any]:
             assert (

@@ -4,9 +4,10 @@ and every generation's reads equal its gold rows (a full ranking); the last, wit
 layered and compacted boards, equals a compacting publish (``compact=True``: every
 board a full base) and a full recompute of the same boundary.
 
-Marked slow (five Spark publishes, 630 s on a loaded machine): layering is off by
-default (LB_LAYERS_MAX_CHAIN=0), so `make test` keeps only the reader's property
-test (tests/serving/test_layered.py); `make test SLOW=1` runs this one."""
+Marked slow (five Spark publishes, 630 s on a loaded machine): `make test` keeps
+the reader's property test (tests/serving/test_layered.py) and the layered equality
+test's one history (tests/jobs/test_layered_equality.py), and every incremental
+publish in it is layered (on by default); `make test SLOW=1` runs this one."""
 
 from __future__ import annotations
 
