@@ -12,7 +12,10 @@ the layer holds every landed record still inside the record lifetime. A landed
 record without its contribution value (``rc``, logged by apply_event.lua from this
 change on) inside that range makes the index incomplete: none is written, and the
 speed layer keeps every record in Redis (speed/rebase.py drops records only for a
-generation with an index).
+generation with an index). The manifest then says when the newest such record was
+received, so that the next publishes, while it is still inside the lifetime, know
+without reading the whole lifetime of the log again that they cannot write one
+either (a cost that would follow the history, not the change).
 
 The log records come from jobs/record_indexes.py, which reads bronze once for
 this index and the contributions index.
@@ -36,6 +39,8 @@ from serving.landed import (
     layer_file,
     link_chain,
     manifest_entry,
+    unindexed_entry,
+    unindexed_through,
     write_layer,
 )
 from serving.manifest import generation_number, read_manifest
@@ -73,6 +78,8 @@ class LandedIndexWriter:
     # False once a taken record has no ``rc`` (logged before the index existed):
     # no complete index, the speed layer keeps Redis's records.
     complete: bool = True
+    # When the newest such record was received (ms), as far as known.
+    unindexed_through_ms: int | None = None
 
     @classmethod
     def plan(
@@ -82,12 +89,24 @@ class LandedIndexWriter:
         (:func:`parent_generation`: directory, manifest), if any."""
         lifetime_ms = settings.record_ttl_seconds * 1000
         now_ms = int(time.time() * 1000)
+        since_ms = now_ms - lifetime_ms
         if parent is not None and chain_of(parent[1]) is not None:
             parent_dir, manifest = parent
             after = {int(p): int(v) for p, v in manifest.get("boundary", {}).items()}
             chain = chain_of(manifest) or []
-            return cls(after, None, parent_dir, chain, now_ms - lifetime_ms)
-        return cls({}, now_ms - lifetime_ms, None, [], now_ms - lifetime_ms)
+            return cls(after, None, parent_dir, chain, since_ms)
+        through = None if parent is None else unindexed_through(parent[1])
+        if through is not None and through >= since_ms:
+            # The parent's record without rc is still within the lifetime, and so
+            # within this index's range: incomplete, known without a read.
+            return cls({}, since_ms, None, [], since_ms, [], False, through)
+        return cls({}, since_ms, None, [], since_ms)
+
+    def unindexed(self, through_ms: int) -> None:
+        """Records without ``rc`` were landed in this index's range, the newest
+        received at ``through_ms``: no index."""
+        self.complete, self.entries = False, []
+        self.unindexed_through_ms = max(self.unindexed_through_ms or 0, through_ms)
 
     def take(
         self, partition: int, position: int, received_at_ms: int | None, record: Any
@@ -95,24 +114,28 @@ class LandedIndexWriter:
         """A log record read in log order (``record``: bronze ``raw`` parsed). A
         row without ``received_at_ms`` is outside any lifetime, as Spark's
         filter has it."""
-        if not self.complete or position <= int(self.after.get(partition, 0)):
+        if position <= int(self.after.get(partition, 0)):
             return
         if self.since_ms is not None and (
             received_at_ms is None or received_at_ms < self.since_ms
         ):
             return
         if "rc" not in record:
-            self.complete, self.entries = False, []
+            self.unindexed(received_at_ms or 0)
             return
-        self.entries += [Entry(*e) for e in landed_entries(record)]
+        if self.complete:
+            self.entries += [Entry(*e) for e in landed_entries(record)]
 
     def write(
         self, directory: Path, generation: str, *, compact: bool = False
     ) -> dict[str, Any] | None:
         """Write the index into ``directory`` (the generation's temp directory);
-        returns its manifest entry, None when no complete index can be written."""
+        returns its manifest entry: the chain, or, when no complete index can be
+        written, when its newest record without ``rc`` was received (None when
+        unknown)."""
         if not self.complete:
-            return None
+            through = self.unindexed_through_ms
+            return None if through is None else unindexed_entry(through)
         if self.chain:
             link_chain(self.parent_dir, directory, self.chain)  # type: ignore[arg-type]
         own = layer_file(generation)

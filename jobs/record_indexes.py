@@ -54,17 +54,21 @@ def write_record_indexes(
     parent, after = plan_contributions_index(newest, boundary)
     path = bronze_path(settings)
 
+    def between(start: Mapping[int, int], since_ms: int | None = None) -> Any:
+        """The bronze rows after ``start`` (and received since ``since_ms``)."""
+        bronze = spark.read.format("delta").load(str(path))
+        rows = transform_between_boundaries(bronze, start, boundary)
+        if since_ms is not None:
+            rows = rows.where(F.col("received_at_ms") >= F.lit(since_ms))
+        return rows
+
     def records(
         start: Mapping[int, int], since_ms: int | None = None
     ) -> Iterator[tuple[dict[str, Any], Any]]:
         """(bronze row, its parsed ``raw``) after ``start``, in log order."""
         if not table_exists(path):
             return
-        bronze = spark.read.format("delta").load(str(path))
-        rows = transform_between_boundaries(bronze, start, boundary)
-        if since_ms is not None:
-            rows = rows.where(F.col("received_at_ms") >= F.lit(since_ms))
-        rows = rows.select(
+        rows = between(start, since_ms).select(
             "partition", "position", "player_id", "received_at_ms", "raw"
         )
         for row in log_rows_in_order(rows, start, boundary, scratch_dir(settings)):
@@ -76,14 +80,26 @@ def write_record_indexes(
     # One read for both when they start at the same boundary (their parent's, or
     # the log's beginning on a first publish). Else the landed index reads its
     # own range first (without a parent index, only the records received within
-    # the record lifetime, filtered in Spark) and stops at the first record
-    # logged before its format existed.
+    # the record lifetime, filtered in Spark), unless its parent's manifest
+    # already says that a record logged before its format existed is in that
+    # range. An aggregate in Spark finds such records first (a raw text without
+    # the key cannot hold it; the read in log order checks the rest exactly), so
+    # that an index that cannot be complete costs one pass, not a sorted read.
     shared = all(int(landed.after.get(p, 0)) == int(after.get(p, 0)) for p in boundary)
-    if not shared:
-        for row, record in records(landed.after, landed.since_ms):
-            take(row, record)
-            if not landed.complete:
-                break
+    if not shared and landed.complete and table_exists(path):
+        old = (
+            between(landed.after, landed.since_ms)
+            .where(~F.col("raw").contains('"rc":'))
+            .agg(F.max("received_at_ms"))
+            .first()
+        )
+        if old is not None and old[0] is not None:
+            landed.unindexed(int(old[0]))
+        else:
+            for row, record in records(landed.after, landed.since_ms):
+                take(row, record)
+                if not landed.complete:
+                    break
 
     def applied() -> Iterator[Applied]:
         """The contributions index's items, in log order (with the landed index

@@ -22,6 +22,11 @@ correction rewrites its match's contribution record). Like layered segments
 (serving/layers.py) a generation hard-links its parent's layer files into its own
 directory, so each generation directory is self-contained and retention needs nothing
 more; the manifest names the chain (``"landed": {"layers": [...], "entries": n}``).
+A generation that could write no complete index because landed records within the
+record lifetime predate the contribution value (``rc``) says until when they were
+received instead (``"landed": {"unindexedThroughMs": t}``): until ``t`` leaves the
+lifetime, the next publish knows without reading the log that it cannot write one
+either.
 :func:`compact_layers` merges a chain into one layer and drops the records last
 written before the dedupe window (Redis expired those too).
 """
@@ -230,9 +235,18 @@ def chain_of(manifest: Mapping[str, Any]) -> list[str] | None:
     """The layers of a generation's index (oldest first); None when the generation
     has no index (published before it existed, or by a build that wrote none)."""
     landed = manifest.get("landed")
-    if not isinstance(landed, Mapping):
+    if not isinstance(landed, Mapping) or "layers" not in landed:
         return None
-    return [str(name) for name in landed.get("layers", [])]
+    return [str(name) for name in landed["layers"]]
+
+
+def unindexed_through(manifest: Mapping[str, Any]) -> int | None:
+    """When the newest landed record without a contribution value that kept a
+    generation from writing an index was received (ms); None when not named."""
+    landed = manifest.get("landed")
+    if not isinstance(landed, Mapping) or "unindexedThroughMs" not in landed:
+        return None
+    return int(landed["unindexedThroughMs"])
 
 
 def link_chain(source: Path, target: Path, layers: Sequence[str]) -> None:
@@ -243,3 +257,9 @@ def link_chain(source: Path, target: Path, layers: Sequence[str]) -> None:
 
 def manifest_entry(layers: Sequence[str], entries: int) -> dict[str, Any]:
     return {"layers": list(layers), "entries": int(entries)}
+
+
+def unindexed_entry(through_ms: int) -> dict[str, Any]:
+    """The manifest entry of a generation without an index (see
+    :func:`unindexed_through`)."""
+    return {"unindexedThroughMs": int(through_ms)}

@@ -3,6 +3,7 @@ compaction, the dedupe window's drop."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -162,5 +163,37 @@ def test_the_writer_takes_records_after_its_parent_or_within_the_lifetime(
     assert [e.key for e in since.entries] == [2]
     since.take(0, 4, 2_000, {"n": 4})  # logged before rc existed
     since.take(0, 5, 2_000, {"n": 5, "rc": "r"})
+    since.take(0, 6, 3_000, {"n": 6})  # the newest such record
+    since.take(0, 7, 4_000, {"n": 7, "rc": "r"})
     assert not since.complete and since.entries == []
-    assert since.write(tmp_path, "g3") is None
+    # No index; the manifest says when the newest record without rc was received.
+    entry = since.write(tmp_path, "g3")
+    assert entry == {"unindexedThroughMs": 3_000}
+    assert landed.chain_of({"landed": entry}) is None
+
+
+def test_a_parent_without_an_index_tells_the_next_whether_to_read(
+    tmp_path: Path,
+) -> None:
+    """A parent that names a record without rc still inside the record lifetime:
+    the next index is incomplete without a read of the log (it would read the
+    whole lifetime to find it again); once that record left the lifetime, or for
+    a parent that names none, the next one reads the lifetime."""
+    from conf.settings import Settings
+    from jobs import landed
+
+    settings = Settings(data_dir=tmp_path)
+    since = int(time.time() * 1000) - settings.record_ttl_seconds * 1000
+    inside = since + 3_600_000
+
+    def plan(entry: dict[str, int] | None) -> landed.LandedIndexWriter:
+        manifest = {"boundary": {"0": 5}, **({"landed": entry} if entry else {})}
+        return landed.LandedIndexWriter.plan(settings, (tmp_path, manifest))
+
+    known = plan({"unindexedThroughMs": inside})
+    assert not known.complete and known.unindexed_through_ms == inside
+    assert known.write(tmp_path, "g2") == {"unindexedThroughMs": inside}
+    for entry in ({"unindexedThroughMs": since - 3_600_000}, None):
+        reads = plan(entry)
+        assert reads.complete and reads.after == {}
+        assert reads.since_ms is not None and reads.since_ms >= since
