@@ -171,7 +171,8 @@ def test_incremental_chain_links_untouched_boards(
             "layers": ["g2"],
             "rows": 12,
             "baseRows": sum(
-                meta["population"] for meta in manifest(settings, "g1")["boards"].values()
+                meta["population"]
+                for meta in manifest(settings, "g1")["boards"].values()
             ),
         }
         assert build == {
