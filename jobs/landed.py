@@ -105,8 +105,11 @@ class LandedIndexWriter:
     def unindexed(self, through_ms: int) -> None:
         """Records without ``rc`` were landed in this index's range, the newest
         received at ``through_ms``: no index."""
-        self.complete, self.entries = False, []
-        self.unindexed_through_ms = max(self.unindexed_through_ms or 0, through_ms)
+        if self.complete:
+            self.complete, self.entries = False, []
+        if self.unindexed_through_ms is None or through_ms > self.unindexed_through_ms:
+            # A first publish's shared read calls this for each such record.
+            self.unindexed_through_ms = through_ms
 
     def take(
         self, partition: int, position: int, received_at_ms: int | None, record: Any
