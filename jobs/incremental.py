@@ -460,6 +460,13 @@ def compact_linked_board(
     return entry
 
 
+def gold_chain_full(previous: Previous, max_chain: int) -> bool:
+    """Whether one more layer would pass ``max_chain`` whatever its size: then
+    gold compacts, and its change rows are not worth computing."""
+    chain = (previous.manifest.get("build") or {}).get("gold")
+    return (len(chain["layers"]) if chain else 0) + 1 > max_chain
+
+
 def next_gold_chain(
     previous: Previous,
     generation: str,
@@ -661,7 +668,7 @@ def recompute_incremental(
         clock.lap("merge_totals")
     merged = spark.read.format("delta").load(str(totals_path))
     gold = None
-    if gold_layering is not None:
+    if gold_layering is not None and not gold_chain_full(previous, gold_layering[0]):
         # Layered gold: only the keys whose public row may have moved, with their
         # new total or ``removed``: the scope's (their new totals are ``totals``;
         # a key without one lost its total) and those of the players whose shadow
