@@ -267,15 +267,6 @@ class _MergedStrings:
         return self.full().data
 
 
-def _string_array(column: _StringColumn) -> pa.Array:
-    offsets = np.ascontiguousarray(column.offsets)
-    return pa.Array.from_buffers(
-        pa.string() if offsets.dtype == np.int32 else pa.large_string(),
-        column.length,
-        [None, pa.py_buffer(offsets), pa.py_buffer(column.data)],
-    )
-
-
 class LayeredSegment(BoardSegment):
     """A base segment merged with an ordered chain of layers: the same interface as
     :class:`BoardSegment` (rows in display order, O(log n) lookups)."""
@@ -368,7 +359,7 @@ class LayeredSegment(BoardSegment):
         if len(removed) > 64:
             # One hash pass over the base's ids beats a bisect per removed id.
             found = pc.index_in(
-                _string_array(base.players).cast(pa.string()),
+                base.players.arrow().cast(pa.string()),
                 value_set=pa.array(sorted(removed), pa.string()),
             )
             self._removed = np.flatnonzero(
@@ -478,7 +469,7 @@ class LayeredSegment(BoardSegment):
             base_row += 1
 
     def _merged_players(self) -> pa.Array:
-        base = _string_array(self.base.players).cast(pa.string())
+        base = self.base.players.arrow().cast(pa.string())
         combined = pa.concat_arrays([base, pa.array(self._d_players, pa.string())])
         is_delta, source = self._sources(np.arange(self._population, dtype=np.int64))
         take = np.where(is_delta, source + self.base.population, source)
@@ -548,7 +539,7 @@ class LayeredSegment(BoardSegment):
     @property  # type: ignore[override]
     def index(self) -> Any:
         if self._index is None:
-            players = _string_array(self._players_view.full())
+            players = self._players_view.full().arrow()
             self._index = pc.sort_indices(players).cast(pa.uint32()).to_numpy()
         return self._index
 
@@ -597,6 +588,30 @@ class LayeredSegment(BoardSegment):
             - bisect.bisect_left(self._removed_view, row)
             + bisect.bisect_right(self._d_before_view, row)
         )
+
+    def rows_of(self, player_ids: Sequence[str]) -> np.ndarray:
+        """:meth:`row_of` of many players at once (-1 for an absent one): the
+        delta's by its dict, the rest by the base's vectorized search, shifted
+        past the removed rows and the delta rows before them."""
+        found = np.full(len(player_ids), -1, np.int64)
+        in_base: list[int] = []
+        for i, player in enumerate(player_ids):
+            j = self._d_row.get(player)
+            if j is not None:
+                found[i] = self._d_display[j]
+            elif player not in self._removed_players:
+                in_base.append(i)
+        if in_base:
+            at = np.array(in_base, np.int64)
+            rows = self.base.rows_of([player_ids[i] for i in in_base])
+            hit = rows >= 0
+            rows = rows[hit]
+            found[at[hit]] = (
+                rows
+                - np.searchsorted(self._removed, rows, side="left")
+                + np.searchsorted(self._d_before, rows, side="right")
+            )
+        return found
 
     def version_at(self, row: int) -> int | None:
         if self._versions_view is None:
@@ -692,7 +707,7 @@ def compacted(
     if isinstance(segment, LayeredSegment):
         players = segment._merged_players()
     else:
-        players = _string_array(segment.players).cast(pa.string())
+        players = segment.players.arrow().cast(pa.string())
     scores = pa.array(np.asarray(segment.scores, np.int64), pa.int64())
     achieved = (
         None
@@ -914,9 +929,12 @@ def apply_changes(
     rows: list[tuple[str, int, int | None, int]] = []
     replaced: list[str] = []
     new_side = {p: v for p, v in side.items() if p not in changes and p not in named}
-    for player in sorted({*changes, *named}):
+    ordered = sorted({*changes, *named})
+    # Every changed or named player's parent row in one vectorized search.
+    found = None if base is None else base.rows_of(ordered).tolist()
+    for i, player in enumerate(ordered):
         kept: tuple[int, int | None] | None = None
-        row = None if base is None else base.row_of(player)
+        row = None if found is None or found[i] < 0 else found[i]
         if base is not None and row is not None:
             replaced.append(player)
             before = base.version_at(row) or 0

@@ -331,6 +331,15 @@ class _StringColumn:
     def str_at(self, row: int) -> str:
         return self.bytes_at(row).decode("utf-8")
 
+    def arrow(self) -> pa.Array:
+        """The column as an Arrow string array over the same buffers (no copy)."""
+        offsets = np.ascontiguousarray(self.offsets)
+        return pa.Array.from_buffers(
+            pa.string() if offsets.dtype == np.int32 else pa.large_string(),
+            self.length,
+            [None, pa.py_buffer(offsets), pa.py_buffer(self.data)],
+        )
+
 
 def int_view(values: np.ndarray) -> Sequence[int]:
     """``values`` (integers) as a sequence whose items are Python ints: a
@@ -420,6 +429,36 @@ class BoardSegment:
             if self.players.bytes_at(row) == key:
                 return row
         return None
+
+    def rows_of(self, player_ids: Sequence[str]) -> np.ndarray:
+        """:meth:`row_of` of many players at once (-1 for an absent one): one
+        binary search of all of them over the player-id index, each step an Arrow
+        gather and comparison of the ids still searched. Costs O(k log n) in
+        Arrow's kernels for k players, where a ``row_of`` each is about 25 us in
+        Python at a million rows (bench: ``apply_changes`` looked up every
+        changed player of a generation so)."""
+        count, n = len(player_ids), len(self.index)
+        found = np.full(count, -1, np.int64)
+        if count == 0 or n == 0:
+            return found
+        ids = self.players.arrow()
+        wanted = pa.array(player_ids, ids.type)
+        index = np.asarray(self.index, np.int64)
+        lo, hi = np.zeros(count, np.int64), np.full(count, n, np.int64)
+        open_ = np.arange(count)
+        while len(open_):
+            mid = (lo[open_] + hi[open_]) // 2
+            below = pc.less(ids.take(index[mid]), wanted.take(open_))
+            below = below.to_numpy(zero_copy_only=False)
+            lo[open_[below]] = mid[below] + 1
+            hi[open_[~below]] = mid[~below]
+            open_ = open_[lo[open_] < hi[open_]]
+        inside = np.flatnonzero(lo < n)
+        rows = index[lo[inside]]
+        same = pc.equal(ids.take(rows), wanted.take(inside))
+        same = same.to_numpy(zero_copy_only=False)
+        found[inside[same]] = rows[same]
+        return found
 
     def version_at(self, row: int) -> int | None:
         """The pair's version at the boundary; None when the segment has none."""

@@ -130,6 +130,14 @@ def check_same(layered: BoardSegment, full: BoardSegment, timed: bool) -> None:
                 assert layered.first_row_at_or_after(
                     value, player, achieved
                 ) == full.first_row_at_or_after(value, player, achieved)
+    # Many players' rows at once (apply_changes' vectorized search) are row_of's,
+    # for every player on the board and absent ones, in any order.
+    probe = [full.players.str_at(r) for r in range(n)] + ["a", "p3", "é1", "zz", ""]
+    for segment in (layered, full):
+        assert segment.rows_of(probe[::-1]).tolist() == [
+            -1 if (row := segment.row_of(p)) is None else row for p in probe[::-1]
+        ]
+        assert segment.rows_of([]).tolist() == []
     # Whole columns (the speed layer's partition rows) materialize the same bytes.
     assert np.asarray(layered.scores).tolist() == full.scores.tolist()
     assert np.asarray(layered.versions).tolist() == full.versions.tolist()
