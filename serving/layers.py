@@ -356,18 +356,8 @@ class LayeredSegment(BoardSegment):
             )
         ]
         self._removed_players = removed
-        if len(removed) > 64:
-            # One hash pass over the base's ids beats a bisect per removed id.
-            found = pc.index_in(
-                base.players.arrow().cast(pa.string()),
-                value_set=pa.array(sorted(removed), pa.string()),
-            )
-            self._removed = np.flatnonzero(
-                pc.is_valid(found).to_numpy(zero_copy_only=False)
-            ).astype(np.int64)
-        else:
-            rows = [base.row_of(p) for p in removed]
-            self._removed = np.array(sorted(r for r in rows if r is not None), np.int64)
+        found = base.rows_of(sorted(removed))
+        self._removed = np.sort(found[found >= 0])
         # Kept base rows before each removed one (non-decreasing): the k-th kept
         # base row is k + searchsorted(_kept_before, k, "right").
         self._kept_before = self._removed - np.arange(len(self._removed))

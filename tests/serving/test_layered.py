@@ -134,10 +134,13 @@ def check_same(layered: BoardSegment, full: BoardSegment, timed: bool) -> None:
     # for every player on the board and absent ones, in any order.
     probe = [full.players.str_at(r) for r in range(n)] + ["a", "p3", "é1", "zz", ""]
     for segment in (layered, full):
-        assert segment.rows_of(probe[::-1]).tolist() == [
-            -1 if (row := segment.row_of(p)) is None else row for p in probe[::-1]
-        ]
+        want = [-1 if (row := segment.row_of(p)) is None else row for p in probe]
+        assert segment.rows_of(probe).tolist() == want
         assert segment.rows_of([]).tolist() == []
+        assert segment.rows_of(probe[:1] * 2).tolist() == want[:1] * 2
+    # Both ways the full board answers (the choice depends on how many are asked).
+    assert full._searched_rows(probe).tolist() == full._hashed_rows(probe).tolist()
+    assert full._hashed_rows(probe[:2] * 2).tolist() == want[:2] * 2
     # Whole columns (the speed layer's partition rows) materialize the same bytes.
     assert np.asarray(layered.scores).tolist() == full.scores.tolist()
     assert np.asarray(layered.versions).tolist() == full.versions.tolist()
