@@ -920,18 +920,36 @@ def apply_changes(
     replaced: list[str] = []
     new_side = {p: v for p, v in side.items() if p not in changes and p not in named}
     ordered = sorted({*changes, *named})
-    # Every changed or named player's parent row in one vectorized search.
-    found = None if base is None else base.rows_of(ordered).tolist()
-    for i, player in enumerate(ordered):
+    # Every changed or named player's parent row, score, achieved time and
+    # version, each in one vectorized read (a layered parent's columns map rows
+    # to base or delta in numpy too), not one Python look-up per player.
+    parent_rows: dict[str, tuple[int, int | None, int]] = {}
+    if base is not None and ordered:
+        found = base.rows_of(ordered)
+        at = np.flatnonzero(found >= 0)
+        rows_at = found[at]
+        scores = np.asarray(base.scores[rows_at], np.int64).tolist()
+        achieved_at = (
+            [None] * len(at)
+            if base.achieved is None
+            else np.asarray(base.achieved[rows_at], np.int64).tolist()
+        )
+        versions_at = (
+            [0] * len(at)
+            if base.versions is None
+            else np.asarray(base.versions[rows_at], np.int64).tolist()
+        )
+        for i, score, achieved_ms, version in zip(
+            at.tolist(), scores, achieved_at, versions_at, strict=True
+        ):
+            parent_rows[ordered[i]] = (score, achieved_ms, version)
+    for player in ordered:
         kept: tuple[int, int | None] | None = None
-        row = None if found is None or found[i] < 0 else found[i]
-        if base is not None and row is not None:
+        parent_row = parent_rows.get(player)
+        if parent_row is not None:
             replaced.append(player)
-            before = base.version_at(row) or 0
-            kept = (
-                int(base.scores[row]),
-                None if base.achieved is None else int(base.achieved[row]),
-            )
+            kept = parent_row[:2]
+            before = parent_row[2]
         else:
             before = side.get(player, 0)
         version = max(named.get(player, 0), before)
