@@ -34,6 +34,7 @@ from jobs.incremental import (
     enable_deletion_vectors,
     fingerprint,
     hidden_players,
+    histogram_change_path,
     previous_state,
     recompute_incremental,
 )
@@ -244,6 +245,7 @@ def recompute_generation(
             gold_layering=(settings.layers_max_chain, GOLD_MAX_FRACTION)
             if settings.layers_max_chain >= 1
             else None,
+            histogram_change=histogram_change_path(settings, generation),
         )
         build.fingerprint = fp
     build.save(build_path(settings, generation))

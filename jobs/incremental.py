@@ -75,6 +75,11 @@ from jobs.incremental_pairs import (
     transform_touched_pairs,
 )
 from jobs.phase_clock import PhaseClock
+from jobs.quarantine import (
+    collect_histogram,
+    save_histogram,
+    transform_histogram_change,
+)
 from jobs.rank import asc_boards
 from jobs.recompute import (
     NARROW,
@@ -147,6 +152,9 @@ class Build:
     # full generation the chain starts from, the layered generations since (this
     # one last), their change rows and the base's rows. None: gold written in full.
     gold: dict[str, Any] | None = None
+    # The silver rows' change to the quarantine histogram is saved at
+    # histogram_change_path (False: none, the segments phase aggregates silver).
+    quarantine_change: bool = False
 
     def manifest_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"mode": self.mode, "fingerprint": self.fingerprint}
@@ -180,6 +188,12 @@ def build_path(settings: Settings, generation: str) -> Path:
     """Where the recompute phase leaves its Build for the segments phase (the two
     can run as separate Airflow tasks)."""
     return settings.run_dir / BUILDS_DIR / f"{generation}.json"
+
+
+def histogram_change_path(settings: Settings, generation: str) -> Path:
+    """Where an incremental recompute leaves the quarantine histogram's change
+    (jobs/quarantine.py) for the segments phase, next to its Build."""
+    return settings.run_dir / BUILDS_DIR / f"{generation}.quarantine.parquet"
 
 
 def fingerprint(
@@ -504,12 +518,15 @@ def recompute_incremental(
     previous: Previous,
     clock: PhaseClock | None,
     gold_layering: tuple[int, float] | None = None,
+    histogram_change: Path | None = None,
 ) -> Build:
     """Silver and gold of ``generation`` from ``previous`` plus the log's delta.
 
     ``gold_layering`` (max chain, max fraction: LB_LAYERS_MAX_*): gold is written
     as the changed rows over the previous generation's (:func:`next_gold_chain`)
     unless the chain would pass a limit; None: the re-ranked boards in full.
+    ``histogram_change``: where to save the quarantine histogram's change (the
+    replaced silver rows out, the re-derived ones in; jobs/quarantine.py).
 
     Only rows that can have changed are re-derived and merged: a contribution is a
     function of its (player, match)'s records and of the records sharing a
@@ -558,8 +575,13 @@ def recompute_incremental(
         if not earlier.isEmpty()
         else silver.where(F.lit(False))
     )
-    old = old.select(*CONTRIBUTION_KEYS, "aggregation", "points")
+    old = old.select(*CONTRIBUTION_KEYS, "aggregation", "points", "region", "removed")
     old = old.transform(materialize)
+    if histogram_change is not None:
+        save_histogram(
+            collect_histogram(transform_histogram_change(fresh, old)),
+            histogram_change,
+        )
     scope = (
         contributions.select(*TOTAL_KEYS)
         .unionByName(old.select(*TOTAL_KEYS))
@@ -732,4 +754,5 @@ def recompute_incremental(
         rederived_records=source_count,
         shadowed=sorted(inputs.shadowed),
         gold=gold,
+        quarantine_change=histogram_change is not None,
     )

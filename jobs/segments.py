@@ -31,11 +31,20 @@ from jobs.incremental import (
     Previous,
     build_path,
     compact_linked_board,
+    histogram_change_path,
     link_board,
 )
 from jobs.land import BRONZE, bronze_path
 from jobs.phase_clock import PhaseClock
-from jobs.quarantine import extract_thresholds
+from jobs.quarantine import (
+    HISTOGRAM_FILE,
+    collect_histogram,
+    load_histogram,
+    merge_histograms,
+    save_histogram,
+    thresholds_of,
+    transform_histogram,
+)
 from jobs.rank import asc_boards, board_orders, oriented
 from jobs.record_indexes import write_record_indexes
 from jobs.retention import retain
@@ -209,6 +218,9 @@ def publish_segments(
         )
         if clock is not None:
             clock.lap("record_indexes")
+        thresholds = _thresholds(settings, spark, generation, build, base, tmp)
+        if clock is not None:
+            clock.lap("thresholds")
         fsync_dir(tmp)
         if target.exists():  # left by a crash before its manifest row: never visible
             shutil.rmtree(target)
@@ -226,7 +238,6 @@ def publish_segments(
         delta_dir,
         (BRONZE, SILVER_CONTRIBUTIONS, SILVER_TOTALS, GOLD_SNAPSHOTS, GOLD_CHANGES),
     )
-    thresholds = _thresholds(settings, spark, base, only)
     manifest_json = build_manifest(
         generation,
         published_at,
@@ -263,6 +274,7 @@ def publish_segments(
         raise PublishAborted(f"{generation}: aborted before manifest.json")
     atomic_write_text(target / MANIFEST_FILE, manifest_json)
     build_path(settings, generation).unlink(missing_ok=True)
+    histogram_change_path(settings, generation).unlink(missing_ok=True)
 
     if clock is not None:
         clock.lap("manifest")
@@ -379,35 +391,39 @@ def _hidden_rows(
 def _thresholds(
     settings: Settings,
     spark: SparkSession,
+    generation: str,
+    build: Build | None,
     base: tuple[Previous, dict[str, str]] | None,
-    only: list[str] | None,
+    directory: Path,
 ) -> dict[str, dict[str, int]]:
-    """The manifest's quarantine thresholds. A board's thresholds are a function of
-    its silver contributions, which an incremental build changes only on boards it
-    rewrites: the others keep the previous manifest's, and the quantiles are taken
-    over the rewritten boards' rows only."""
-    contributions = spark.read.format("delta").load(
-        str(settings.delta_dir / SILVER_CONTRIBUTIONS)
+    """The manifest's quarantine thresholds, from this generation's histogram of
+    silver contributions (jobs/quarantine.py), which it saves in ``directory``.
+
+    An incremental build saved the histogram's change (its replaced and written
+    silver rows): added to the previous generation's histogram it is this one,
+    and silver is not read. Otherwise (a full build, or the previous histogram or
+    the change is missing) every silver contribution is aggregated."""
+    previous = (
+        load_histogram(base[0].directory / HISTOGRAM_FILE)
+        if base is not None and build is not None and build.quarantine_change
+        else None
     )
-    quantile, samples = settings.quarantine_quantile, settings.quarantine_min_samples
-    if base is None or only is None or "board" not in contributions.columns:
-        return extract_thresholds(contributions, quantile, samples)
-    rewritten = set(only)
-    kept = {
-        board: dict(cohorts)
-        for board, cohorts in (base[0].manifest.get("quarantine") or {}).items()
-        if board not in rewritten
-    }
-    fresh = (
-        extract_thresholds(
-            contributions.where(F.col("board").isin(sorted(rewritten))),
-            quantile,
-            samples,
+    change = (
+        load_histogram(histogram_change_path(settings, generation))
+        if previous is not None
+        else None
+    )
+    if previous is not None and change is not None:
+        histogram = merge_histograms(previous, change)
+    else:
+        contributions = spark.read.format("delta").load(
+            str(settings.delta_dir / SILVER_CONTRIBUTIONS)
         )
-        if rewritten
-        else {}
+        histogram = collect_histogram(transform_histogram(contributions))
+    save_histogram(histogram, directory / HISTOGRAM_FILE)
+    return thresholds_of(
+        histogram, settings.quarantine_quantile, settings.quarantine_min_samples
     )
-    return dict(sorted({**kept, **fresh}.items()))
 
 
 def _named_versions(

@@ -90,7 +90,13 @@ def check_history(
     lines = log_lines(history)
     cut = min(split, len(lines))
     with tempfile.TemporaryDirectory(prefix="incremental-") as tmp:
-        settings = make_settings(Path(tmp), redis_server)
+        # Layering off (on by default): the incremental recompute against a full
+        # one, byte for byte; a layered board's manifest entry names its chain,
+        # so layered generations are compared by their reads
+        # (tests/jobs/test_layered_equality.py).
+        settings = make_settings(Path(tmp), redis_server).model_copy(
+            update={"layers_max_chain": 0}
+        )
         append_bronze(spark, settings, lines[:cut])
         assert run_publish(settings, spark=spark, land=False, bucket_target=2) == "g1"
         assert manifest(settings, "g1")["build"]["mode"] == "full"

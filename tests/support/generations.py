@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from conf.boards import load_boards
 from conf.rule_state import effective_boards, load_rule_state
 from conf.settings import Settings
+from jobs.quarantine import HISTOGRAM_FILE, load_histogram
 from jobs.tables import generation_ranking
 from serving.layers import LayeredSegment, load_board
 from tests.support.incremental import manifest
@@ -47,6 +48,12 @@ def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> No
         assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
     assert ma["boundary"] == mb["boundary"]
     assert ma.get("quarantine") == mb.get("quarantine")
+    # The histogram behind the thresholds, which the next publish extends: an
+    # incremental one is its parent's plus the change, a full one aggregates
+    # silver; both are saved in key order.
+    histograms = [settings.segments_dir / g / HISTOGRAM_FILE for g in (a, b)]
+    assert load_histogram(histograms[0]) is not None
+    assert histograms[0].read_bytes() == histograms[1].read_bytes()
     # The versions side files: the pairs named without a row (jobs/versions.py).
     assert ma["versions"] == mb["versions"]
     names = [n for m in ma["boards"].values() for n in segment_files(m)]
