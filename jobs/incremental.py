@@ -547,7 +547,8 @@ def recompute_incremental(
     touched_count = delta_keys.select("player_id").distinct().count()
     history = transform_within_boundary(inputs.events, inputs.boundary).select(*NARROW)
     pairs = transform_touched_pairs(delta_keys, history).transform(materialize)
-    sources = transform_pair_sources(history, pairs).transform(materialize)
+    delta_ids = delta_keys.select("player_id", "event_id").distinct()
+    sources = transform_pair_sources(history, pairs, delta_ids).transform(materialize)
     source_count = sources.count()
     if clock is not None:
         clock.lap("read_pairs")

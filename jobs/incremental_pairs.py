@@ -48,21 +48,46 @@ def transform_touched_pairs(delta: DataFrame, history: DataFrame) -> DataFrame:
     ``delta``: the delta's records (player_id, match_id, event_id, status);
     ``history``: the log up to the new boundary (at least those columns)."""
     released = delta.where(F.col("status") == "released").select(*EVENT).distinct()
+    own = delta.select(*PAIR)
+    if released.isEmpty():  # the usual delta: no scan of the log for held records
+        return own.distinct()
     held = history.join(F.broadcast(released), EVENT, "left_semi").select(*PAIR)
-    return delta.select(*PAIR).unionByName(held).distinct()
+    return own.unionByName(held).distinct()
 
 
-def transform_pair_sources(history: DataFrame, pairs: DataFrame) -> DataFrame:
+def transform_pair_sources(
+    history: DataFrame, pairs: DataFrame, delta_ids: DataFrame
+) -> DataFrame:
     """The records the touched pairs' contributions depend on: theirs, plus every
     record with the same (player, eventId) as one of theirs (an earlier duplicate
     in another match wins first acceptance; a ``released`` record releases).
 
-    Two semi-joins with broadcast keys, so bronze is filtered while scanned and
-    only these records are kept."""
-    own = history.join(F.broadcast(pairs), PAIR, "left_semi")
-    own = own.transform(materialize)
-    ids = own.select(*EVENT).distinct()
-    sharing = history.join(F.broadcast(ids), EVENT, "left_semi").join(
+    ``delta_ids``: the (player_id, event_id) of the delta's records, which are the
+    pairs' own ids when no pair has an earlier record with another id (a delta of
+    new matches: the usual case). So one scan of the log keeps the records of the
+    pairs and those sharing a delta id (a broadcast hash join on the player, the
+    pair or the id as its condition: bronze is filtered while scanned, once); only
+    when the pairs' records hold other ids is the log scanned again, for those."""
+    null = F.lit(None).cast("string")
+    keys = pairs.select("player_id", "match_id", null.alias("event_id")).unionByName(
+        delta_ids.select("player_id", null.alias("match_id"), "event_id")
+    )
+    on = (F.col("h.player_id") == F.col("k.player_id")) & (
+        (F.col("h.match_id") == F.col("k.match_id"))
+        | (F.col("h.event_id") == F.col("k.event_id"))
+    )
+    candidates = (
+        history.alias("h")
+        .join(F.broadcast(keys).alias("k"), on, "left_semi")
+        .transform(materialize)
+    )
+    own = candidates.join(F.broadcast(pairs), PAIR, "left_semi")
+    ids = own.select(*EVENT).distinct().transform(materialize)
+    others = ids.join(F.broadcast(delta_ids), EVENT, "left_anti")
+    # Every record sharing an id of the pairs is among the candidates unless the
+    # pairs hold an id the delta does not (an earlier record of a corrected match).
+    shared = candidates if others.isEmpty() else history
+    sharing = shared.join(F.broadcast(ids), EVENT, "left_semi").join(
         F.broadcast(pairs), PAIR, "left_anti"
     )
     return own.unionByName(sharing)

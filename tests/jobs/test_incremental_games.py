@@ -103,7 +103,11 @@ def test_incremental_publish_with_games_equals_full(
     )
     first = 2 * split
     with tempfile.TemporaryDirectory(prefix="incremental-games-") as tmp:
-        settings = make_settings(Path(tmp), redis_server)
+        # Layering off (on by default): compared with the full build byte for
+        # byte, as check_history (tests/jobs/test_incremental.py) does.
+        settings = make_settings(Path(tmp), redis_server).model_copy(
+            update={"layers_max_chain": 0}
+        )
         assert settings.boards_file is not None
         settings.boards_file.write_text(games_yaml())
         append_bronze(spark, settings, lines[:first])
