@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--min-samples", type=int, default=1000)
     args = ap.parse_args()
 
-    from jobs.quarantine import transform_thresholds
+    from jobs.quarantine import extract_thresholds, transform_histogram
     from jobs.recompute import NARROW, transform_first_acceptance, with_record_columns
     from jobs.spark import get_spark
 
@@ -73,13 +73,19 @@ def main() -> None:
     events = bronze.repartition("player_id")
     q, n = args.quantile, args.min_samples
     sketch = sketch_thresholds(silver, q, n)
-    histogram = transform_thresholds(silver, q, n)
-    cols = ["board", "cohort", "threshold", "samples"]
+    # The histogram's Spark aggregate (the thresholds are then taken from it in
+    # the driver, jobs/quarantine.py thresholds_of).
+    histogram = transform_histogram(silver)
+    sketched: dict[str, dict[str, int]] = {}
+    for row in sketch.where(F.col("cohort").isNotNull()).collect():
+        sketched.setdefault(row["board"], {})[row["cohort"]] = int(row["threshold"])
     report: dict = {
         "silver_rows": silver.count(),
         "bronze_rows": bronze.count(),
-        "thresholds_equal": sorted(sketch.select(*cols).collect())
-        == sorted(histogram.select(*cols).collect()),
+        "thresholds_equal": {
+            b: dict(sorted(c.items())) for b, c in sorted(sketched.items())
+        }
+        == extract_thresholds(silver, q, n),
         # Without ``scores`` (a map: no set operations on it; null here anyway).
         "first_equal": window_first(events)
         .drop("scores")

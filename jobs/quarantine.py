@@ -139,8 +139,8 @@ def thresholds_of(
 ) -> dict[str, dict[str, int]]:
     """board -> cohort -> threshold from a histogram: per (board, cohort) with at
     least ``min_samples`` contributions, the smallest points whose running count
-    reaches ``ceil(quantile * samples)`` (the nearest rank, as
-    :func:`transform_thresholds` computes it in Spark)."""
+    reaches ``ceil(quantile * samples)``: the nearest rank, as the Spark window
+    over the histogram took it before (and ``percentile_approx`` where exact)."""
     ordered = histogram.sort_by(
         [("board", "ascending"), ("cohort", "ascending"), ("points", "ascending")]
     )
