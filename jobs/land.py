@@ -1,12 +1,14 @@
 """Land the speed layer's partition logs into the Delta bronze table.
 
-Per partition: read the last landed position from Delta (not from Redis: Delta is
-the truth, Redis' ``landed`` key is a copy), read the log after it, append it with an
-idempotent Delta write (``txnAppId = land-p<N>``, ``txnVersion`` = last position of
-the batch), then set ``landed`` and trim the log up to the committed position only.
+Read the last landed position of every partition from Delta (not from Redis: Delta
+is the truth, Redis' ``landed`` key is a copy), read each log after it, append what
+the partitions hold in one Delta commit (several when their records pass
+LAND_COMMIT_BYTES) with an idempotent write (``txnAppId = land``, ``txnVersion`` =
+the landed positions summed over every partition after the commit), then set
+``landed`` and trim each log up to its committed position only.
 
 A crash between the Delta commit and the trim re-reads the same entries next time,
-but the start position comes from Delta, so they are skipped; a blind retry of the
+but the start positions come from Delta, so they are skipped; a blind retry of the
 same batch is dropped by Delta's transaction check. Nothing is landed twice.
 """
 
@@ -95,9 +97,6 @@ def table_exists(path: Path) -> bool:
     return table_version(path) is not None
 
 
-TXN_PREFIX = "land-p"
-
-
 def log_rows_in_order(
     rows: DataFrame,
     after: Mapping[int, int],
@@ -116,23 +115,47 @@ def log_rows_in_order(
     return rows_in_order(rows, "partition", "position", spans, scratch)
 
 
-def landed_through_from_log(path: Path) -> dict[int, int] | None:
-    """The landed-through position per partition from the Delta log's ``txn``
-    actions (``land-p<N>`` -> txnVersion = last landed position: exactly what
-    :func:`load_bronze` commits), without reading any data file.
+# The idempotent landing commits' Delta transaction id. Tables landed before one
+# commit covered every partition also hold ``land-p<N>`` transactions (one commit
+# per partition); the landed-through positions come from the files' statistics
+# either way (landed_through_from_log).
+TXN_APP_ID = "land"
+# Records one landing commit holds at most (their JSON bytes): partitions are landed
+# together, a commit each time this is passed, so the driver holds about this much
+# of the logs at once, and a publish makes one commit, not one per partition.
+LAND_COMMIT_BYTES = 256 * 2**20
 
-    None when the log has no landing transaction (a table written some other way)
-    or is laid out in a way this does not read (then the caller scans).
+
+def landed_through_from_log(path: Path) -> dict[int, int] | None:
+    """The landed-through position per partition: the largest ``position`` of each
+    partition's live data files, from the statistics Delta keeps in its log (the
+    checkpoint, then the JSON commits after it), without reading any data file.
+    Bronze is only ever appended to (and compacted), so that is the last landed
+    position.
+
+    None when the log has no data file, a live file has no ``position`` statistic,
+    or the log is laid out in a way this does not read (then the caller scans).
     """
     log_dir = path / "_delta_log"
-    found: dict[int, int] = {}
+    # Live data file -> (partition, its largest position); None: a file of no rows.
+    live: dict[str, tuple[int, int] | None] = {}
 
-    def take(app_id: object, version: object) -> None:
-        if isinstance(app_id, str) and app_id.startswith(TXN_PREFIX):
-            partition = int(app_id[len(TXN_PREFIX) :])
-            found[partition] = max(found.get(partition, 0), int(str(version)))
+    def add(action: Mapping[str, Any]) -> bool:
+        stats = json.loads(action.get("stats") or "{}")
+        if stats.get("numRecords") == 0:
+            live[action["path"]] = None
+            return True
+        largest = (stats.get("maxValues") or {}).get("position")
+        # A checkpoint's map column reads as (key, value) pairs, a commit's as a dict.
+        values = dict(action.get("partitionValues") or {})
+        if largest is None or values.get("partition") is None:
+            return False  # no statistic: only a scan can tell
+        live[action["path"]] = (int(values["partition"]), int(largest))
+        return True
 
     try:
+        if not log_dir.is_dir():
+            return None
         after = -1
         pointer = log_dir / "_last_checkpoint"
         if pointer.exists():
@@ -141,20 +164,27 @@ def landed_through_from_log(path: Path) -> dict[int, int] | None:
                 return None  # multi-part / v2 checkpoints: not read here
             after = int(last["version"])
             checkpoint = log_dir / f"{after:020d}.checkpoint.parquet"
-            txn = pq.read_table(checkpoint, columns=["txn"]).column("txn")
-            for item in txn.to_pylist():
-                if item:
-                    take(item.get("appId"), item.get("version"))
+            adds = pq.read_table(checkpoint, columns=["add"]).column("add")
+            for item in adds.to_pylist():
+                if item and not add(item):
+                    return None
         for commit in sorted(log_dir.glob("*.json")):
             if not commit.stem.isdigit() or int(commit.stem) <= after:
                 continue
             for line in commit.read_bytes().splitlines():
-                if b'"txn"' in line:
-                    action = json.loads(line).get("txn")
-                    if action:
-                        take(action.get("appId"), action.get("version"))
-    except (OSError, ValueError, KeyError, pa.ArrowException):
+                action = json.loads(line)
+                if "add" in action:
+                    if not add(action["add"]):
+                        return None
+                elif "remove" in action:
+                    live.pop(action["remove"]["path"], None)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
+    found: dict[int, int] = {}
+    for entry in live.values():
+        if entry is not None:
+            partition, largest = entry
+            found[partition] = max(found.get(partition, 0), largest)
     return found or None
 
 
@@ -258,16 +288,18 @@ def records_frame(spark: SparkSession, records: list[bytes]) -> DataFrame:
     return spark.createDataFrame(table)
 
 
-def load_bronze(batch: DataFrame, path: Path, partition: int, last: int) -> None:
-    """Idempotent append: Delta skips a (land-p<N>, version) it has already seen."""
+def load_bronze(batch: DataFrame, path: Path, version: int) -> None:
+    """Idempotent append: Delta skips a (``land``, version) it has already seen.
+    ``version``: every partition's landed-through position after this commit,
+    summed (it grows with every record landed, so a later commit never repeats it)."""
     (
         batch.write.format("delta")
         .mode("append")
         .partitionBy("partition")
         # Tables landed before the match-record columns existed gain them.
         .option("mergeSchema", "true")
-        .option("txnAppId", f"land-p{partition}")
-        .option("txnVersion", last)
+        .option("txnAppId", TXN_APP_ID)
+        .option("txnVersion", version)
         .save(str(path))
     )
 
@@ -309,30 +341,60 @@ def finish_landing(client: redis.Redis, partition: int, through: int) -> None:
         trim_stream(client, keys.log, f"{through + 1}-0")
 
 
-def land_partition(
+def land_partitions(
     spark: SparkSession,
     client: redis.Redis,
     path: Path,
-    partition: int,
-    through: int,
+    landed: Mapping[int, int],
+    partitions: int,
     *,
     after_commit: Callable[[int], None] | None = None,
-) -> Landed:
-    """Land one partition whose Delta max position is ``through``."""
-    first, last, records = extract_log(client, partition, through)
-    rows = 0
-    if first:
-        # Before the commit (after it the log may be trimmed): late-review
-        # records join their season's review queue; copying twice is harmless.
+    commit_bytes: int = LAND_COMMIT_BYTES,
+) -> list[Landed]:
+    """Land partitions ``0 .. partitions - 1``, whose Delta max positions are
+    ``landed`` (absent: none), in as few commits as ``commit_bytes`` allows; each
+    partition's log is recorded and trimmed only after the commit holding it."""
+    through = {p: int(landed.get(p, 0)) for p in range(partitions)}
+    done: list[Landed] = []
+    group: list[tuple[int, int, int, list[bytes]]] = []  # partition, first, last
+    held = 0
+
+    def commit() -> None:
+        nonlocal held
+        if not group:
+            return
+        records = [r for *_, batch in group for r in batch]
+        for partition, _, last, _ in group:
+            through[partition] = last
+        load_bronze(
+            transform_records(records_frame(spark, records)),
+            path,
+            sum(through.values()),
+        )
+        for partition, _, _, _ in group:
+            if after_commit is not None:  # test hook: crash between commit and trim
+                after_commit(partition)
+        for partition, first, last, _ in group:
+            finish_landing(client, partition, last)
+            done.append(Landed(partition, last, last - first + 1))
+        group.clear()
+        held = 0
+
+    for partition in range(partitions):
+        first, last, records = extract_log(client, partition, through[partition])
+        if not first:
+            finish_landing(client, partition, through[partition])
+            done.append(Landed(partition, through[partition], 0))
+            continue
+        # Before the commit (after it the log may be trimmed): late-review records
+        # join their season's review queue; copying twice is harmless.
         queue_late_reviews(client, records)
-        batch = transform_records(records_frame(spark, records))
-        load_bronze(batch, path, partition, last)
-        rows = last - first + 1
-        through = last
-        if after_commit is not None:  # test hook: crash between commit and trim
-            after_commit(partition)
-    finish_landing(client, partition, through)
-    return Landed(partition, through, rows)
+        group.append((partition, first, last, records))
+        held += sum(map(len, records))
+        if held >= commit_bytes:
+            commit()
+    commit()
+    return sorted(done, key=lambda landed: landed.partition)
 
 
 def run_land(
@@ -351,17 +413,14 @@ def run_land(
     landed = extract_landed_through(spark, path)
     client = sync_client(resolve_redis_url(settings))
     try:
-        result = {}
-        for partition in range(settings.partitions):
-            done = land_partition(
-                spark,
-                client,
-                path,
-                partition,
-                landed.get(partition, 0),
-                after_commit=after_commit,
-            )
-            result[partition] = done.through
-        return result
+        done = land_partitions(
+            spark,
+            client,
+            path,
+            landed,
+            settings.partitions,
+            after_commit=after_commit,
+        )
+        return {d.partition: d.through for d in done}
     finally:
         client.close()

@@ -1,5 +1,6 @@
-"""Landing hands Spark the records in memory, and the landed-through position comes
-from the Delta log's landing transactions, across a checkpoint (real Spark, Delta)."""
+"""Landing hands Spark the records in memory, every partition in one commit, and the
+landed-through positions come from the statistics in the Delta log, across a
+checkpoint and a compaction (real Spark, Delta)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -15,7 +17,7 @@ from jobs import spark as spark_module
 from jobs.land import (
     extract_landed_through,
     finish_landing,
-    land_partition,
+    land_partitions,
     landed_through_from_log,
     load_bronze,
     log_rows_in_order,
@@ -45,24 +47,8 @@ def record(partition: int, position: int) -> bytes:
     return json.dumps(body).encode()
 
 
-def test_landed_through_from_txn_actions(spark: SparkSession, tmp_path: Path) -> None:
-    path = tmp_path / "bronze"
-    assert landed_through_from_log(path) is None
-    last = {0: 0, 1: 0}
-    # 12 landing commits: Delta writes a checkpoint at version 10, so the answer
-    # needs both the checkpoint's txn column and the later JSON commits.
-    for i in range(12):
-        partition = i % 2
-        first = last[partition] + 1
-        count = 1 + i % 3
-        records = [record(partition, p) for p in range(first, first + count)]
-        batch = transform_records(records_frame(spark, records))
-        load_bronze(batch, path, partition, first + count - 1)
-        last[partition] = first + count - 1
-    assert (path / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
-    assert landed_through_from_log(path) == last
-    assert extract_landed_through(spark, path) == last
-    scanned = {
+def scanned_through(spark: SparkSession, path: Path) -> dict[int, int]:
+    return {
         int(r[0]): int(r[1])
         for r in spark.read.format("delta")
         .load(str(path))
@@ -70,11 +56,54 @@ def test_landed_through_from_txn_actions(spark: SparkSession, tmp_path: Path) ->
         .agg(F.max("position"))
         .collect()
     }
-    assert scanned == last
+
+
+def test_landed_through_from_file_statistics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = tmp_path / "bronze"
+    assert landed_through_from_log(path) is None
+    last = {0: 0, 1: 0, 2: 0}
+    # 12 landing commits: Delta writes a checkpoint at version 10, so the answer
+    # needs both the checkpoint's files and the later JSON commits.
+    for i in range(12):
+        records = []
+        for partition in range(3):
+            if (i + partition) % 3 == 2:
+                continue  # a partition with nothing new in this commit
+            first = last[partition] + 1
+            count = 1 + (i + partition) % 3
+            records += [record(partition, p) for p in range(first, first + count)]
+            last[partition] = first + count - 1
+        batch = transform_records(records_frame(spark, records))
+        load_bronze(batch, path, sum(last.values()))
+    assert (path / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
+    assert landed_through_from_log(path) == last
+    assert extract_landed_through(spark, path) == last
+    assert scanned_through(spark, path) == last
+    # A blind retry of the last commit (the same version) is dropped.
+    load_bronze(
+        transform_records(records_frame(spark, records)), path, sum(last.values())
+    )
+    assert spark.read.format("delta").load(str(path)).count() == sum(last.values())
+    # Compaction removes the small files and adds one per partition: the removed
+    # files' positions are not counted twice, nor lost.
+    DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
+    assert landed_through_from_log(path) == last
     # The in-memory records arrived whole (raw text kept, fields parsed).
     rows = spark.read.format("delta").load(str(path)).where("partition = 0").collect()
     assert sorted(r["position"] for r in rows) == list(range(1, last[0] + 1))
     assert all(json.loads(r["raw"])["position"] == r["position"] for r in rows)
+    # Files written without a position statistic: the log cannot tell, the scan does.
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "('delta.dataSkippingNumIndexedCols' = '0')"
+    )
+    last[1] += 1
+    batch = transform_records(records_frame(spark, [record(1, last[1])]))
+    load_bronze(batch, path, sum(last.values()))
+    assert landed_through_from_log(path) is None
+    assert extract_landed_through(spark, path) == last
 
 
 def write_log(client: redis.Redis, partition: int, count: int) -> None:
@@ -108,14 +137,35 @@ def test_finish_landing_trims_every_landed_entry(redis_client: redis.Redis) -> N
     assert int(redis_client.get(Keys(0).landed) or 0) == MANY
 
 
-def test_land_partition_leaves_no_landed_entry(
+def test_land_partitions_in_one_commit_leaves_no_landed_entry(
     spark: SparkSession, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
+    path = tmp_path / "bronze"
     write_log(redis_client, 1, MANY)
-    landed = land_partition(spark, redis_client, tmp_path / "bronze", 1, 0)
-    assert (landed.through, landed.rows) == (MANY, MANY)
-    assert redis_client.xlen(Keys(1).log) == 0
-    assert landed_through_from_log(tmp_path / "bronze") == {1: MANY}
+    write_log(redis_client, 3, 5)
+    landed = land_partitions(spark, redis_client, path, {}, 4)
+    assert [(d.partition, d.through, d.rows) for d in landed] == [
+        (0, 0, 0),
+        (1, MANY, MANY),
+        (2, 0, 0),
+        (3, 5, 5),
+    ]
+    assert redis_client.xlen(Keys(1).log) == redis_client.xlen(Keys(3).log) == 0
+    assert landed_through_from_log(path) == {1: MANY, 3: 5}
+    # Both partitions in one commit (its version: the positions summed).
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert len(history) == 1
+    # Past the commit size, a commit per group: here one per partition, and each
+    # partition's log trimmed after its own commit.
+    for partition in (0, 2):
+        write_log(redis_client, partition, 3)
+    landed = land_partitions(
+        spark, redis_client, path, {1: MANY, 3: 5}, 4, commit_bytes=1
+    )
+    assert [d.through for d in landed] == [3, MANY, 3, 5]
+    assert len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()) == 3
+    assert extract_landed_through(spark, path) == {0: 3, 1: MANY, 2: 3, 3: 5}
+    assert sum(redis_client.xlen(Keys(p).log) for p in range(4)) == 0
 
 
 def test_versions_read_from_both_forms_of_a_records_result(spark: SparkSession) -> None:

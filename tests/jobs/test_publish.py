@@ -291,9 +291,7 @@ def test_lander_crash_between_commit_and_trim(spark, settings, api, redis_client
         ],
         "value string",
     )
-    load_bronze(
-        transform_records(raw), bronze_path(settings), partition, landed[partition]
-    )
+    load_bronze(transform_records(raw), bronze_path(settings), sum(landed.values()))
     assert spark.read.format("delta").load(str(bronze_path(settings))).count() == 6
 
 
