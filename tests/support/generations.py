@@ -35,14 +35,23 @@ def gold_rows(spark: SparkSession, settings: Settings, generation: str) -> list:
     return sorted(tuple(r) for r in gold_frame(spark, settings, generation).collect())
 
 
-def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> None:
-    """Same gold rows, same board entries (checksums of every file), same bytes."""
+def assert_same_generation(
+    settings: Settings,
+    a: str,
+    b: str,
+    spark: Any,
+    settings_b: Settings | None = None,
+) -> None:
+    """Same gold rows, same board entries (checksums of every file), same bytes;
+    ``b`` of ``settings_b``'s data directory when given (the same history
+    published in two directories)."""
+    other = settings_b or settings
     assert_df_equality(
         gold_frame(spark, settings, a),
-        gold_frame(spark, settings, b),
+        gold_frame(spark, other, b),
         ignore_row_order=True,
     )
-    ma, mb = manifest(settings, a), manifest(settings, b)
+    ma, mb = manifest(settings, a), manifest(other, b)
     assert sorted(ma["boards"]) == sorted(mb["boards"])
     for board, meta in ma["boards"].items():
         assert meta == mb["boards"][board], (board, meta, mb["boards"][board])
@@ -51,7 +60,10 @@ def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> No
     # The histogram behind the thresholds, which the next publish extends: an
     # incremental one is its parent's plus the change, a full one aggregates
     # silver; both are saved in key order.
-    histograms = [settings.segments_dir / g / HISTOGRAM_FILE for g in (a, b)]
+    histograms = [
+        settings.segments_dir / a / HISTOGRAM_FILE,
+        other.segments_dir / b / HISTOGRAM_FILE,
+    ]
     assert load_histogram(histograms[0]) is not None
     assert histograms[0].read_bytes() == histograms[1].read_bytes()
     # The versions side files: the pairs named without a row (jobs/versions.py).
@@ -59,7 +71,7 @@ def assert_same_generation(settings: Settings, a: str, b: str, spark: Any) -> No
     names = [n for m in ma["boards"].values() for n in segment_files(m)]
     for name in names + list(ma["versions"].values()):
         left = settings.segments_dir / a / name
-        right = settings.segments_dir / b / name
+        right = other.segments_dir / b / name
         assert left.read_bytes() == right.read_bytes(), name
 
 
