@@ -12,6 +12,7 @@ generation. Then the ``gold_manifest`` row is appended (idempotent:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
 DEFAULT_BUCKET_TARGET = 100
 # Segment files and directories: owner rw, group r (run_publish's umask).
 JOB_UMASK = 0o027
+
+log = logging.getLogger(__name__)
 
 
 class PublishAborted(RuntimeError):
@@ -415,7 +418,18 @@ def _thresholds(
     )
     if previous is not None and change is not None:
         histogram = merge_histograms(previous, change)
+        log.info("%s: quarantine histogram = the parent's + the change", generation)
     else:
+        # Which of the three reasons: an operator seeing a slow thresholds phase
+        # after an incremental build asks why silver was read whole.
+        why = (
+            "a full build"
+            if build is None or not build.quarantine_change
+            else "no parent histogram"
+            if base is None or previous is None
+            else "no saved change"
+        )
+        log.info("%s: quarantine histogram from all of silver (%s)", generation, why)
         contributions = spark.read.format("delta").load(
             str(settings.delta_dir / SILVER_CONTRIBUTIONS)
         )
