@@ -31,7 +31,9 @@ def scratch_dir(settings: Settings, job: str = "publish") -> Path:
     The publisher's (``publish``) is emptied whenever the publish lock is taken:
     what is there then was left by a publisher that died. A job that runs beside
     a publish without its lock (``lb rebuild``, ``lb verify``) has a directory of
-    its own, which taking the lock leaves alone."""
+    its own, which taking the lock leaves alone; what such a job leaves there when
+    it is killed, the next reader on the host removes (jobs/spark.py
+    ``sweep_dead_runs``)."""
     return settings.run_dir / SCRATCH / job
 
 

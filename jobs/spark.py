@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -161,7 +162,8 @@ def rows_in_order(
     ordinal = F.col(index) + shifts[F.col(group)]
     run = F.coalesce(F.floor(ordinal / ROWS_PER_FETCH), F.lit(-1)).cast("int")
     scratch.mkdir(parents=True, exist_ok=True)
-    directory = Path(tempfile.mkdtemp(prefix="rows-", dir=scratch))
+    sweep_dead_runs(scratch)
+    directory = Path(tempfile.mkdtemp(prefix=_runs_prefix(os.getpid()), dir=scratch))
     try:
         (
             rows.withColumn("_ordinal", ordinal)
@@ -193,3 +195,40 @@ def rows_in_order(
                         yield row
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _runs_prefix(pid: int) -> str:
+    """``rows-<host>-<pid>-``: the reader a directory of sorted runs belongs to."""
+    return f"rows-{socket.gethostname()}-{pid}-"
+
+
+def sweep_dead_runs(scratch: Path) -> list[Path]:
+    """Remove the sorted runs (:func:`rows_in_order`) that readers on this host left
+    in ``scratch`` when their process died; returns the directories removed.
+
+    A reader removes its runs when done or closed, and the publisher's scratch is
+    emptied whenever the publish lock is taken; a killed ``lb rebuild`` or ``lb
+    verify`` holds no lock, so its runs (as large as the rows it read) stayed until
+    this. Runs of a live process, of another host (the executors write where the
+    driver reads, so a data dir may be shared by drivers on several hosts, whose
+    processes this host cannot see) and of older code (no owner in the name) stay.
+    """
+    removed = []
+    mine = f"rows-{socket.gethostname()}-"
+    for directory in scratch.glob(mine + "*"):
+        pid_text = directory.name[len(mine) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
