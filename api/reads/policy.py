@@ -132,7 +132,7 @@ class FallbackPolicy:
             return pin(self.registry, generation)
         return None
 
-    def fallback(self, why: str = "a rebase is in progress") -> Generation:
+    def fallback(self, why: str) -> Generation:
         """When exactness is impossible live (``why``: the live read's reason): the
         latest generation.
 
