@@ -49,12 +49,12 @@ def test_the_first_generation_is_found_before_the_registry_would_rescan(
     policy = FallbackPolicy(load_boards(), registry)
     assert registry.latest() is None  # scanned: nothing yet
     with pytest.raises(NotReady):
-        policy.fallback()
+        policy.fallback("a rebase is in progress")
     write_generation(segments, 1)
-    assert policy.fallback().number == 1
+    assert policy.fallback("a rebase is in progress").number == 1
 
 
 def test_without_any_generation_it_is_not_ready(tmp_path: Path) -> None:
     registry = GenerationRegistry(tmp_path, 2)
-    with pytest.raises(NotReady, match="retry shortly"):
-        FallbackPolicy(load_boards(), registry).fallback()
+    with pytest.raises(NotReady, match=r"\(the board kept changing\).*retry shortly"):
+        FallbackPolicy(load_boards(), registry).fallback("the board kept changing")
