@@ -198,7 +198,8 @@ def rows_in_order(
 
 
 def _runs_prefix(pid: int) -> str:
-    """``rows-<host>-<pid>-``: the reader a directory of sorted runs belongs to."""
+    """``rows-<host>-<pid>-``: the reader a directory of sorted runs belongs to
+    (``tempfile`` adds a suffix without ``-``, so the name splits from the right)."""
     return f"rows-{socket.gethostname()}-{pid}-"
 
 
@@ -214,10 +215,14 @@ def sweep_dead_runs(scratch: Path) -> list[Path]:
     processes this host cannot see) and of older code (no owner in the name) stay.
     """
     removed = []
-    mine = f"rows-{socket.gethostname()}-"
-    for directory in scratch.glob(mine + "*"):
-        pid_text = directory.name[len(mine) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+    mine = f"rows-{socket.gethostname()}"
+    for directory in scratch.glob("rows-*"):
+        # rows-<host>-<pid>-<suffix>: the host may hold "-" itself ("vm" and
+        # "vm-2" are two hosts), the pid and the suffix do not.
+        parts = directory.name.rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != mine or not parts[1].isdigit():
+            continue
+        if _alive(int(parts[1])):
             continue
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(directory)

@@ -28,12 +28,14 @@ def test_runs_of_dead_readers_on_this_host_are_swept(tmp_path: Path) -> None:
     dead_runs = tmp_path / f"rows-{host}-{dead}-abc123"
     live_runs = tmp_path / f"rows-{host}-{os.getpid()}-def456"
     other_host = tmp_path / f"rows-elsewhere.example-{dead}-ghi789"
+    # A host whose name starts with ours and a dash: not ours.
+    longer_host = tmp_path / f"rows-{host}-{dead}-{dead}-jkl012"
     older_code = tmp_path / "rows-k2j3h4"
-    for directory in (dead_runs, live_runs, other_host, older_code):
+    for directory in (dead_runs, live_runs, other_host, longer_host, older_code):
         (directory / "_run=0").mkdir(parents=True)
         (directory / "_run=0" / "part-0.parquet").write_bytes(b"x")
     assert sweep_dead_runs(tmp_path) == [dead_runs]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        p.name for p in (live_runs, other_host, older_code)
+        p.name for p in (live_runs, other_host, longer_host, older_code)
     )
     assert sweep_dead_runs(tmp_path) == []
