@@ -107,7 +107,20 @@ SESSION_BOUNDS = {
 # 60.8 / 25.0 / 21.8 / 20.4 / 19.0 (-10 %), parallel 58.9 / 27.3 / 23.0 / 20.5 /
 # 19.8. Production (jobs/spark.py) keeps the JVM's default (G1): its heaps hold
 # millions of rows. Figures: bench/RESULTS.md, "Test suite".
-SESSION_JAVA_OPTIONS = "-XX:+UseSerialGC"
+#
+# And the JIT's thresholds three times the default: the session JVM never stops
+# compiling. Warm small publishes (the 3rd to the 7th in one JVM) each compiled
+# about 2,500 more methods in 6-7 s of compiler-thread CPU, a third of the JVM's
+# CPU per publish (Spark's and Delta's code base reaching the thresholds method by
+# method; classes loaded grew by about 50 per publish). Tripled, a method run a
+# few hundred times per publish stays interpreted; the hot ones still reach C2.
+# Eight publishes in one JVM: 33,300 compilations in 49 s instead of 47,000 in
+# 75-78 s, the JVM's CPU 116.8 against 127.8 / 136.1 CPU-s; ten times the
+# thresholds compiled less still but ran slower. Seven Spark-heavy test files
+# and tests/docs (23 tests, -n 2), alternating: 369.2 / 357.7 s
+# against 384.9 / 372.3 s without (-4 % in each round; 7 December, load 1.7-2.9,
+# bench/history/2026-12-07-2-session-36.md).
+SESSION_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:CompileThresholdScaling=3"
 
 
 def start_spark(warehouse: Path) -> SparkSession:
