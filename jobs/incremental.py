@@ -97,7 +97,7 @@ from jobs.tables import (
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
     SILVER_TOTALS,
-    drop_crashed_snapshot,
+    drop_crashed_rows,
     game_column,
     gold_chain,
     load_gold_changes,
@@ -691,7 +691,16 @@ def recompute_incremental(
         clock.lap("merge_totals")
     merged = spark.read.format("delta").load(str(totals_path))
     gold = None
-    if gold_layering is not None and not gold_chain_full(previous, gold_layering[0]):
+    # No total re-derived and no shadow flag flipped: no public row moved, so the
+    # generation's gold is its parent's. A layered parent's chain is repeated as it
+    # is: a layer of no rows would take a place in the chain, and an idle game
+    # would compact (rewrite all of gold) every LB_LAYERS_MAX_CHAIN publishes.
+    unchanged = not scope_aggregations and not flipped
+    if gold_layering is not None and unchanged and gold_chain(previous.manifest):
+        gold = dict(previous.manifest["build"]["gold"])
+        for table in (GOLD_SNAPSHOTS, GOLD_CHANGES):
+            drop_crashed_rows(spark, delta_dir / table, generation)
+    elif gold_layering is not None and not gold_chain_full(previous, gold_layering[0]):
         # Layered gold: only the keys whose public row may have moved, with their
         # new total or ``removed``: the scope's (their new totals are ``totals``;
         # a key without one lost its total) and those of the players whose shadow
@@ -712,16 +721,16 @@ def recompute_incremental(
             | (F.col("player_id").isin(hidden) if hidden else F.lit(False)),
         ).transform(materialize)
         gold = next_gold_chain(previous, generation, changes.count(), *gold_layering)
-    if gold is not None:
-        drop_crashed_snapshot(spark, delta_dir / GOLD_SNAPSHOTS, generation)
-        load_gold_changes(
-            changes,
-            delta_dir / GOLD_CHANGES,
-            generation,
-            generation_number(generation) or 0,
-            gold["base"],
-        )
-    else:
+        if gold is not None:
+            drop_crashed_rows(spark, delta_dir / GOLD_SNAPSHOTS, generation)
+            load_gold_changes(
+                changes,
+                delta_dir / GOLD_CHANGES,
+                generation,
+                generation_number(generation) or 0,
+                gold["base"],
+            )
+    if gold is None:
         gold_path = delta_dir / GOLD_SNAPSHOTS
         if gold_chain(previous.manifest) is None:
             # The previous generation's rows of the boards not re-ranked (every

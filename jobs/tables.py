@@ -155,11 +155,14 @@ def load_gold_changes(
     )
 
 
-def drop_crashed_snapshot(spark: SparkSession, path: Path, generation: str) -> None:
-    """Delete ``generation``'s ``gold_snapshots`` partition at ``path`` when one is
-    there: an earlier attempt of the generation number wrote it in full and crashed
-    before its manifest row, and this attempt writes the generation layered, so
-    the table keeps only generations published in full (docs/TABLES.md). A
+def drop_crashed_rows(spark: SparkSession, path: Path, generation: str) -> None:
+    """Delete ``generation``'s partition of the gold table at ``path`` when one is
+    there: an earlier attempt of the generation number wrote it and crashed before
+    its manifest row, and this attempt writes the generation otherwise. In
+    ``gold_snapshots``: the attempt wrote it in full, this one layered, and the
+    table keeps only generations published in full; in ``gold_changes``: the
+    attempt wrote a layer, this one repeats its parent's chain (nothing changed),
+    and the segments phase reads the generation's own changes (docs/TABLES.md). A
     pruned read of one partition; nothing is committed when there is none."""
     from delta.tables import DeltaTable
 

@@ -34,7 +34,7 @@ from conf.settings import Settings
 from jobs import incremental
 from jobs.build import check_generation
 from jobs.publish import run_publish
-from jobs.tables import GOLD_CHANGES, GOLD_MANIFEST
+from jobs.tables import GOLD_CHANGES, GOLD_MANIFEST, load_gold_changes
 from serving.files import read_arrow
 from serving.segments import write_board_segment
 from speed.partitions import Keys
@@ -238,9 +238,29 @@ def test_incremental_chain_links_untouched_boards(
             table = read_arrow(directory / s4).to_pydict()
             row = table["player_id"].index("b")
             assert table["version"][row] == version, directory
-        # Nothing new: every board is linked.
+        # Nothing new: every board is linked, and gold is g2's chain as it is (no
+        # layer of no rows: idle publishes would fill the chain and compact). A
+        # crashed attempt's layer of g3 (one row naming a score nobody has) is
+        # dropped, not left for the segments phase to read.
+        load_gold_changes(
+            spark.createDataFrame(
+                [("season:S4:na", "b", 999, None, False)],
+                "board string, player_id string, score long, achieved_ms long, "
+                "removed boolean",
+            ),
+            settings.delta_dir / GOLD_CHANGES,
+            "g3",
+            3,
+            "g1",
+        )
         assert run_publish(settings, spark=spark, land=False) == "g3"
         assert manifest(settings, "g3")["build"]["touchedBoards"] == 0
+        assert (
+            manifest(settings, "g3")["build"]["gold"]
+            == manifest(settings, "g2")["build"]["gold"]
+        )
+        left = spark.read.format("delta").load(str(settings.delta_dir / GOLD_CHANGES))
+        assert left.where(F.col("generation") == "g3").count() == 0
         assert run_publish(settings, spark=spark, land=False, full=True) == "g4"
         assert_same_generation(settings, "g2", "g4", spark)
         assert_same_generation(settings, "g3", "g4", spark)

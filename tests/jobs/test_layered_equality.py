@@ -86,7 +86,13 @@ def check_layered_history(
             assert m2["build"]["gold"]["layers"] == ["g2"]
             append_bronze(spark, settings, lines[second:])
             m3 = _publish(settings, spark, client, shadows[2])
-            if max_chain >= 2:
+            if m3["build"].get("gold") == m2["build"]["gold"]:
+                # No public row moved in the last batch (none, or only records
+                # that change nothing, and no flag flipped): g3 repeats g2's chain
+                # (jobs/incremental.py); the checks against g4 below hold it to a
+                # full recompute all the same.
+                assert m3["build"]["mode"] == "incremental"
+            elif max_chain >= 2:
                 assert m3["build"]["gold"]["layers"] == ["g2", "g3"]
             else:
                 assert "gold" not in m3["build"]  # compacted: a full snapshot
