@@ -103,8 +103,13 @@ def write_board_layer(
     or None) rows in any order and the replaced player ids; returns the chain entry
     (``generation``, ``file``, ``replaced``, ``rows``, ``checksums``).
 
-    ``achieved_ms`` (and ``version``) must be given for every row or for none."""
-    items = sorted(rows, key=lambda r: _display_key(r[1], r[2] or 0, r[0]))
+    ``achieved_ms`` (and ``version``) must be given for every row or for none.
+
+    Sorted by Arrow, not by a Python key per row (the key was about half of the
+    time to write a layer of 4,500 rows, the 1 M bench's size): score descending,
+    achieved_ms ascending, then the player id in UTF-8 byte order, which is how
+    Arrow orders strings (the files are the same bytes as the key's)."""
+    items = list(rows)
     timed = bool(items) and items[0][2] is not None
     versioned = bool(items) and items[0][3] is not None
     columns: list[pa.Array] = [
@@ -112,14 +117,22 @@ def write_board_layer(
         pa.array([r[1] for r in items], pa.int64()),
     ]
     schema = SEGMENT_SCHEMA
+    keys = [("score", "descending")]
     if timed:
         columns.append(pa.array([r[2] for r in items], pa.int64()))
         schema = TIMED_SEGMENT_SCHEMA
+        keys.append(("achieved_ms", "ascending"))
+    keys.append(("player_id", "ascending"))
     if versioned:
         columns.append(pa.array([r[3] for r in items], pa.int64()))
         schema = schema.append(VERSION_FIELD)
-    table = pa.table([canonical_array(c) for c in columns], schema=schema)
-    gone = sorted(set(replaced), key=lambda p: p.encode("utf-8"))
+    unsorted = pa.table(columns, schema=schema)
+    table = unsorted.take(pc.sort_indices(unsorted, sort_keys=keys))
+    table = pa.table(
+        [canonical_array(c.combine_chunks()) for c in table.columns], schema=schema
+    )
+    gone = pa.array(list(set(replaced)), pa.string())
+    gone = canonical_array(gone.take(pc.sort_indices(gone)))
     names = {
         "file": layer_file(board, generation),
         "replaced": replaced_file(board, generation),
@@ -128,7 +141,7 @@ def write_board_layer(
         names["file"]: write_arrow(directory / names["file"], table),
         names["replaced"]: write_arrow(
             directory / names["replaced"],
-            pa.table([pa.array(gone, pa.string())], schema=REPLACED_SCHEMA),
+            pa.table([gone], schema=REPLACED_SCHEMA),
         ),
     }
     return {"generation": generation, **names, "rows": len(items), "checksums": sums}

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.files import read_arrow
 from serving.layers import (
     Layer,
     LayeredSegment,
@@ -351,3 +352,23 @@ def test_applied_changes_equal_the_full_board(case: dict) -> None:  # type: igno
             assert isinstance(served, LayeredSegment) == bool(entry.get("layers"))
             check_same(served, full, timed)
             parent = Parent(directory, entry, entry["checksums"])
+
+
+def test_a_layer_is_in_display_order_by_utf8_bytes(tmp_path: Path) -> None:
+    """Arrow sorts the layer (not a Python key per row): ties of score (and of
+    achieved_ms on a timed board) by the player id's UTF-8 bytes, which put U+FFFF
+    before an astral character (UTF-16 code units would not) and 'Z' before 'a'."""
+    ids = ["\uffff", "\U0001f600", "\u00ff", "a", "Z", "é1"]
+    rows = [(p, 5, None, 1) for p in ids] + [("top", 9, None, 1), ("low", -2, None, 1)]
+    entry = write_board_layer(tmp_path, BOARD, "g2", rows, ["x", "\uffff", "Z"])
+    table = read_arrow(tmp_path / entry["file"]).to_pydict()
+    tied = sorted(ids, key=lambda p: p.encode("utf-8"))
+    assert table["player_id"] == ["top", *tied, "low"]
+    assert table["score"] == [9, *[5] * len(ids), -2]
+    gone = read_arrow(tmp_path / entry["replaced"]).column("player_id").to_pylist()
+    assert gone == ["Z", "x", "\uffff"]
+    timed = [("b", 5, 7, 1), ("a", 5, 9, 1), ("c", 5, 7, 1), ("d", 6, 99, 1)]
+    entry = write_board_layer(tmp_path, BOARD, "g3", timed, [])
+    table = read_arrow(tmp_path / entry["file"]).to_pydict()
+    assert table["player_id"] == ["d", "b", "c", "a"]
+    assert table["achieved_ms"] == [99, 7, 7, 9]
