@@ -35,6 +35,11 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _children(pid: int) -> set[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return {int(p) for p in path.read_text().split()}
+
+
 def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
     tmp_path: Path,
 ) -> None:
@@ -44,14 +49,13 @@ def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
     parent = subprocess.Popen([sys.executable, "-c", PARENT])
     children: set[int] = set()
     try:
+        # All three started (the tracker is spawned after the workers: waiting for
+        # the two workers alone once read the children before it, on a loaded CI).
+        assert wait_until(lambda: len(_children(parent.pid)) == 3), (
+            "premise: two workers and the tracker"
+        )
         assert wait_until(lambda: len(uvicorn_workers(parent.pid)) == 2)
-        children = {
-            int(p)
-            for p in Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
-            .read_text()
-            .split()
-        }
-        assert len(children) == 3, "premise: two workers and the tracker"
+        children = _children(parent.pid)
         supervisor.api = parent
         assert supervisor._watch_workers()
         assert supervisor.workers == uvicorn_workers(parent.pid)
