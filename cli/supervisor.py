@@ -36,7 +36,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -184,23 +184,38 @@ class RestartBudget:
         return 0.0 if earlier <= 0 else min(BACKOFF_CAP_S, 0.25 * 2 ** (earlier - 1))
 
 
-def uvicorn_workers(pid: int) -> set[int]:
-    """The worker processes of the uvicorn supervisor ``pid``: its children other
-    than multiprocessing's resource tracker (not a worker; uvicorn never restarts
-    it). Empty once ``pid`` has died (its children were handed to init)."""
+def _children(pid: int) -> set[int]:
+    """The child processes of ``pid`` (empty once it has died: its children were
+    handed to init)."""
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     except OSError:
         return set()
+    return {int(child) for child in text.split()}
+
+
+def _workers_among(children: Iterable[int]) -> set[int]:
     workers = set()
-    for child in text.split():
+    for child in children:
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue  # gone already: not a worker to watch
         if b"resource_tracker" not in command:
-            workers.add(int(child))
+            workers.add(child)
     return workers
+
+
+def uvicorn_workers(pid: int) -> set[int]:
+    """The worker processes of the uvicorn supervisor ``pid``: its children other
+    than multiprocessing's resource tracker (not a worker; uvicorn never restarts
+    it). Empty once ``pid`` has died (its children were handed to init).
+
+    A child read between its fork and its exec still carries uvicorn's command
+    line, so the tracker can pass for a worker for a moment after uvicorn starts
+    it: :meth:`Supervisor._watch_workers` counts a worker as died only once it is
+    no child of uvicorn at all."""
+    return _workers_among(_children(pid))
 
 
 def _socket_answers(path: Path) -> bool:
@@ -423,14 +438,18 @@ class Supervisor:
         one); False when that spends the API's budget."""
         if self.api is None or self.settings.api_workers < 2:
             return True
-        now = uvicorn_workers(self.api.pid)
+        children = _children(self.api.pid)
+        now = _workers_among(children)
         if self.api.poll() is not None:
             # uvicorn itself died between two rounds: its workers were handed to
             # init, not restarted. watch() heals the API and counts that once. (The
             # children are read before the poll, so a death after the poll cannot
             # pass for the workers' deaths.)
             return True
-        gone = self.workers - now
+        # A pid that left the workers but is still uvicorn's child was never one:
+        # the resource tracker, read before its exec with uvicorn's command line
+        # (a kill drill on a loaded CI counted it as a third restart).
+        gone = self.workers - now - children
         self.workers = now
         for pid in sorted(gone):
             reason = f"API worker {pid} died"

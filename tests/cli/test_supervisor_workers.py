@@ -74,3 +74,72 @@ def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
                 pass
         parent.kill()
         parent.wait()
+
+
+# A stand-in whose third child is read between its fork and its exec (as
+# multiprocessing starts the resource tracker): for a moment it has the parent's
+# command line, then it becomes the tracker. It never died.
+FORKED_THEN_TRACKER = """
+import os, subprocess, sys, time
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+workers = [subprocess.Popen(sleeper) for _ in range(2)]
+go = sys.argv[1]
+if os.fork() == 0:
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    # Named in two parts: before the exec this child's command line is this
+    # script's, which must not read as the tracker's.
+    os.execv(sys.executable, sleeper + ["resource_" + "tracker"])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:  # reaps a dead child, as uvicorn does
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    time.sleep(0.01)
+"""
+
+
+def test_the_tracker_read_before_its_exec_is_not_a_died_worker(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path, api_workers=2)
+    settings.run_dir.mkdir(parents=True)
+    supervisor = Supervisor(settings, 0, "t")
+    go = tmp_path / "exec-now"
+    parent = subprocess.Popen([sys.executable, "-c", FORKED_THEN_TRACKER, str(go)])
+    children: set[int] = set()
+    try:
+        # Before the exec the forked child reads as a third worker.
+        assert wait_until(lambda: len(uvicorn_workers(parent.pid)) == 3), (
+            "premise: the fork read with the parent's command line"
+        )
+        children = _children(parent.pid)
+        supervisor.api = parent
+        assert supervisor._watch_workers()
+        assert len(supervisor.workers) == 3
+        go.touch()
+        assert wait_until(lambda: len(uvicorn_workers(parent.pid)) == 2), (
+            "premise: the fork became the tracker"
+        )
+        assert supervisor._watch_workers()
+        assert supervisor.state["restarts"]["api"] == 0
+        assert supervisor.state["events"] == []
+        assert supervisor.workers == uvicorn_workers(parent.pid)
+        # A worker that does die is still counted, once reaped.
+        worker = min(supervisor.workers)
+        os.kill(worker, signal.SIGKILL)
+        assert wait_until(lambda: worker not in _children(parent.pid))
+        assert supervisor._watch_workers()
+        assert supervisor.state["restarts"]["api"] == 1
+        assert [e["reason"] for e in supervisor.state["events"]] == [
+            f"API worker {worker} died"
+        ]
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.kill()
+        parent.wait()
