@@ -85,7 +85,8 @@ sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
 workers = [subprocess.Popen(sleeper) for _ in range(2)]
 go = sys.argv[1]
 if os.fork() == 0:
-    while not os.path.exists(go):
+    deadline = time.monotonic() + 60  # bounded, should the test fail first
+    while not os.path.exists(go) and time.monotonic() < deadline:
         time.sleep(0.01)
     # Named in two parts: before the exec this child's command line is this
     # script's, which must not read as the tracker's.
