@@ -75,7 +75,7 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
         os.kill(worker, signal.SIGKILL)
         # uvicorn starts a new worker, the supervisor counts it; the other worker
         # kept answering reads meanwhile.
-        assert wait_until(lambda: stack.restarts()["api"] == 1, 15)
+        assert wait_until(lambda: worker in _died_workers(stack), 15), _why(stack)
         assert wait_until(lambda: worker not in stack.workers_of(api_pid), 15)
         _after(load, len(load.acked) + 40)
         gap = _longest_gap_since(reads, killed_at)
@@ -97,10 +97,17 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
         reads.stop()
     events = load.taken
     assert stack.info()["token"] == token and stack.pid("api") != api_pid
-    # The reasons name what was counted (a third restart once: the resource
-    # tracker read before its exec, cli/supervisor.py uvicorn_workers).
-    state = stack.supervisor_state()
-    assert state["restarts"]["api"] == 2, state["events"]
+    # Counted: the killed worker, the API, and any other worker uvicorn itself
+    # replaced (one that missed its health check on a loaded machine is killed and
+    # started again: a restart too). Each worker counted as died must be gone: a
+    # live one was the resource tracker read before its exec (cli/supervisor.py
+    # uvicorn_workers), counted as a third restart in a clean-clone CI.
+    died = _died_workers(stack)
+    assert worker in died, _why(stack)
+    assert not [p for p in died if Path(f"/proc/{p}/stat").exists()], _why(stack)
+    assert stack.restarts()["api"] == 1 + len(died), _why(stack)
+    if len(died) > 1:
+        print(f"uvicorn replaced {len(died) - 1} more worker(s): {_why(stack)}")
     metrics = httpx.get(f"{stack.url}/metrics").text
     assert 'lb_supervisor_restarts_total{process="api"} 2.0' in metrics
     assert load.failed, "premise: the kills happened mid-load"
@@ -112,6 +119,25 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
     publish_and_check(stack, spark, events)
     with stack.redis() as client:
         assert_logs_match_counters(client)
+
+
+def _died_workers(stack: Stack) -> list[int]:
+    """The API workers the stack's supervisor counted as died, oldest first."""
+    return [
+        int(reason.split()[2])
+        for event in stack.supervisor_state()["events"]
+        if (reason := event["reason"]).startswith("API worker ")
+        and reason.endswith(" died")
+    ]
+
+
+def _why(stack: Stack) -> str:
+    """What the supervisor counted, and the end of the API's own log (uvicorn names
+    each worker it replaced)."""
+    state = stack.supervisor_state()
+    log = stack.run / "api.log"
+    tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+    return f"restarts {state['restarts']}, events {state['events']}, api.log: {tail}"
 
 
 def _api_replaced(stack: Stack, old_pid: int) -> bool:
