@@ -40,6 +40,17 @@ def _children(pid: int) -> set[int]:
     return {int(p) for p in path.read_text().split()}
 
 
+def _end(parent: subprocess.Popen[bytes], children: set[int]) -> None:
+    """The stand-in and the children it had (they outlive a killed parent)."""
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    parent.kill()
+    parent.wait()
+
+
 def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
     tmp_path: Path,
 ) -> None:
@@ -67,13 +78,7 @@ def test_the_workers_of_a_dead_uvicorn_are_not_counted_as_restarts(
         assert supervisor.state["restarts"]["api"] == 0
         assert supervisor.state["events"] == []
     finally:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        parent.kill()
-        parent.wait()
+        _end(parent, children)
 
 
 # A stand-in whose third child is read between its fork and its exec (as
@@ -137,10 +142,4 @@ def test_the_tracker_read_before_its_exec_is_not_a_died_worker(
             f"API worker {worker} died"
         ]
     finally:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        parent.kill()
-        parent.wait()
+        _end(parent, children)

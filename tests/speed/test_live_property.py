@@ -245,12 +245,17 @@ OPS = st.lists(operation, min_size=1, max_size=40)
 SEEDS = st.integers(1, 10_000)
 
 
+def live_settings(examples: int) -> Any:
+    """Hypothesis settings of the live property tests: ``examples`` histories."""
+    return hsettings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+
 @pytest.mark.parametrize("redis_backend", ["single"], indirect=True)
-@hsettings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@live_settings(100)
 @given(ops=OPS, points_seed=SEEDS)
 # Pinned paths: a change after a publish (chs), events between landing and rebase
 # (the rebase's tail adjustment), a downward correction across two publishes.
@@ -329,11 +334,7 @@ def test_live_answers_equal_the_offline_sort(
 # fewer random histories exercise as well; the pinned paths above are about
 # the merge, not the keys (30 examples instead of 100: about 17 s of the suite).
 @pytest.mark.parametrize("redis_backend", ["cluster"], indirect=True)
-@hsettings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@live_settings(30)
 @given(ops=OPS, points_seed=SEEDS)
 def test_live_answers_equal_the_offline_sort_on_a_cluster(
     api: SignedClient,
