@@ -283,9 +283,9 @@ class Supervisor:
             self.state["state"] = state
         write_stack_state(self.run, self.state)
 
-    def _event(self, process: str, reason: str) -> None:
+    def _event(self, process: str, reason: str, **fields: Any) -> None:
         events = self.state["events"]
-        events.append({"at": _now(), "process": process, "reason": reason})
+        events.append({"at": _now(), "process": process, "reason": reason, **fields})
         del events[:-MAX_EVENTS]
 
     def start(self) -> None:
@@ -453,7 +453,7 @@ class Supervisor:
         self.workers = now
         for pid in sorted(gone):
             reason = f"API worker {pid} died"
-            self._event("api", reason)
+            self._event("api", reason, worker=pid)
             if not self.budgets["api"].allow():
                 self.state["stoppedReason"] = (
                     f"{reason}: more than {self.budgets['api'].limit} restarts of api "

@@ -11,7 +11,9 @@ which must not import ``cli``. Shape::
      "events": [{"at": ISO-8601, "process": "redis", "reason": "..."}, ...],
      "stoppedReason": "..." (once stopped)}
 
-``events`` keeps the last :data:`MAX_EVENTS` restarts (and failed restarts).
+``events`` keeps the last :data:`MAX_EVENTS` restarts (and failed restarts). The
+event of an API worker that died under uvicorn (which starts a new one) also names
+the worker: ``"worker": <pid>``.
 """
 
 from __future__ import annotations

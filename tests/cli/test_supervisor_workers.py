@@ -138,8 +138,8 @@ def test_the_tracker_read_before_its_exec_is_not_a_died_worker(
         assert wait_until(lambda: worker not in _children(parent.pid))
         assert supervisor._watch_workers()
         assert supervisor.state["restarts"]["api"] == 1
-        assert [e["reason"] for e in supervisor.state["events"]] == [
-            f"API worker {worker} died"
+        assert [(e["reason"], e["worker"]) for e in supervisor.state["events"]] == [
+            (f"API worker {worker} died", worker)
         ]
     finally:
         _end(parent, children)

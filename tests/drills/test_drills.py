@@ -109,7 +109,8 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
     if len(died) > 1:
         print(f"uvicorn replaced {len(died) - 1} more worker(s): {_why(stack)}")
     metrics = httpx.get(f"{stack.url}/metrics").text
-    assert 'lb_supervisor_restarts_total{process="api"} 2.0' in metrics
+    restarts = stack.restarts()["api"]
+    assert f'lb_supervisor_restarts_total{{process="api"}} {restarts:.1f}' in metrics
     assert load.failed, "premise: the kills happened mid-load"
     assert reads.statuses() == {200}, (reads.statuses(), reads.refusals[:5])
     with stack.redis() as client:
@@ -124,10 +125,9 @@ def test_kill_9_of_an_api_worker_then_of_uvicorns_supervisor_under_load(
 def _died_workers(stack: Stack) -> list[int]:
     """The API workers the stack's supervisor counted as died, oldest first."""
     return [
-        int(reason.split()[2])
+        event["worker"]
         for event in stack.supervisor_state()["events"]
-        if (reason := event["reason"]).startswith("API worker ")
-        and reason.endswith(" died")
+        if "worker" in event
     ]
 
 
