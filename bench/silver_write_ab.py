@@ -51,6 +51,15 @@ VARIANTS: dict[str, dict[str, str]] = {
     "stats4": {
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "4"
     },
+    # No min/max statistics at all (the row count stays in the log).
+    "stats0": {
+        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "0"
+    },
+    "stats4_nodict_ids": {
+        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "4",
+        "parquet.enable.dictionary#player_id": "false",
+        "parquet.enable.dictionary#match_id": "false",
+    },
     "shuffle8": {"spark.sql.shuffle.partitions": "8"},
     "shuffle16": {"spark.sql.shuffle.partitions": "16"},
     "shuffle2": {"spark.sql.shuffle.partitions": "2"},

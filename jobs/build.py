@@ -31,12 +31,13 @@ from jobs.incremental import (
     Build,
     Previous,
     build_path,
-    enable_deletion_vectors,
     fingerprint,
     hidden_players,
     histogram_change_path,
     previous_state,
     recompute_incremental,
+    set_silver_properties,
+    silver_properties,
 )
 from jobs.land import bronze_path, table_exists, transform_records
 from jobs.phase_clock import PhaseClock
@@ -131,40 +132,48 @@ def load_silver(
     the committed contributions back instead of recomputing them, so the recompute
     runs once. Returns the committed totals.
     """
-    (
+    rows = (
         contributions.withColumn("generation", F.lit(generation))
         .withColumn("game", game_column(F.col("board")))
         # The match as its game sent it (with_game qualified it for the recompute).
         .withColumn("match_id", F.substring_index(F.col("match_id"), GAME_SEP, -1))
-        .write.format("delta")
+    )
+    path = delta_dir / SILVER_CONTRIBUTIONS
+    (
+        rows.write.format("delta")
         .mode("overwrite")
         # Extend the schema in place (a new column), never replace it: the column
         # comments and table properties (jobs/hygiene.py) stay.
         .option("mergeSchema", "true")
+        .options(**silver_properties(path, rows.columns))
         .partitionBy("partition")
-        .save(str(delta_dir / SILVER_CONTRIBUTIONS))
+        .save(str(path))
     )
-    enable_deletion_vectors(spark, delta_dir / SILVER_CONTRIBUTIONS)
+    set_silver_properties(spark, path)
     if clock is not None:
         clock.lap("recompute_contributions")
-    written = spark.read.format("delta").load(str(delta_dir / SILVER_CONTRIBUTIONS))
-    (
+    written = spark.read.format("delta").load(str(path))
+    totals = (
         with_achieved(
             transform_totals(written.drop("generation", "game"), asc), achieved
         )
         .withColumn("generation", F.lit(generation))
         .withColumn("game", game_column(F.col("board")))
-        .write.format("delta")
+    )
+    path = delta_dir / SILVER_TOTALS
+    (
+        totals.write.format("delta")
         .mode("overwrite")
         # Extend the schema in place (a new column), never replace it: the column
         # comments and table properties (jobs/hygiene.py) stay.
         .option("mergeSchema", "true")
-        .save(str(delta_dir / SILVER_TOTALS))
+        .options(**silver_properties(path, totals.columns))
+        .save(str(path))
     )
-    enable_deletion_vectors(spark, delta_dir / SILVER_TOTALS)
+    set_silver_properties(spark, path)
     if clock is not None:
         clock.lap("totals")
-    return spark.read.format("delta").load(str(delta_dir / SILVER_TOTALS))
+    return spark.read.format("delta").load(str(path))
 
 
 def recompute_generation(

@@ -96,7 +96,9 @@ from jobs.tables import (
     GOLD_COLUMNS,
     GOLD_SNAPSHOTS,
     SILVER_CONTRIBUTIONS,
+    SILVER_STATS_COLUMNS,
     SILVER_TOTALS,
+    STATS_COLUMNS,
     drop_crashed_rows,
     game_column,
     gold_chain,
@@ -285,20 +287,33 @@ def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFram
 DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
-def enable_deletion_vectors(spark: SparkSession, path: Path) -> None:
-    """Turn on deletion vectors for the silver table at ``path`` (once: a metadata
-    commit, only while the property is missing).
+def silver_properties(path: Path, columns: Iterable[str]) -> dict[str, str]:
+    """The table properties the silver table at ``path`` with ``columns`` is kept
+    with: deletion vectors on, statistics on those of its keys it has
+    (``SILVER_STATS_COLUMNS``; a table written before games has no ``game``, and
+    Delta refuses to name a missing column). A write that creates the table takes
+    them as options (Delta makes them its properties); :func:`set_silver_properties`
+    sets them on an existing one.
 
-    Without them a ``MERGE`` rewrites every file holding a touched player's row,
-    and the touched players of even a small delta are spread over every file of
-    silver (no layout keyed by player keeps a few thousand random players in a few
-    files), so an incremental publish rewrote all of silver. With them it marks the
-    replaced rows in a deletion vector per file and writes only the new rows: the
-    cost follows the delta. Readers need deletion-vector support (Delta reader
-    version 3): Spark with Delta, DuckDB's ``delta`` extension, the ``deltalake``
-    package's ``QueryBuilder`` (docs/ANALYSTS.md); ``OPTIMIZE`` (``lb maintain``)
-    compacts the files a merge leaves and drops their deleted rows.
+    Without deletion vectors a ``MERGE`` rewrites every file holding a touched
+    player's row, and the touched players of even a small delta are spread over
+    every file of silver (no layout keyed by player keeps a few thousand random
+    players in a few files), so an incremental publish rewrote all of silver. With
+    them it marks the replaced rows in a deletion vector per file and writes only
+    the new rows: the cost follows the delta. Readers need deletion-vector support
+    (Delta reader version 3): Spark with Delta, DuckDB's ``delta`` extension, the
+    ``deltalake`` package's ``QueryBuilder`` (docs/ANALYSTS.md); ``OPTIMIZE`` (``lb
+    maintain``) compacts the files a merge leaves and drops their deleted rows.
     """
+    present = set(columns)
+    keys = [c for c in SILVER_STATS_COLUMNS[path.name].split(",") if c in present]
+    return {DELETION_VECTORS: "true", STATS_COLUMNS: ",".join(keys)}
+
+
+def set_silver_properties(spark: SparkSession, path: Path) -> None:
+    """Give the silver table at ``path`` its :func:`silver_properties` (one
+    metadata commit, only while one is missing or differs: a table written by
+    older code)."""
     # delta.`<path>` names a table by path only when the path is absolute.
     table = f"delta.`{path.resolve()}`"
     # SHOW TBLPROPERTIES reads the snapshot's metadata only: no Spark job, where
@@ -308,8 +323,11 @@ def enable_deletion_vectors(spark: SparkSession, path: Path) -> None:
         row["key"]: row["value"]
         for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
     }
-    if properties.get(DELETION_VECTORS) != "true":
-        on = f"'{DELETION_VECTORS}' = 'true'"
+    # The schema is the snapshot's metadata too (no job).
+    columns = spark.read.format("delta").load(str(path)).columns
+    wanted = silver_properties(path, columns)
+    if any(properties.get(k) != v for k, v in wanted.items()):
+        on = ", ".join(f"'{k}' = '{v}'" for k, v in wanted.items())
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({on})")
 
 
@@ -666,9 +684,9 @@ def recompute_incremental(
     listed = set(previous.manifest.get("boards", {}))
     boards |= {r[0] for r in named.distinct().collect()} & listed
     touched_boards = sorted(boards)
-    # Silver written by a full publish of older code has no deletion vectors yet.
-    enable_deletion_vectors(spark, contributions_path)
-    enable_deletion_vectors(spark, totals_path)
+    # Silver written by a full publish of older code may lack its properties.
+    set_silver_properties(spark, contributions_path)
+    set_silver_properties(spark, totals_path)
     if clock is not None:
         clock.lap("touched_boards")
     # Every silver row of a touched pair is in ``old`` and every old total of the

@@ -34,7 +34,12 @@ from conf.settings import Settings
 from jobs import incremental
 from jobs.build import check_generation
 from jobs.publish import run_publish
-from jobs.tables import GOLD_CHANGES, GOLD_MANIFEST, load_gold_changes
+from jobs.tables import (
+    GOLD_CHANGES,
+    GOLD_MANIFEST,
+    SILVER_STATS_COLUMNS,
+    load_gold_changes,
+)
 from serving.files import read_arrow
 from serving.segments import write_board_segment
 from speed.partitions import Keys
@@ -110,6 +115,17 @@ def check_history(
         assert g3 == "g3" and manifest(settings, "g3")["build"]["mode"] == "full"
         assert_same_generation(settings, "g2", "g3", spark)
         return build
+
+
+def _added_files(path: Path) -> list[dict[str, Any]]:
+    """The add actions of the Delta table's JSON commits: every file written since
+    its creation (a test's table has no checkpoint before them)."""
+    return [
+        action["add"]
+        for commit in sorted((path / "_delta_log").glob("*.json"))
+        for line in commit.read_text().splitlines()
+        if "add" in (action := json.loads(line))
+    ]
 
 
 def test_incremental_chain_links_untouched_boards(
@@ -205,6 +221,15 @@ def test_incremental_chain_links_untouched_boards(
             detail = DeltaTable.forPath(spark, str(path)).detail().first()
             assert detail is not None
             assert detail["properties"].get("delta.enableDeletionVectors") == "true"
+            # Statistics on the keys only (jobs/tables.py SILVER_STATS_COLUMNS).
+            keys = SILVER_STATS_COLUMNS[table]
+            assert detail["properties"].get("delta.dataSkippingStatsColumns") == keys
+            stats = [json.loads(f["stats"]) for f in _added_files(path)]
+            assert stats and all(
+                set(s["minValues"]) == set(keys.split(","))
+                for s in stats
+                if s["numRecords"]
+            ), stats
             merge, append = (
                 spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
                 .orderBy(F.col("version").desc())
