@@ -54,6 +54,7 @@ from conf.settings import Settings
 from jobs.land import LandingGap, table_exists
 from jobs.phase_clock import PhaseClock
 from jobs.publish_lock import publish_lock
+from jobs.tables import SILVER_CONTRIBUTIONS
 from serving.awards import (
     AwardsError,
     AwardVersion,
@@ -75,7 +76,6 @@ from speed.partitions import Keys
 from speed.server import resolve_redis_url
 
 GOLD_AWARDS = "gold_awards"
-SILVER_CONTRIBUTIONS = "silver_contributions"
 
 AWARDS_ROW_SCHEMA = T.StructType(
     [
