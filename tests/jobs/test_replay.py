@@ -27,6 +27,7 @@ from conf.settings import Settings
 from jobs.audit import audit_path
 from jobs.replay import GOLD_REPLAY_DIFFS, run_replay
 from jobs.spark import materialize
+from jobs.tables import STATS_COLUMNS
 from serving.registry import GenerationRegistry
 from speed.audit import AUDIT_STREAM
 from speed.partitions import Keys, partition_of
@@ -46,6 +47,12 @@ def _strip_games(spark: SparkSession, delta_dir: Path) -> list[str]:
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
         assert detail is not None
         old = table.drop("game").transform(materialize)
+        # Nor did such a table name statistics columns (silver names ``game``
+        # among them, and Delta refuses a schema without a column they name).
+        spark.sql(
+            f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES IF EXISTS "
+            f"('{STATS_COLUMNS}')"
+        )
         (
             old.write.format("delta")
             .mode("overwrite")
