@@ -92,6 +92,7 @@ from jobs.recompute import (
 from jobs.spark import materialize
 from jobs.table_versions import table_versions
 from jobs.tables import (
+    DELETION_VECTORS,
     GOLD_CHANGES,
     GOLD_COLUMNS,
     GOLD_SNAPSHOTS,
@@ -282,9 +283,6 @@ def transform_touched_history(events: DataFrame, touched: DataFrame) -> DataFram
     """Every log record of the ``touched`` players (one ``player_id`` column): what
     the first-achieved replay of those players folds over."""
     return events.join(F.broadcast(touched), "player_id", "left_semi")
-
-
-DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
 def silver_properties(path: Path, columns: Iterable[str]) -> dict[str, str]:

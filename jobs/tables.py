@@ -46,6 +46,8 @@ GOLD_COLUMNS = ["board", "position", "rank", "player_id", "score", "achieved_ms"
 # or players names (jobs/incremental.py load_replace: files whose ranges miss
 # every key are skipped); the other columns are never filtered on alone.
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+# Silver's deletion vectors (jobs/incremental.py silver_properties says why).
+DELETION_VECTORS = "delta.enableDeletionVectors"
 SILVER_STATS_COLUMNS = {
     SILVER_CONTRIBUTIONS: "player_id,match_id,board,game",
     SILVER_TOTALS: "board,game,player_id",

@@ -35,9 +35,11 @@ from jobs import incremental
 from jobs.build import check_generation
 from jobs.publish import run_publish
 from jobs.tables import (
+    DELETION_VECTORS,
     GOLD_CHANGES,
     GOLD_MANIFEST,
     SILVER_STATS_COLUMNS,
+    STATS_COLUMNS,
     load_gold_changes,
 )
 from serving.files import read_arrow
@@ -220,10 +222,10 @@ def test_incremental_chain_links_untouched_boards(
             path = settings.delta_dir / table
             detail = DeltaTable.forPath(spark, str(path)).detail().first()
             assert detail is not None
-            assert detail["properties"].get("delta.enableDeletionVectors") == "true"
+            assert detail["properties"].get(DELETION_VECTORS) == "true"
             # Statistics on the keys only (jobs/tables.py SILVER_STATS_COLUMNS).
             keys = SILVER_STATS_COLUMNS[table]
-            assert detail["properties"].get("delta.dataSkippingStatsColumns") == keys
+            assert detail["properties"].get(STATS_COLUMNS) == keys
             stats = [json.loads(f["stats"]) for f in _added_files(path)]
             assert stats and all(
                 set(s["minValues"]) == set(keys.split(","))
