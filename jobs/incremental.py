@@ -19,12 +19,14 @@ contributions and totals are those already in silver. The incremental build
    ``max`` totals re-aggregate the other pairs' silver rows with the new ones, and
    first-achieved times (``transform_achieved``) replay the whole history of the
    touched players on ``first_achieved`` boards only;
-4. ``MERGE``s into ``silver_contributions`` only the rows of the (player, match)
-   pairs the delta has records of (and of a held record a delta ``released`` record
-   lets count), into ``silver_totals`` only the (board, player) rows of those pairs'
-   old and new contributions (replaced rows updated, vanished ones deleted), one
-   commit per table; silver has deletion vectors, so a merge writes about the rows
-   it changes instead of every file holding a touched player;
+4. replaces in ``silver_contributions`` only the rows of the (player, match) pairs
+   the delta has records of (and of a held record a delta ``released`` record lets
+   count), and in ``silver_totals`` the rows of those pairs' players (the (board,
+   player) keys of the pairs' old and new contributions re-derived, the players'
+   other rows appended again as they were; a ``DELETE`` by a condition on the
+   player reads the table once where a ``MERGE`` joining the keys read it three
+   times); silver has deletion vectors, so a delete writes about the rows it
+   removes instead of every file holding a touched player;
 5. with layering on (LB_LAYERS_MAX_CHAIN >= 1) writes gold as the changed rows
    only (``gold_changes``: the scope's keys and those of a player whose shadow
    flag changed, with their new totals or ``removed``) over the previous
@@ -369,12 +371,25 @@ def key_predicate(row: Row) -> Column:
     return reduce(and_, (F.col(k) == F.lit(v) for k, v in row.asDict().items()))
 
 
-def scope_predicate(row: Row) -> Column:
-    """The target rows that :data:`ON_SCOPE` matches with ``row`` (a row of
-    :func:`transform_scope_boards`): the player's rows on its boards."""
-    return (F.col("player_id") == F.lit(row["player_id"])) & F.col("board").isin(
-        list(row["boards"])
+def players_condition(scope_boards: DataFrame) -> str | None:
+    """A SQL condition true on every row of the players of ``scope_boards``
+    (:func:`transform_scope_boards`), and on the rows of the rare other player
+    whose id has the same 64-bit hash; None when there is no player.
+
+    A condition a Delta ``DELETE`` evaluates row by row in one scan of the table,
+    where a ``MERGE`` that joins the scope finds its rows in three (the touched
+    files, the modified data, the deletion vectors: bench/RESULTS.md, "The same
+    delta over a 10 M-player board"). Hashes, not the ids: a list of integers
+    needs no quoting and its set is cheaper per row than one of strings (for
+    83 k players a ``DELETE`` with the ids took as long as the ``MERGE``). The
+    callers read the rows it selects before they delete them and append the
+    others again (:func:`replace_where`), so a colliding id changes nothing."""
+    hashes = sorted(
+        {r[0] for r in scope_boards.select(F.xxhash64("player_id")).collect()}
     )
+    if not hashes:
+        return None
+    return f"xxhash64(player_id) IN ({', '.join(map(str, hashes))})"
 
 
 def load_replace(
@@ -427,6 +442,37 @@ def load_replace(
                 .execute()
             )
     fresh.select(*columns).write.format("delta").mode("append").save(str(path))
+
+
+def replace_where(
+    spark: SparkSession,
+    path: Path,
+    where: str | None,
+    fresh: DataFrame,
+    kept: DataFrame,
+) -> None:
+    """Replace the rows of the Delta table at ``path`` that the SQL condition
+    ``where`` selects (None: none) with ``fresh`` and ``kept``: one ``DELETE`` (one
+    scan, deletion vectors), then one append.
+
+    The caller read the selected rows before (a ``localCheckpoint``): ``kept`` is
+    those it keeps as they are, ``fresh`` the new rows of the others. Two commits
+    (one when ``where`` is None), as :func:`load_replace`."""
+    from delta.tables import DeltaTable
+
+    target = DeltaTable.forPath(spark, str(path))
+    columns = list(target.toDF().columns)
+    if "game" in columns and "game" not in fresh.columns:
+        fresh = fresh.withColumn("game", game_column(F.col("board")))
+    if where is not None:
+        target.delete(where)
+    (
+        fresh.select(*columns)
+        .unionByName(kept.select(*columns))
+        .write.format("delta")
+        .mode("append")
+        .save(str(path))
+    )
 
 
 @contextmanager
@@ -607,15 +653,22 @@ def recompute_incremental(
     )
     # The scope's old totals. Its keys are too many to broadcast (~0.8 M at 100 k
     # events over 1 M players, a 2 GiB driver), its players with their boards are
-    # not (one row per touched player): the join filters silver_totals while it
-    # is scanned, without shuffling it. The totals merge deletes by the same rows.
+    # not (one row per touched player): the join filters the rows read without
+    # shuffling them. The totals merge deletes every row ``held`` holds, the
+    # scope's and the others (``kept``, appended again as they were).
     scope_boards = transform_scope_boards(scope).transform(materialize)
-    before = (
-        transform_in_scope(
-            spark.read.format("delta").load(str(totals_path)), scope_boards
-        )
-        .select(*TOTAL_KEYS, "aggregation", "score", "matches")
-        .transform(materialize)  # read before the table it reads is merged
+    held_where = players_condition(scope_boards)
+    totals_table = spark.read.format("delta").load(str(totals_path))
+    held = (
+        totals_table.where(F.expr(held_where))
+        if held_where is not None
+        else totals_table.where(F.lit(False))
+    ).transform(materialize)  # read before the table it reads is merged
+    before = transform_in_scope(held, scope_boards).select(
+        *TOTAL_KEYS, "aggregation", "score", "matches"
+    )
+    kept = held.alias("t").join(
+        F.broadcast(scope_boards).alias("s"), F.expr(ON_SCOPE), "left_anti"
     )
     achieved = None
     players = timed_players(scope, inputs.boards)
@@ -689,7 +742,7 @@ def recompute_incremental(
         clock.lap("touched_boards")
     # Every silver row of a touched pair is in ``old`` and every old total of the
     # scope in ``before``: replacing exactly those with the re-derived rows is the
-    # merge (jobs/incremental.py load_replace).
+    # merge (load_replace; the totals' by their players, replace_where).
     load_replace(
         spark,
         contributions_path,
@@ -702,7 +755,7 @@ def recompute_incremental(
     )
     if clock is not None:
         clock.lap("merge_contributions")
-    load_replace(spark, totals_path, totals, scope_boards, ON_SCOPE, scope_predicate)
+    replace_where(spark, totals_path, held_where, totals, kept)
     if clock is not None:
         clock.lap("merge_totals")
     merged = spark.read.format("delta").load(str(totals_path))

@@ -43,8 +43,9 @@ GOLD_COLUMNS = ["board", "position", "rank", "player_id", "score", "achieved_ms"
 # about a third of the CPU of writing silver_contributions (computing and writing
 # it takes 14 % less CPU with them on its keys only: bench/RESULTS.md, "Silver's
 # statistics"). The keys are what an incremental publish's DELETE of a few pairs
-# or players names (jobs/incremental.py load_replace: files whose ranges miss
-# every key are skipped); the other columns are never filtered on alone.
+# names (jobs/incremental.py load_replace: files whose ranges miss every key are
+# skipped) and what analysts filter on; the other columns are never filtered on
+# alone.
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 # Silver's deletion vectors (jobs/incremental.py silver_properties says why).
 DELETION_VECTORS = "delta.enableDeletionVectors"

@@ -211,13 +211,15 @@ def test_incremental_chain_links_untouched_boards(
             # b's corrected match's two records, not its untouched match's.
             "rederivedRecords": 2,
         }
-        # The merges replaced only the corrected match's rows and the totals on its
-        # boards (not b's other match, not the boards only that one is on): a
-        # delete-only MERGE by a small source (the one pair; b with its 12
-        # boards) marked the old rows in deletion vectors instead of copying the
-        # rest of each file they were in, then an append wrote the new rows
+        # The merges marked the old rows in deletion vectors instead of copying
+        # the rest of each file they were in, then an append wrote the new rows.
+        # silver_contributions: only the corrected match's rows (not b's other
+        # match), by a delete-only MERGE with the one pair as its source
         # (jobs/incremental.py load_replace; a MERGE with an insert clause
-        # shuffled the whole target).
+        # shuffled the whole target). silver_totals: every row of b, by a DELETE
+        # on its id's hash (players_condition: one scan of the table), then its
+        # 12 re-derived totals and its rows on the boards only its untouched
+        # match is on, appended again as they were (replace_where).
         for table in ("silver_contributions", "silver_totals"):
             path = settings.delta_dir / table
             detail = DeltaTable.forPath(spark, str(path)).detail().first()
@@ -238,6 +240,29 @@ def test_incremental_chain_links_untouched_boards(
                 .limit(2)
                 .collect()[::-1]
             )
+            assert append["operation"] == "WRITE", (table, append["operation"])
+            assert append["operationParameters"]["mode"] == "Append", table
+            if table == "silver_totals":
+                assert merge["operation"] == "DELETE", merge["operation"]
+                metrics = merge["operationMetrics"]
+                earlier = (
+                    spark.read.format("delta")
+                    .option("versionAsOf", merge["version"] - 1)
+                    .load(str(path))
+                )
+                b_rows = earlier.where(F.col("player_id") == "b").count()
+                assert b_rows > 12, b_rows  # b's untouched match's boards too
+                assert metrics["numDeletedRows"] == str(b_rows), metrics
+                assert metrics["numCopiedRows"] == "0", metrics
+                assert metrics["numDeletionVectorsAdded"] != "0", metrics
+                assert append["operationMetrics"]["numOutputRows"] == str(b_rows)
+                # b's rows on the untouched boards are appended as they were.
+                now = spark.read.format("delta").load(str(path))
+                kept = earlier.where(F.col("player_id") == "b").exceptAll(
+                    now.where(F.col("player_id") == "b")
+                )
+                assert kept.count() == 12, kept.collect()  # the re-derived keys
+                continue
             assert merge["operation"] == "MERGE", (table, merge["operation"])
             metrics = merge["operationMetrics"]
             assert metrics["numSourceRows"] == "1", (table, metrics)
@@ -246,8 +271,6 @@ def test_incremental_chain_links_untouched_boards(
             assert metrics["numTargetRowsInserted"] == "0", (table, metrics)
             assert metrics["numTargetRowsCopied"] == "0", (table, metrics)
             assert metrics["numTargetDeletionVectorsAdded"] != "0", (table, metrics)
-            assert append["operation"] == "WRITE", (table, append["operation"])
-            assert append["operationParameters"]["mode"] == "Append", table
             assert append["operationMetrics"]["numOutputRows"] == "12", table
         g1, g2 = settings.segments_dir / "g1", settings.segments_dir / "g2"
         s3 = manifest(settings, "g1")["boards"]["season:S3:eu"]["file"]
@@ -504,9 +527,9 @@ def test_incremental_rederives_only_touched_pairs(
     # records and both of Zed's).
     assert build["rederivedRecords"] == 5
     assert build["touchedBoards"] == 12
-    # A few replaced totals (a's and Zed's on their boards): their old rows went
-    # by a DELETE listing them, into deletion vectors (jobs/incremental.py
-    # SMALL_REPLACE), then the append. (No contribution was replaced: the pairs'
+    # The replaced totals (a's and Zed's rows): their old rows went by a DELETE
+    # on the players' id hashes, into deletion vectors (jobs/incremental.py
+    # replace_where), then the append. (No contribution was replaced: the pairs'
     # records before the delta derived none.)
     path = settings.delta_dir / "silver_totals"
     replaced = (
