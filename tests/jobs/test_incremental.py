@@ -217,7 +217,7 @@ def test_incremental_chain_links_untouched_boards(
         # match), by a delete-only MERGE with the one pair as its source
         # (jobs/incremental.py load_replace; a MERGE with an insert clause
         # shuffled the whole target). silver_totals: every row of b, by a DELETE
-        # on its id's hash (players_condition: one scan of the table), then its
+        # listing its id (players_condition), then its
         # 12 re-derived totals and its rows on the boards only its untouched
         # match is on, appended again as they were (replace_where).
         for table in ("silver_contributions", "silver_totals"):
@@ -528,7 +528,7 @@ def test_incremental_rederives_only_touched_pairs(
     assert build["rederivedRecords"] == 5
     assert build["touchedBoards"] == 12
     # The replaced totals (a's and Zed's rows): their old rows went by a DELETE
-    # on the players' id hashes, into deletion vectors (jobs/incremental.py
+    # listing the players, into deletion vectors (jobs/incremental.py
     # replace_where), then the append. (No contribution was replaced: the pairs'
     # records before the delta derived none.)
     path = settings.delta_dir / "silver_totals"
@@ -699,3 +699,21 @@ def test_versions_of_a_total_that_vanishes_then_returns(
     finally:
         client.delete(flags)
         client.close()
+
+
+def test_players_condition_selects_exactly_the_listed_players(
+    spark: SparkSession,
+) -> None:
+    """The totals' DELETE condition (jobs/incremental.py players_condition) names
+    each player as a SQL literal: ids with a quote, a backslash or other letters
+    select their own rows and no other (the API admits none of these characters
+    but letters, so this is the literal's quoting, not a reachable id)."""
+    odd = ["o'neil", "back\\slash", "ünï-çødé:1", "p.1_2", "'); DROP", "\\'"]
+    rows = [(p, "b") for p in [*odd, "other", "o", "back"]]
+    table = spark.createDataFrame(rows, "player_id string, board string")
+    scope = spark.createDataFrame([(p,) for p in odd], "player_id string")
+    condition = incremental.players_condition(scope)
+    assert condition is not None
+    picked = {r[0] for r in table.where(F.expr(condition)).collect()}
+    assert picked == set(odd)
+    assert incremental.players_condition(scope.limit(0)) is None
