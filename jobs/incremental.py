@@ -23,10 +23,10 @@ contributions and totals are those already in silver. The incremental build
    the delta has records of (and of a held record a delta ``released`` record lets
    count), and in ``silver_totals`` the rows of those pairs' players (the (board,
    player) keys of the pairs' old and new contributions re-derived, the players'
-   other rows appended again as they were; a ``DELETE`` by a condition on the
-   player reads the table once where a ``MERGE`` joining the keys read it three
-   times); silver has deletion vectors, so a delete writes about the rows it
-   removes instead of every file holding a touched player;
+   other rows appended again as they were: a ``DELETE`` by a condition on the
+   player costs less than a ``MERGE`` joining the keys, which read the table
+   three times); silver has deletion vectors, so a delete writes about the rows
+   it removes instead of every file holding a touched player;
 5. with layering on (LB_LAYERS_MAX_CHAIN >= 1) writes gold as the changed rows
    only (``gold_changes``: the scope's keys and those of a player whose shadow
    flag changed, with their new totals or ``removed``) over the previous
@@ -453,8 +453,8 @@ def replace_where(
     kept: DataFrame,
 ) -> None:
     """Replace the rows of the Delta table at ``path`` that the SQL condition
-    ``where`` selects (None: none) with ``fresh`` and ``kept``: one ``DELETE`` (one
-    scan, deletion vectors), then one append.
+    ``where`` selects (None: none) with ``fresh`` and ``kept``: one ``DELETE``
+    (deletion vectors), then one append.
 
     The caller read the selected rows before (a ``localCheckpoint``): ``kept`` is
     those it keeps as they are, ``fresh`` the new rows of the others. Two commits
