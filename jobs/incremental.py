@@ -428,9 +428,6 @@ def load_replace(
     from delta.tables import DeltaTable
 
     target = DeltaTable.forPath(spark, str(path))
-    columns = list(target.toDF().columns)
-    if "game" in columns and "game" not in fresh.columns:
-        fresh = fresh.withColumn("game", game_column(F.col("board")))
     few = replaced.limit(SMALL_REPLACE + 1).collect()
     if 0 < len(few) <= SMALL_REPLACE:
         target.delete(reduce(or_, map(predicate, few)))
@@ -442,7 +439,21 @@ def load_replace(
                 .whenMatchedDelete()
                 .execute()
             )
-    fresh.select(*columns).write.format("delta").mode("append").save(str(path))
+    _append(target, path, fresh)
+
+
+def _append(target: Any, path: Path, *frames: DataFrame) -> None:
+    """Append ``frames`` to the Delta table ``target`` (a ``DeltaTable``) at
+    ``path``, in its columns; a frame without ``game`` takes its board's."""
+    columns = list(target.toDF().columns)
+    rows = None
+    for frame in frames:
+        if "game" in columns and "game" not in frame.columns:
+            frame = frame.withColumn("game", game_column(F.col("board")))
+        frame = frame.select(*columns)
+        rows = frame if rows is None else rows.unionByName(frame)
+    assert rows is not None
+    rows.write.format("delta").mode("append").save(str(path))
 
 
 def replace_where(
@@ -462,18 +473,9 @@ def replace_where(
     from delta.tables import DeltaTable
 
     target = DeltaTable.forPath(spark, str(path))
-    columns = list(target.toDF().columns)
-    if "game" in columns and "game" not in fresh.columns:
-        fresh = fresh.withColumn("game", game_column(F.col("board")))
     if where is not None:
         target.delete(where)
-    (
-        fresh.select(*columns)
-        .unionByName(kept.select(*columns))
-        .write.format("delta")
-        .mode("append")
-        .save(str(path))
-    )
+    _append(target, path, fresh, kept)
 
 
 @contextmanager
