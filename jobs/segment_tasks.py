@@ -18,12 +18,15 @@ or a shared file system), as the Delta tables already must be.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -37,6 +40,76 @@ SEGMENT_COLUMNS = ["board", "position", "player_id", "score", "achieved_ms"]
 # log named, or a board to visit even without either (rewritten boards whose rows
 # may all be gone: their previous pairs move to the side file).
 KIND_ROW, KIND_NAMED, KIND_BOARD = 0, 1, 2
+# A writer task holds its rows in memory up to this many, then moves each board's
+# rows to a file of its own on disk and writes one board at a time, so that its
+# memory follows its largest board, not its share of the generation: the 10 M-player
+# bench's full publish had 4 tasks of about 24 M rows, and one Python worker was
+# killed by the kernel at 12.6 GB beside an 8 GiB driver (bench/RESULTS.md). At
+# about 70 bytes a row as received, and the sorted copy beside it, 4 M rows is well
+# under a gigabyte; the 1 M-player bench's tasks (about 3 M rows) stay in memory.
+SPILL_ROWS = 4_000_000
+
+
+def board_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """``batch``'s rows by board: (board, its rows), each board once."""
+    encoded = pc.dictionary_encode(batch.column("board"))
+    names = encoded.dictionary.to_pylist()
+    if len(names) == 1:
+        yield names[0], batch
+        return
+    order = pc.sort_indices(encoded.indices)
+    batch = batch.take(order)
+    codes = encoded.indices.take(order).to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
+    for begin, end in itertools.pairwise(starts):
+        yield names[codes[begin]], batch.slice(begin, end - begin)
+
+
+def board_tables(
+    batches: Iterable[pa.RecordBatch], spill_rows: int, directory: Path
+) -> Iterator[pa.Table]:
+    """A writer task's rows as tables of whole boards: all in one table when they
+    are at most ``spill_rows``; else one table per board, each board's rows first
+    written to an Arrow file of their own in a scratch directory under
+    ``directory`` (the generation's work directory: on the segments' disk, and
+    swept with it if the task dies) and read back one board at a time."""
+    stream = iter(batches)
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in stream:
+        held.append(batch)
+        count += batch.num_rows
+        if count > spill_rows:
+            break
+    else:
+        if count:
+            yield pa.Table.from_batches(held)
+        return
+    with tempfile.TemporaryDirectory(prefix=".spill-", dir=directory) as scratch:
+        files: dict[str, tuple[Path, pa.ipc.RecordBatchFileWriter]] = {}
+        held.reverse()  # popped from the end: each batch let go once on disk
+
+        def pending() -> Iterator[pa.RecordBatch]:
+            while held:
+                yield held.pop()
+            yield from stream
+
+        try:
+            for batch in pending():
+                for board, rows in board_runs(batch):
+                    if board not in files:
+                        path = Path(scratch) / f"{len(files)}.arrow"
+                        files[board] = (path, pa.ipc.new_file(str(path), rows.schema))
+                    files[board][1].write_batch(rows)
+        finally:
+            for _, writer in files.values():
+                writer.close()
+        for board in sorted(files):
+            path = files[board][0]
+            with pa.OSFile(str(path), "rb") as source:
+                table = pa.ipc.open_file(source).read_all()
+            path.unlink()
+            yield table
 
 
 def entries_batch(
@@ -80,11 +153,13 @@ def segment_writer(
     umask: int,
     previous: tuple[str, Mapping[str, tuple[str | None, str | None]]] | None = None,
     layering: tuple[str, float, int, Mapping[str, dict[str, Any]]] | None = None,
+    spill_rows: int = SPILL_ROWS,
 ) -> Any:
     """The ``mapInArrow`` function: Arrow batches of gold rows, named versions and
     board markers in, (board, manifest entry, side file) out. A closure over plain
     values only (it is pickled to the executors); ``umask`` is the job's (files not
-    world-readable), since a Python worker does not inherit the driver's.
+    world-readable), since a Python worker does not inherit the driver's. A task of
+    more than ``spill_rows`` rows writes one board at a time (:func:`board_tables`).
 
     ``previous``: the previous generation's directory and board -> (segment file,
     versions side file) when the named versions are only the log's delta; each
@@ -99,17 +174,12 @@ def segment_writer(
     if previous is not None:
         previous = (previous[0], dict(previous[1]))
 
-    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_boards(table: pa.Table) -> pa.RecordBatch:
+        """One table of whole boards written; their entries and side files."""
         from jobs.versions import KNOWN_SCHEMA, assign_versions, previous_versions
         from serving.layers import write_layer_over
         from serving.segments import write_segments, write_versions
 
-        received = list(batches)
-        if not received:  # a task whose hash partition got no board
-            return
-        table = pa.Table.from_batches(received)
-        if table.num_rows == 0:
-            return
         kind = table.column("kind")
         rows = table.filter(pc.equal(kind, KIND_ROW))
         rows = rows.take(
@@ -175,7 +245,11 @@ def segment_writer(
                 )
         finally:
             os.umask(before)
-        yield entries_batch(entries, sides)
+        return entries_batch(entries, sides)
+
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for table in board_tables(batches, spill_rows, Path(directory)):
+            yield write_boards(table)
 
     return write
 
