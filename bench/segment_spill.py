@@ -31,20 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.harness import loadavg_text
-from jobs.segment_tasks import KIND_ROW, SPILL_ROWS, segment_writer
+from jobs.segment_tasks import ITEMS_SCHEMA, KIND_ROW, SPILL_ROWS, segment_writer
 
 BATCH = 10_000
-SCHEMA = pa.schema(
-    [
-        ("board", pa.string()),
-        ("position", pa.int64()),
-        ("player_id", pa.string()),
-        ("score", pa.int64()),
-        ("achieved_ms", pa.int64()),
-        ("kind", pa.int32()),
-        ("version", pa.int64()),
-    ]
-)
 
 
 def stream(boards: int, rows_per_board: int) -> Iterator[pa.RecordBatch]:
@@ -67,7 +56,7 @@ def stream(boards: int, rows_per_board: int) -> Iterator[pa.RecordBatch]:
                     pa.array(np.full(n, KIND_ROW, dtype=np.int32)),
                     pa.nulls(n, pa.int64()),
                 ],
-                schema=SCHEMA,
+                schema=ITEMS_SCHEMA,
             )
 
 

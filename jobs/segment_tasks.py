@@ -40,6 +40,19 @@ SEGMENT_COLUMNS = ["board", "position", "player_id", "score", "achieved_ms"]
 # log named, or a board to visit even without either (rewritten boards whose rows
 # may all be gone: their previous pairs move to the side file).
 KIND_ROW, KIND_NAMED, KIND_BOARD = 0, 1, 2
+# The rows a writer task takes, as Arrow (what :func:`with_named_and_markers` hands
+# Spark's ``mapInArrow``); the columns a kind lacks are null.
+ITEMS_SCHEMA = pa.schema(
+    [
+        ("board", pa.string()),
+        ("position", pa.int64()),
+        ("player_id", pa.string()),
+        ("score", pa.int64()),
+        ("achieved_ms", pa.int64()),
+        ("kind", pa.int32()),
+        ("version", pa.int64()),
+    ]
+)
 # A writer task holds its rows in memory up to this many, then moves each board's
 # rows to a file of its own on disk and writes one board at a time, so that its
 # memory follows its largest board, not its share of the generation: the 10 M-player

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.segment_tasks import (
+    ITEMS_SCHEMA,
     KIND_BOARD,
     KIND_NAMED,
     KIND_ROW,
@@ -25,17 +26,6 @@ from jobs.segment_tasks import (
 
 pytestmark = pytest.mark.unit
 
-SCHEMA = pa.schema(
-    [
-        ("board", pa.string()),
-        ("position", pa.int64()),
-        ("player_id", pa.string()),
-        ("score", pa.int64()),
-        ("achieved_ms", pa.int64()),
-        ("kind", pa.int32()),
-        ("version", pa.int64()),
-    ]
-)
 # board -> its players, best first (ties in pairs; on "timed:S1" ordered by
 # achieved_ms).
 BOARDS = {
@@ -76,7 +66,7 @@ def task_rows() -> list[dict[str, object]]:
 
 def batches(rows: list[dict[str, object]], size: int = 4) -> list[pa.RecordBatch]:
     return [
-        pa.RecordBatch.from_pylist(rows[i : i + size], schema=SCHEMA)
+        pa.RecordBatch.from_pylist(rows[i : i + size], schema=ITEMS_SCHEMA)
         for i in range(0, len(rows), size)
     ]
 
@@ -104,7 +94,7 @@ def test_board_tables_spill_one_board_per_table_over_the_threshold(
         board = table.column("board")[0].as_py()
         mine = [r for r in rows if r["board"] == board]
         assert sorted(table.to_pylist(), key=repr) == sorted(
-            pa.Table.from_pylist(mine, schema=SCHEMA).to_pylist(), key=repr
+            pa.Table.from_pylist(mine, schema=ITEMS_SCHEMA).to_pylist(), key=repr
         )
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 
