@@ -18,7 +18,6 @@ or a shared file system), as the Delta tables already must be.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import tempfile
@@ -26,7 +25,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -65,17 +63,11 @@ SPILL_ROWS = 4_000_000
 
 def board_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
     """``batch``'s rows by board: (board, its rows), each board once."""
-    encoded = pc.dictionary_encode(batch.column("board"))
-    names = encoded.dictionary.to_pylist()
-    if len(names) == 1:
-        yield names[0], batch
-        return
-    order = pc.sort_indices(encoded.indices)
-    batch = batch.take(order)
-    codes = encoded.indices.take(order).to_numpy(zero_copy_only=False)
-    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
-    for begin, end in itertools.pairwise(starts):
-        yield names[codes[begin]], batch.slice(begin, end - begin)
+    from serving.segments import board_spans
+
+    batch = batch.take(pc.sort_indices(batch.column("board")))
+    for board, begin, end in board_spans(batch.column("board")):
+        yield board, batch.slice(begin, end - begin)
 
 
 def board_tables(

@@ -175,6 +175,21 @@ def board_entry(board: str, population: int, sums: Mapping[str, str]) -> dict[st
     }
 
 
+def board_spans(boards: pa.Array) -> list[tuple[str, int, int]]:
+    """(board, first row, end) of each run of equal values in ``boards``: one per
+    board when the rows are grouped by board. Found where the dictionary index
+    changes, with no per-row Python work."""
+    encoded = pc.dictionary_encode(boards)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    names = encoded.dictionary.to_pylist()
+    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
+    return [
+        (names[codes[begin]], begin, end)
+        for begin, end in zip(starts[:-1], starts[1:], strict=True)
+        if end > begin
+    ]
+
+
 def write_segments(
     table: pa.Table,
     directory: Path,
@@ -190,12 +205,7 @@ def write_segments(
     boards: dict[str, dict[str, Any]] = {}
     if table.num_rows == 0:
         return boards
-    # Rows are sorted by (board, position): each board is one contiguous run, found
-    # where the dictionary index changes (no per-row Python work).
-    encoded = table.column("board").combine_chunks().dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    names = encoded.dictionary.to_pylist()
-    starts = [0, *(np.flatnonzero(np.diff(codes)) + 1).tolist(), len(codes)]
+    # Rows are sorted by (board, position): each board is one contiguous run.
     players = table.column("player_id").combine_chunks()
     scores = table.column("score").combine_chunks().cast(pa.int64())
     achieved = (
@@ -209,8 +219,7 @@ def write_segments(
         if "version" in table.column_names
         else None
     )
-    for begin, end in zip(starts[:-1], starts[1:], strict=True):
-        board = names[codes[begin]]
+    for board, begin, end in board_spans(table.column("board").combine_chunks()):
         timed, unique = orders.get(board, (False, False))
         sums = write_board_segment(
             directory,
