@@ -122,36 +122,25 @@ SESSION_BOUNDS = {
 # bench/history/2026-12-07-2-session-36.md).
 SESSION_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:CompileThresholdScaling=3"
 
-# The session's executor: one task slot, not production's two. `make test` runs
-# two xdist workers, each with a session JVM, on two cores: with two slots each,
-# four task threads share them, and the rows a test's task handles are in the tens.
-# The same two Spark-heavy test files (tests/jobs/test_layered_equality.py and
-# test_publish.py, one process, alternating): the session JVM's CPU 131.3 / 143.2 /
-# 121.9 s with one slot against 141.7 / 152.2 s with two (-7 %; 7 December, load
-# 0.7-1.8, bench/history/2026-12-07-7-session-41.md). The `lb` subprocesses and the
-# Airflow tasks keep two slots, as production does, and the cluster drill runs
-# executors of its own.
-SESSION_MASTER = "local[1]"
-
 # Delta's version checksum file (`_delta_log/<version>.crc`, the table's size, file
 # count, protocol and metadata after each commit), not written by the session: a
 # commit then writes one log file, not two, each a temporary file renamed into
 # place, and Hadoop's local file system spawns a `readlink` per renamed path and a
 # `chmod` per file it creates (no native library here: about 5 ms of CPU each,
-# 1,524 processes in one run of the two files above). Delta reads the log without
-# it; production (jobs/spark.py) and the `lb` subprocesses keep writing it, and no
-# test reads it. The same two test files, alternating: the session JVM's CPU (with
-# its children) 144.3 / 134.9 / 151.5 / 152.3 s without it against 153.2 / 157.3 /
-# 154.6 / 161.8 s with it (-2 to -14 %, -7 % on average; 7 December, load 0.9-2.0,
-# bench/history/2026-12-07-7-session-41.md).
+# 1,524 processes in one run of tests/jobs/test_layered_equality.py and
+# test_publish.py). Delta reads the log without it; production (jobs/spark.py) and
+# the `lb` subprocesses keep writing it, and no test reads it. Those two files, one
+# process, alternating: the session JVM's CPU (with its children) 144.3 / 134.9 /
+# 151.5 / 152.3 s without it against 153.2 / 157.3 / 154.6 / 161.8 s with it (-2 to
+# -14 %; 7 December, load 0.9-2.0, bench/history/2026-12-07-7-session-41.md).
 NO_CHECKSUM_FILES = {"spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
 def start_spark(warehouse: Path) -> SparkSession:
-    """The test session's SparkSession (:data:`SESSION_MASTER`, Delta,
-    SHUFFLE_PARTITIONS, INTERPRETED), its SQL warehouse in ``warehouse`` (the
-    tests use paths, not catalog tables: the default ``./spark-warehouse`` would
-    land in whatever the working directory is).
+    """The test session's SparkSession (local[2], Delta, SHUFFLE_PARTITIONS,
+    INTERPRETED), its SQL warehouse in ``warehouse`` (the tests use paths, not
+    catalog tables: the default ``./spark-warehouse`` would land in whatever the
+    working directory is).
 
     Not -XX:TieredStopAtLevel=1: C1-only JIT made test_recompute + test_periods
     slower, not faster (two runs started together at load ~24: 17 tests in
@@ -161,7 +150,6 @@ def start_spark(warehouse: Path) -> SparkSession:
     """
     return get_spark(
         "leaderboard-tests",
-        master=SESSION_MASTER,
         shuffle_partitions=SHUFFLE_PARTITIONS,
         driver_memory="2g",
         conf={
