@@ -65,7 +65,9 @@ def board_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
     """``batch``'s rows by board: (board, its rows), each board once."""
     from serving.segments import board_spans
 
-    batch = batch.take(pc.sort_indices(batch.column("board")))
+    # Grouped by the boards' dictionary codes: a sort of integers, not of names.
+    codes = pc.dictionary_encode(batch.column("board")).indices
+    batch = batch.take(pc.sort_indices(codes))
     for board, begin, end in board_spans(batch.column("board")):
         yield board, batch.slice(begin, end - begin)
 
