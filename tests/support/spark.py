@@ -133,6 +133,10 @@ SESSION_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:CompileThresholdScaling=3"
 # process, alternating: the session JVM's CPU (with its children) 144.3 / 134.9 /
 # 151.5 / 152.3 s without it against 153.2 / 157.3 / 154.6 / 161.8 s with it (-2 to
 # -14 %; 7 December, load 0.9-2.0, bench/history/2026-12-07-7-session-41.md).
+# Removing the remaining processes as well (a file system doing chmod and readlink
+# through java.nio, session 42) showed no gain outside the spread, so how much of
+# this one's came from the processes rather than the second file is not known
+# (bench/history/2026-12-07-8-session-42.md).
 NO_CHECKSUM_FILES = {"spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
